@@ -1,0 +1,47 @@
+# gorgonia-parallel: the two commands are `make demo` and `make test`.
+# Each installs what it needs (OpenBLAS from Debian) before it runs.
+
+GO      ?= go
+SHELL   := /bin/bash
+PKGS    ?= ./...
+# Tests run the BLAS with one thread per process: several ranks share 2 cores.
+export OPENBLAS_NUM_THREADS ?= 1
+
+.PHONY: all deps test test-cgo test-purego vet demo bench bench-ops bench-models bench-comm \
+        bench-ddp bench-dp bench-data bench-zero fixtures clean
+
+all: test
+
+## deps: install the system packages the fast path links against (Debian's OpenBLAS).
+deps:
+	@bash scripts/install-deps.sh
+
+## test: vet, the full test suite with OpenBLAS, and the pure-Go (CGO_ENABLED=0) build.
+test: deps vet test-cgo test-purego
+
+vet:
+	$(GO) vet $(PKGS)
+
+test-cgo:
+	$(GO) test -count=1 -timeout 25m $(PKGS)
+
+test-purego:
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m ./nn/...
+
+## demo: the main job (see README).
+demo: deps
+	$(GO) run ./cmd/demo
+
+## bench: every benchmark; each prints a table and writes bench/results/*.json.
+bench: bench-ops
+
+bench-ops: deps
+	$(GO) run ./bench/ops
+
+## fixtures: regenerate the committed PyTorch fixtures (needs Debian's python3-torch).
+fixtures:
+	/usr/bin/python3 testdata/make_fixtures.py
+
+clean:
+	$(GO) clean -testcache

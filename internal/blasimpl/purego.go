@@ -1,0 +1,9 @@
+//go:build !cgo || purego
+
+package blasimpl
+
+const name = "gonum"
+
+// Threads reports the number of threads the BLAS uses; gonum's pure-Go BLAS runs GEMM on
+// several goroutines, so this reports 0 (not fixed).
+func Threads() int { return 0 }
