@@ -34,10 +34,30 @@ demo: deps
 	$(GO) run ./cmd/demo
 
 ## bench: every benchmark; each prints a table and writes bench/results/*.json.
-bench: bench-ops
+## Benchmarks that compare with PyTorch use Debian's python3-torch when it is installed
+## (apt-get install python3-torch python3-torchvision libopenblas0-pthread) and say so when not.
+bench: bench-ops bench-models bench-comm bench-ddp bench-dp bench-data bench-zero
 
 bench-ops: deps
 	$(GO) run ./bench/ops
+
+bench-models: deps
+	$(GO) run ./bench/models
+
+bench-comm: deps
+	$(GO) run ./bench/comm
+
+bench-ddp: deps
+	$(GO) run ./bench/ddp
+
+bench-dp: deps
+	$(GO) run ./bench/dp
+
+bench-data: deps
+	$(GO) run ./bench/data
+
+bench-zero: deps
+	$(GO) run ./bench/zero
 
 ## fixtures: regenerate the committed PyTorch fixtures (needs Debian's python3-torch).
 fixtures:
