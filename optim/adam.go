@@ -1,0 +1,175 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gorgonia-parallel/gp/nn"
+)
+
+// Adam is torch.optim.Adam, or torch.optim.AdamW when decoupled (PyTorch 1.13,
+// single-tensor path). For each element, at step t (counted from 1):
+//
+//	param = param*(1 - lr*weight_decay)            (AdamW)
+//	g = grad + weight_decay*param                  (Adam)
+//	m = beta1*m + (1-beta1)*g
+//	v = beta2*v + (1-beta2)*g*g
+//	vmax = max(vmax, v); v̂ = vmax (amsgrad)  or  v̂ = v
+//	denom = sqrt(v̂)/sqrt(1-beta2^t) + eps
+//	param = param + (-lr/(1-beta1^t))*m/denom
+//
+// in float32, with the step-dependent scalars computed in float64 and then rounded, as
+// PyTorch does.
+type Adam struct {
+	base
+	decoupled bool
+	expAvg    [][]float32
+	expAvgSq  [][]float32
+	maxSq     [][]float32 // amsgrad only
+}
+
+// NewAdam returns torch.optim.Adam over segs: weight decay (Segment.WeightDecay) is an L2
+// term added to the gradient.
+func NewAdam(segs []Segment, lr float64, opts ...Option) (*Adam, error) {
+	return newAdam("Adam", false, segs, lr, opts)
+}
+
+// NewAdamW returns torch.optim.AdamW over segs: weight decay (Segment.WeightDecay; PyTorch's
+// default is 1e-2) shrinks the parameters directly. Segments decides which parameters decay.
+func NewAdamW(segs []Segment, lr float64, opts ...Option) (*Adam, error) {
+	return newAdam("AdamW", true, segs, lr, opts)
+}
+
+func newAdam(name string, decoupled bool, segs []Segment, lr float64, opts []Option) (*Adam, error) {
+	b, err := newBase(segs, lr, opts)
+	if err != nil {
+		return nil, fmt.Errorf("optim: %s: %w", name, err)
+	}
+	c := b.cfg
+	if c.beta1 < 0 || c.beta1 >= 1 || c.beta2 < 0 || c.beta2 >= 1 || c.eps < 0 {
+		return nil, fmt.Errorf("%w: %s betas (%g, %g), eps %g", ErrBadHyperparameter, name, c.beta1, c.beta2, c.eps)
+	}
+	o := &Adam{base: b, decoupled: decoupled}
+	alloc := func() [][]float32 {
+		out := make([][]float32, len(segs))
+		for i, s := range segs {
+			out[i] = make([]float32, len(s.Data))
+		}
+		return out
+	}
+	o.expAvg, o.expAvgSq = alloc(), alloc()
+	if c.amsgrad {
+		o.maxSq = alloc()
+	}
+	return o, nil
+}
+
+// adamConsts are the float32 scalars of one step, shared by every element and worker.
+type adamConsts struct {
+	decay, wd, b1, omb1, b2, omb2, bc2sqrt, eps, negStep float32
+}
+
+// Step applies one Adam/AdamW update to every segment.
+func (o *Adam) Step() error {
+	c := o.cfg
+	o.step++
+	t := float64(o.step)
+	bc1 := 1 - math.Pow(c.beta1, t)
+	bc2 := 1 - math.Pow(c.beta2, t)
+	k := adamConsts{
+		b1: float32(c.beta1), omb1: float32(1 - c.beta1),
+		b2: float32(c.beta2), omb2: float32(1 - c.beta2),
+		bc2sqrt: float32(math.Sqrt(bc2)), eps: float32(c.eps),
+		negStep: float32(-(o.lr / bc1)),
+	}
+	for si, s := range o.segs {
+		k.decay, k.wd = 1, 0
+		if o.decoupled {
+			k.decay = float32(1 - o.lr*s.WeightDecay)
+		} else {
+			k.wd = float32(s.WeightDecay)
+		}
+		var vmax []float32
+		if o.maxSq != nil {
+			vmax = o.maxSq[si]
+		}
+		p, g, m, v := s.Data, s.Grad, o.expAvg[si], o.expAvgSq[si]
+		o.parallel(len(p), func(lo, hi int) {
+			adamKernel(&k, c.maximize, o.decoupled, p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], sub(vmax, lo, hi))
+		})
+	}
+	return nil
+}
+
+func sub(s []float32, lo, hi int) []float32 {
+	if s == nil {
+		return nil
+	}
+	return s[lo:hi]
+}
+
+// adamKernel updates one chunk. All slices have the same length; vmax is nil without amsgrad.
+func adamKernel(k *adamConsts, maximize, decoupled bool, p, g, m, v, vmax []float32) {
+	for i := range p {
+		gi := g[i]
+		if maximize {
+			gi = -gi
+		}
+		pi := p[i]
+		if decoupled {
+			pi *= k.decay
+		} else if k.wd != 0 {
+			gi += k.wd * pi
+		}
+		mi := m[i]*k.b1 + k.omb1*gi
+		vi := v[i]*k.b2 + k.omb2*gi*gi
+		m[i], v[i] = mi, vi
+		if vmax != nil {
+			vi = max(vmax[i], vi)
+			vmax[i] = vi
+		}
+		denom := float32(math.Sqrt(float64(vi)))/k.bc2sqrt + k.eps
+		p[i] = pi + k.negStep*mi/denom
+	}
+}
+
+// StateDict returns "optim.step", "optim.lr", "optim.initial_lr" and every parameter's
+// "optim.<param>.exp_avg", "optim.<param>.exp_avg_sq" (and "max_exp_avg_sq" with amsgrad).
+func (o *Adam) StateDict() []nn.StateEntry {
+	out := o.scalars()
+	for si := range o.segs {
+		out = o.appendState(out, si, kindExpAvg, o.expAvg[si])
+		out = o.appendState(out, si, kindExpAvgSq, o.expAvgSq[si])
+		if o.maxSq != nil {
+			out = o.appendState(out, si, kindMaxExpAvgSq, o.maxSq[si])
+		}
+	}
+	return out
+}
+
+// LoadStateDict restores the step, learning rate and moments. Every moment this optimizer
+// needs must be present unless the saved step is 0.
+func (o *Adam) LoadStateDict(entries []nn.StateEntry) error {
+	idx := indexEntries(entries)
+	if err := o.loadScalars(idx); err != nil {
+		return err
+	}
+	optional := o.step == 0
+	for si := range o.segs {
+		kinds := []string{kindExpAvg, kindExpAvgSq}
+		bufs := [][]float32{o.expAvg[si], o.expAvgSq[si]}
+		if o.maxSq != nil {
+			kinds, bufs = append(kinds, kindMaxExpAvgSq), append(bufs, o.maxSq[si])
+		}
+		for j, kind := range kinds {
+			found, err := o.loadState(idx, si, kind, bufs[j], optional)
+			if err != nil {
+				return err
+			}
+			if !found {
+				clear(bufs[j])
+			}
+		}
+	}
+	return nil
+}

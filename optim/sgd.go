@@ -1,0 +1,122 @@
+package optim
+
+import (
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/nn"
+)
+
+// SGD is torch.optim.SGD (PyTorch 1.13, single-tensor path): for each element,
+//
+//	d = grad + weight_decay*param
+//	buf = d (first step)  or  buf = momentum*buf + (1-dampening)*d
+//	d = d + momentum*buf (nesterov)  or  d = buf
+//	param = param - lr*d
+//
+// computed in float32 with the hyperparameters rounded to float32, as PyTorch does.
+type SGD struct {
+	base
+	mom     [][]float32 // momentum_buffer per segment (nil without momentum)
+	momInit []bool      // whether the buffer holds a value (PyTorch: key present)
+}
+
+// NewSGD returns an SGD optimizer over segs with learning rate lr.
+func NewSGD(segs []Segment, lr float64, opts ...Option) (*SGD, error) {
+	b, err := newBase(segs, lr, opts)
+	if err != nil {
+		return nil, fmt.Errorf("optim: SGD: %w", err)
+	}
+	c := b.cfg
+	switch {
+	case c.momentum < 0:
+		return nil, fmt.Errorf("%w: SGD momentum %g < 0", ErrBadHyperparameter, c.momentum)
+	case c.nesterov && (c.momentum <= 0 || c.dampening != 0):
+		return nil, fmt.Errorf("%w: SGD nesterov needs momentum > 0 and dampening 0", ErrBadHyperparameter)
+	}
+	o := &SGD{base: b, momInit: make([]bool, len(segs))}
+	if c.momentum != 0 {
+		o.mom = make([][]float32, len(segs))
+		for i, s := range segs {
+			o.mom[i] = make([]float32, len(s.Data))
+		}
+	}
+	return o, nil
+}
+
+// Step applies one SGD update to every segment.
+func (o *SGD) Step() error {
+	c := o.cfg
+	negLR := float32(-o.lr)
+	mom := float32(c.momentum)
+	damp := float32(1 - c.dampening)
+	for si, s := range o.segs {
+		wd := float32(s.WeightDecay)
+		p, g := s.Data, s.Grad
+		var buf []float32
+		first := false
+		if o.mom != nil {
+			buf = o.mom[si]
+			first = !o.momInit[si]
+			o.momInit[si] = true
+		}
+		o.parallel(len(p), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				d := g[i]
+				if c.maximize {
+					d = -d
+				}
+				if wd != 0 {
+					d += wd * p[i]
+				}
+				if buf != nil {
+					if first {
+						buf[i] = d
+					} else {
+						buf[i] = buf[i]*mom + damp*d
+					}
+					if c.nesterov {
+						d += mom * buf[i]
+					} else {
+						d = buf[i]
+					}
+				}
+				p[i] += negLR * d
+			}
+		})
+	}
+	o.step++
+	return nil
+}
+
+// StateDict returns "optim.step", "optim.lr", "optim.initial_lr" and, once set, every
+// parameter's "optim.<param>.momentum_buffer".
+func (o *SGD) StateDict() []nn.StateEntry {
+	out := o.scalars()
+	for si := range o.segs {
+		if o.mom != nil && o.momInit[si] {
+			out = o.appendState(out, si, kindMomentum, o.mom[si])
+		}
+	}
+	return out
+}
+
+// LoadStateDict restores the step, learning rate and momentum buffers. A segment whose
+// buffers are all absent starts afresh (PyTorch's first-step initialisation); one whose
+// buffers are only partly present is an error.
+func (o *SGD) LoadStateDict(entries []nn.StateEntry) error {
+	idx := indexEntries(entries)
+	if err := o.loadScalars(idx); err != nil {
+		return err
+	}
+	for si := range o.segs {
+		if o.mom == nil {
+			continue
+		}
+		found, err := o.loadState(idx, si, kindMomentum, o.mom[si], true)
+		if err != nil {
+			return err
+		}
+		o.momInit[si] = found
+	}
+	return nil
+}
