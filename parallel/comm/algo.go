@@ -1,0 +1,297 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// run executes one collective and returns the name of the algorithm it chose.
+func (g *group) run(w *work) (string, error) {
+	h := Header{Kind: uint8(w.kind), Op: uint8(w.op), Seq: w.seq}
+	if w.buf != nil {
+		h.DType = uint8(w.buf.DType())
+		h.Count = uint64(w.buf.Len())
+	}
+	if w.kind == kindReduceScatter {
+		h.Count = uint64(w.src.Len())
+	}
+	n := g.size
+	switch w.kind {
+	case kindBarrier:
+		return "dissemination", g.barrier(&h)
+	case kindAllReduce:
+		b := w.buf.bytes()
+		if n == 1 {
+			break
+		}
+		var err error
+		algo := "ring"
+		if len(b)*(n-1) <= g.cfg.smallBytes || w.buf.Len() < n {
+			algo = "direct"
+			err = g.directAllReduce(&h, w.buf.DType(), w.op, b)
+		} else {
+			err = g.ring(&h, w.buf.DType(), w.op, w.buf.Len(), 0, 2*n-3,
+				func(int) []byte { return b },
+				func(int) ([]byte, int) { return b, 0 },
+				func(t int) []byte {
+					if t < n-1 {
+						return b
+					}
+					return nil
+				})
+		}
+		if err == nil && w.op == Avg {
+			divide(w.buf, n)
+		}
+		return algo, err
+	case kindBroadcast:
+		h.Root = uint16(w.root)
+		if n == 1 {
+			break
+		}
+		if len(w.buf.bytes()) <= g.cfg.smallBytes {
+			return "direct", g.directBroadcast(&h, w.root, w.buf.bytes())
+		}
+		return "chain", g.chainBroadcast(&h, w.root, w.buf.bytes())
+	case kindAllGather:
+		dst, src := w.buf.bytes(), w.src.bytes()
+		es := w.buf.DType().Size()
+		lo, _ := ShardRange(w.buf.Len(), n, g.rank)
+		copy(dst[lo*es:], src)
+		if n == 1 {
+			break
+		}
+		if len(dst) <= g.cfg.smallBytes {
+			return "direct", g.directAllGather(&h, es, w.buf.Len(), dst)
+		}
+		return "ring", g.ring(&h, w.buf.DType(), 0, w.buf.Len(), n-1, 2*n-3,
+			func(int) []byte { return dst },
+			func(int) ([]byte, int) { return dst, 0 },
+			func(int) []byte { return nil })
+	case kindReduceScatter:
+		dst, src := w.buf.bytes(), w.src.bytes()
+		if n == 1 {
+			copy(dst, src)
+			break
+		}
+		var err error
+		algo := "ring"
+		if len(src) <= g.cfg.smallBytes {
+			algo = "direct"
+			err = g.directReduceScatter(&h, w.src.DType(), w.op, w.src.Len(), dst, src)
+		} else {
+			es := w.src.DType().Size()
+			scratch := g.scratchBytes(len(src))
+			lo, _ := ShardRange(w.src.Len(), n, g.rank)
+			err = g.ring(&h, w.src.DType(), w.op, w.src.Len(), 0, n-2,
+				func(t int) []byte {
+					if t == 0 {
+						return src
+					}
+					return scratch
+				},
+				func(t int) ([]byte, int) {
+					if t == n-2 {
+						return dst, lo * es
+					}
+					return scratch, 0
+				},
+				func(int) []byte { return src })
+		}
+		if err == nil && w.op == Avg {
+			divide(w.buf, n)
+		}
+		return algo, err
+	}
+	return "local", nil
+}
+
+func (g *group) scratchBytes(n int) []byte {
+	if cap(g.scratch) < n {
+		g.scratch = make([]byte, n)
+	}
+	return g.scratch[:n]
+}
+
+func (g *group) tmpBytes(stream, n int) []byte {
+	if cap(g.tmp[stream]) < n {
+		g.tmp[stream] = make([]byte, n)
+	}
+	return g.tmp[stream][:n]
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// recv receives one frame of the collective described by want from peer and checks that the
+// sender runs the same collective (the desync check).
+func (g *group) recv(peer, s int, want *Header, b []byte) error {
+	var got Header
+	err := g.t.Recv(peer, s, &got, b)
+	if got.Seq != 0 && !got.sameOp(want) {
+		return fmt.Errorf("%w: desync: rank %d runs %s, rank %d sent %s", ErrMismatch, g.rank, want, peer, &got)
+	}
+	if err != nil {
+		if errors.Is(err, ErrMismatch) && got.Seq != 0 {
+			return fmt.Errorf("%w: rank %d runs %s and expected %d bytes, rank %d sent %s with %d bytes",
+				ErrMismatch, g.rank, want, len(b), peer, &got, got.Len)
+		}
+		return fmt.Errorf("recv from rank %d: %w", peer, err)
+	}
+	return nil
+}
+
+func (g *group) send(peer, s int, h *Header, b []byte) error {
+	if err := g.t.Send(peer, s, h, b); err != nil {
+		return fmt.Errorf("send to rank %d: %w", peer, err)
+	}
+	return nil
+}
+
+// parallel runs fns concurrently (the first on the calling goroutine) and returns the first
+// error. The first error also aborts the group, so the other functions stop promptly.
+func (g *group) parallel(fns ...func() error) error {
+	if len(fns) == 1 {
+		return fns[0]()
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	run := func(f func() error) {
+		if err := f(); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+			g.fail(err, true)
+		}
+	}
+	wg.Add(len(fns) - 1)
+	for _, f := range fns[1:] {
+		go func() { defer wg.Done(); run(f) }()
+	}
+	run(fns[0])
+	wg.Wait()
+	return first
+}
+
+// barrier is a dissemination barrier: in round k every rank signals rank+2^k and waits for
+// rank-2^k, so after ceil(log2 n) rounds every rank has heard from every other.
+func (g *group) barrier(h *Header) error {
+	n, r := g.size, g.rank
+	for d := 1; d < n; d *= 2 {
+		to, from := mod(r+d, n), mod(r-d, n)
+		if err := g.parallel(
+			func() error { return g.recv(from, 0, h, nil) },
+			func() error { return g.send(to, 0, h, nil) },
+		); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// directAllReduce sends the whole buffer to every peer and reduces the n contributions in rank
+// order, so every rank computes bit-identical results. One latency step; n-1 times the traffic.
+func (g *group) directAllReduce(h *Header, dt DType, op Op, b []byte) error {
+	n, r, sz := g.size, g.rank, len(b)
+	all := g.scratchBytes(n * sz)
+	copy(all[r*sz:], b)
+	fns := []func() error{func() error {
+		for p := range n {
+			if p != r {
+				if err := g.recv(p, 0, h, all[p*sz:(p+1)*sz]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}}
+	for p := range n {
+		if p != r {
+			fns = append(fns, func() error { return g.send(p, 0, h, b) })
+		}
+	}
+	if err := g.parallel(fns...); err != nil {
+		return err
+	}
+	reduceInto(dt, op, b, all[:sz], all[sz:2*sz])
+	for p := 2; p < n; p++ {
+		reduceInto(dt, op, b, b, all[p*sz:(p+1)*sz])
+	}
+	return nil
+}
+
+// directReduceScatter sends shard p of src to rank p and reduces the received shards in rank
+// order.
+func (g *group) directReduceScatter(h *Header, dt DType, op Op, count int, dst, src []byte) error {
+	n, r, es := g.size, g.rank, dt.Size()
+	sz := len(dst)
+	all := g.scratchBytes(n * sz)
+	lo, hi := ShardRange(count, n, r)
+	copy(all[r*sz:], src[lo*es:hi*es])
+	fns := []func() error{func() error {
+		for p := range n {
+			if p != r {
+				if err := g.recv(p, 0, h, all[p*sz:(p+1)*sz]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}}
+	for p := range n {
+		if p != r {
+			plo, phi := ShardRange(count, n, p)
+			fns = append(fns, func() error { return g.send(p, 0, h, src[plo*es:phi*es]) })
+		}
+	}
+	if err := g.parallel(fns...); err != nil {
+		return err
+	}
+	reduceInto(dt, op, dst, all[:sz], all[sz:2*sz])
+	for p := 2; p < n; p++ {
+		reduceInto(dt, op, dst, dst, all[p*sz:(p+1)*sz])
+	}
+	return nil
+}
+
+// directAllGather sends this rank's shard to every peer and receives theirs in place.
+func (g *group) directAllGather(h *Header, es, count int, dst []byte) error {
+	n, r := g.size, g.rank
+	lo, hi := ShardRange(count, n, r)
+	fns := []func() error{func() error {
+		for p := range n {
+			if p != r {
+				plo, phi := ShardRange(count, n, p)
+				if err := g.recv(p, 0, h, dst[plo*es:phi*es]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}}
+	for p := range n {
+		if p != r {
+			fns = append(fns, func() error { return g.send(p, 0, h, dst[lo*es:hi*es]) })
+		}
+	}
+	return g.parallel(fns...)
+}
+
+// directBroadcast sends root's buffer to every peer.
+func (g *group) directBroadcast(h *Header, root int, b []byte) error {
+	if g.rank != root {
+		return g.recv(root, 0, h, b)
+	}
+	var fns []func() error
+	for p := range g.size {
+		if p != root {
+			fns = append(fns, func() error { return g.send(p, 0, h, b) })
+		}
+	}
+	return g.parallel(fns...)
+}

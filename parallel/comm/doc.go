@@ -1,0 +1,25 @@
+// Package comm is the process group: asynchronous collectives (all-reduce, broadcast,
+// all-gather, reduce-scatter, barrier, send/recv) over TCP or in-process transports, and the
+// torchrun-compatible rendezvous that builds a group from the environment.
+//
+// Every collective is issued in the same order on every rank and returns a [Work]; results
+// are ready once Work.Wait returns nil. A collective that fails (a peer died, a timeout, ranks
+// that disagree on the operation or its size) poisons the group: every later operation
+// returns the same error, as with torch's process groups after a NCCL abort.
+//
+// Buffers are []float32, []float64 or []int64 viewed through [F32], [F64] and [I64]:
+//
+//	w := g.AllReduce(comm.F32(grad), comm.Avg)
+//	if err := w.Wait(ctx); err != nil { ... }
+//
+// Layout rules: all-reduce and broadcast work in place on buffers of equal length on every
+// rank. ReduceScatter and AllGather split a flat buffer of total elements into Size()
+// contiguous shards in rank order; shard i has total/Size() elements, plus one when
+// i < total%Size() (see [ShardRange]). When total is divisible by Size() all shards are equal,
+// which is what ZeRO's padding guarantees.
+//
+// Results are deterministic for a given world size and buffer length: every run reduces
+// elements in the same order, and every rank receives bit-identical results.
+//
+// Set GP_COMM_DEBUG=1 to log every collective (rank, op, sequence number, bytes, time).
+package comm
