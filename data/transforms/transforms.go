@@ -162,9 +162,7 @@ type CenterCrop struct{ Width, Height int }
 // Apply plans the crop.
 func (t CenterCrop) Apply(p *Plan, _ *rand.Rand) error {
 	w, h := p.Size()
-	top := int(math.RoundToEven(float64(h-t.Height) / 2))
-	left := int(math.RoundToEven(float64(w-t.Width) / 2))
-	p.Crop(top, left, t.Height, t.Width)
+	p.Crop(centerOffset(h, t.Height), centerOffset(w, t.Width), t.Height, t.Width)
 	return nil
 }
 
@@ -195,4 +193,13 @@ func Eval(resize, size int) *Pipeline {
 	p, _ := Compose(Resize{Width: resize}, CenterCrop{Width: size, Height: size}, ToTensor{},
 		Normalize{Mean: ImageNetMean, Std: ImageNetStd})
 	return p
+}
+
+// centerOffset is torchvision's center_crop offset: round half to even inside the image, and when
+// the crop is larger, the pad torchvision adds before the crop ((crop-size)//2 on the left/top).
+func centerOffset(size, crop int) int {
+	if crop > size {
+		return -((crop - size) / 2)
+	}
+	return int(math.RoundToEven(float64(size-crop) / 2))
 }
