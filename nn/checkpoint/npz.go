@@ -1,0 +1,270 @@
+// Package checkpoint saves and loads state dicts (model parameters and buffers with
+// torchvision's keys, optimizer and scheduler state, step, epoch, RNG state) as .npz files
+// that numpy.load and torch read, and that numpy.savez of a torch state_dict produces.
+package checkpoint
+
+import (
+	"archive/zip"
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"codeberg.org/sbinet/npyio/npy"
+
+	"github.com/gorgonia-parallel/gp/nn"
+)
+
+// ErrCorrupt is wrapped by errors for unreadable, truncated or inconsistent files.
+var ErrCorrupt = errors.New("checkpoint: corrupt file")
+
+// testHookWriter, when set by tests, wraps the file writer of Save (to inject write errors).
+var testHookWriter func(io.Writer) io.Writer
+
+// Save writes entries to path as an uncompressed .npz (like numpy.savez), atomically: the
+// data goes to a temporary file in the same directory, which is synced, renamed over path,
+// and the directory synced. On any error the previous file at path is left intact and the
+// error names path.
+func Save(path string, entries []nn.StateEntry) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint: save %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			err = fmt.Errorf("checkpoint: save %s: %w", path, err)
+		}
+	}()
+	var w io.Writer = tmp
+	if testHookWriter != nil {
+		w = testHookWriter(w)
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	if err = Write(bw, entries); err != nil {
+		return err
+	}
+	if err = bw.Flush(); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Write writes entries to w as an uncompressed .npz archive: one "<name>.npy" member per
+// entry, C order, little-endian, dtype <f4, <f8 or <i8.
+func Write(w io.Writer, entries []nn.StateEntry) error {
+	zw := zip.NewWriter(w)
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if seen[e.Name] {
+			return fmt.Errorf("checkpoint: key %q appears twice", e.Name)
+		}
+		seen[e.Name] = true
+		if err := checkEntry(e); err != nil {
+			return err
+		}
+		mw, err := zw.CreateHeader(&zip.FileHeader{Name: e.Name + ".npy", Method: zip.Store})
+		if err != nil {
+			return fmt.Errorf("checkpoint: key %q: %w", e.Name, err)
+		}
+		if err := writeNpy(mw, e); err != nil {
+			return fmt.Errorf("checkpoint: key %q: %w", e.Name, err)
+		}
+	}
+	return zw.Close()
+}
+
+func checkEntry(e nn.StateEntry) error {
+	set := 0
+	for _, ok := range []bool{e.F32 != nil, e.F64 != nil, e.I64 != nil} {
+		if ok {
+			set++
+		}
+	}
+	if set != 1 {
+		return fmt.Errorf("checkpoint: key %q: %d of F32, F64, I64 set, want exactly one", e.Name, set)
+	}
+	n := 1
+	for _, d := range e.Shape {
+		n *= d
+	}
+	if n != e.Numel() {
+		return fmt.Errorf("checkpoint: key %q: shape %v holds %d elements, data has %d", e.Name, e.Shape, n, e.Numel())
+	}
+	return nil
+}
+
+func writeNpy(w io.Writer, e nn.StateEntry) error {
+	descr := "<f4"
+	switch {
+	case e.F64 != nil:
+		descr = "<f8"
+	case e.I64 != nil:
+		descr = "<i8"
+	}
+	dims := make([]string, len(e.Shape))
+	for i, d := range e.Shape {
+		dims[i] = fmt.Sprint(d)
+	}
+	shape := "(" + strings.Join(dims, ", ")
+	if len(dims) == 1 {
+		shape += ","
+	}
+	shape += ")"
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape)
+	// numpy pads the header with spaces and a newline so the data starts 64-byte aligned.
+	const pre = 10 // magic (6) + version (2) + header length (2)
+	pad := 64 - (pre+len(dict)+1)%64
+	if pad == 64 {
+		pad = 0
+	}
+	hdr := dict + strings.Repeat(" ", pad) + "\n"
+	if len(hdr) > math.MaxUint16 {
+		return fmt.Errorf("npy header of %d bytes too long", len(hdr))
+	}
+	buf := make([]byte, 0, 64*1024)
+	buf = append(buf, npy.Magic[:]...)
+	buf = append(buf, 1, 0)
+	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(hdr)))
+	buf = append(buf, hdr...)
+	flush := func() error {
+		_, err := w.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	n := e.Numel()
+	for i := range n {
+		switch {
+		case e.F32 != nil:
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(e.F32[i]))
+		case e.F64 != nil:
+			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(e.F64[i]))
+		default:
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(e.I64[i]))
+		}
+		if len(buf) >= cap(buf)-8 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// Load reads every entry of the .npz file at path. Errors name the file, and the key when
+// the damage is inside one array; damaged files wrap ErrCorrupt.
+func Load(path string) ([]nn.StateEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", path, err)
+	}
+	return Read(f, st.Size(), path)
+}
+
+// Read reads every entry of a .npz archive of size bytes from r; name is used in errors.
+// Arrays may be <f4, <f8, <i8 or <i4 (read as int64), in C order.
+func Read(r io.ReaderAt, size int64, name string) ([]nn.StateEntry, error) {
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w: %w", name, ErrCorrupt, err)
+	}
+	out := make([]nn.StateEntry, 0, len(zr.File))
+	for _, zf := range zr.File {
+		key := strings.TrimSuffix(zf.Name, ".npy")
+		e, err := readMember(zf, key)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: load %s: key %q: %w: %w", name, key, ErrCorrupt, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func readMember(zf *zip.File, key string) (nn.StateEntry, error) {
+	rc, err := zf.Open()
+	if err != nil {
+		return nn.StateEntry{}, err
+	}
+	defer rc.Close()
+	nr, err := npy.NewReader(rc)
+	if err != nil {
+		return nn.StateEntry{}, fmt.Errorf("npy header: %w", err)
+	}
+	h := nr.Header.Descr
+	h.Type = strings.Trim(h.Type, `'"`)
+	if h.Fortran {
+		return nn.StateEntry{}, errors.New("Fortran-order arrays are not supported")
+	}
+	e := nn.StateEntry{Name: key, Shape: append([]int{}, h.Shape...)}
+	n := 1
+	for _, d := range h.Shape {
+		n *= d
+	}
+	esize := map[string]int{"<f4": 4, "<f8": 8, "<i8": 8, "<i4": 4}[h.Type]
+	if esize == 0 {
+		return nn.StateEntry{}, fmt.Errorf("dtype %s not supported (want <f4, <f8, <i8 or <i4)", h.Type)
+	}
+	if n < 0 || uint64(n)*uint64(esize) > zf.UncompressedSize64 {
+		return nn.StateEntry{}, fmt.Errorf("shape %v does not fit in %d bytes", h.Shape, zf.UncompressedSize64)
+	}
+	raw := make([]byte, n*esize)
+	if _, err := io.ReadFull(rc, raw); err != nil {
+		return nn.StateEntry{}, fmt.Errorf("data of shape %v: %w", h.Shape, err)
+	}
+	// Reading to the end makes archive/zip verify the member's CRC.
+	if extra, err := io.Copy(io.Discard, rc); err != nil {
+		return nn.StateEntry{}, err
+	} else if extra != 0 {
+		return nn.StateEntry{}, fmt.Errorf("%d bytes after the data of shape %v", extra, h.Shape)
+	}
+	le := binary.LittleEndian
+	switch h.Type {
+	case "<f4":
+		e.F32 = make([]float32, n)
+		for i := range e.F32 {
+			e.F32[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
+		}
+	case "<f8":
+		e.F64 = make([]float64, n)
+		for i := range e.F64 {
+			e.F64[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
+		}
+	case "<i8":
+		e.I64 = make([]int64, n)
+		for i := range e.I64 {
+			e.I64[i] = int64(le.Uint64(raw[8*i:]))
+		}
+	case "<i4":
+		e.I64 = make([]int64, n)
+		for i := range e.I64 {
+			e.I64[i] = int64(int32(le.Uint32(raw[4*i:])))
+		}
+	}
+	return e, nil
+}
