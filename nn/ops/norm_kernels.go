@@ -1,0 +1,133 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// bnSums sets sum[c] and sq[c] to the sum and the sum of squares of channel c of x [n,c,hw],
+// accumulated in float64, one contiguous pass.
+func bnSums[T Float](x []T, n, c, hw int, sum, sq []float64) {
+	clear(sum)
+	clear(sq)
+	for i := 0; i < n; i++ {
+		for ch := 0; ch < c; ch++ {
+			row := x[(i*c+ch)*hw : (i*c+ch+1)*hw]
+			var s, q float64
+			for _, v := range row {
+				f := float64(v)
+				s += f
+				q += f * f
+			}
+			sum[ch] += s
+			sq[ch] += q
+		}
+	}
+}
+
+// bnApply sets y = (x-mean)·istd·gamma + beta per channel, as one multiply-add.
+func bnApply[T Float](x, y []T, n, c, hw int, mean, istd, gamma, beta []float64) {
+	for i := 0; i < n; i++ {
+		for ch := 0; ch < c; ch++ {
+			a := gamma[ch] * istd[ch]
+			sa, sb := T(a), T(beta[ch]-mean[ch]*a)
+			off := (i*c + ch) * hw
+			row, out := x[off:off+hw], y[off:off+hw]
+			for j, v := range row {
+				out[j] = v*sa + sb
+			}
+		}
+	}
+}
+
+// bnGradSums sets sdy[c] = Σ dy and sdyx[c] = Σ dy·(x-mean[c]) over channel c.
+func bnGradSums[T Float](x, dy []T, n, c, hw int, mean, sdy, sdyx []float64) {
+	clear(sdy)
+	clear(sdyx)
+	for i := 0; i < n; i++ {
+		for ch := 0; ch < c; ch++ {
+			off := (i*c + ch) * hw
+			row, g := x[off:off+hw], dy[off:off+hw]
+			var s, sx float64
+			for j, v := range row {
+				d := float64(g[j])
+				s += d
+				sx += d * float64(v)
+			}
+			sdy[ch] += s
+			sdyx[ch] += sx - mean[ch]*s
+		}
+	}
+}
+
+// bnGradApply sets dx = k1·dy + k2·x + k3 per channel.
+func bnGradApply[T Float](x, dy, dx []T, n, c, hw int, k1, k2, k3 []float64) {
+	for i := 0; i < n; i++ {
+		for ch := 0; ch < c; ch++ {
+			off := (i*c + ch) * hw
+			row, g, out := x[off:off+hw], dy[off:off+hw], dx[off:off+hw]
+			a, b, d := T(k1[ch]), T(k2[ch]), T(k3[ch])
+			if b == 0 && d == 0 {
+				for j := range out {
+					out[j] = a * g[j]
+				}
+				continue
+			}
+			for j, v := range row {
+				out[j] = a*g[j] + b*v + d
+			}
+		}
+	}
+}
+
+func widen(src []float32, dst []float64) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = float64(v)
+	}
+}
+
+// stashOp outputs a gradient that another op's backward computed and left in *src (the
+// gradients of a norm's gamma and beta, computed in the same pass as dx). Its input is that
+// backward's output, which orders it after the backward on the tape.
+type stashOp struct {
+	nop
+	src   *[]float64
+	dims  int
+	shape tensor.Shape
+	out   *tensor.Dense
+}
+
+func newStashOp(name string, src *[]float64, inDims int, shape ...int) *stashOp {
+	return &stashOp{nop: newNop(name), src: src, dims: inDims, shape: tensor.Shape(shape).Clone()}
+}
+
+func (op *stashOp) Arity() int    { return 1 }
+func (op *stashOp) Type() hm.Type { return fnT(op.shape.Dims(), op.dims) }
+func (op *stashOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if _, err := inShapes(op.name, in, 1); err != nil {
+		return nil, err
+	}
+	return op.shape.Clone(), nil
+}
+
+func (op *stashOp) Do(in ...G.Value) (G.Value, error) {
+	if err := nArity(op.name, len(in), 1); err != nil {
+		return nil, err
+	}
+	src := *op.src
+	if len(src) != op.shape.TotalSize() {
+		return nil, fmt.Errorf("%s: no gradient computed for %v", op.name, op.shape)
+	}
+	dt := valueDtype(in[0])
+	out := ownedOut(&op.out, dt, op.shape)
+	if dt == tensor.Float32 {
+		storeScaled(src, flat[float32](out), 1)
+	} else {
+		copy(flat[float64](out), src)
+	}
+	return out, nil
+}
