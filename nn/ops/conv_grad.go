@@ -1,0 +1,237 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// convDataGradOp is the gradient of Conv2d with respect to x: inputs w and dy, output dx.
+type convDataGradOp struct {
+	kernBase
+	g  convGeom
+	n  int
+	sc *gemmScratch
+}
+
+func (op *convDataGradOp) outShape() tensor.Shape {
+	return tensor.Shape{op.n, op.g.C, op.g.H, op.g.W}
+}
+
+// Type is (w: 4-D, dy: 4-D) -> 4-D.
+func (op *convDataGradOp) Type() hm.Type {
+	t4 := G.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(t4, t4, t4)
+}
+
+// InferShape returns x's shape.
+func (op *convDataGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+
+// Do computes dx into the op's own output tensor.
+func (op *convDataGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
+
+// UsePreallocDo computes dx into prealloc when it fits.
+func (op *convDataGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
+	return kernPrealloc(op, &op.kernBase, p, in)
+}
+
+// WriteHash writes the op's identity.
+func (op *convDataGradOp) WriteHash(h hash.Hash) { kernHash(h, &op.kernBase, op.g) }
+
+// Hashcode hashes WriteHash.
+func (op *convDataGradOp) Hashcode() uint32 { return HashOf(op) }
+func (op *convDataGradOp) String() string   { return "Conv2dGradX" }
+
+func (op *convDataGradOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) error {
+	if dt == tensor.Float32 {
+		return convDataGrad(op, in, out.Data().([]float32))
+	}
+	return convDataGrad(op, in, out.Data().([]float64))
+}
+
+func convDataGrad[T Float](op *convDataGradOp, in []G.Value, dx []T) error {
+	g := &op.g
+	Cg, Og := g.C/g.Groups, g.Out/g.Groups
+	Kg, P := Cg*g.KH*g.KW, g.OH*g.OW
+	w, err := kernData[T](op.name, in[0], "w", g.Out*Kg)
+	if err != nil {
+		return err
+	}
+	dy, err := kernData[T](op.name, in[1], "dy", op.n*g.Out*P)
+	if err != nil {
+		return err
+	}
+	var col []T
+	if !g.directCols {
+		col = gemmScratchOf[T](op.sc, g.colRows()*P)
+	}
+	chw := g.C * g.H * g.W
+	for n := 0; n < op.n; n++ {
+		dyn := dy[n*g.Out*P:]
+		dxn := dx[n*chw : (n+1)*chw]
+		dst := col
+		if g.directCols {
+			dst = dxn
+		}
+		for gr := 0; gr < g.Groups; gr++ {
+			gemm(true, false, Kg, P, Og, 1, w[gr*Og*Kg:], Kg, dyn[gr*Og*P:], P, 0, dst[gr*Kg*P:], P)
+		}
+		if !g.directCols {
+			col2im(g, col, dxn)
+		}
+	}
+	return nil
+}
+
+// convFilterGradOp is the gradient of Conv2d with respect to w: inputs x and dy, output dw.
+type convFilterGradOp struct {
+	kernBase
+	g  convGeom
+	n  int
+	sc *gemmScratch
+}
+
+func (op *convFilterGradOp) outShape() tensor.Shape {
+	return tensor.Shape{op.g.Out, op.g.C / op.g.Groups, op.g.KH, op.g.KW}
+}
+
+// Type is (x: 4-D, dy: 4-D) -> 4-D.
+func (op *convFilterGradOp) Type() hm.Type {
+	t4 := G.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(t4, t4, t4)
+}
+
+// InferShape returns w's shape.
+func (op *convFilterGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.outShape(), nil
+}
+
+// Do computes dw into the op's own output tensor.
+func (op *convFilterGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
+
+// UsePreallocDo computes dw into prealloc when it fits.
+func (op *convFilterGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
+	return kernPrealloc(op, &op.kernBase, p, in)
+}
+
+// WriteHash writes the op's identity.
+func (op *convFilterGradOp) WriteHash(h hash.Hash) { kernHash(h, &op.kernBase, op.g) }
+
+// Hashcode hashes WriteHash.
+func (op *convFilterGradOp) Hashcode() uint32 { return HashOf(op) }
+func (op *convFilterGradOp) String() string   { return "Conv2dGradW" }
+
+func (op *convFilterGradOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) error {
+	if dt == tensor.Float32 {
+		return convFilterGrad(op, in, out.Data().([]float32))
+	}
+	return convFilterGrad(op, in, out.Data().([]float64))
+}
+
+func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
+	g := &op.g
+	Cg, Og := g.C/g.Groups, g.Out/g.Groups
+	Kg, P := Cg*g.KH*g.KW, g.OH*g.OW
+	x, err := kernData[T](op.name, in[0], "x", op.n*g.C*g.H*g.W)
+	if err != nil {
+		return err
+	}
+	dy, err := kernData[T](op.name, in[1], "dy", op.n*g.Out*P)
+	if err != nil {
+		return err
+	}
+	var col []T
+	if !g.directCols {
+		col = gemmScratchOf[T](op.sc, g.colRows()*P)
+	}
+	chw := g.C * g.H * g.W
+	for n := 0; n < op.n; n++ {
+		var beta T
+		if n > 0 {
+			beta = 1
+		}
+		dyn := dy[n*g.Out*P:]
+		src := x[n*chw : (n+1)*chw]
+		if !g.directCols {
+			im2col(g, src, col)
+			src = col
+		}
+		for gr := 0; gr < g.Groups; gr++ {
+			gemm(false, true, Og, Kg, P, 1, dyn[gr*Og*P:], P, src[gr*Kg*P:], P, beta, dw[gr*Og*Kg:], Kg)
+		}
+	}
+	return nil
+}
+
+// biasGradOp sums dy, viewed as [n, c, inner], over n and inner: the gradient of a bias
+// added along axis 1 (conv: [N, O, Ho*Wo]; linear: [rows, out, 1]).
+type biasGradOp struct {
+	kernBase
+	n, c, inner int
+	dims        int // rank of dy
+}
+
+func (op *biasGradOp) outShape() tensor.Shape { return tensor.Shape{op.c} }
+
+// Type is (dy: dims-D) -> 1-D.
+func (op *biasGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(G.TensorType{Dims: op.dims, Of: a}, G.TensorType{Dims: 1, Of: a})
+}
+
+// InferShape returns [c].
+func (op *biasGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+
+// Do computes db into the op's own output tensor.
+func (op *biasGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
+
+// UsePreallocDo computes db into prealloc when it fits.
+func (op *biasGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
+	return kernPrealloc(op, &op.kernBase, p, in)
+}
+
+// WriteHash writes the op's identity.
+func (op *biasGradOp) WriteHash(h hash.Hash) {
+	kernHash(h, &op.kernBase, [4]int{op.n, op.c, op.inner, op.dims})
+}
+
+// Hashcode hashes WriteHash.
+func (op *biasGradOp) Hashcode() uint32 { return HashOf(op) }
+func (op *biasGradOp) String() string   { return fmt.Sprintf("BiasGrad{%d}", op.c) }
+
+func (op *biasGradOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) error {
+	if dt == tensor.Float32 {
+		return biasGrad(op, in, out.Data().([]float32))
+	}
+	return biasGrad(op, in, out.Data().([]float64))
+}
+
+func biasGrad[T Float](op *biasGradOp, in []G.Value, db []T) error {
+	dy, err := kernData[T](op.name, in[0], "dy", op.n*op.c*op.inner)
+	if err != nil {
+		return err
+	}
+	clear(db)
+	if op.inner == 1 {
+		for r := 0; r < op.n; r++ {
+			row := dy[r*op.c : (r+1)*op.c]
+			for o, v := range row {
+				db[o] += v
+			}
+		}
+		return nil
+	}
+	for r := 0; r < op.n; r++ {
+		for o := 0; o < op.c; o++ {
+			var s T
+			for _, v := range dy[(r*op.c+o)*op.inner : (r*op.c+o+1)*op.inner] {
+				s += v
+			}
+			db[o] += s
+		}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package ops
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	"gonum.org/v1/gonum/blas/blas64"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// gemm computes c = alpha*op(a)*op(b) + beta*c with row-major operands: op(a) is m×k,
+// op(b) is k×n, c is m×n. It calls the BLAS registered in gonum's blas32/blas64
+// (OpenBLAS with cgo, see internal/blasimpl; gonum's pure-Go BLAS otherwise).
+func gemm[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	ta, tb := blas.NoTrans, blas.NoTrans
+	if tA {
+		ta = blas.Trans
+	}
+	if tB {
+		tb = blas.Trans
+	}
+	switch av := any(a).(type) {
+	case []float32:
+		blas32.Implementation().Sgemm(ta, tb, m, n, k, float32(alpha), av, lda,
+			any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+	case []float64:
+		blas64.Implementation().Dgemm(ta, tb, m, n, k, float64(alpha), av, lda,
+			any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+	}
+}
+
+// convGeom is the geometry of one 2-D convolution or pooling window, NCHW.
+type convGeom struct {
+	C, H, W    int // input channels and size
+	KH, KW     int // kernel size
+	SH, SW     int // stride
+	PH, PW     int // padding
+	DH, DW     int // dilation
+	OH, OW     int // output size
+	Groups     int
+	Out        int // output channels (conv only)
+	directCols bool
+}
+
+// convOutSize is PyTorch's output size: floor((in + 2p - d(k-1) - 1)/s) + 1.
+func convOutSize(in, k, s, p, d int) int { return (in+2*p-d*(k-1)-1)/s + 1 }
+
+// colRows is the number of rows of the im2col matrix of one image (C*KH*KW).
+func (g *convGeom) colRows() int { return g.C * g.KH * g.KW }
+
+// convValidRange returns the range [lo, hi) of output positions o whose input position
+// o*s - p + off lies in [0, n).
+func convValidRange(n, out, s, p, off int) (lo, hi int) {
+	// o*s >= p-off  and  o*s <= n-1+p-off
+	a := p - off
+	if a > 0 {
+		lo = (a + s - 1) / s
+	}
+	b := n - 1 + p - off
+	if b < 0 {
+		return 0, 0
+	}
+	hi = b/s + 1
+	if hi > out {
+		hi = out
+	}
+	if lo > hi {
+		lo = hi
+	}
+	return lo, hi
+}
+
+// im2col writes the columns of image x (C×H×W) into col (C*KH*KW rows of OH*OW), row
+// (c, i, j) holding x[c, oh*SH-PH+i*DH, ow*SW-PW+j*DW] (0 outside the image).
+func im2col[T Float](g *convGeom, x, col []T) {
+	P := g.OH * g.OW
+	row := 0
+	for c := 0; c < g.C; c++ {
+		xc := x[c*g.H*g.W : (c+1)*g.H*g.W]
+		for i := 0; i < g.KH; i++ {
+			for j := 0; j < g.KW; j++ {
+				dst := col[row*P : (row+1)*P]
+				row++
+				wlo, whi := convValidRange(g.W, g.OW, g.SW, g.PW, j*g.DW)
+				for oh := 0; oh < g.OH; oh++ {
+					d := dst[oh*g.OW : (oh+1)*g.OW]
+					ih := oh*g.SH - g.PH + i*g.DH
+					if ih < 0 || ih >= g.H {
+						clear(d)
+						continue
+					}
+					clear(d[:wlo])
+					clear(d[whi:])
+					src := xc[ih*g.W:]
+					iw0 := wlo*g.SW - g.PW + j*g.DW
+					if g.SW == 1 {
+						copy(d[wlo:whi], src[iw0:iw0+whi-wlo])
+						continue
+					}
+					for ow, iw := wlo, iw0; ow < whi; ow, iw = ow+1, iw+g.SW {
+						d[ow] = src[iw]
+					}
+				}
+			}
+		}
+	}
+}
+
+// col2im adds the columns col (C*KH*KW rows of OH*OW) back into image dx (C×H×W); dx is
+// overwritten (zeroed first).
+func col2im[T Float](g *convGeom, col, dx []T) {
+	clear(dx[:g.C*g.H*g.W])
+	P := g.OH * g.OW
+	row := 0
+	for c := 0; c < g.C; c++ {
+		xc := dx[c*g.H*g.W : (c+1)*g.H*g.W]
+		for i := 0; i < g.KH; i++ {
+			for j := 0; j < g.KW; j++ {
+				src := col[row*P : (row+1)*P]
+				row++
+				wlo, whi := convValidRange(g.W, g.OW, g.SW, g.PW, j*g.DW)
+				for oh := 0; oh < g.OH; oh++ {
+					ih := oh*g.SH - g.PH + i*g.DH
+					if ih < 0 || ih >= g.H {
+						continue
+					}
+					s := src[oh*g.OW : (oh+1)*g.OW]
+					d := xc[ih*g.W:]
+					iw := wlo*g.SW - g.PW + j*g.DW
+					if g.SW == 1 {
+						dd := d[iw : iw+whi-wlo]
+						ss := s[wlo:whi]
+						for k := range dd {
+							dd[k] += ss[k]
+						}
+						continue
+					}
+					for ow := wlo; ow < whi; ow, iw = ow+1, iw+g.SW {
+						d[iw] += s[ow]
+					}
+				}
+			}
+		}
+	}
+}
+
+// gemmScratch is memory an op keeps between runs (im2col columns, output tensors); its
+// slices only grow.
+type gemmScratch struct {
+	f32 []float32
+	f64 []float64
+}
+
+// gemmScratchOf returns n elements of s's buffer for T, growing it if needed.
+func gemmScratchOf[T Float](s *gemmScratch, n int) []T {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		if cap(s.f32) < n {
+			s.f32 = make([]float32, n)
+		}
+		return any(s.f32[:n]).([]T)
+	default:
+		if cap(s.f64) < n {
+			s.f64 = make([]float64, n)
+		}
+		return any(s.f64[:n]).([]T)
+	}
+}
+
+// kernOut is an output tensor an op owns and returns from Do on every run, so that a
+// machine that resets its registers between runs does not allocate a new one each time.
+type kernOut struct{ t *tensor.Dense }
+
+// get returns the op's output tensor with dtype dt and the given shape, allocating it only
+// when none fits. A downstream in-place reshape (gorgonia's Reshape does that) is undone.
+func (b *kernOut) get(dt tensor.Dtype, shape tensor.Shape) (*tensor.Dense, error) {
+	if b.t != nil && b.t.Dtype() == dt && b.t.Shape().TotalSize() == shape.TotalSize() && !b.t.IsView() {
+		if !b.t.Shape().Eq(shape) {
+			if err := b.t.Reshape(shape...); err != nil {
+				return nil, err
+			}
+		}
+		return b.t, nil
+	}
+	b.t = tensor.New(tensor.Of(dt), tensor.WithShape(shape.Clone()...))
+	return b.t, nil
+}
+
+// kernPreallocOK reports whether a machine's preallocated value p can receive an output of
+// dtype dt and the given shape without aliasing any input.
+func kernPreallocOK(p G.Value, dt tensor.Dtype, shape tensor.Shape, inputs []G.Value) (*tensor.Dense, bool) {
+	d, ok := p.(*tensor.Dense)
+	if !ok || d == nil || d.Dtype() != dt || !d.Shape().Eq(shape) || d.IsView() {
+		return nil, false
+	}
+	lo := d.Uintptr()
+	hi := lo + d.MemSize()
+	for _, in := range inputs {
+		if in == nil {
+			continue
+		}
+		ilo := in.Uintptr()
+		ihi := ilo + in.MemSize()
+		if ilo < hi && lo < ihi {
+			return nil, false
+		}
+	}
+	return d, true
+}
+
+// kernData returns v's contiguous elements as []T, checking the dtype and the number of
+// elements; views are materialised (a copy).
+func kernData[T Float](op string, v G.Value, what string, size int) ([]T, error) {
+	d, err := Dense(op, v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if d.IsView() {
+		d = d.Materialize().(*tensor.Dense)
+	}
+	s, ok := d.Data().([]T)
+	if !ok {
+		return nil, fmt.Errorf("%s: %s has dtype %v, mixed with another dtype", op, what, d.Dtype())
+	}
+	if len(s) != size {
+		return nil, fmt.Errorf("%s: %s has %d elements (shape %v), want %d", op, what, len(s), d.Shape(), size)
+	}
+	return s, nil
+}

@@ -1,0 +1,222 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Linear is torch.nn.functional.linear: y = x·wᵀ + b, with x [..., in] (any number of leading
+// dims, at least one), w [out, in] (torchvision's layout), b [out] or nil; y is [..., out].
+// One GEMM forward and one per gradient; the output lives in the op and is reused across runs.
+func Linear(x, w, b *G.Node) (*G.Node, error) {
+	const name = "ops.Linear"
+	nodes := []*G.Node{x, w}
+	if b != nil {
+		nodes = append(nodes, b)
+	}
+	if err := kernCheckFloat(name, nodes...); err != nil {
+		return nil, err
+	}
+	xs, ws := x.Shape(), w.Shape()
+	if xs.Dims() < 1 || ws.Dims() != 2 {
+		return nil, fmt.Errorf("%s: x %v must have rank >= 1 and w %v rank 2 ([out, in])", name, xs, ws)
+	}
+	in, out := ws[1], ws[0]
+	if xs[xs.Dims()-1] != in {
+		return nil, fmt.Errorf("%s: x %v has %d features in its last dim, w %v expects %d", name, xs, xs[xs.Dims()-1], ws, in)
+	}
+	if b != nil {
+		if bs := b.Shape(); bs.Dims() != 1 || bs[0] != out {
+			return nil, fmt.Errorf("%s: bias %v, want [%d] for w %v", name, bs, out, ws)
+		}
+	}
+	rows := xs.TotalSize() / in
+	if rows < 1 || in < 1 || out < 1 {
+		return nil, fmt.Errorf("%s: x %v, w %v: empty", name, xs, ws)
+	}
+	ys := xs.Clone()
+	ys[ys.Dims()-1] = out
+	op := &linearOp{kernBase: newKernBase(name, len(nodes)), xs: xs.Clone(), ys: ys, rows: rows, in: in, out: out}
+	y, err := G.ApplyOp(op, nodes...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: x %v, w %v: %w", name, xs, ws, err)
+	}
+	return y, nil
+}
+
+// linearOp is y = x·wᵀ (+ b); inputs x, w[, b].
+type linearOp struct {
+	kernBase
+	xs, ys        tensor.Shape
+	rows, in, out int
+}
+
+func (op *linearOp) outShape() tensor.Shape { return op.ys }
+
+// Type is (x: d-D, w: 2-D[, b: 1-D]) -> d-D.
+func (op *linearOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	tx := G.TensorType{Dims: op.xs.Dims(), Of: a}
+	tw := G.TensorType{Dims: 2, Of: a}
+	if op.arity == 3 {
+		return hm.NewFnType(tx, tw, G.TensorType{Dims: 1, Of: a}, tx)
+	}
+	return hm.NewFnType(tx, tw, tx)
+}
+
+// InferShape returns [..., out].
+func (op *linearOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.ys.Clone(), nil }
+
+// Do computes y into the op's own output tensor.
+func (op *linearOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
+
+// UsePreallocDo computes y into prealloc when it fits.
+func (op *linearOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
+	return kernPrealloc(op, &op.kernBase, p, in)
+}
+
+// WriteHash writes the op's identity.
+func (op *linearOp) WriteHash(h hash.Hash) { kernHash(h, &op.kernBase, op.xs) }
+
+// Hashcode hashes WriteHash.
+func (op *linearOp) Hashcode() uint32 { return HashOf(op) }
+func (op *linearOp) String() string   { return fmt.Sprintf("Linear{%d->%d}", op.in, op.out) }
+
+// DiffWRT: differentiable with respect to every input.
+func (op *linearOp) DiffWRT(n int) []bool {
+	d := make([]bool, n)
+	for i := range d {
+		d[i] = true
+	}
+	return d
+}
+
+// SymDiff returns the gradient nodes for x, w (and b).
+func (op *linearOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	dx, err := G.ApplyOp(&linearGradOp{kernBase: newKernBase("ops.Linear.grad_x", 2), fwd: op, wrtW: false}, inputs[1], grad)
+	if err != nil {
+		return nil, fmt.Errorf("%s: gradient of x: %w", op.name, err)
+	}
+	dw, err := G.ApplyOp(&linearGradOp{kernBase: newKernBase("ops.Linear.grad_w", 2), fwd: op, wrtW: true}, inputs[0], grad)
+	if err != nil {
+		return nil, fmt.Errorf("%s: gradient of w: %w", op.name, err)
+	}
+	if op.arity == 2 {
+		return G.Nodes{dx, dw}, nil
+	}
+	db, err := G.ApplyOp(&biasGradOp{kernBase: newKernBase("ops.Linear.grad_b", 1), n: op.rows, c: op.out, inner: 1, dims: op.ys.Dims()}, grad)
+	if err != nil {
+		return nil, fmt.Errorf("%s: gradient of b: %w", op.name, err)
+	}
+	return G.Nodes{dx, dw, db}, nil
+}
+
+func (op *linearOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) error {
+	if dt == tensor.Float32 {
+		return linearForward(op, in, out.Data().([]float32))
+	}
+	return linearForward(op, in, out.Data().([]float64))
+}
+
+func linearForward[T Float](op *linearOp, in []G.Value, y []T) error {
+	x, err := kernData[T](op.name, in[0], "x", op.rows*op.in)
+	if err != nil {
+		return err
+	}
+	w, err := kernData[T](op.name, in[1], "w", op.out*op.in)
+	if err != nil {
+		return err
+	}
+	var beta T
+	if op.arity == 3 {
+		b, err := kernData[T](op.name, in[2], "b", op.out)
+		if err != nil {
+			return err
+		}
+		for r := 0; r < op.rows; r++ {
+			copy(y[r*op.out:(r+1)*op.out], b)
+		}
+		beta = 1
+	}
+	gemm(false, true, op.rows, op.out, op.in, 1, x, op.in, w, op.in, beta, y, op.out)
+	return nil
+}
+
+// linearGradOp is the gradient of Linear with respect to x (inputs w, dy: dx = dy·w) or
+// to w (inputs x, dy: dw = dyᵀ·x).
+type linearGradOp struct {
+	kernBase
+	fwd  *linearOp
+	wrtW bool
+}
+
+func (op *linearGradOp) outShape() tensor.Shape {
+	if op.wrtW {
+		return tensor.Shape{op.fwd.out, op.fwd.in}
+	}
+	return op.fwd.xs
+}
+
+// Type is (w or x, dy) -> dx or dw.
+func (op *linearGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	tx := G.TensorType{Dims: op.fwd.xs.Dims(), Of: a}
+	tw := G.TensorType{Dims: 2, Of: a}
+	if op.wrtW {
+		return hm.NewFnType(tx, tx, tw)
+	}
+	return hm.NewFnType(tw, tx, tx)
+}
+
+// InferShape returns x's or w's shape.
+func (op *linearGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.outShape().Clone(), nil
+}
+
+// Do computes the gradient into the op's own output tensor.
+func (op *linearGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
+
+// UsePreallocDo computes the gradient into prealloc when it fits.
+func (op *linearGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
+	return kernPrealloc(op, &op.kernBase, p, in)
+}
+
+// WriteHash writes the op's identity.
+func (op *linearGradOp) WriteHash(h hash.Hash) { kernHash(h, &op.kernBase, op.fwd.xs) }
+
+// Hashcode hashes WriteHash.
+func (op *linearGradOp) Hashcode() uint32 { return HashOf(op) }
+func (op *linearGradOp) String() string   { return op.name }
+
+func (op *linearGradOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) error {
+	if dt == tensor.Float32 {
+		return linearGrad(op, in, out.Data().([]float32))
+	}
+	return linearGrad(op, in, out.Data().([]float64))
+}
+
+func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
+	f := op.fwd
+	dy, err := kernData[T](op.name, in[1], "dy", f.rows*f.out)
+	if err != nil {
+		return err
+	}
+	if op.wrtW {
+		x, err := kernData[T](op.name, in[0], "x", f.rows*f.in)
+		if err != nil {
+			return err
+		}
+		gemm(true, false, f.out, f.in, f.rows, 1, dy, f.out, x, f.in, 0, dst, f.in)
+		return nil
+	}
+	w, err := kernData[T](op.name, in[0], "w", f.out*f.in)
+	if err != nil {
+		return err
+	}
+	gemm(false, false, f.rows, f.in, f.out, 1, dy, f.out, w, f.in, 0, dst, f.in)
+	return nil
+}
