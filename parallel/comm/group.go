@@ -244,6 +244,7 @@ type group struct {
 	tmp     [][]byte
 	p2p     sync.WaitGroup
 	onClose []func() error
+	store   *Store
 }
 
 func newGroup(t Transport, cfg config) *group {

@@ -1,0 +1,134 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+)
+
+// Env is the process's place in the job, as torchrun (and gprun) describe it in environment
+// variables.
+type Env struct {
+	Rank           int    // RANK: global rank
+	WorldSize      int    // WORLD_SIZE
+	LocalRank      int    // LOCAL_RANK: rank on this node
+	LocalWorldSize int    // LOCAL_WORLD_SIZE: ranks on this node
+	GroupRank      int    // GROUP_RANK: the node's rank
+	MasterAddr     string // MASTER_ADDR: host of rank 0's store
+	MasterPort     int    // MASTER_PORT
+	RestartCount   int    // TORCHELASTIC_RESTART_COUNT
+	RunID          string // TORCHELASTIC_RUN_ID
+}
+
+// EnvFromOS reads Env from the environment. RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are
+// required; the others default to a single node (LOCAL_RANK=RANK, LOCAL_WORLD_SIZE=WORLD_SIZE).
+func EnvFromOS() (Env, error) {
+	var e Env
+	var errs []error
+	num := func(name string, def int, required bool) int {
+		v, ok := os.LookupEnv(name)
+		if !ok || v == "" {
+			if required {
+				errs = append(errs, fmt.Errorf("%s is not set", name))
+			}
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not an integer", name, v))
+		}
+		return n
+	}
+	e.Rank = num("RANK", 0, true)
+	e.WorldSize = num("WORLD_SIZE", 1, true)
+	e.LocalRank = num("LOCAL_RANK", e.Rank, false)
+	e.LocalWorldSize = num("LOCAL_WORLD_SIZE", e.WorldSize, false)
+	e.GroupRank = num("GROUP_RANK", 0, false)
+	e.MasterPort = num("MASTER_PORT", 0, true)
+	e.RestartCount = num("TORCHELASTIC_RESTART_COUNT", 0, false)
+	e.MasterAddr = os.Getenv("MASTER_ADDR")
+	e.RunID = os.Getenv("TORCHELASTIC_RUN_ID")
+	if e.MasterAddr == "" {
+		errs = append(errs, errors.New("MASTER_ADDR is not set"))
+	}
+	if len(errs) == 0 && (e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize) {
+		errs = append(errs, fmt.Errorf("RANK=%d is outside WORLD_SIZE=%d", e.Rank, e.WorldSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return e, fmt.Errorf("comm: torchrun environment: %w", err)
+	}
+	return e, nil
+}
+
+// Rendezvous connects to the store for env: rank 0 hosts it on MASTER_ADDR:MASTER_PORT, every
+// rank (rank 0 included) connects and joins, which fails on a duplicate rank or a WORLD_SIZE
+// that differs from rank 0's. Connections must carry the secret (WithSecret, default
+// GP_RDZV_SECRET). WithConnectTimeout bounds the wait for an unreachable master.
+func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
+	cfg := newConfig(opts)
+	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	addr := net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort))
+	var srv *StoreServer
+	if env.Rank == 0 {
+		listen := net.JoinHostPort("", strconv.Itoa(env.MasterPort))
+		if ip := net.ParseIP(env.MasterAddr); (ip != nil && ip.IsLoopback()) || env.MasterAddr == "localhost" {
+			listen = addr
+		}
+		var err error
+		if srv, err = ListenStore(listen, env.WorldSize, opts...); err != nil {
+			return nil, fmt.Errorf("rank 0: rendezvous: %w (is another rank 0 or job using port %d?)", err, env.MasterPort)
+		}
+	}
+	st, err := DialStore(ctx, addr, opts...)
+	if err != nil {
+		if srv != nil {
+			srv.Close()
+		}
+		return nil, fmt.Errorf("rank %d: rendezvous: %w", env.Rank, err)
+	}
+	st.server = srv
+	if err := st.join(ctx, env.Rank, env.WorldSize); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	return st, nil
+}
+
+// InitFromEnv builds the TCP process group described by the torchrun environment variables
+// (see EnvFromOS and Rendezvous). The group's Close also closes the store; StoreOf returns it.
+func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
+	env, err := EnvFromOS()
+	if err != nil {
+		return nil, err
+	}
+	return InitFromConfig(ctx, env, opts...)
+}
+
+// InitFromConfig is InitFromEnv with an explicit Env.
+func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error) {
+	st, err := Rendezvous(ctx, env, opts...)
+	if err != nil {
+		return nil, err
+	}
+	g, err := NewTCPGroup(ctx, st, env.Rank, env.WorldSize, opts...)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	gr := g.(*group)
+	gr.store = st
+	gr.onClose = append(gr.onClose, st.Close)
+	return g, nil
+}
+
+// StoreOf returns the store a group built by InitFromEnv uses, or nil.
+func StoreOf(g Group) *Store {
+	if gr, ok := g.(*group); ok {
+		return gr.store
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tcpMaker builds a world of n TCP ranks inside this process over 127.0.0.1.
+func tcpMaker(t testing.TB, n int, opts ...Option) []Group {
+	t.Helper()
+	gs, err := tcpWorld(n, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(gs) })
+	return gs
+}
+
+func tcpWorld(n int, opts ...Option) ([]Group, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := ListenStore("127.0.0.1:0", n, opts...)
+	if err != nil {
+		return nil, err
+	}
+	gs := make([]Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := DialStore(ctx, srv.Addr(), opts...)
+			if err == nil {
+				err = st.join(ctx, r, n)
+			}
+			if err == nil {
+				gs[r], err = NewTCPGroup(ctx, st, r, n, opts...)
+			}
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			g := gs[r].(*group)
+			g.onClose = append(g.onClose, st.Close)
+			if r == 0 {
+				g.onClose = append(g.onClose, srv.Close)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return gs, nil
+}
+
+func TestTCPCollectives(t *testing.T) {
+	for n := 1; n <= 5; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			checkCollectives(t, tcpMaker, n, WithChunkBytes(4096), WithSmallBytes(1024), WithStreams(2))
+		})
+	}
+}
+
+func TestTCPDefaultsLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100 MB all-reduce")
+	}
+	// One 100 MB all-reduce at world 2 with the default algorithms: integer inputs make the
+	// float32 sums exact, so the result is compared without tolerance.
+	gs := tcpMaker(t, 2)
+	const count = 25 << 20
+	bufs := make([][]float32, 2)
+	for r := range bufs {
+		bufs[r] = make([]float32, count)
+		for i := range bufs[r] {
+			bufs[r][i] = float32((i*(r+1))%1000 - 500)
+		}
+	}
+	noErrors(t, onAll(gs, func(g Group) error {
+		return g.AllReduce(F32(bufs[g.Rank()]), Sum).Wait(context.Background())
+	}))
+	for r := range bufs {
+		for i, v := range bufs[r] {
+			if want := float32(i%1000-500) + float32((i*2)%1000-500); v != want {
+				t.Fatalf("rank %d [%d] = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+}
+
+func TestTCPWrongSecretRefused(t *testing.T) {
+	srv, err := ListenStore("127.0.0.1:0", 2, WithSecret("right"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = DialStore(ctx, srv.Addr(), WithSecret("wrong"))
+	if !errors.Is(err, ErrAuth) {
+		t.Fatalf("dial with wrong secret: %v, want ErrAuth", err)
+	}
+	st, err := DialStore(ctx, srv.Addr(), WithSecret("right"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+}
+
+func TestRendezvousErrors(t *testing.T) {
+	srv, err := ListenStore("127.0.0.1:0", 3, WithSecret("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	dial := func() *Store {
+		st, err := DialStore(ctx, srv.Addr(), WithSecret("s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	if err := dial().join(ctx, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rank, world int
+		want        string
+	}{
+		{1, 3, "duplicate rank 1"},
+		{2, 4, "WORLD_SIZE=4 but the master (rank 0) has 3"},
+		{5, 3, "rank 5 (127.0.0.1"},
+	} {
+		err := dial().join(ctx, tc.rank, tc.world)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("join(%d, %d) = %v, want it to say %q", tc.rank, tc.world, err, tc.want)
+		}
+	}
+	// Unreachable master: a port nobody listens on.
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = Rendezvous(cctx, Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1})
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the store (master) at 127.0.0.1:1") {
+		t.Errorf("unreachable master: %v", err)
+	}
+}
