@@ -20,7 +20,13 @@ const precBound = 1e-5
 // bound is exceeded.
 func checkOp(t *testing.T, build gradcheck.BuildFunc, bound float64) {
 	t.Helper()
-	res, err := gradcheck.Check(build, gradcheck.Options{Samples: 48})
+	checkOpWith(t, build, bound, gradcheck.Options{Samples: 48})
+}
+
+// checkOpWith is checkOp with explicit gradcheck options.
+func checkOpWith(t *testing.T, build gradcheck.BuildFunc, bound float64, opts gradcheck.Options) {
+	t.Helper()
+	res, err := gradcheck.Check(build, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
