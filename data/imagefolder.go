@@ -58,6 +58,9 @@ func NewImageFolder(root string, opts ...Option) (*ImageFolder, error) {
 		d.fsys, d.osDir = os.DirFS(root), true
 		root = "."
 	}
+	if root == "" {
+		root = "."
+	}
 	if d.pipe == nil {
 		d.pipe = transforms.Eval(256, 224)
 	}
