@@ -108,7 +108,9 @@ func (t *localTransport) Streams() int { return t.net.streams }
 func (t *localTransport) abortErr() error { return t.err }
 
 func (t *localTransport) Send(peer, s int, h *Header, b []byte) error {
-	h.Len = uint32(len(b))
+	hh := *h
+	hh.Len = uint32(len(b))
+	h = &hh
 	t.net.mu.Lock()
 	f := t.net.faults
 	t.net.mu.Unlock()

@@ -245,8 +245,9 @@ func (t *tcpTransport) ioErr(peer int, err error) error {
 
 func (t *tcpTransport) Send(peer, s int, h *Header, b []byte) error {
 	d := t.data[peer][s]
-	h.Len = uint32(len(b))
-	h.put(d.whdr[:])
+	hh := *h
+	hh.Len = uint32(len(b))
+	hh.put(d.whdr[:])
 	d.vec[0], d.vec[1] = d.whdr[:], b
 	bufs := net.Buffers(d.vec[:])
 	if _, err := bufs.WriteTo(d.c); err != nil {

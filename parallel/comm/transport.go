@@ -19,8 +19,8 @@ type Transport interface {
 	Size() int
 	// Streams is the number of streams to each peer.
 	Streams() int
-	// Send writes one frame (header h, payload b) to peer on stream s. h.Len is set to
-	// len(b). b may be reused when Send returns.
+	// Send writes one frame (header h with Len = len(b), payload b) to peer on stream s. It
+	// does not modify h, which concurrent Sends may share. b may be reused when Send returns.
 	Send(peer, s int, h *Header, b []byte) error
 	// Recv reads one frame from peer on stream s into h and b. When the frame's payload length
 	// differs from len(b) it returns an error wrapping ErrMismatch without reading the payload.

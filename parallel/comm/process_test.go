@@ -1,0 +1,231 @@
+package comm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the worker of the multi-process tests: with GP_COMM_TEST_WORKER
+// set it runs that scenario as one rank (configured by the torchrun variables) and exits.
+func TestMain(m *testing.M) {
+	if sc := os.Getenv("GP_COMM_TEST_WORKER"); sc != "" {
+		if err := worker(sc); err != nil {
+			fmt.Fprintln(os.Stderr, "worker error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func worker(scenario string) error {
+	ctx := context.Background()
+	opts := []Option{WithTimeout(20 * time.Second), WithConnectTimeout(20 * time.Second), WithChunkBytes(16 << 10), WithSmallBytes(4096)}
+	if scenario == "secret" {
+		opts = append(opts, WithConnectTimeout(2*time.Second))
+	}
+	g, err := InitFromEnv(ctx, opts...)
+	if scenario == "secret" {
+		if os.Getenv("RANK") == "1" && !errors.Is(err, ErrAuth) {
+			return fmt.Errorf("want ErrAuth, got %v", err)
+		}
+		if os.Getenv("RANK") == "0" && (err == nil || !strings.Contains(err.Error(), "ranks [1] did not connect")) {
+			return fmt.Errorf("rank 0: want 'ranks [1] did not connect', got %v", err)
+		}
+		fmt.Println("refused:", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	n, r := g.Size(), g.Rank()
+	switch scenario {
+	case "check":
+		h := fnv.New64a()
+		for _, count := range testSizes(n) {
+			for _, op := range []Op{Sum, Max} {
+				ins := make([][]float32, n)
+				for i := range ins {
+					ins[i] = input(i, count, true)
+				}
+				want := reference(op, ins)
+				ar := slices.Clone(ins[r])
+				lo, hi := ShardRange(count, n, r)
+				rs := make([]float32, hi-lo)
+				ag := make([]float32, count)
+				rnd := input(r, count, false)
+				ws := []Work{g.AllReduce(F32(ar), op), g.ReduceScatter(F32(rs), F32(ins[r]), op),
+					g.AllGather(F32(ag), F32(ins[r][lo:hi])), g.AllReduce(F32(rnd), Sum)}
+				for _, w := range ws {
+					if err := w.Wait(ctx); err != nil {
+						return err
+					}
+				}
+				for i := range ar {
+					if float64(ar[i]) != want[i] || ag[i] != ins[ShardOf(count, n, i)][i] {
+						return fmt.Errorf("count %d %v: element %d wrong", count, op, i)
+					}
+				}
+				for i := range rs {
+					if float64(rs[i]) != want[lo+i] {
+						return fmt.Errorf("count %d %v: reduce-scatter element %d wrong", count, op, i)
+					}
+				}
+				for _, v := range rnd {
+					fmt.Fprint(h, math.Float32bits(v))
+				}
+			}
+		}
+		fmt.Printf("checksum %x\n", h.Sum64())
+	case "kill":
+		victim := n - 1
+		w := g.AllReduce(F32(make([]float32, 8<<20)), Sum)
+		if r == victim {
+			time.Sleep(30 * time.Millisecond)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		start := time.Now()
+		err := w.Wait(ctx)
+		if !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), fmt.Sprintf("peer rank %d gone", victim)) {
+			return fmt.Errorf("want ErrPeerGone naming rank %d, got %v", victim, err)
+		}
+		fmt.Printf("survivor saw after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
+	case "mismatch":
+		c := 1000
+		if r == 1 {
+			c = 1001
+		}
+		err := g.AllReduce(F32(make([]float32, c)), Sum).Wait(ctx)
+		if !errors.Is(err, ErrMismatch) {
+			return fmt.Errorf("want ErrMismatch, got %v", err)
+		}
+		fmt.Println("mismatch:", err)
+	}
+	return nil
+}
+
+// ShardOf returns the rank whose shard holds element i (test helper).
+func ShardOf(total, n, i int) int {
+	for r := range n {
+		if lo, hi := ShardRange(total, n, r); i >= lo && i < hi {
+			return r
+		}
+	}
+	return -1
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// spawn runs n worker processes of scenario and returns their outputs and errors.
+func spawn(t *testing.T, n int, scenario string, env func(rank int) []string) ([]string, []error) {
+	t.Helper()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GP_COMM_TEST_WORKER="+scenario, "RANK="+strconv.Itoa(r),
+			"WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"GP_RDZV_SECRET=test-secret")
+		if env != nil {
+			cmd.Env = append(cmd.Env, env(r)...)
+		}
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	res := make([]string, n)
+	errs := make([]error, n)
+	for r, cmd := range cmds {
+		errs[r] = cmd.Wait()
+		res[r] = outs[r].String()
+	}
+	return res, errs
+}
+
+func TestProcessesCollectives(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			var sums []string
+			for range 2 {
+				outs, errs := spawn(t, n, "check", nil)
+				for r := range n {
+					if errs[r] != nil {
+						t.Fatalf("rank %d: %v\n%s", r, errs[r], outs[r])
+					}
+				}
+				sums = append(sums, outs...)
+			}
+			for _, s := range sums {
+				if s != sums[0] || !strings.HasPrefix(s, "checksum") {
+					t.Fatalf("results not bit-identical across ranks and runs: %q", sums)
+				}
+			}
+		})
+	}
+}
+
+func TestProcessesFailures(t *testing.T) {
+	t.Run("kill", func(t *testing.T) {
+		outs, errs := spawn(t, 3, "kill", nil)
+		for r := range 2 {
+			if errs[r] != nil {
+				t.Errorf("survivor %d: %v\n%s", r, errs[r], outs[r])
+			}
+		}
+		if errs[2] == nil {
+			t.Errorf("victim exited cleanly")
+		}
+		t.Log(outs[0])
+	})
+	t.Run("mismatch", func(t *testing.T) {
+		outs, errs := spawn(t, 2, "mismatch", nil)
+		for r := range 2 {
+			if errs[r] != nil {
+				t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+			}
+		}
+	})
+	t.Run("secret", func(t *testing.T) {
+		outs, errs := spawn(t, 2, "secret", func(r int) []string {
+			if r == 1 {
+				return []string{"GP_RDZV_SECRET=stranger"}
+			}
+			return nil
+		})
+		for r := range 2 {
+			if errs[r] != nil {
+				t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+			}
+		}
+		if !strings.Contains(outs[0], "refused") {
+			t.Errorf("rank 0 did not log the refusal: %s", outs[0])
+		}
+	})
+}
