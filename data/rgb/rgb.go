@@ -218,3 +218,7 @@ func (m *Image) ToNRGBA() *image.NRGBA {
 func (m *Image) Bounds(off image.Point) image.Rectangle {
 	return image.Rect(off.X, off.Y, off.X+m.W, off.Y+m.H)
 }
+
+// HaveTurbo reports whether JPEGs decode through libjpeg-turbo (a cgo build) rather than
+// image/jpeg.
+const HaveTurbo = haveTurbo

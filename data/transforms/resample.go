@@ -134,12 +134,17 @@ func resample(img *rgb.Image, crop image.Rectangle, pl *Plan, lut *[3][256]float
 			k := hk[xx*ks : xx*ks+xmax]
 			p := src[xmin*3 : (xmin+xmax)*3]
 			s0, s1, s2 := int32(1<<(precisionBits-1)), int32(1<<(precisionBits-1)), int32(1<<(precisionBits-1))
-			for i, kv := range k {
-				s0 += int32(p[3*i]) * kv
-				s1 += int32(p[3*i+1]) * kv
-				s2 += int32(p[3*i+2]) * kv
+			for _, kv := range k {
+				if len(p) < 3 {
+					break
+				}
+				s0 += int32(p[0]) * kv
+				s1 += int32(p[1]) * kv
+				s2 += int32(p[2]) * kv
+				p = p[3:]
 			}
-			out[3*xx], out[3*xx+1], out[3*xx+2] = uint8(clip8(s0)), uint8(clip8(s1)), uint8(clip8(s2))
+			o := out[3*xx : 3*xx+3]
+			o[0], o[1], o[2] = uint8(clip8(s0)), uint8(clip8(s1)), uint8(clip8(s2))
 		}
 	}
 	// Vertical pass, straight into the normalised CHW output.
@@ -156,21 +161,24 @@ func resample(img *rgb.Image, crop image.Rectangle, pl *Plan, lut *[3][256]float
 		}
 		for t, kv := range k {
 			row := tmp[(ymin+t)*nx*3 : (ymin+t+1)*nx*3]
+			a := acc[:len(row)]
 			for i, v := range row {
-				acc[i] += int32(v) * kv
+				a[i] += int32(v) * kv
 			}
 		}
 		oy := y0 + yy - pl.Win.Min.Y
 		base := oy * W
+		r0, r1, r2 := dst[base:base+W], dst[plane+base:plane+base+W], dst[2*plane+base:2*plane+base+W]
+		l0, l1, l2 := &lut[0], &lut[1], &lut[2]
 		for xx := 0; xx < nx; xx++ {
 			ox := x0 + xx - pl.Win.Min.X
 			if pl.Flip {
 				ox = W - 1 - ox
 			}
-			o := base + ox
-			dst[o] = lut[0][clip8(acc[3*xx])]
-			dst[plane+o] = lut[1][clip8(acc[3*xx+1])]
-			dst[2*plane+o] = lut[2][clip8(acc[3*xx+2])]
+			a := acc[3*xx : 3*xx+3]
+			r0[ox] = l0[uint8(clip8(a[0]))]
+			r1[ox] = l1[uint8(clip8(a[1]))]
+			r2[ox] = l2[uint8(clip8(a[2]))]
 		}
 	}
 }
