@@ -23,6 +23,15 @@ type kernBase struct {
 	id    int64  // NextID: an op instance owns buffers, so it is never merged with another
 	out   kernOut
 	arity int
+	shape tensor.Shape // the output shape, cached from outShape on first use
+}
+
+// outShapeOf returns k's output shape, computed once.
+func (b *kernBase) outShapeOf(k kernOp) tensor.Shape {
+	if b.shape == nil {
+		b.shape = k.outShape().Clone()
+	}
+	return b.shape
 }
 
 func newKernBase(name string, arity int) kernBase {
@@ -68,9 +77,9 @@ func kernDo(k kernOp, b *kernBase, in []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := b.out.get(dt, k.outShape())
+	out, err := b.out.get(dt, b.outShapeOf(k))
 	if err != nil {
-		return nil, fmt.Errorf("%s: output %v: %w", b.name, k.outShape(), err)
+		return nil, fmt.Errorf("%s: output %v: %w", b.name, b.outShapeOf(k), err)
 	}
 	if err := k.exec(dt, in, out); err != nil {
 		return nil, err
@@ -88,7 +97,7 @@ func kernPrealloc(k kernOp, b *kernBase, p G.Value, in []G.Value) (G.Value, erro
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := kernPreallocOK(p, dt, k.outShape(), in); ok {
+	if d, ok := kernPreallocOK(p, dt, b.outShapeOf(k), in); ok {
 		if err := k.exec(dt, in, d); err != nil {
 			return nil, err
 		}
