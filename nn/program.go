@@ -1,0 +1,172 @@
+package nn
+
+import (
+	"context"
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// BuildFunc builds a graph with b: it declares inputs, runs the model's forward, names
+// outputs, and returns the scalar loss to differentiate (nil for an evaluation graph).
+type BuildFunc func(b *Builder) (loss *G.Node, err error)
+
+// Program is a model compiled into one graph and a tape machine: built once, run per step.
+type Program struct {
+	// Builder is the builder the graph was made with.
+	Builder *Builder
+	// Loss is the loss node (nil for an evaluation program).
+	Loss *G.Node
+
+	machine G.VM
+	grads   G.Nodes
+}
+
+// Compile builds m with build into a new graph. In train mode (the default) the gradients of
+// the loss with respect to every parameter the graph uses are part of the program, computed
+// in backward order by the taps.
+func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
+	cfg := buildConfig{training: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.gradBuf == nil {
+		cfg.gradBuf = m.Params.Grad
+	} else if len(cfg.gradBuf) != len(m.Params.Grad) {
+		return nil, fmt.Errorf("nn: gradient buffer of %d elements for a model of %d parameters", len(cfg.gradBuf), len(m.Params.Grad))
+	}
+	b := &Builder{
+		Graph: G.NewGraph(), Model: m, cfg: cfg,
+		nodes: map[*Param]*G.Node{}, leaves: map[*Param]*G.Node{},
+		inputs: map[string]*G.Node{}, outputs: map[string]*G.Node{},
+	}
+	loss, err := build(b)
+	if err != nil {
+		return nil, err
+	}
+	p := &Program{Builder: b, Loss: loss}
+	if loss != nil && cfg.training {
+		if !loss.IsScalar() {
+			return nil, fmt.Errorf("nn: loss must be a scalar, got shape %v", loss.Shape())
+		}
+		wrt := make(G.Nodes, len(b.used))
+		for i, prm := range b.used {
+			wrt[i] = b.leaves[prm]
+		}
+		if len(wrt) > 0 {
+			if p.grads, err = G.Grad(loss, wrt...); err != nil {
+				return nil, fmt.Errorf("nn: differentiating the loss: %w", err)
+			}
+		}
+	}
+	p.machine = G.NewTapeMachine(b.Graph)
+	return p, nil
+}
+
+// Run executes the program once: forward, and in train mode backward, accumulating every
+// gradient into the gradient buffer. It returns an error naming the parameters whose
+// gradients were not computed, which happens when they do not influence the loss.
+func (p *Program) Run(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range p.Builder.fired {
+		p.Builder.fired[i] = false
+	}
+	p.machine.Reset()
+	if err := p.machine.RunAll(); err != nil {
+		return fmt.Errorf("nn: run: %w", err)
+	}
+	return nil
+}
+
+// Unreached lists the parameters the graph uses whose gradient did not reach the taps in the
+// last run (a parameter that does not influence the loss). DDP turns this into an error.
+func (p *Program) Unreached() []*Param {
+	if p.Loss == nil || !p.Builder.cfg.training {
+		return nil
+	}
+	var out []*Param
+	for i, prm := range p.Builder.used {
+		if !p.Builder.fired[i] {
+			out = append(out, prm)
+		}
+	}
+	return out
+}
+
+// Input returns the memory of the named input: write the step's data into it before Run.
+func (p *Program) Input(name string) ([]float32, error) {
+	n, ok := p.Builder.inputs[name]
+	if !ok {
+		return nil, fmt.Errorf("nn: no input named %q", name)
+	}
+	return n.Value().Data().([]float32), nil
+}
+
+// SetInput copies data into the named input; its length must equal the input's size.
+func (p *Program) SetInput(name string, data []float32) error {
+	dst, err := p.Input(name)
+	if err != nil {
+		return err
+	}
+	if len(data) != len(dst) {
+		return fmt.Errorf("nn: input %q holds %d values (shape %v), got %d", name, len(dst), p.Builder.inputs[name].Shape(), len(data))
+	}
+	copy(dst, data)
+	return nil
+}
+
+// InputShape returns the shape of the named input, or nil.
+func (p *Program) InputShape(name string) []int {
+	if n, ok := p.Builder.inputs[name]; ok {
+		return []int(n.Shape().Clone())
+	}
+	return nil
+}
+
+// Output returns the value of the named output after the last Run. The slice aliases the
+// program's memory and is valid until the next Run.
+func (p *Program) Output(name string) ([]float32, error) {
+	n, ok := p.Builder.outputs[name]
+	if !ok {
+		return nil, fmt.Errorf("nn: no output named %q", name)
+	}
+	return values32(n)
+}
+
+// LossValue returns the loss of the last Run.
+func (p *Program) LossValue() (float32, error) {
+	if p.Loss == nil {
+		return 0, fmt.Errorf("nn: program has no loss")
+	}
+	v, err := values32(p.Loss)
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
+}
+
+// Close releases the tape machine.
+func (p *Program) Close() error {
+	p.machine.Close()
+	return nil
+}
+
+func values32(n *G.Node) ([]float32, error) {
+	v := n.Value()
+	if v == nil {
+		return nil, fmt.Errorf("nn: %s has no value (run the program first)", n.Name())
+	}
+	switch d := v.Data().(type) {
+	case []float32:
+		return d, nil
+	case float32:
+		return []float32{d}, nil
+	}
+	if t, ok := v.(tensor.Tensor); ok {
+		return nil, fmt.Errorf("nn: %s holds %v, want float32", n.Name(), t.Dtype())
+	}
+	return nil, fmt.Errorf("nn: %s holds %T, want float32", n.Name(), v.Data())
+}
