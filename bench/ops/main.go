@@ -54,6 +54,7 @@ type ConvResult struct {
 	FwdBwdGFLOPS float64 `json:"fwd_bwd_gflops"`
 	RoofGFLOPS   float64 `json:"gemm_roof_gflops"`
 	PctOfRoof    float64 `json:"pct_of_gemm_roof"`
+	PctOfSquare  float64 `json:"pct_of_sgemm_1024"`
 	BytesPerCall float64 `json:"bytes_alloc_per_call"`
 }
 
@@ -144,7 +145,7 @@ func runChild(t string, reps int) (Report, error) {
 
 func measure(reps int, print bool) (Report, error) {
 	rep := Report{Bench: "ops", BLAS: blasimpl.Name(), Threads: blasimpl.Threads(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		Note: "float32; forward+backward = y, dx, dw through the ops' Do (no bias); roof = the same three GEMMs per image without im2col/col2im; best of reps; the machine is shared, numbers are noisy"}
+		Note: "float32; forward+backward = y, dx, dw through the ops' Do (no bias); roof = the same three GEMMs per image without im2col/col2im (SGEMM1024: square 1024^3); best of reps; the machine is shared, numbers are noisy"}
 	rep.SquareGEMM = squareGEMM(1024, reps)
 	if print {
 		fmt.Printf("BLAS %s, %d thread(s) (0 = gonum, goroutines), GOMAXPROCS %d\n", rep.BLAS, rep.Threads, rep.GOMAXPROCS)
@@ -156,6 +157,7 @@ func measure(reps int, print bool) (Report, error) {
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", s.Name, err)
 		}
+		r.PctOfSquare = 100 * r.FwdBwdGFLOPS / rep.SquareGEMM
 		rep.Convs = append(rep.Convs, r)
 		rep.MinPct = min(rep.MinPct, r.PctOfRoof)
 	}
@@ -167,9 +169,9 @@ func measure(reps int, print bool) (Report, error) {
 
 func printTable(rep Report) {
 	fmt.Printf("conv2d forward+backward, float32, BLAS %s with %d thread(s)\n", rep.BLAS, rep.Threads)
-	fmt.Printf("%-26s %10s %10s %12s %12s %8s %14s\n", "conv", "GFLOP", "ms", "GFLOP/s", "roof GFLOP/s", "% roof", "bytes/call")
+	fmt.Printf("%-26s %8s %9s %9s %13s %8s %11s %11s\n", "conv", "GFLOP", "ms", "GFLOP/s", "roof GFLOP/s", "% roof", "% SGEMM1024", "bytes/call")
 	for _, r := range rep.Convs {
-		fmt.Printf("%-26s %10.3f %10.2f %12.1f %12.1f %7.1f%% %14.0f\n", r.Name, r.GFLOPs, r.FwdBwdMs, r.FwdBwdGFLOPS, r.RoofGFLOPS, r.PctOfRoof, r.BytesPerCall)
+		fmt.Printf("%-26s %8.3f %9.2f %9.1f %13.1f %7.1f%% %10.1f%% %11.0f\n", r.Name, r.GFLOPs, r.FwdBwdMs, r.FwdBwdGFLOPS, r.RoofGFLOPS, r.PctOfRoof, r.PctOfSquare, r.BytesPerCall)
 	}
 	fmt.Printf("minimum: %.1f%% of the GEMM roof (goal >= 60%%)\n\n", rep.MinPct)
 }

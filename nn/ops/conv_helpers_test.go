@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"codeberg.org/sbinet/npyio/npz"
+
 	"github.com/gorgonia-parallel/gp/nn/gradcheck"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"

@@ -3,9 +3,11 @@ package ops
 import (
 	"fmt"
 	"math/rand"
+	"runtime"
 	"slices"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/nn/gradcheck"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -227,4 +229,56 @@ func ExampleConv2d() {
 	y, err := Conv2d(x, w, nil, ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}})
 	fmt.Println(y.Shape(), err)
 	// Output: (8, 16, 16, 16) <nil>
+}
+
+// TestConv2dNoBufferAllocs: after the first run, forward and backward reuse the op's output
+// tensors and im2col columns; what is left per call is a few interface headers (tensor's
+// Data() boxes a slice), far below the buffer sizes (32 to 72 KiB here). gonum's pure-Go
+// GEMM (CGO_ENABLED=0) allocates its own goroutine work queue, about 12 KiB per call.
+func TestConv2dNoBufferAllocs(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	g := G.NewGraph()
+	x := cvIn(g, tensor.Float32, rng, "x", 4, 8, 16, 16)
+	w := cvIn(g, tensor.Float32, rng, "w", 8, 8, 3, 3)
+	b := cvIn(g, tensor.Float32, rng, "b", 8)
+	y := cvMust(Conv2d(x, w, b, ConvOpts{Padding: [2]int{1, 1}}))
+	p := cvMust(MaxPool2d(y, [2]int{2, 2}, [2]int{2, 2}, [2]int{}))
+	grads, err := G.Grad(cvMust(G.Sum(p)), x, w, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dy := gradcheck.Rand(rng, tensor.Float32, y.Shape()...)
+	dp := gradcheck.Rand(rng, tensor.Float32, p.Shape()...)
+	xv, wv, bv := x.Value(), w.Value(), b.Value()
+	step := func() {
+		for _, r := range []struct {
+			op G.Op
+			in []G.Value
+		}{
+			{y.Op(), []G.Value{xv, wv, bv}}, {grads[0].Op(), []G.Value{wv, dy}},
+			{grads[1].Op(), []G.Value{xv, dy}}, {grads[2].Op(), []G.Value{dy}},
+			{p.Op(), []G.Value{dy}}, {y.Deriv().Op(), []G.Value{dy, dp}},
+		} {
+			if _, err := r.op.Do(r.in...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	const runs = 10
+	for range runs {
+		step()
+	}
+	runtime.ReadMemStats(&m1)
+	bound := uint64(4 << 10)
+	if blasimpl.Name() == "gonum" {
+		bound = 16 << 10
+	}
+	if perCall := (m1.TotalAlloc - m0.TotalAlloc) / runs; perCall > bound {
+		t.Errorf("forward+backward allocates %d bytes per call with %s, want < %d (buffers must be reused)", perCall, blasimpl.Name(), bound)
+	} else {
+		t.Logf("%d bytes allocated per forward+backward", perCall)
+	}
 }
