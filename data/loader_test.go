@@ -118,6 +118,7 @@ func TestLoaderNoGoroutineLeak(t *testing.T) {
 		break
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var got error
 	k := 0
 	for _, err := range l.Batches(ctx) {

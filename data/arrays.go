@@ -1,0 +1,281 @@
+package data
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+
+	"codeberg.org/sbinet/npyio/npy"
+	"codeberg.org/sbinet/npyio/npz"
+
+	"github.com/gorgonia-parallel/gp/data/rgb"
+	"github.com/gorgonia-parallel/gp/data/transforms"
+)
+
+// Layout is the axis order of an image array.
+type Layout int
+
+const (
+	// NCHW arrays hold samples of channels × height × width (torch's layout).
+	NCHW Layout = iota
+	// NHWC arrays hold samples of height × width × channels (numpy/PIL's layout).
+	NHWC
+)
+
+// ArrayDataset serves images and labels from .npy arrays (images uint8 or float32, 4-D in the
+// given layout; labels int64 or int32, 1-D) or from two arrays of one .npz. A .npy file is
+// memory-mapped where the platform allows, so only the pages a sample touches are read.
+//
+// Without a transform a sample is converted like ToTensor: uint8 divided by 255, float32 as
+// stored, written CHW. With WithTransform (uint8, 3-channel only) each sample goes through the
+// pipeline as an RGB image.
+type ArrayDataset struct {
+	n, c, h, w int
+	layout     Layout
+	u8         []uint8
+	f32        []float32
+	labels     []int64
+	pipe       *transforms.Pipeline
+	ow, oh     int
+	unmap      func() error
+	pool       sync.Pool
+}
+
+// NewArrayDataset opens the images and labels .npy files.
+func NewArrayDataset(images, labels string, layout Layout, opts ...Option) (*ArrayDataset, error) {
+	d := &ArrayDataset{layout: layout}
+	hdr, raw, unmap, err := mapNPY(images)
+	if err != nil {
+		return nil, err
+	}
+	d.unmap = unmap
+	if err := d.setImages(images, hdr, raw); err != nil {
+		d.Close()
+		return nil, err
+	}
+	lf, err := os.Open(labels)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("labels %s: %w", labels, err)
+	}
+	defer lf.Close()
+	lr, err := npy.NewReader(lf)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("labels %s: %v: %w", labels, err, ErrCorrupt)
+	}
+	if err := d.setLabels(labels, lr.Header, lr.Read); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, d.finish(opts)
+}
+
+// NewArrayDatasetNPZ reads the images and labels arrays named imagesKey and labelsKey from one
+// .npz (read into memory: a zip member may be compressed).
+func NewArrayDatasetNPZ(path, imagesKey, labelsKey string, layout Layout, opts ...Option) (*ArrayDataset, error) {
+	z, err := npz.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v: %w", path, err, ErrCorrupt)
+	}
+	defer z.Close()
+	d := &ArrayDataset{layout: layout}
+	// numpy names members "<key>.npy" and np.load drops the suffix; accept either.
+	for _, k := range []*string{&imagesKey, &labelsKey} {
+		if z.Header(*k) == nil && z.Header(*k+".npy") != nil {
+			*k += ".npy"
+		}
+		if z.Header(*k) == nil {
+			return nil, fmt.Errorf("%s: no array %q (have %s): %w", path, *k, strings.Join(z.Keys(), ", "), ErrCorrupt)
+		}
+	}
+	ih := z.Header(imagesKey)
+	name := path + ":" + imagesKey
+	switch dtype(*ih) {
+	case "|u1", "<u1", "u1":
+		var v []uint8
+		if err := z.Read(imagesKey, &v); err != nil {
+			return nil, fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
+		}
+		err = d.setShape(name, ih.Descr.Shape, ih.Descr.Fortran, len(v))
+		d.u8 = v
+	case "<f4":
+		var v []float32
+		if err := z.Read(imagesKey, &v); err != nil {
+			return nil, fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
+		}
+		err = d.setShape(name, ih.Descr.Shape, ih.Descr.Fortran, len(v))
+		d.f32 = v
+	default:
+		err = fmt.Errorf("%s: dtype %s, want uint8 or float32: %w", name, ih.Descr.Type, ErrCorrupt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := d.setLabels(path+":"+labelsKey, *z.Header(labelsKey), func(p any) error { return z.Read(labelsKey, p) }); err != nil {
+		return nil, err
+	}
+	return d, d.finish(opts)
+}
+
+func (d *ArrayDataset) setImages(name string, hdr npy.Header, raw []byte) error {
+	n := 1
+	for _, s := range hdr.Descr.Shape {
+		n *= s
+	}
+	switch dtype(hdr) {
+	case "|u1", "<u1", "u1":
+		if len(raw) < n {
+			return fmt.Errorf("%s: %d data bytes for %v: %w", name, len(raw), hdr.Descr.Shape, ErrCorrupt)
+		}
+		d.u8 = raw[:n]
+	case "<f4":
+		if len(raw) < 4*n {
+			return fmt.Errorf("%s: %d data bytes for %v float32: %w", name, len(raw), hdr.Descr.Shape, ErrCorrupt)
+		}
+		d.f32 = bytesToF32(raw[:4*n])
+	default:
+		return fmt.Errorf("%s: dtype %s, want uint8 or little-endian float32: %w", name, hdr.Descr.Type, ErrCorrupt)
+	}
+	return d.setShape(name, hdr.Descr.Shape, hdr.Descr.Fortran, n)
+}
+
+func (d *ArrayDataset) setShape(name string, shape []int, fortran bool, n int) error {
+	if len(shape) != 4 || fortran {
+		return fmt.Errorf("%s: shape %v (fortran %v), want a C-order 4-D array: %w", name, shape, fortran, ErrCorrupt)
+	}
+	if d.layout == NCHW {
+		d.n, d.c, d.h, d.w = shape[0], shape[1], shape[2], shape[3]
+	} else {
+		d.n, d.h, d.w, d.c = shape[0], shape[1], shape[2], shape[3]
+	}
+	if d.n*d.c*d.h*d.w != n {
+		return fmt.Errorf("%s: shape %v but %d elements: %w", name, shape, n, ErrCorrupt)
+	}
+	return nil
+}
+
+func (d *ArrayDataset) setLabels(name string, hdr npy.Header, read func(any) error) error {
+	if len(hdr.Descr.Shape) != 1 || hdr.Descr.Shape[0] != d.n {
+		return fmt.Errorf("%s: labels shape %v, want [%d]: %w", name, hdr.Descr.Shape, d.n, ErrCorrupt)
+	}
+	switch dtype(hdr) {
+	case "<i8":
+		if err := read(&d.labels); err != nil {
+			return fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
+		}
+	case "<i4":
+		var v []int32
+		if err := read(&v); err != nil {
+			return fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
+		}
+		for _, x := range v {
+			d.labels = append(d.labels, int64(x))
+		}
+	default:
+		return fmt.Errorf("%s: label dtype %s, want int64 or int32: %w", name, hdr.Descr.Type, ErrCorrupt)
+	}
+	return nil
+}
+
+func (d *ArrayDataset) finish(opts []Option) error {
+	c := newConfig(opts)
+	d.pipe = c.transform
+	d.ow, d.oh = d.w, d.h
+	if d.pipe != nil {
+		w, h, ok := d.pipe.OutSize()
+		if !ok || d.u8 == nil || d.c != 3 {
+			d.Close()
+			return fmt.Errorf("array dataset: a transform needs 3-channel uint8 images and a fixed output size")
+		}
+		d.ow, d.oh = w, h
+	}
+	d.pool.New = func() any { return &arrayScratch{} }
+	return nil
+}
+
+type arrayScratch struct {
+	img rgb.Image
+	tr  transforms.Scratch
+}
+
+// Close unmaps the images file.
+func (d *ArrayDataset) Close() error {
+	if d.unmap == nil {
+		return nil
+	}
+	err := d.unmap()
+	d.unmap, d.u8, d.f32 = nil, nil, nil
+	return err
+}
+
+// Len is the number of samples.
+func (d *ArrayDataset) Len() int { return d.n }
+
+// Shape is the sample's channels and the (transformed) height and width.
+func (d *ArrayDataset) Shape() (c, h, w int) { return d.c, d.oh, d.ow }
+
+// Load writes sample i into dst as CHW float32.
+func (d *ArrayDataset) Load(ctx context.Context, i int, rng *rand.Rand, dst []float32) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if i < 0 || i >= d.n {
+		return 0, fmt.Errorf("array dataset: index %d out of range [0, %d)", i, d.n)
+	}
+	size := d.c * d.h * d.w
+	if d.pipe != nil {
+		s := d.pool.Get().(*arrayScratch)
+		defer d.pool.Put(s)
+		s.img.Resize(d.w, d.h)
+		src := d.u8[i*size : (i+1)*size]
+		if d.layout == NHWC {
+			copy(s.img.Pix, src)
+		} else {
+			for p := 0; p < d.h*d.w; p++ {
+				s.img.Pix[3*p], s.img.Pix[3*p+1], s.img.Pix[3*p+2] = src[p], src[d.h*d.w+p], src[2*d.h*d.w+p]
+			}
+		}
+		if _, _, err := d.pipe.RunImage(&s.img, rng, &s.tr, dst); err != nil {
+			return 0, fmt.Errorf("array dataset sample %d: %w", i, err)
+		}
+		return d.labels[i], nil
+	}
+	hw := d.h * d.w
+	for p := 0; p < hw; p++ {
+		for ch := 0; ch < d.c; ch++ {
+			si := ch*hw + p
+			if d.layout == NHWC {
+				si = p*d.c + ch
+			}
+			if d.u8 != nil {
+				dst[ch*hw+p] = float32(d.u8[i*size+si]) / 255
+			} else {
+				dst[ch*hw+p] = d.f32[i*size+si]
+			}
+		}
+	}
+	return d.labels[i], nil
+}
+
+// npyDataOffset parses a .npy preamble: magic, version, header length.
+func npyDataOffset(b []byte) (int, error) {
+	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" {
+		return 0, fmt.Errorf("not a .npy file: %w", ErrCorrupt)
+	}
+	if b[6] == 1 {
+		return 10 + int(binary.LittleEndian.Uint16(b[8:10])), nil
+	}
+	if len(b) < 12 {
+		return 0, fmt.Errorf("truncated .npy header: %w", ErrCorrupt)
+	}
+	return 12 + int(binary.LittleEndian.Uint32(b[8:12])), nil
+}
+
+
+// dtype is the header's type string without the quotes some writers leave in it.
+func dtype(h npy.Header) string { return strings.Trim(h.Descr.Type, "'\" ") }
