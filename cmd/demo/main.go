@@ -100,7 +100,7 @@ func run(dur time.Duration, batch int) error {
 	start := time.Now()
 	for epoch := 1; time.Since(start) < dur; epoch++ {
 		var sum float64
-		const steps = 50
+		const steps = 300
 		for s := 0; s < steps; s++ {
 			if err := sample(train, rng); err != nil {
 				return err
