@@ -1,0 +1,75 @@
+// Command gprun launches the worker processes of a distributed job with the torchrun
+// environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), prefixes their output with
+// their rank, forwards SIGINT/SIGTERM, and restarts them after a failure.
+//
+//	gprun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
+//	      [--max-restarts K] -- PROGRAM ARGS...
+//
+// On a single node the master port is picked free and the rendezvous secret
+// (GP_RDZV_SECRET) generated; several nodes need --master-port and a shared secret
+// (GP_RDZV_SECRET in the launcher's environment, or --rdzv-secret).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gorgonia-parallel/gp/parallel/launch"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, sigs))
+}
+
+// run is gprun with its arguments, output and signals explicit; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
+	fs := flag.NewFlagSet("gprun", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg launch.Config
+	fs.IntVar(&cfg.NProcPerNode, "nproc-per-node", 1, "worker processes on this node")
+	fs.IntVar(&cfg.NProcPerNode, "nproc_per_node", 1, "alias of --nproc-per-node")
+	fs.IntVar(&cfg.NNodes, "nnodes", 1, "number of nodes")
+	fs.IntVar(&cfg.NodeRank, "node-rank", 0, "rank of this node")
+	fs.IntVar(&cfg.NodeRank, "node_rank", 0, "alias of --node-rank")
+	fs.StringVar(&cfg.MasterAddr, "master-addr", "127.0.0.1", "address of rank 0's node")
+	fs.StringVar(&cfg.MasterAddr, "master_addr", "127.0.0.1", "alias of --master-addr")
+	fs.IntVar(&cfg.MasterPort, "master-port", 0, "port of rank 0's store (0: pick a free one; single node only)")
+	fs.IntVar(&cfg.MasterPort, "master_port", 0, "alias of --master-port")
+	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "restarts of the workers after a failure")
+	fs.IntVar(&cfg.MaxRestarts, "max_restarts", 0, "alias of --max-restarts")
+	fs.StringVar(&cfg.RunID, "run-id", "", "job id (TORCHELASTIC_RUN_ID; default random)")
+	fs.StringVar(&cfg.Secret, "rdzv-secret", "", "rendezvous secret (default GP_RDZV_SECRET or random)")
+	backend := fs.String("rdzv-backend", "static", "rendezvous backend: static (rank 0 hosts the store)")
+	fs.String("rdzv-endpoint", "", "rendezvous endpoint (etcd backend; not implemented)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *backend != "static" && *backend != "c10d" {
+		fmt.Fprintf(stderr, "gprun: rendezvous backend %q is not implemented (use static)\n", *backend)
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "gprun: no program given; usage: gprun --nproc-per-node N -- PROGRAM ARGS...")
+		return 2
+	}
+	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
+	cfg.Stdout, cfg.Stderr, cfg.Signals = stdout, stderr, sigs
+	err := launch.Run(ctx, cfg)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "gprun: %v\n", err)
+	var we *launch.WorkerError
+	if errors.As(err, &we) && we.ExitCode > 0 {
+		return we.ExitCode
+	}
+	return 1
+}

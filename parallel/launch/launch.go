@@ -1,0 +1,280 @@
+// Package launch starts and supervises the worker processes of a job on one node, the way
+// torchrun does: it sets the torchrun environment, prefixes output with ranks, forwards
+// signals and restarts the group when a worker fails. cmd/gprun is its command line.
+package launch
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one node's share of a job.
+type Config struct {
+	// NProcPerNode is the number of workers on this node (required).
+	NProcPerNode int
+	// NNodes is the number of nodes (default 1) and NodeRank this node's rank among them.
+	NNodes, NodeRank int
+	// MasterAddr and MasterPort locate rank 0's store (default 127.0.0.1 and, on a single
+	// node, a free port).
+	MasterAddr string
+	MasterPort int
+	// MaxRestarts is how many times the workers are restarted after a failure.
+	MaxRestarts int
+	// RunID names the job (TORCHELASTIC_RUN_ID; default random).
+	RunID string
+	// Secret is the rendezvous secret given to the workers as GP_RDZV_SECRET (default: the
+	// launcher's own GP_RDZV_SECRET, or a random one on a single node).
+	Secret string
+	// Program and Args are the worker's command line.
+	Program string
+	Args    []string
+	// Env is added to the workers' environment (after the launcher's own).
+	Env []string
+	// Stdout and Stderr receive the workers' output, each line prefixed "[rankN]: "
+	// (default os.Stdout and os.Stderr).
+	Stdout, Stderr io.Writer
+	// StopGrace is how long a worker gets between SIGTERM and SIGKILL (default 5s).
+	StopGrace time.Duration
+	// Signals, when set, delivers signals (SIGINT, SIGTERM) to forward to the workers; after
+	// one, Run stops restarting and returns once the workers have exited.
+	Signals <-chan os.Signal
+}
+
+// WorkerError reports the worker whose failure ended the job.
+type WorkerError struct {
+	Rank, LocalRank int
+	// Status is the exit status as the OS reports it ("exit status 3", "signal: killed").
+	Status string
+	// ExitCode is the exit code, or -1 when the worker died of a signal.
+	ExitCode int
+	// Restarts is the number of restarts that preceded the final failure.
+	Restarts int
+}
+
+// Error names the rank and its status.
+func (e *WorkerError) Error() string {
+	return fmt.Sprintf("rank %d (local rank %d) failed: %s (after %d restarts)", e.Rank, e.LocalRank, e.Status, e.Restarts)
+}
+
+// ErrInterrupted is returned when a forwarded signal ended the job.
+var ErrInterrupted = errors.New("launch: interrupted by signal")
+
+// Run runs the workers until they all succeed, or a failure remains after MaxRestarts
+// restarts (a *WorkerError), or ctx ends or a signal arrives (the workers are stopped).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	for restart := 0; ; restart++ {
+		werr, err := runOnce(ctx, &cfg, restart)
+		if err != nil || werr == nil {
+			return err
+		}
+		werr.Restarts = restart
+		if restart >= cfg.MaxRestarts {
+			return werr
+		}
+		fmt.Fprintf(cfg.Stderr, "gprun: %v; restarting the workers (%d/%d)\n", werr, restart+1, cfg.MaxRestarts)
+	}
+}
+
+func (c *Config) defaults() error {
+	if c.NProcPerNode < 1 {
+		return fmt.Errorf("launch: nproc-per-node must be at least 1, got %d", c.NProcPerNode)
+	}
+	if c.Program == "" {
+		return errors.New("launch: no program to run")
+	}
+	c.NNodes = max(1, c.NNodes)
+	if c.NodeRank < 0 || c.NodeRank >= c.NNodes {
+		return fmt.Errorf("launch: node rank %d outside [0,%d)", c.NodeRank, c.NNodes)
+	}
+	if c.MasterAddr == "" {
+		c.MasterAddr = "127.0.0.1"
+	}
+	if c.MasterPort == 0 {
+		if c.NNodes > 1 {
+			return errors.New("launch: several nodes need an explicit master port")
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(c.MasterAddr, "0"))
+		if err != nil {
+			return fmt.Errorf("launch: picking a master port: %w", err)
+		}
+		c.MasterPort = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	if c.RunID == "" {
+		c.RunID = randomHex(8)
+	}
+	if c.Secret == "" {
+		c.Secret = os.Getenv("GP_RDZV_SECRET")
+	}
+	if c.Secret == "" {
+		if c.NNodes > 1 {
+			return errors.New("launch: several nodes need a shared secret (GP_RDZV_SECRET or --rdzv-secret)")
+		}
+		c.Secret = randomHex(16)
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.StopGrace == 0 {
+		c.StopGrace = 5 * time.Second
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type worker struct {
+	cmd             *exec.Cmd
+	rank, localRank int
+	done            chan struct{}
+	err             error
+}
+
+// runOnce starts the workers and waits for them; it returns the first failed worker.
+func runOnce(ctx context.Context, cfg *Config, restart int) (*WorkerError, error) {
+	n := cfg.NProcPerNode
+	world := n * cfg.NNodes
+	var outMu sync.Mutex
+	ws := make([]*worker, n)
+	exited := make(chan *worker, n)
+	stopAll := func(sig syscall.Signal) {
+		for _, w := range ws {
+			if w != nil && w.cmd.Process != nil {
+				w.cmd.Process.Signal(sig)
+			}
+		}
+	}
+	for lr := range n {
+		rank := cfg.NodeRank*n + lr
+		cmd := exec.Command(cfg.Program, cfg.Args...)
+		cmd.Env = append(os.Environ(),
+			"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(lr),
+			"WORLD_SIZE="+strconv.Itoa(world), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
+			"GROUP_RANK="+strconv.Itoa(cfg.NodeRank), "GROUP_WORLD_SIZE="+strconv.Itoa(cfg.NNodes),
+			"ROLE_RANK="+strconv.Itoa(rank), "ROLE_WORLD_SIZE="+strconv.Itoa(world), "ROLE_NAME=default",
+			"MASTER_ADDR="+cfg.MasterAddr, "MASTER_PORT="+strconv.Itoa(cfg.MasterPort),
+			"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart),
+			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(cfg.MaxRestarts),
+			"TORCHELASTIC_RUN_ID="+cfg.RunID, "TORCHELASTIC_USE_AGENT_STORE=False",
+			"GP_RDZV_SECRET="+cfg.Secret)
+		cmd.Env = append(cmd.Env, cfg.Env...)
+		// Own process group: a terminal's Ctrl-C reaches only the launcher, which forwards it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		prefix := fmt.Sprintf("[rank%d]: ", rank)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			stopAll(syscall.SIGKILL)
+			for _, w := range ws[:lr] {
+				<-w.done
+			}
+			return nil, fmt.Errorf("launch: starting rank %d: %w", rank, err)
+		}
+		w := &worker{cmd: cmd, rank: rank, localRank: lr, done: make(chan struct{})}
+		ws[lr] = w
+		pipes := new(sync.WaitGroup)
+		pipes.Add(2)
+		go copyLines(pipes, &outMu, cfg.Stdout, stdout, prefix)
+		go copyLines(pipes, &outMu, cfg.Stderr, stderr, prefix)
+		go func() {
+			pipes.Wait() // reading all output before Wait, as os/exec requires for pipes
+			w.err = cmd.Wait()
+			close(w.done)
+			exited <- w
+		}()
+	}
+
+	var failed *WorkerError
+	var result error
+	stopping := false
+	var killTimer <-chan time.Time
+	ctxDone := ctx.Done()
+	stop := func(sig syscall.Signal) {
+		if !stopping {
+			stopping = true
+			killTimer = time.After(cfg.StopGrace)
+		}
+		stopAll(sig)
+	}
+	for remaining := n; remaining > 0; {
+		select {
+		case w := <-exited:
+			remaining--
+			if w.err != nil && failed == nil && !stopping {
+				failed = &WorkerError{Rank: w.rank, LocalRank: w.localRank, Status: w.err.Error(), ExitCode: -1}
+				var ee *exec.ExitError
+				if errors.As(w.err, &ee) {
+					failed.ExitCode = ee.ExitCode()
+				}
+				stop(syscall.SIGTERM)
+			}
+		case sig := <-cfg.Signals:
+			result = fmt.Errorf("%w %v", ErrInterrupted, sig)
+			if s, ok := sig.(syscall.Signal); ok {
+				stop(s)
+			} else {
+				stop(syscall.SIGTERM)
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			if result == nil {
+				result = fmt.Errorf("launch: %w", ctx.Err())
+			}
+			stop(syscall.SIGTERM)
+		case <-killTimer:
+			stopAll(syscall.SIGKILL)
+		}
+	}
+	if result != nil {
+		return nil, result
+	}
+	return failed, nil
+}
+
+// copyLines copies r to w line by line, each line prefixed.
+func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, prefix string) {
+	defer wg.Done()
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadString('\n')
+		if len(line) > 0 {
+			if line[len(line)-1] != '\n' {
+				line += "\n"
+			}
+			mu.Lock()
+			io.WriteString(w, prefix+line)
+			mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
