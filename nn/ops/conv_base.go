@@ -87,22 +87,13 @@ func kernDo(k kernOp, b *kernBase, in []G.Value) (G.Value, error) {
 	return out, nil
 }
 
-// kernPrealloc runs k into the machine's preallocated value when it fits and aliases no
-// input, else into the op's own output tensor.
-func kernPrealloc(k kernOp, b *kernBase, p G.Value, in []G.Value) (G.Value, error) {
-	if len(in) != b.arity {
-		return nil, fmt.Errorf("%s: %d inputs, want %d", b.name, len(in), b.arity)
-	}
-	dt, err := kernDtype(b.name, in)
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := kernPreallocOK(p, dt, b.outShapeOf(k), in); ok {
-		if err := k.exec(dt, in, d); err != nil {
-			return nil, err
-		}
-		return d, nil
-	}
+// kernPrealloc is UsePreallocDo for every kernel op: it deliberately ignores the machine's
+// register value p and runs into the op's own reused output. A tape machine hands an op the
+// value last written to its register, and that value can share memory with a value that is
+// still live (ops that return pointers, such as gorgonia's Reshape, alias their input), so
+// writing into it could corrupt another node; the op's own tensor is never shared that way
+// and is reused across runs just the same.
+func kernPrealloc(k kernOp, b *kernBase, _ G.Value, in []G.Value) (G.Value, error) {
 	return kernDo(k, b, in)
 }
 

@@ -33,7 +33,7 @@ func (op *convDataGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { retu
 // Do computes dx into the op's own output tensor.
 func (op *convDataGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo computes dx into prealloc when it fits.
+// UsePreallocDo computes dx into the op's reused output (see kernPrealloc).
 func (op *convDataGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }
@@ -112,7 +112,7 @@ func (op *convFilterGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 // Do computes dw into the op's own output tensor.
 func (op *convFilterGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo computes dw into prealloc when it fits.
+// UsePreallocDo computes dw into the op's reused output (see kernPrealloc).
 func (op *convFilterGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }
@@ -188,7 +188,7 @@ func (op *biasGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return o
 // Do computes db into the op's own output tensor.
 func (op *biasGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo computes db into prealloc when it fits.
+// UsePreallocDo computes db into the op's reused output (see kernPrealloc).
 func (op *biasGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }

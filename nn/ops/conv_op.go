@@ -123,7 +123,7 @@ func (op *conv2dOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.
 // Do runs the convolution into the op's own output tensor.
 func (op *conv2dOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo runs the convolution into prealloc when it fits.
+// UsePreallocDo runs the convolution into the op's reused output (see kernPrealloc).
 func (op *conv2dOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }

@@ -192,28 +192,6 @@ func (b *kernOut) get(dt tensor.Dtype, shape tensor.Shape) (*tensor.Dense, error
 	return b.t, nil
 }
 
-// kernPreallocOK reports whether a machine's preallocated value p can receive an output of
-// dtype dt and the given shape without aliasing any input.
-func kernPreallocOK(p G.Value, dt tensor.Dtype, shape tensor.Shape, inputs []G.Value) (*tensor.Dense, bool) {
-	d, ok := p.(*tensor.Dense)
-	if !ok || d == nil || d.Dtype() != dt || !d.Shape().Eq(shape) || d.IsView() {
-		return nil, false
-	}
-	lo := d.Uintptr()
-	hi := lo + d.MemSize()
-	for _, in := range inputs {
-		if in == nil {
-			continue
-		}
-		ilo := in.Uintptr()
-		ihi := ilo + in.MemSize()
-		if ilo < hi && lo < ihi {
-			return nil, false
-		}
-	}
-	return d, true
-}
-
 // kernData returns v's contiguous elements as []T, checking the dtype and the number of
 // elements; views are materialised (a copy).
 func kernData[T Float](op string, v G.Value, what string, size int) ([]T, error) {

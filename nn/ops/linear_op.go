@@ -74,7 +74,7 @@ func (op *linearOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.
 // Do computes y into the op's own output tensor.
 func (op *linearOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo computes y into prealloc when it fits.
+// UsePreallocDo computes y into the op's reused output (see kernPrealloc).
 func (op *linearOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }
@@ -180,7 +180,7 @@ func (op *linearGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 // Do computes the gradient into the op's own output tensor.
 func (op *linearGradOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo computes the gradient into prealloc when it fits.
+// UsePreallocDo computes the gradient into the op's reused output (see kernPrealloc).
 func (op *linearGradOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }

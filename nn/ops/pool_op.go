@@ -118,7 +118,7 @@ func (op *maxPoolOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op
 // Do runs the op into its own output tensor.
 func (op *maxPoolOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo runs the op into prealloc when it fits.
+// UsePreallocDo runs the op into the op's reused output (see kernPrealloc).
 func (op *maxPoolOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }
@@ -229,7 +229,7 @@ func (op *avgPoolOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 // Do runs the op into its own output tensor.
 func (op *avgPoolOp) Do(in ...G.Value) (G.Value, error) { return kernDo(op, &op.kernBase, in) }
 
-// UsePreallocDo runs the op into prealloc when it fits.
+// UsePreallocDo runs the op into the op's reused output (see kernPrealloc).
 func (op *avgPoolOp) UsePreallocDo(p G.Value, in ...G.Value) (G.Value, error) {
 	return kernPrealloc(op, &op.kernBase, p, in)
 }
