@@ -51,3 +51,37 @@ func TestActValues(t *testing.T) {
 		m.Close()
 	}
 }
+
+// TestActReLUEdges: ReLU of ±0 is +0 with gradient 0; NaN propagates.
+func TestActReLUEdges(t *testing.T) {
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		g := G.NewGraph()
+		x := constNode(g, dt, "x", []float64{math.Copysign(0, -1), 0, -2, 3, math.NaN()}, 5)
+		y, err := ReLU(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cost, err := Sum(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs, err := G.Grad(cost, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := runGraph(t, g)
+		yv, dv := f64s(t, y), f64s(t, gs[0])
+		for i, want := range []float64{0, 0, 0, 3} {
+			if yv[i] != want || math.Signbit(yv[i]) {
+				t.Errorf("%v: relu[%d] = %v, want %v", dt, i, yv[i], want)
+			}
+		}
+		if !math.IsNaN(yv[4]) {
+			t.Errorf("%v: relu(NaN) = %v", dt, yv[4])
+		}
+		if want := []float64{0, 0, 0, 1}; fmt.Sprint(dv[:4]) != fmt.Sprint(want) {
+			t.Errorf("%v: grad %v, want %v", dt, dv[:4], want)
+		}
+		m.Close()
+	}
+}
