@@ -1,0 +1,154 @@
+package swin
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// attnGradOp computes dqkv [Bw, N, 3C] from (qkv, dy) and the forward's probabilities, and
+// leaves the bias gradient (summed over windows) in the forward op for attnTableGradOp.
+type attnGradOp struct {
+	opBase
+	fwd *attnOp
+	out outBuf
+	s32 [][]float32 // per worker: dP/dS scratch [N, N]
+	s64 [][]float64
+	acc [][]float64 // per worker: bias gradient [heads, N, N]
+}
+
+func (op *attnGradOp) Arity() int    { return 2 }
+func (op *attnGradOp) Type() hm.Type { return fnType(3, 3, 3) }
+func (op *attnGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.fwd.bw, op.fwd.n, 3 * op.fwd.c}, nil
+}
+
+func (op *attnGradOp) Do(vals ...G.Value) (G.Value, error) {
+	f := op.fwd
+	if len(vals) != 2 {
+		return nil, fmt.Errorf("%s: got %d inputs, want 2", op.name, len(vals))
+	}
+	qkv, err := dense(op.name, "qkv", vals[0], f.bw*f.n*3*f.c)
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dense(op.name, "output gradient", vals[1], f.bw*f.n*f.c)
+	if err != nil {
+		return nil, err
+	}
+	dq := op.out.get(qkv.Dtype(), tensor.Shape{f.bw, f.n, 3 * f.c})
+	if qkv.Dtype() == tensor.Float32 {
+		if len(f.p32) != f.bw*f.heads*f.n*f.n {
+			return nil, fmt.Errorf("%s: the forward has not run in float32", op.name)
+		}
+		attnBackward(op, data[float32](qkv), data[float32](dy), data[float32](dq), f.p32, &op.s32)
+	} else {
+		if len(f.p64) != f.bw*f.heads*f.n*f.n {
+			return nil, fmt.Errorf("%s: the forward has not run in float64", op.name)
+		}
+		attnBackward(op, data[float64](qkv), data[float64](dy), data[float64](dq), f.p64, &op.s64)
+	}
+	return dq, nil
+}
+
+func attnBackward[T float](op *attnGradOp, qkv, dy, dq, p []T, scratch *[][]T) {
+	f := op.fwd
+	n, c, hd := f.n, f.c, f.c/f.heads
+	nn := n * n
+	scale := T(1 / float64Sqrt(hd))
+	workers := min(f.bw, maxWorkers())
+	for len(*scratch) < workers {
+		*scratch = append(*scratch, make([]T, nn))
+	}
+	for len(op.acc) < workers {
+		op.acc = append(op.acc, make([]float64, f.heads*nn))
+	}
+	used := parallel(f.bw, func(w, lo, hi int) {
+		ds := (*scratch)[w]
+		acc := op.acc[w]
+		clear(acc)
+		for b := lo; b < hi; b++ {
+			base, dbase := qkv[b*n*3*c:], dq[b*n*3*c:]
+			for h := range f.heads {
+				q, k, v := base[h*hd:], base[c+h*hd:], base[2*c+h*hd:]
+				pr := p[(b*f.heads+h)*nn : (b*f.heads+h+1)*nn]
+				do := dy[b*n*c+h*hd:]
+				gemm(true, false, n, hd, n, 1, pr, n, do, c, 0, dbase[2*c+h*hd:], 3*c) // dV = Pᵀ dO
+				gemm(false, true, n, n, hd, 1, do, c, v, 3*c, 0, ds, n)                // dP = dO Vᵀ
+				a := acc[h*nn : (h+1)*nn]
+				for i := range n {
+					pi, di := pr[i*n:(i+1)*n], ds[i*n:(i+1)*n]
+					var dot float64
+					for j := range pi {
+						dot += float64(pi[j]) * float64(di[j])
+					}
+					for j := range pi {
+						g := float64(pi[j]) * (float64(di[j]) - dot)
+						di[j] = T(g)
+						a[i*n+j] += g
+					}
+				}
+				gemm(false, false, n, hd, n, scale, ds, n, k, 3*c, 0, dbase[h*hd:], 3*c)  // dQ = s dS K
+				gemm(true, false, n, hd, n, scale, ds, n, q, 3*c, 0, dbase[c+h*hd:], 3*c) // dK = s dSᵀ Q
+			}
+		}
+	})
+	f.dBias = grow(f.dBias, f.heads*nn)
+	clear(f.dBias)
+	for w := range used {
+		for i, v := range op.acc[w] {
+			f.dBias[i] += v
+		}
+	}
+}
+
+// attnTableGradOp scatters the bias gradient [heads, N, N] into the table's layout [T, heads]
+// through the relative position index. Its input (dqkv) only orders it after attnGradOp.
+type attnTableGradOp struct {
+	opBase
+	fwd *attnOp
+	out outBuf
+}
+
+func (op *attnTableGradOp) Arity() int    { return 1 }
+func (op *attnTableGradOp) Type() hm.Type { return fnType(2, 3) }
+func (op *attnTableGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.fwd.tRows, op.fwd.heads}, nil
+}
+
+func (op *attnTableGradOp) Do(vals ...G.Value) (G.Value, error) {
+	f := op.fwd
+	if len(vals) != 1 {
+		return nil, fmt.Errorf("%s: got %d inputs, want 1", op.name, len(vals))
+	}
+	dq, err := dense(op.name, "qkv gradient", vals[0], -1)
+	if err != nil {
+		return nil, err
+	}
+	nn := f.n * f.n
+	if len(f.dBias) != f.heads*nn {
+		return nil, fmt.Errorf("%s: the attention backward has not run", op.name)
+	}
+	dt := op.out.get(dq.Dtype(), tensor.Shape{f.tRows, f.heads})
+	if dq.Dtype() == tensor.Float32 {
+		scatterTable(f, data[float32](dt))
+	} else {
+		scatterTable(f, data[float64](dt))
+	}
+	return dt, nil
+}
+
+func scatterTable[T float](f *attnOp, dt []T) {
+	acc := make([]float64, len(dt))
+	nn := f.n * f.n
+	for h := range f.heads {
+		for i, j := range f.relIdx {
+			acc[int(j)*f.heads+h] += f.dBias[h*nn+i]
+		}
+	}
+	for i, v := range acc {
+		dt[i] = T(v)
+	}
+}
