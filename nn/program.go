@@ -3,6 +3,7 @@ package nn
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -60,7 +61,27 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 			}
 		}
 	}
-	p.machine = G.NewTapeMachine(b.Graph)
+	// Run only what the loss, the outputs and the gradients need: an op's SymDiff creates the
+	// gradients of all its inputs, and those of inputs that need none (the images fed to the
+	// first convolution) would otherwise be computed at every step for nothing.
+	roots := G.Nodes{}
+	if loss != nil {
+		roots = append(roots, loss)
+	}
+	names := make([]string, 0, len(b.outputs))
+	for name := range b.outputs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		roots = append(roots, b.outputs[name])
+	}
+	roots = append(roots, p.grads...)
+	g := b.Graph
+	if len(roots) > 0 {
+		g = g.ExactSubgraphRoots(roots...)
+	}
+	p.machine = G.NewTapeMachine(g)
 	return p, nil
 }
 
