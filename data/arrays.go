@@ -276,6 +276,5 @@ func npyDataOffset(b []byte) (int, error) {
 	return 12 + int(binary.LittleEndian.Uint32(b[8:12])), nil
 }
 
-
 // dtype is the header's type string without the quotes some writers leave in it.
 func dtype(h npy.Header) string { return strings.Trim(h.Descr.Type, "'\" ") }

@@ -3,14 +3,14 @@ package data_test
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"codeberg.org/sbinet/npyio/npy"

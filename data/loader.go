@@ -253,4 +253,3 @@ func (l *Loader) skip(i int, err error) {
 	}
 	l.mu.Unlock()
 }
-

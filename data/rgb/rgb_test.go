@@ -2,9 +2,9 @@ package rgb_test
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"errors"
 	"image"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
