@@ -74,7 +74,7 @@ func newConfig(opts []Option) config {
 		timeout:        30 * time.Minute,
 		connectTimeout: 5 * time.Minute,
 		streams:        2,
-		chunkBytes:     256 << 10,
+		chunkBytes:     1 << 20,
 		smallBytes:     64 << 10,
 		debug:          os.Getenv("GP_COMM_DEBUG") != "" && os.Getenv("GP_COMM_DEBUG") != "0",
 	}
@@ -99,7 +99,7 @@ func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.con
 // (default 2). All ranks must use the same value.
 func WithStreams(n int) Option { return func(c *config) { c.streams = max(1, n) } }
 
-// WithChunkBytes sets the pipelining chunk of ring algorithms (default 256 KiB). All ranks
+// WithChunkBytes sets the pipelining chunk of ring algorithms (default 1 MiB). All ranks
 // must use the same value.
 func WithChunkBytes(n int) Option { return func(c *config) { c.chunkBytes = max(64, n) } }
 

@@ -1,0 +1,243 @@
+// Command comm benchmarks the process group's collectives over loopback TCP against
+// torch.distributed's gloo backend, as real processes at world 2 and 4. It prints a table and
+// writes bench/results/comm.json. Bus bandwidth follows nccl-tests: algbw = bytes/time;
+// all-reduce busbw = algbw*2(n-1)/n, reduce-scatter and all-gather busbw = algbw*(n-1)/n,
+// broadcast busbw = algbw. bytes is the full buffer (the input of reduce-scatter, the output
+// of all-gather).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/launch"
+)
+
+var ops = []string{"all-reduce", "reduce-scatter", "all-gather", "broadcast"}
+
+// plan is the sizes (bytes) and iteration counts: fewer iterations for larger sizes keep the
+// whole run (both systems, both worlds) within about ten minutes.
+func plan() [][2]int {
+	var p [][2]int
+	for b := 4 << 10; b <= 256<<20; b *= 4 {
+		p = append(p, [2]int{b, max(3, min(300, (64<<20)/b))})
+	}
+	return p
+}
+
+type row struct {
+	Op           string   `json:"op"`
+	World        int      `json:"world"`
+	Bytes        int      `json:"bytes"`
+	BusBW        float64  `json:"busbw_gbps"`
+	Latency      float64  `json:"latency_s"`
+	GlooBusBW    *float64 `json:"gloo_busbw_gbps"`
+	GlooLatency  *float64 `json:"gloo_latency_s"`
+	Ratio        *float64 `json:"ratio"`
+	GlooNote     string   `json:"gloo_note,omitempty"`
+	measuredGloo bool
+}
+
+type sample struct {
+	Op      string  `json:"op"`
+	World   int     `json:"world"`
+	Bytes   int     `json:"bytes"`
+	Latency float64 `json:"latency_s"`
+	Error   string  `json:"error"`
+}
+
+func main() {
+	if os.Getenv("GP_BENCH_WORKER") != "" {
+		if err := worker(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := parent(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/comm:", err)
+		os.Exit(1)
+	}
+}
+
+func parent() error {
+	ctx := context.Background()
+	var args []string
+	for _, p := range plan() {
+		args = append(args, fmt.Sprintf("%d:%d", p[0], p[1]))
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	script := filepath.Join("bench", "comm", "gloo_bench.py")
+	haveTorch := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() == nil
+	var rows []row
+	for _, world := range []int{2, 4} {
+		fmt.Fprintf(os.Stderr, "world %d: gp...\n", world)
+		gp, err := runJob(ctx, world, self, args, []string{"GP_BENCH_WORKER=1", "OPENBLAS_NUM_THREADS=1"})
+		if err != nil {
+			return fmt.Errorf("gp workers: %w", err)
+		}
+		gloo := map[string]sample{}
+		note := "python3-torch not installed (/usr/bin/python3 cannot import torch.distributed)"
+		if haveTorch {
+			fmt.Fprintf(os.Stderr, "world %d: gloo...\n", world)
+			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1"})
+			if err != nil {
+				note = "gloo run failed: " + err.Error()
+			}
+			for _, s := range gs {
+				gloo[fmt.Sprint(s.Op, s.Bytes)] = s
+			}
+		}
+		for _, s := range gp {
+			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Latency: s.Latency, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
+			if g, ok := gloo[fmt.Sprint(s.Op, s.Bytes)]; ok && g.Error == "" {
+				bw := busbw(s.Op, world, s.Bytes, g.Latency)
+				ratio := r.BusBW / bw
+				r.GlooBusBW, r.GlooLatency, r.Ratio = &bw, &g.Latency, &ratio
+			} else if ok {
+				r.GlooNote = "gloo: " + g.Error
+			} else {
+				r.GlooNote = note
+			}
+			rows = append(rows, r)
+		}
+	}
+	printTable(rows)
+	if err := os.MkdirAll(filepath.Join("bench", "results"), 0o755); err != nil {
+		return err
+	}
+	out, _ := json.MarshalIndent(rows, "", "  ")
+	fmt.Printf("wrote bench/results/comm.json (%d rows)\n", len(rows))
+	return os.WriteFile(filepath.Join("bench", "results", "comm.json"), append(out, '\n'), 0o644)
+}
+
+func busbw(op string, n, bytes int, lat float64) float64 {
+	algbw := float64(bytes) / lat / 1e9
+	switch op {
+	case "all-reduce":
+		return algbw * 2 * float64(n-1) / float64(n)
+	case "reduce-scatter", "all-gather":
+		return algbw * float64(n-1) / float64(n)
+	}
+	return algbw
+}
+
+// runJob launches world ranks of program and returns rank 0's JSON lines.
+func runJob(ctx context.Context, world int, program string, args, env []string) ([]sample, error) {
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+	defer cancel()
+	err := launch.Run(ctx, launch.Config{NProcPerNode: world, Program: program, Args: args, Env: env, Stdout: &out, Stderr: &errb})
+	var res []sample
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "[rank0]: ")
+		if !ok || !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var s sample
+		if json.Unmarshal([]byte(line), &s) == nil {
+			res = append(res, s)
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("%w\n%s", err, tail(errb.String(), 2000))
+	}
+	return res, nil
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
+
+func printTable(rows []row) {
+	fmt.Printf("%-15s %5s %10s %12s %12s %12s %12s %7s\n", "op", "world", "bytes", "busbw GB/s", "latency ms", "gloo GB/s", "gloo ms", "ratio")
+	for _, r := range rows {
+		g, gl, ra := "n/a", "n/a", "n/a"
+		if r.GlooBusBW != nil {
+			g, gl, ra = fmt.Sprintf("%.3f", *r.GlooBusBW), fmt.Sprintf("%.3f", *r.GlooLatency*1e3), fmt.Sprintf("%.2fx", *r.Ratio)
+		}
+		fmt.Printf("%-15s %5d %10d %12.3f %12.3f %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.BusBW, r.Latency*1e3, g, gl, ra)
+	}
+	fmt.Println("busbw: nccl-tests definition; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
+}
+
+func worker() error {
+	ctx := context.Background()
+	g, err := comm.InitFromEnv(ctx, benchOptions()...)
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	n, r := g.Size(), g.Rank()
+	for _, op := range ops {
+		for _, p := range plan() {
+			nbytes, iters := p[0], p[1]
+			count := nbytes / 4
+			count -= count % n
+			shard := count / n
+			var fn func() comm.Work
+			switch op {
+			case "all-reduce":
+				b := make(comm.F32, count)
+				fn = func() comm.Work { return g.AllReduce(b, comm.Sum) }
+			case "reduce-scatter":
+				src, dst := make(comm.F32, count), make(comm.F32, shard)
+				fn = func() comm.Work { return g.ReduceScatter(dst, src, comm.Sum) }
+			case "all-gather":
+				src, dst := make(comm.F32, shard), make(comm.F32, count)
+				fn = func() comm.Work { return g.AllGather(dst, src) }
+			default:
+				b := make(comm.F32, count)
+				fn = func() comm.Work { return g.Broadcast(b, 0) }
+			}
+			if err := fn().Wait(ctx); err != nil {
+				return err
+			}
+			if err := g.Barrier().Wait(ctx); err != nil {
+				return err
+			}
+			start := time.Now()
+			for range iters {
+				if err := fn().Wait(ctx); err != nil {
+					return err
+				}
+			}
+			lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
+			if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
+				return err
+			}
+			if r == 0 {
+				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0]})
+				fmt.Println(string(b))
+			}
+		}
+	}
+
+	return nil
+}
+
+// benchOptions are the group options; GP_BENCH_STREAMS and GP_BENCH_CHUNK override the
+// defaults for tuning experiments.
+func benchOptions() []comm.Option {
+	opts := []comm.Option{comm.WithTimeout(5 * time.Minute)}
+	if v, err := strconv.Atoi(os.Getenv("GP_BENCH_STREAMS")); err == nil {
+		opts = append(opts, comm.WithStreams(v))
+	}
+	if v, err := strconv.Atoi(os.Getenv("GP_BENCH_CHUNK")); err == nil {
+		opts = append(opts, comm.WithChunkBytes(v))
+	}
+	return opts
+}
