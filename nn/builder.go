@@ -25,6 +25,7 @@ type buildConfig struct {
 	gradBuf        []float32
 	privateBuffers bool
 	reducer        ops.StatsReducer
+	cast           CastPolicy
 }
 
 // BuildOption configures Compile.

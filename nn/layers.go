@@ -46,8 +46,15 @@ func (l *Linear) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 			return nil, err
 		}
 	}
-	y, err := ops.Linear(x, w, bias)
-	return y, wrap(l.path, "Linear", err)
+	in, err := b.Autocast(l.path, x, w, bias)
+	if err != nil {
+		return nil, err
+	}
+	y, err := ops.Linear(in[0], in[1], in[2])
+	if err != nil {
+		return nil, wrap(l.path, "Linear", err)
+	}
+	return b.AutocastOutput(l.path, y)
 }
 
 // Conv2d is torch.nn.Conv2d on NCHW input. Parameters "weight" [Out, In/Groups, kh, kw] and
@@ -93,8 +100,15 @@ func (c *Conv2d) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 			return nil, err
 		}
 	}
-	y, err := ops.Conv2d(x, w, bias, ops.ConvOpts{Stride: c.Stride, Padding: c.Padding, Dilation: c.Dilation, Groups: c.Groups})
-	return y, wrap(c.path, "Conv2d", err)
+	in, err := b.Autocast(c.path, x, w, bias)
+	if err != nil {
+		return nil, err
+	}
+	y, err := ops.Conv2d(in[0], in[1], in[2], ops.ConvOpts{Stride: c.Stride, Padding: c.Padding, Dilation: c.Dilation, Groups: c.Groups})
+	if err != nil {
+		return nil, wrap(c.path, "Conv2d", err)
+	}
+	return b.AutocastOutput(c.path, y)
 }
 
 // BatchNorm2d is torch.nn.BatchNorm2d: parameters "weight" and "bias" [C], buffers
