@@ -1,0 +1,133 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// ErrModelMismatch is wrapped by New's error when the ranks' models differ in parameter or
+// buffer names, shapes, dtypes or order.
+var ErrModelMismatch = errors.New("ddp: models differ across ranks")
+
+// ErrUnusedParameters is wrapped by the error of a step in which parameters got no gradient
+// and neither FindUnusedParameters nor StaticGraph was given.
+var ErrUnusedParameters = errors.New("ddp: parameters received no gradient")
+
+// DDP wraps one rank's model replica and the process group that connects the replicas.
+// It is driven from one goroutine (the training loop); Program.Run and Join block.
+type DDP struct {
+	// Model is the wrapped model; its parameters, gradients and buffers are this rank's
+	// replica.
+	Model *nn.Model
+
+	g          comm.Group
+	cfg        config
+	rank, size int
+	flat       []*nn.Param // parameters in buffer order
+	flatPos    []int       // by Param.Index: position in flat
+	buckets    []*Bucket
+	byParam    []int // by Param.Index: bucket index
+	tl         *Timeline
+	steps      int // synchronised steps completed (shadowed ones included)
+	rebuilt    bool
+	noSync     bool
+	static     []bool // by Param.Index: unused in the first step (StaticGraph)
+	staticSeen bool
+	st         stepState
+	join       *joinState
+
+	bufF32 []float32
+	bufI64 []int64
+}
+
+// New wraps model for the process group g: it checks that every rank's model has the same
+// parameters and buffers (names, shapes, dtypes, order), failing with an error that names
+// each differing rank and parameter, then broadcasts rank 0's parameters and buffers to
+// every rank and lays out the gradient buckets. Every rank calls New with the same options.
+func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*DDP, error) {
+	if model == nil || model.Params == nil {
+		return nil, fmt.Errorf("ddp: rank %d: nil model", g.Rank())
+	}
+	d := &DDP{Model: model, g: g, cfg: newConfig(opts), rank: g.Rank(), size: g.Size()}
+	d.tl = &Timeline{rank: d.rank}
+	ps := model.Params
+	if err := checkModels(ctx, g, ps); err != nil {
+		return nil, err
+	}
+	if err := g.Broadcast(comm.F32(ps.Data), 0).Wait(ctx); err != nil {
+		return nil, fmt.Errorf("ddp: rank %d: broadcast of rank 0's parameters: %w", d.rank, err)
+	}
+	if err := d.broadcastBuffers(ctx, 0); err != nil {
+		return nil, err
+	}
+	d.flat = flatOrder(ps)
+	d.flatPos = make([]int, len(ps.Params))
+	for i, p := range d.flat {
+		d.flatPos[p.Index] = i
+	}
+	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(d.flat, d.cfg.firstBucket, d.cfg.bucketCap))
+	return d, nil
+}
+
+// Rank is this replica's rank.
+func (d *DDP) Rank() int { return d.rank }
+
+// Size is the world size.
+func (d *DDP) Size() int { return d.size }
+
+// Group is the process group.
+func (d *DDP) Group() comm.Group { return d.g }
+
+// Buckets returns the current buckets in launch order. They change once, after the first
+// synchronised step (see NoBucketRebuild).
+func (d *DDP) Buckets() []*Bucket { return d.buckets }
+
+// Timeline returns this rank's timeline.
+func (d *DDP) Timeline() *Timeline { return d.tl }
+
+// NoSync runs fn with gradient synchronisation off, as PyTorch's no_sync(): the programs
+// run inside fn accumulate gradients locally, and the next synchronised step reduces the
+// accumulated gradients. Buffers are still broadcast and SyncBatchNorm still reduces.
+func (d *DDP) NoSync(fn func() error) error {
+	prev := d.noSync
+	d.noSync = true
+	defer func() { d.noSync = prev }()
+	return fn()
+}
+
+// broadcastBuffers copies root's buffers (float32 and int64 alike) to every rank with at
+// most two broadcasts.
+func (d *DDP) broadcastBuffers(ctx context.Context, root int) error {
+	bufs := d.Model.Params.Buffers
+	if len(bufs) == 0 {
+		return nil
+	}
+	start := time.Now()
+	d.bufF32, d.bufI64 = d.bufF32[:0], d.bufI64[:0]
+	for _, b := range bufs {
+		d.bufF32 = append(d.bufF32, b.Data...)
+		d.bufI64 = append(d.bufI64, b.Int64...)
+	}
+	if len(d.bufF32) > 0 {
+		if err := d.g.Broadcast(comm.F32(d.bufF32), root).Wait(ctx); err != nil {
+			return fmt.Errorf("ddp: rank %d: broadcast of rank %d's float32 buffers: %w", d.rank, root, err)
+		}
+	}
+	if len(d.bufI64) > 0 {
+		if err := d.g.Broadcast(comm.I64(d.bufI64), root).Wait(ctx); err != nil {
+			return fmt.Errorf("ddp: rank %d: broadcast of rank %d's int64 buffers: %w", d.rank, root, err)
+		}
+	}
+	f, i := 0, 0
+	for _, b := range bufs {
+		f += copy(b.Data, d.bufF32[f:])
+		i += copy(b.Int64, d.bufI64[i:])
+	}
+	d.tl.add(Event{Name: EvBuffers, Step: d.steps, Bucket: -1, Start: start, End: time.Now()})
+	return nil
+}

@@ -1,0 +1,45 @@
+// Package ddp is DistributedDataParallel: it keeps one model replica per rank in step by
+// reducing gradients in buckets while backward is still running (DESIGN.md §5).
+//
+// The split follows PyTorch's c10d: package comm moves bytes, this package decides when a
+// bucket of gradients is ready and launches its reduction, and the model never learns that
+// it is distributed. A typical loop:
+//
+//	d, err := ddp.New(ctx, model, group)           // checks models agree, broadcasts rank 0's
+//	prog, err := d.Compile(build)                  // adds the gradient hooks
+//	for each batch {
+//		model.Params.ZeroGrad()
+//		prog.SetInput("images", x) ...
+//		err = prog.Step(ctx, opt)                  // forward, backward+all-reduce, average, opt.Step
+//	}
+//
+// # Buckets and zero copy
+//
+// Gradients live in nn.ParamSet.Grad, one flat buffer laid out in reverse registration
+// order. A Bucket is a contiguous range of that buffer, so reducing it needs no copy. The
+// first bucket is small (1 MiB) so that communication starts early; the others are capped at
+// 25 MiB. After the first synchronised step the buckets are rebuilt once from the order in
+// which gradients actually arrived; because a bucket must stay a contiguous range, the
+// rebuild can only move the cuts: each cut is moved to the nearest point at which every
+// gradient before it has arrived before every gradient after it (a "closure point"), so no
+// bucket waits for a gradient that arrives late while holding many that arrived early.
+// Rank 0 decides the cuts and broadcasts them, so every rank has the same buckets.
+//
+// Buckets are launched strictly in index order, whatever order they fill in, so every rank
+// issues the same collectives in the same order (comm matches them by sequence number).
+//
+// # Collective order
+//
+// A synchronised step issues, in this order: the join handshake (inside Join only), the
+// buffer broadcast (BroadcastBuffers), the SyncBatchNorm reductions of forward and backward
+// interleaved with the bucket reductions as the tape reaches them, and once, after the first
+// step, the bucket rebuild broadcast. All ranks must run the same graph for this order to
+// agree. SyncBatchNorm's backward reductions queue behind the buckets already launched (comm
+// runs collectives one at a time), which costs overlap; PyTorch's NCCL stream behaves alike.
+//
+// # Errors
+//
+// A step that fails still launches every remaining bucket before it returns, so the other
+// ranks are never left waiting for a collective this rank will not issue; a dead peer makes
+// comm fail every pending and later collective, and the error names the bucket and the rank.
+package ddp

@@ -1,0 +1,285 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	G "gorgonia.org/gorgonia"
+)
+
+const (
+	side    = 6 // input images are 3×side×side
+	classes = 5
+)
+
+// convNet is conv-[BN]-ReLU-conv-[BN]-ReLU-pool-flatten-linear, small enough for 2 cores.
+func convNet(bn bool) nn.Module {
+	var names []string
+	var layers []nn.Module
+	add := func(n string, m nn.Module) { names, layers = append(names, n), append(layers, m) }
+	add("conv1", &nn.Conv2d{In: 3, Out: 4, Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Bias: !bn})
+	if bn {
+		add("bn1", &nn.BatchNorm2d{C: 4})
+	}
+	add("relu1", &nn.ReLU{})
+	add("conv2", &nn.Conv2d{In: 4, Out: 6, Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, Bias: !bn})
+	if bn {
+		add("bn2", &nn.BatchNorm2d{C: 6})
+	}
+	add("relu2", &nn.ReLU{})
+	add("pool", &nn.AdaptiveAvgPool2d{})
+	add("flat", &nn.Flatten{})
+	add("fc", &nn.Linear{In: 6, Out: classes})
+	return &nn.Sequential{Names: names, Layers: layers}
+}
+
+// classify declares images [batch,3,side,side] and labels [batch] and returns the mean
+// cross-entropy.
+func classify(batch int) nn.BuildFunc {
+	return func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("images", batch, 3, side, side)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("labels", batch)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := b.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		b.Output("logits", logits)
+		if !b.Training() {
+			return nil, nil
+		}
+		return ops.CrossEntropy(logits, y, 0)
+	}
+}
+
+// globalBatch is the data of step, micro-batch micro, samples [lo,hi) of the global batch.
+func globalBatch(step, micro, lo, hi int) (x, y []float32) {
+	per := 3 * side * side
+	for i := lo; i < hi; i++ {
+		rng := rand.New(rand.NewSource(int64(step*1_000_003 + micro*10_007 + i)))
+		for range per {
+			x = append(x, float32(rng.NormFloat64()+0.3))
+		}
+		y = append(y, float32(rng.Intn(classes)))
+	}
+	return x, y
+}
+
+func feed(p interface {
+	SetInput(string, []float32) error
+}, step, micro, lo, hi int) error {
+	x, y := globalBatch(step, micro, lo, hi)
+	if err := p.SetInput("images", x); err != nil {
+		return err
+	}
+	return p.SetInput("labels", y)
+}
+
+func newOpt(m *nn.Model) (optim.Optimizer, error) {
+	segs, err := optim.Segments(m.Params, 1e-4)
+	if err != nil {
+		return nil, err
+	}
+	return optim.NewSGD(segs, 0.1, optim.WithMomentum(0.9))
+}
+
+// reference trains one process on the concatenated global batch (world·per samples per
+// micro-batch, micro micro-batches accumulated per step).
+func reference(bn bool, world, per, steps, micro int) (*nn.Model, error) {
+	m, err := nn.NewModel(convNet(bn), nn.WithSeed(1))
+	if err != nil {
+		return nil, err
+	}
+	p, err := nn.Compile(m, classify(world*per))
+	if err != nil {
+		return nil, err
+	}
+	opt, err := newOpt(m)
+	if err != nil {
+		return nil, err
+	}
+	for s := range steps {
+		m.Params.ZeroGrad()
+		for k := range micro {
+			if err := feed(p, s, k, 0, world*per); err != nil {
+				return nil, err
+			}
+			if err := p.Run(context.Background()); err != nil {
+				return nil, err
+			}
+		}
+		if err := opt.Step(); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// rel is ‖a−b‖/‖b‖.
+func rel(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+// compareModels checks every parameter and float buffer of got against want.
+func compareModels(got, want *nn.Model, tol float64) error {
+	for _, p := range want.Params.Params {
+		if r := rel(got.Params.Param(p.Name).Data, p.Data); !(r <= tol) {
+			return fmt.Errorf("parameter %s: rel %.3g > %.1g", p.Name, r, tol)
+		}
+	}
+	for _, b := range want.Params.Buffers {
+		gb := got.Params.Buffer(b.Name)
+		if b.Data != nil {
+			if r := rel(gb.Data, b.Data); !(r <= tol) {
+				return fmt.Errorf("buffer %s: rel %.3g > %.1g", b.Name, r, tol)
+			}
+		} else if gb.Int64[0] != b.Int64[0] {
+			return fmt.Errorf("buffer %s: %d, want %d", b.Name, gb.Int64[0], b.Int64[0])
+		}
+	}
+	return nil
+}
+
+// sameBits reports whether two models' parameters and buffers are bit-identical.
+func sameBits(a, b *nn.Model) error {
+	for i, v := range a.Params.Data {
+		if math.Float32bits(v) != math.Float32bits(b.Params.Data[i]) {
+			return fmt.Errorf("parameter element %d differs: %g vs %g", i, v, b.Params.Data[i])
+		}
+	}
+	for i, buf := range a.Params.Buffers {
+		for j, v := range buf.Data {
+			if v != b.Params.Buffers[i].Data[j] {
+				return fmt.Errorf("buffer %s differs", buf.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// cluster is n in-process ranks, each with a model (seeded differently, so that New's
+// broadcast matters), a DDP and a program.
+type cluster struct {
+	groups []comm.Group
+	models []*nn.Model
+	ddps   []*DDP
+	progs  []*Program
+	opts   []optim.Optimizer
+}
+
+// newCluster creates the ranks: New concurrently (it communicates), Compile serially.
+func newCluster(t testing.TB, groups []comm.Group, bn bool, per int, opts ...Option) *cluster {
+	t.Helper()
+	n := len(groups)
+	c := &cluster{groups: groups, models: make([]*nn.Model, n), ddps: make([]*DDP, n),
+		progs: make([]*Program, n), opts: make([]optim.Optimizer, n)}
+	t.Cleanup(func() {
+		for _, g := range groups {
+			g.Close(context.Background())
+		}
+	})
+	for r := range n {
+		m, err := nn.NewModel(convNet(bn), nn.WithSeed(int64(1+100*r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.models[r] = m
+	}
+	if err := c.each(func(r int) error {
+		var err error
+		c.ddps[r], err = New(context.Background(), c.models[r], groups[r], opts...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r := range n {
+		var err error
+		if c.progs[r], err = c.ddps[r].Compile(classify(per)); err != nil {
+			t.Fatal(err)
+		}
+		if c.opts[r], err = newOpt(c.models[r]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// each runs fn for every rank concurrently and returns the first error, with a deadline so
+// that a hang fails the test instead of blocking it.
+func (c *cluster) each(fn func(r int) error) error {
+	n := len(c.groups)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("ranks did not finish within 60s (hang)")
+	}
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// train runs steps synchronised steps of micro micro-batches (the first micro-1 under
+// NoSync) on every rank, each rank on its slice of the global batch.
+func (c *cluster) train(steps, per, micro int) error {
+	n := len(c.groups)
+	return c.each(func(r int) error {
+		ctx := context.Background()
+		m, p, d := c.models[r], c.progs[r], c.ddps[r]
+		for s := range steps {
+			m.Params.ZeroGrad()
+			for k := range micro - 1 {
+				if err := feed(p, s, k, r*per, (r+1)*per); err != nil {
+					return err
+				}
+				if err := d.NoSync(func() error { return p.Run(ctx) }); err != nil {
+					return err
+				}
+			}
+			if err := feed(p, s, micro-1, r*per, (r+1)*per); err != nil {
+				return err
+			}
+			if err := p.Step(ctx, c.opts[r]); err != nil {
+				return err
+			}
+		}
+		_ = n
+		return nil
+	})
+}

@@ -1,0 +1,74 @@
+package ddp
+
+// Option configures New (and NewRaw).
+type Option func(*config)
+
+type config struct {
+	bucketCap        int
+	firstBucket      int
+	findUnused       bool
+	staticGraph      bool
+	broadcastBuffers bool
+	syncBN           bool
+	hook             CommHook
+	rebuild          bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		bucketCap:        25 << 20,
+		firstBucket:      1 << 20,
+		broadcastBuffers: true,
+		rebuild:          true,
+		hook:             AllReduceHook(),
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.bucketCap < 4 {
+		c.bucketCap = 4
+	}
+	if c.firstBucket < 4 {
+		c.firstBucket = 4
+	}
+	if c.hook == nil {
+		c.hook = AllReduceHook()
+	}
+	return c
+}
+
+// BucketCapBytes sets the size cap of a gradient bucket (default 25 MiB, PyTorch's
+// bucket_cap_mb=25). A parameter larger than the cap gets a bucket of its own.
+func BucketCapBytes(n int) Option { return func(c *config) { c.bucketCap = n } }
+
+// FirstBucketBytes sets the cap of the first bucket, the one holding the first gradients of
+// backward (default 1 MiB, as PyTorch), so that communication starts early.
+func FirstBucketBytes(n int) Option { return func(c *config) { c.firstBucket = n } }
+
+// FindUnusedParameters makes parameters that get no gradient in a step (not used by the
+// graph, or not reaching the loss) count as ready with a zero contribution, instead of
+// failing the step. Parameters the graph never uses are marked ready before backward starts;
+// the others only once the tape has finished, which delays their buckets.
+func FindUnusedParameters() Option { return func(c *config) { c.findUnused = true } }
+
+// StaticGraph declares that every step uses the same parameters: the unused ones are
+// recorded in the first step and marked ready before backward in every later step, and the
+// search for them is skipped (PyTorch's static_graph=True).
+func StaticGraph() Option { return func(c *config) { c.staticGraph = true } }
+
+// BroadcastBuffers sets whether rank 0's buffers (BatchNorm running statistics) are
+// broadcast to every rank before each training forward (default true, as PyTorch).
+func BroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuffers = on } }
+
+// SyncBatchNorm makes every BatchNorm of the compiled programs a SyncBatchNorm: batch
+// statistics are summed over the group in forward and backward, on any backend (PyTorch's
+// is GPU-only).
+func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
+
+// WithCommHook replaces the plain all-reduce of each bucket (see CommHook, FP16CompressHook,
+// BF16CompressHook).
+func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
+
+// NoBucketRebuild keeps the initial buckets instead of rebuilding them once after the first
+// step from the order in which gradients arrived.
+func NoBucketRebuild() Option { return func(c *config) { c.rebuild = false } }

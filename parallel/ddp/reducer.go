@@ -1,0 +1,202 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// stepState is what the gradient hooks of one step share with the step's end. It is only
+// touched from the goroutine that runs the step (the tape runs the hooks on it).
+type stepState struct {
+	ctx     context.Context
+	sync    bool        // this step reduces gradients (false under NoSync)
+	pending []int       // per bucket: parameters not yet ready
+	ready   []bool      // by Param.Index
+	next    int         // next bucket to launch
+	works   []comm.Work // per launched bucket
+	arrived []int       // flat positions in the order gradients arrived
+	start   time.Time   // the step began
+	first   time.Time   // the first gradient arrived
+	err     error       // first misuse seen by a hook
+}
+
+// beginStep resets the step state before a forward.
+func (d *DDP) beginStep(ctx context.Context, sync bool) {
+	st := &d.st
+	n := len(d.Model.Params.Params)
+	if len(st.ready) != n {
+		st.ready = make([]bool, n)
+	}
+	clear(st.ready)
+	st.pending = st.pending[:0]
+	for _, b := range d.buckets {
+		st.pending = append(st.pending, len(b.Params))
+	}
+	st.works = make([]comm.Work, len(d.buckets))
+	st.ctx, st.sync, st.next, st.err = ctx, sync, 0, nil
+	st.arrived = st.arrived[:0]
+	st.start, st.first = time.Now(), time.Time{}
+}
+
+// onGrad is the gradient hook: p's gradient has just been accumulated into the buffer.
+func (d *DDP) onGrad(p *nn.Param) error {
+	st := &d.st
+	now := time.Now()
+	if st.first.IsZero() {
+		st.first = now
+	}
+	st.arrived = append(st.arrived, d.flatPos[p.Index])
+	d.tl.add(Event{Name: EvGradient, Step: d.steps, Bucket: -1, Param: p.Name, Start: now, End: now})
+	if !st.sync {
+		return nil
+	}
+	return d.markReady(p)
+}
+
+// markReady marks p's gradient final for this step and launches, in bucket order, every
+// bucket that has become complete.
+func (d *DDP) markReady(p *nn.Param) error {
+	st := &d.st
+	if st.ready[p.Index] {
+		err := fmt.Errorf("ddp: rank %d: gradient of %s arrived after it was marked ready (%s may be reducing it already; is the graph really static?)",
+			d.rank, p.Name, d.buckets[d.byParam[p.Index]])
+		if st.err == nil {
+			st.err = err
+		}
+		return err
+	}
+	st.ready[p.Index] = true
+	st.pending[d.byParam[p.Index]]--
+	for st.next < len(d.buckets) && st.pending[st.next] == 0 {
+		d.launch(st.next)
+		st.next++
+	}
+	return nil
+}
+
+func (d *DDP) launch(i int) {
+	b := d.buckets[i]
+	start := time.Now()
+	w := d.cfg.hook.Reduce(d.g, b)
+	if w == nil {
+		w = failed(errors.New("communication hook returned no Work"))
+	}
+	d.st.works[i] = w
+	step := d.steps
+	go func() {
+		<-w.Done()
+		d.tl.add(Event{Name: EvAllReduce, Step: step, Bucket: i, Start: start, End: time.Now()})
+	}()
+}
+
+// finish ends a step after the tape: it marks the parameters that got no gradient ready
+// (an error unless FindUnusedParameters or StaticGraph), so that every bucket is launched
+// whatever happened, waits for every bucket in order, and rebuilds the buckets after the
+// first synchronised step. runErr is the tape's error.
+func (d *DDP) finish(ctx context.Context, runErr error) error {
+	st := &d.st
+	end := time.Now()
+	if !st.first.IsZero() {
+		d.tl.add(Event{Name: EvForward, Step: d.steps, Bucket: -1, Start: st.start, End: st.first})
+		d.tl.add(Event{Name: EvBackward, Step: d.steps, Bucket: -1, Start: st.first, End: end})
+	}
+	var errs []error
+	if runErr != nil {
+		errs = append(errs, runErr)
+	} else if st.err != nil {
+		errs = append(errs, st.err)
+	}
+	if !st.sync {
+		if len(errs) > 0 {
+			return fmt.Errorf("ddp: rank %d: step %d (no sync): %w", d.rank, d.steps, errors.Join(errs...))
+		}
+		return nil
+	}
+	var unused []string
+	for _, p := range d.flat {
+		if st.ready[p.Index] {
+			continue
+		}
+		unused = append(unused, p.Name)
+		if d.cfg.staticGraph && !d.staticSeen {
+			if d.static == nil {
+				d.static = make([]bool, len(d.Model.Params.Params))
+			}
+			d.static[p.Index] = true
+		}
+		_ = d.markReady(p)
+	}
+	if d.cfg.staticGraph {
+		d.staticSeen = true
+	}
+	if len(unused) > 0 && len(errs) == 0 && !d.cfg.findUnused && !d.cfg.staticGraph {
+		errs = append(errs, fmt.Errorf("%w: %v (they do not reach the loss, or the graph does not use them; pass ddp.FindUnusedParameters() if that is intended)",
+			ErrUnusedParameters, unused))
+	}
+	for i, w := range st.works {
+		if err := w.Wait(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("all-reduce %s: %w", d.buckets[i], err))
+			break // the group is poisoned: the other buckets fail alike
+		}
+	}
+	d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: end, End: time.Now()})
+	if len(errs) > 0 {
+		return fmt.Errorf("ddp: rank %d: step %d: %w", d.rank, d.steps, errors.Join(errs...))
+	}
+	if d.cfg.rebuild && !d.rebuilt {
+		if err := d.rebuild(ctx); err != nil {
+			return fmt.Errorf("ddp: rank %d: step %d: %w", d.rank, d.steps, err)
+		}
+	}
+	d.steps++
+	return nil
+}
+
+// rebuild re-cuts the buckets from rank 0's arrival order of this step.
+func (d *DDP) rebuild(ctx context.Context) error {
+	d.rebuilt = true
+	arrived := d.st.arrived
+	var cuts []int
+	keep := len(arrived) == 0
+	if !keep {
+		cuts = arrivalCuts(d.flat, arrived, d.cfg.firstBucket, d.cfg.bucketCap)
+	}
+	cuts, keep, err := shareCuts(ctx, d.g, len(d.flat), cuts, keep)
+	if err != nil {
+		return err
+	}
+	if !keep {
+		d.buckets, d.byParam = layout(d.flat, d.Model.Params.Grad, cuts)
+	}
+	return nil
+}
+
+// preMark marks the parameters known to get no gradient before the tape runs, so that
+// their buckets need not wait for the end of backward.
+func (d *DDP) preMark(graphUnused []*nn.Param) error {
+	if !d.st.sync {
+		return nil
+	}
+	if d.cfg.findUnused || d.cfg.staticGraph {
+		for _, p := range graphUnused {
+			if err := d.markReady(p); err != nil {
+				return err
+			}
+		}
+	}
+	if d.cfg.staticGraph && d.staticSeen {
+		for i, un := range d.static {
+			if un && !d.st.ready[i] {
+				if err := d.markReady(d.Model.Params.Params[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
