@@ -88,14 +88,17 @@ func (b *block) Forward(bd *nn.Builder, x *G.Node) (*G.Node, error) {
 // checkInput validates images [N, 3, H, W] against the network before any op is built, so
 // that the error names the first layer that cannot take the input.
 func checkInput(x *G.Node, c Config, training bool) error {
-	s := x.Shape()
-	if s.Dims() != 4 {
+	s := []int(x.Shape())
+	if len(s) != 4 {
 		return fmt.Errorf("resnet: conv1: input shape %v, want [N, 3, H, W]", s)
 	}
 	if s[1] != 3 {
 		return fmt.Errorf("resnet: conv1: input %v has %d channels, conv1.weight [%d, 3, 7, 7] wants 3", s, s[1], c.StemWidth)
 	}
 	n, h, w := s[0], s[2], s[3]
+	if n < 1 || h < 1 || w < 1 {
+		return fmt.Errorf("resnet: conv1: input %v is empty", s)
+	}
 	down := func(v, k, st, p int) int { return (v+2*p-k)/st + 1 }
 	type layer struct {
 		name string

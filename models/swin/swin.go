@@ -164,8 +164,8 @@ func (s *Swin) Declare(sc *nn.Scope) error {
 // Forward implements nn.Module: images [N, 3, H, W] to logits [N, NumClasses]. Wrong ranks,
 // channel counts and inputs smaller than a patch are errors naming the layer and shapes.
 func (s *Swin) Forward(b *nn.Builder, x *G.Node) (*G.Node, error) {
-	sh := x.Shape()
-	if sh.Dims() != 4 || sh[1] != 3 {
+	sh := []int(x.Shape())
+	if len(sh) != 4 || sh[1] != 3 {
 		return nil, fmt.Errorf("swin: features.0.0 (patch embedding, weight %v): input %v, want [N, 3, H, W]", s.embed.W.Shape, sh)
 	}
 	if sh[2] < s.cfg.PatchSize || sh[3] < s.cfg.PatchSize {
