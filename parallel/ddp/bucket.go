@@ -25,9 +25,13 @@ type Bucket struct {
 // Bytes is the size of the bucket's gradients in bytes (float32).
 func (b *Bucket) Bytes() int { return 4 * (b.Hi - b.Lo) }
 
-// String names the bucket in errors and traces: "bucket 3 (1.00 MiB, 5 params)".
+// String names the bucket in errors and traces: "bucket 3 (1.00 MiB, 5 params)", or KiB below 1 MiB.
 func (b *Bucket) String() string {
-	return fmt.Sprintf("bucket %d (%.2f MiB, %d params)", b.Index, float64(b.Bytes())/(1<<20), len(b.Params))
+	size := fmt.Sprintf("%.2f MiB", float64(b.Bytes())/(1<<20))
+	if b.Bytes() < 1<<20 {
+		size = fmt.Sprintf("%.1f KiB", float64(b.Bytes())/(1<<10))
+	}
+	return fmt.Sprintf("bucket %d (%s, %d params)", b.Index, size, len(b.Params))
 }
 
 // flatOrder returns the parameters in flat buffer order (ascending Offset).
