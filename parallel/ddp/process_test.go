@@ -1,0 +1,200 @@
+package ddp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// The test binary doubles as the worker of the multi-process tests: with GP_DDP_TEST_WORKER
+// set it runs that scenario as one rank (configured by the torchrun variables) and exits.
+func TestMain(m *testing.M) {
+	if sc := os.Getenv("GP_DDP_TEST_WORKER"); sc != "" {
+		if err := worker(sc); err != nil {
+			fmt.Fprintln(os.Stderr, "worker error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func worker(scenario string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(30*time.Second), comm.WithConnectTimeout(20*time.Second))
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	n, r := g.Size(), g.Rank()
+	bn := os.Getenv("GP_DDP_BN") == "1"
+	const per, steps = 2, 5
+	m, err := nn.NewModel(convNet(bn), nn.WithSeed(int64(1+100*r)))
+	if err != nil {
+		return err
+	}
+	opts := []Option{BucketCapBytes(256), FirstBucketBytes(64)}
+	if bn {
+		opts = append(opts, SyncBatchNorm())
+	}
+	d, err := New(ctx, m, g, opts...)
+	if err != nil {
+		return err
+	}
+	var bopts []nn.BuildOption
+	if scenario == "kill" && r == n-1 {
+		grads := 0
+		bopts = append(bopts, nn.WithGradHook(func(*nn.Param) error {
+			if grads++; grads == len(m.Params.Params)+3 { // step 1, third gradient
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+			return nil
+		}))
+	}
+	p, err := d.Compile(classify(per), bopts...)
+	if err != nil {
+		return err
+	}
+	opt, err := newOpt(m)
+	if err != nil {
+		return err
+	}
+	for s := range steps {
+		m.Params.ZeroGrad()
+		if err := feed(p, s, 0, r*per, (r+1)*per); err != nil {
+			return err
+		}
+		err := p.Step(ctx, opt)
+		if scenario == "kill" {
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, comm.ErrPeerGone) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", n-1)) {
+				return fmt.Errorf("want ErrPeerGone naming rank %d, got %w", n-1, err)
+			}
+			fmt.Println("survivor saw:", err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if scenario == "kill" {
+		return errors.New("no step failed although a rank was killed")
+	}
+	want, err := reference(bn, n, per, steps, 1)
+	if err != nil {
+		return err
+	}
+	if err := compareModels(m, want, equivTol); err != nil {
+		return err
+	}
+	h := fnv.New64a()
+	for _, v := range m.Params.Data {
+		fmt.Fprint(h, math.Float32bits(v))
+	}
+	for _, b := range m.Params.Buffers {
+		for _, v := range b.Data {
+			fmt.Fprint(h, math.Float32bits(v))
+		}
+	}
+	fmt.Printf("checksum %x\n", h.Sum64())
+	return nil
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// spawn runs n worker processes of scenario over loopback TCP and returns their outputs and
+// exit errors. The workers stop by themselves (deadlines); the context kills stragglers.
+func spawn(t *testing.T, n int, scenario string, env ...string) ([]string, []error) {
+	t.Helper()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GP_DDP_TEST_WORKER="+scenario, "RANK="+strconv.Itoa(r),
+			"WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"GP_RDZV_SECRET=ddp-test", "OPENBLAS_NUM_THREADS=1")
+		cmd.Env = append(cmd.Env, env...)
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	res := make([]string, n)
+	errs := make([]error, n)
+	for r, cmd := range cmds {
+		errs[r] = cmd.Wait()
+		res[r] = outs[r].String()
+	}
+	return res, errs
+}
+
+// Real processes over loopback TCP: world 2 and 3, with and without SyncBatchNorm, each
+// rank checks itself against the one-process reference (rel ≤ 1e-5) and all ranks end
+// bit-identical.
+func TestEquivalenceProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	for _, world := range []int{2, 3} {
+		for _, bn := range []string{"0", "1"} {
+			t.Run(fmt.Sprintf("world%d/bn=%s", world, bn), func(t *testing.T) {
+				outs, errs := spawn(t, world, "equiv", "GP_DDP_BN="+bn)
+				for r := range world {
+					if errs[r] != nil {
+						t.Fatalf("rank %d: %v\n%s", r, errs[r], outs[r])
+					}
+					if !strings.HasPrefix(outs[r], "checksum") || outs[r] != outs[0] {
+						t.Fatalf("ranks differ: %q", outs)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A process SIGKILLed in the middle of backward: the survivors fail with an error naming
+// it and exit by themselves.
+func TestKilledProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	outs, errs := spawn(t, 3, "kill")
+	for r := range 2 {
+		if errs[r] != nil {
+			t.Errorf("survivor %d: %v\n%s", r, errs[r], outs[r])
+		}
+	}
+	if errs[2] == nil {
+		t.Errorf("victim exited cleanly:\n%s", outs[2])
+	}
+	t.Log(outs[0])
+}
