@@ -1,0 +1,32 @@
+// Command imagenet trains and evaluates ResNet and Swin models on ImageNet-style data, with
+// the flags of PyTorch's examples/imagenet/main.py. Run it on one process, or on several
+// through gprun (DDP over the torchrun environment):
+//
+//	gprun --nproc-per-node 2 -- imagenet -data DIR -arch resnet18 -b 64 -epochs 10
+//	imagenet -data-format synthetic -data /tmp/synth -arch resnet18 -image-size 32 -epochs 3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gorgonia-parallel/gp/examples/imagenet/trainer"
+	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+)
+
+func main() {
+	var cfg trainer.Config
+	fs := flag.NewFlagSet("imagenet", flag.ExitOnError)
+	cfg.RegisterFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if _, err := trainer.Run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "imagenet:", err)
+		os.Exit(1)
+	}
+}

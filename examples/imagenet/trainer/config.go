@@ -1,0 +1,164 @@
+// Package trainer is the ImageNet training loop behind examples/imagenet: the flags of
+// PyTorch's examples/imagenet/main.py, per-architecture recipes, single-process, DDP and
+// DataParallel strategies, checkpoints with automatic resume, evaluation with top-1/top-5,
+// a progress bar, a JSON-lines metrics log, a PNG plot and per-rank timelines.
+package trainer
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+)
+
+// Config is a training run. Zero values take the architecture's recipe defaults.
+type Config struct {
+	Data       string // dataset root (imagefolder: train/ and val/ inside; synthetic: generated there)
+	DataFormat string // imagefolder, synthetic, npy
+	Arch       string
+	NumClasses int
+	ImageSize  int // training crop (224 for ImageNet); validation resizes to ImageSize*8/7 then crops
+
+	Epochs      int
+	Batch       int // global batch size (split across ranks, as PyTorch's main.py does with -b)
+	LR          float64
+	Momentum    float64
+	WeightDecay float64
+	Workers     int // loader workers per rank
+	Sched       string
+	Warmup      int // warmup epochs (linear from 1% of lr)
+	Smoothing   float64
+	ClipGrad    float64
+	Optimizer   string // sgd or adamw
+
+	Resume     string // a checkpoint path, "auto" (latest in Out, the default) or "none"
+	Evaluate   bool
+	Pretrained string
+	PrintFreq  int
+	Seed       int64
+	Strategy   string // ddp (the default; also world 1), dp, none
+	DPReplicas int
+	AMP        string // "", bf16, fp16
+	Offload    string
+
+	Out       string // run directory: checkpoints, metrics.jsonl, curves.png, timelines
+	CkptEvery int    // checkpoint every N steps (0: only at epoch ends)
+	Keep      int    // checkpoints kept
+	MaxSteps  int    // stop after this many steps in total (0: no limit); for tests
+	Synthetic SyntheticConfig
+	Quiet     bool // no progress bar (tests)
+}
+
+// SyntheticConfig sizes the generated data set of -data-format synthetic.
+type SyntheticConfig struct {
+	Classes, TrainPer, ValPer, Size int
+}
+
+// RegisterFlags binds c's fields to flags named as in PyTorch's examples/imagenet/main.py.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Data, "data", "", "dataset root (imagefolder: DIR/train and DIR/val)")
+	fs.StringVar(&c.DataFormat, "data-format", "imagefolder", "imagefolder | synthetic | npy")
+	fs.StringVar(&c.Arch, "arch", "resnet18", "model architecture: resnet18..152, swin_t, swin_s, swin_b, swin_l")
+	fs.StringVar(&c.Arch, "a", "resnet18", "alias of -arch")
+	fs.IntVar(&c.NumClasses, "num-classes", 0, "classes (default: the data set's)")
+	fs.IntVar(&c.ImageSize, "image-size", 224, "training crop size")
+	fs.IntVar(&c.Epochs, "epochs", 90, "number of epochs")
+	fs.IntVar(&c.Batch, "b", 256, "global batch size over all ranks")
+	fs.Float64Var(&c.LR, "lr", 0, "initial learning rate (default: the recipe's, scaled by batch)")
+	fs.Float64Var(&c.Momentum, "momentum", 0.9, "SGD momentum")
+	fs.Float64Var(&c.WeightDecay, "wd", -1, "weight decay (default: the recipe's)")
+	fs.IntVar(&c.Workers, "j", 2, "data loading workers per rank")
+	fs.StringVar(&c.Sched, "sched", "", "step | cosine (default: the recipe's)")
+	fs.IntVar(&c.Warmup, "warmup-epochs", -1, "linear warmup epochs (default: the recipe's)")
+	fs.Float64Var(&c.Smoothing, "label-smoothing", -1, "label smoothing (default: the recipe's)")
+	fs.Float64Var(&c.ClipGrad, "clip-grad", -1, "clip gradients to this global norm, 0 off (default: the recipe's)")
+	fs.StringVar(&c.Optimizer, "opt", "", "sgd | adamw (default: the recipe's)")
+	fs.StringVar(&c.Resume, "resume", "auto", "checkpoint to resume from: a path, auto (latest in -out) or none")
+	fs.BoolVar(&c.Evaluate, "evaluate", false, "evaluate the model on the validation set and exit")
+	fs.BoolVar(&c.Evaluate, "e", false, "alias of -evaluate")
+	fs.StringVar(&c.Pretrained, "pretrained", "", "torchvision weights (.npz) to start from")
+	fs.IntVar(&c.PrintFreq, "print-freq", 10, "log metrics every N steps")
+	fs.IntVar(&c.PrintFreq, "p", 10, "alias of -print-freq")
+	fs.Int64Var(&c.Seed, "seed", 0, "seed of initialisation, sampling and augmentation")
+	fs.StringVar(&c.Strategy, "strategy", "ddp", "ddp | dp | none")
+	fs.IntVar(&c.DPReplicas, "dp-replicas", 2, "replicas of -strategy dp")
+	fs.StringVar(&c.AMP, "amp", "", "autocast: bf16 | fp16 (default off)")
+	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload: cpu | disk")
+	fs.StringVar(&c.Out, "out", "", "run directory (default runs/ARCH)")
+	fs.IntVar(&c.CkptEvery, "ckpt-every", 0, "also checkpoint every N steps")
+	fs.IntVar(&c.Keep, "keep", 3, "checkpoints to keep")
+	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop after N steps in total (0: no limit)")
+	fs.IntVar(&c.Synthetic.Classes, "synthetic-classes", 10, "classes of the generated data set")
+	fs.IntVar(&c.Synthetic.TrainPer, "synthetic-train", 300, "training images per class of the generated data set")
+	fs.IntVar(&c.Synthetic.ValPer, "synthetic-val", 50, "validation images per class of the generated data set")
+	fs.IntVar(&c.Synthetic.Size, "synthetic-size", 40, "side of the generated images")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+}
+
+// recipe fills what the user left at its zero value with the architecture's defaults:
+// ResNet trains with SGD (lr 0.1 per 256 images, weight decay 1e-4, step decay every 30
+// epochs), Swin with AdamW (lr 1e-3 per 1024 images, weight decay 0.05, cosine with 20
+// warmup epochs, label smoothing 0.1, gradient clipping at 5).
+func (c *Config) recipe() error {
+	swin := strings.HasPrefix(c.Arch, "swin")
+	if !swin && !strings.HasPrefix(c.Arch, "resnet") {
+		return fmt.Errorf("trainer: unknown architecture %q", c.Arch)
+	}
+	// Negative means "the recipe's" (the flags' defaults); a learning rate of 0 too.
+	set := func(v *float64, def float64) {
+		if *v < 0 {
+			*v = def
+		}
+	}
+	if c.LR == 0 {
+		c.LR = -1
+	}
+	if swin {
+		if c.Optimizer == "" {
+			c.Optimizer = "adamw"
+		}
+		set(&c.LR, 1e-3*float64(c.Batch)/1024)
+		set(&c.WeightDecay, 0.05)
+		if c.Sched == "" {
+			c.Sched = "cosine"
+		}
+		if c.Warmup < 0 {
+			c.Warmup = min(20, c.Epochs/10)
+		}
+		set(&c.Smoothing, 0.1)
+		set(&c.ClipGrad, 5)
+	} else {
+		if c.Optimizer == "" {
+			c.Optimizer = "sgd"
+		}
+		set(&c.LR, 0.1*float64(c.Batch)/256)
+		set(&c.WeightDecay, 1e-4)
+		if c.Sched == "" {
+			c.Sched = "step"
+		}
+		if c.Warmup < 0 {
+			c.Warmup = 0
+		}
+		set(&c.Smoothing, 0)
+		set(&c.ClipGrad, 0)
+	}
+	if c.Out == "" {
+		c.Out = "runs/" + c.Arch
+	}
+	if c.Keep <= 0 {
+		c.Keep = 1
+	}
+	if c.PrintFreq <= 0 {
+		c.PrintFreq = 10
+	}
+	switch c.Sched {
+	case "step", "cosine":
+	default:
+		return fmt.Errorf("trainer: unknown -sched %q (step or cosine)", c.Sched)
+	}
+	switch c.Optimizer {
+	case "sgd", "adamw":
+	default:
+		return fmt.Errorf("trainer: unknown -opt %q (sgd or adamw)", c.Optimizer)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package trainer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+)
+
+// finishReport writes the per-rank timelines and prints the end-of-run summary on rank 0:
+// throughput, communication overlap and peak memory per rank.
+func finishReport(ctx context.Context, g comm.Group, d *ddp.DDP, cfg *Config, res *Result, out io.Writer) error {
+	rank, world := g.Rank(), g.Size()
+	tl := filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", rank))
+	if err := writeFileAtomic(tl, func(w io.Writer) error { return d.Timeline().WriteChromeTrace(w) }); err != nil {
+		return err
+	}
+	sum := d.Timeline().Summary()
+	res.OverlapFrac = sum.OverlapFraction
+	rss := make([]float64, world)
+	mine := []float64{float64(peakRSS())}
+	if err := g.AllGather(comm.F64(rss), comm.F64(mine)).Wait(ctx); err != nil {
+		return fmt.Errorf("trainer: gathering memory use: %w", err)
+	}
+	res.RSSBytes = rss
+	for r := 0; r < world; r++ {
+		res.TimelinePaths = append(res.TimelinePaths, filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r)))
+	}
+	if rank != 0 {
+		return nil
+	}
+	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks, final train loss %.4f, val top-1 %.2f%% top-5 %.2f%%\n",
+		res.Steps, res.ImgsPerS, world, res.FinalLoss, res.Top1, res.Top5)
+	fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%; peak memory per rank:", 100*res.OverlapFrac)
+	for r, b := range rss {
+		fmt.Fprintf(out, " rank%d %.0f MiB", r, b/(1<<20))
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "         checkpoint %s\n         metrics    %s\n         plot       %s\n         timelines  %s\n",
+		res.Checkpoint, res.MetricsPath, res.PlotPath, strings.Join(res.TimelinePaths, ", "))
+	return nil
+}
+
+// peakRSS is the process's peak resident set (VmHWM), in bytes; 0 where /proc is absent.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// writeFileAtomic writes path through a temp file, fsync and rename.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("trainer: %s: %w", path, err)
+	}
+	defer os.Remove(f.Name())
+	bw := bufio.NewWriter(f)
+	if err := write(bw); err != nil {
+		f.Close()
+		return fmt.Errorf("trainer: %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("trainer: %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("trainer: %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,377 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/data"
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	G "gorgonia.org/gorgonia"
+)
+
+// Result summarises a finished run.
+type Result struct {
+	Steps         int64
+	Epochs        int
+	FinalLoss     float64
+	Top1, Top5    float64 // last validation accuracy, percent
+	ImgsPerS      float64 // training images per second over all ranks
+	OverlapFrac   float64 // fraction of all-reduce time hidden behind backward (DDP)
+	RSSBytes      []float64
+	LossHistory   []float64 // per-step training loss on rank 0 (this run only)
+	ResumedFrom   string
+	Checkpoint    string
+	MetricsPath   string
+	PlotPath      string
+	TimelinePaths []string
+}
+
+// Run trains (or, with Evaluate, evaluates) as cfg says. It joins the process group the
+// torchrun environment describes (one process when WORLD_SIZE is unset). Progress goes to
+// out on rank 0.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
+	if err := cfg.recipe(); err != nil {
+		return nil, err
+	}
+	g, err := joinGroup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close(context.Background())
+	rank, world := g.Rank(), g.Size()
+	if cfg.Batch%world != 0 {
+		return nil, fmt.Errorf("trainer: global batch %d is not divisible by the world size %d", cfg.Batch, world)
+	}
+	local := cfg.Batch / world
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("rank", rank)
+	if rank != 0 {
+		out = io.Discard
+	}
+
+	train, val, err := openData(ctx, g, &cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NumClasses == 0 {
+		cfg.NumClasses = train.classes
+	}
+	module, err := models.New(cfg.Arch, cfg.NumClasses)
+	if err != nil {
+		return nil, err
+	}
+	model, err := nn.NewModel(module, nn.WithSeed(cfg.Seed))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pretrained != "" {
+		if err := models.LoadWeights(model.Params, cfg.Pretrained); err != nil {
+			return nil, fmt.Errorf("trainer: -pretrained: %w", err)
+		}
+	}
+
+	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
+	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
+	d, err := ddp.New(ctx, model, g)
+	if err != nil {
+		return nil, err
+	}
+	c, h, w := train.ds.Shape()
+	prog, err := d.Compile(buildFor(local, c, h, w, cfg.Smoothing))
+	if err != nil {
+		return nil, err
+	}
+	evals := map[int]*ddp.Program{}
+	evalProg := func(n int) (*ddp.Program, error) {
+		if p, ok := evals[n]; ok {
+			return p, nil
+		}
+		p, err := d.Compile(buildFor(n, c, h, w, 0), nn.Training(false))
+		if err == nil {
+			evals[n] = p
+		}
+		return p, err
+	}
+
+	segs, err := optim.Segments(model.Params, cfg.WeightDecay)
+	if err != nil {
+		return nil, err
+	}
+	var opt optim.Optimizer
+	if cfg.Optimizer == "adamw" {
+		opt, err = optim.NewAdamW(segs, cfg.LR)
+	} else {
+		opt, err = optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
+	}
+	if err != nil {
+		return nil, err
+	}
+	stepsPerEpoch := train.loader.Len()
+	if stepsPerEpoch == 0 {
+		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than one batch of %d per rank", train.ds.Len(), local)
+	}
+	sched, err := newSchedule(opt, &cfg, stepsPerEpoch)
+	if err != nil {
+		return nil, err
+	}
+
+	res := &Result{}
+	ck := &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}
+	state := &checkpoint.State{Model: model.Params, Optimizer: opt, Scheduler: sched, RNG: map[string]checkpoint.RNG{"dropout": rngState{model.RNG}}}
+	if err := resume(ck, &cfg, state, res, out); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil && rank == 0 {
+		return nil, fmt.Errorf("trainer: run directory %s: %w", cfg.Out, err)
+	}
+
+	evaluate := func() (loss, top1, top5 float64, err error) {
+		return evaluate(ctx, g, val, evalProg, cfg.NumClasses)
+	}
+	if cfg.Evaluate {
+		_, top1, top5, err := evaluate()
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, val.ds.Len())
+		res.Top1, res.Top5 = top1, top5
+		return res, nil
+	}
+
+	var metrics *Metrics
+	if rank == 0 {
+		res.MetricsPath = filepath.Join(cfg.Out, "metrics.jsonl")
+		res.PlotPath = filepath.Join(cfg.Out, "curves.png")
+		if metrics, err = OpenMetrics(res.MetricsPath); err != nil {
+			return nil, err
+		}
+		defer metrics.Close()
+	}
+	fmt.Fprintf(out, "train: %s, %d parameters, %d ranks x batch %d, %d steps/epoch, %s lr %.4g, %s schedule, image %dx%d, %d classes\n",
+		cfg.Arch, model.Params.NumParams(), world, local, stepsPerEpoch, cfg.Optimizer, cfg.LR, cfg.Sched, w, h, cfg.NumClasses)
+
+	step := state.Step
+	startEpoch := int(step) / stepsPerEpoch
+	bar := newProgress(out, cfg.Quiet || rank != 0)
+	start := time.Now()
+	imagesSeen := 0
+	lossBuf := []float64{0}
+	stop := false
+	for epoch := startEpoch; epoch < cfg.Epochs && !stop; epoch++ {
+		skip := int(step) - epoch*stepsPerEpoch // batches of this epoch done before a resume
+		train.setEpoch(epoch, skip*local)
+		bar.start(epoch, cfg.Epochs, stepsPerEpoch, skip)
+		var epochLoss float64
+		var n int
+		for batch, err := range train.loader.Batches(ctx) {
+			if err != nil {
+				return nil, err
+			}
+			if batch.N != local {
+				return nil, fmt.Errorf("trainer: rank %d: batch of %d images, want %d (a skipped bad file?)", rank, batch.N, local)
+			}
+			if err := fill(prog.Program, batch); err != nil {
+				return nil, err
+			}
+			opt.ZeroGrad()
+			if err := prog.Run(ctx); err != nil {
+				return nil, err
+			}
+			lv, err := prog.LossValue()
+			if err != nil {
+				return nil, err
+			}
+			if cfg.ClipGrad > 0 {
+				if _, err := optim.ClipGradNorm(segs, cfg.ClipGrad); err != nil {
+					return nil, fmt.Errorf("trainer: step %d: %w", step, err)
+				}
+			}
+			if err := opt.Step(); err != nil {
+				return nil, err
+			}
+			sched.Step()
+			step++
+			imagesSeen += local * world
+			epochLoss += float64(lv)
+			n++
+			res.LossHistory = append(res.LossHistory, float64(lv))
+			if step%int64(cfg.PrintFreq) == 0 || n+skip == stepsPerEpoch {
+				// The logged loss is the mean over ranks: one tiny all-reduce every print-freq steps.
+				lossBuf[0] = epochLoss / float64(n)
+				if err := g.AllReduce(comm.F64(lossBuf), comm.Avg).Wait(ctx); err != nil {
+					return nil, err
+				}
+				ips := float64(imagesSeen) / time.Since(start).Seconds()
+				bar.update(n+skip, lossBuf[0], opt.LR(), ips)
+				if metrics != nil {
+					if err := metrics.Add(Record{Kind: "train", Epoch: epoch, Step: step, Loss: lossBuf[0], LR: opt.LR(), ImgsPerS: ips, ElapsedS: time.Since(start).Seconds()}); err != nil {
+						return nil, err
+					}
+				}
+			}
+			if cfg.CkptEvery > 0 && step%int64(cfg.CkptEvery) == 0 && rank == 0 {
+				state.Step, state.Epoch = step, int64(epoch)
+				if res.Checkpoint, err = ck.save(state); err != nil {
+					return nil, err
+				}
+			}
+			if cfg.MaxSteps > 0 && step >= int64(cfg.MaxSteps) {
+				stop = true
+				break
+			}
+		}
+		bar.finish()
+		if n > 0 {
+			res.FinalLoss = epochLoss / float64(n)
+		}
+		res.Epochs = epoch + 1
+		if stop && n+skip < stepsPerEpoch {
+			break // a partial epoch (-max-steps): no evaluation
+		}
+		vloss, top1, top5, err := evaluate()
+		if err != nil {
+			return nil, err
+		}
+		res.Top1, res.Top5 = top1, top5
+		fmt.Fprintf(out, "epoch %d/%d  train loss %.4f  val loss %.4f  top-1 %.2f%%  top-5 %.2f%%  %.0f img/s\n",
+			epoch+1, cfg.Epochs, res.FinalLoss, vloss, top1, top5, float64(imagesSeen)/time.Since(start).Seconds())
+		if rank == 0 {
+			state.Step, state.Epoch = step, int64(epoch+1)
+			if res.Checkpoint, err = ck.save(state); err != nil {
+				return nil, err
+			}
+			if err := metrics.Add(Record{Kind: "val", Epoch: epoch, Step: step, Loss: vloss, Top1: top1, Top5: top5, ElapsedS: time.Since(start).Seconds()}); err != nil {
+				return nil, err
+			}
+			if err := metrics.Plot(res.PlotPath); err != nil {
+				return nil, err
+			}
+		}
+	}
+	res.Steps = step
+	res.ImgsPerS = float64(imagesSeen) / time.Since(start).Seconds()
+	if cfg.CkptEvery > 0 && rank == 0 && res.Checkpoint != ck.path(step) {
+		state.Step, state.Epoch = step, int64(step)/int64(stepsPerEpoch)
+		if res.Checkpoint, err = ck.save(state); err != nil {
+			return nil, err
+		}
+	}
+	if err := finishReport(ctx, g, d, &cfg, res, out); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// buildFor builds the classification graph for a batch of n images: inputs "images"
+// [n,c,h,w] and "labels" [n], output "logits", and in train mode the cross-entropy loss.
+func buildFor(n, c, h, w int, smoothing float64) nn.BuildFunc {
+	return func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("images", n, c, h, w)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("labels", n)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := b.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		b.Output("logits", logits)
+		if !b.Training() {
+			return nil, nil
+		}
+		return ops.CrossEntropy(logits, y, smoothing)
+	}
+}
+
+// fill copies a batch into a program's inputs.
+func fill(p *nn.Program, b *data.Batch) error {
+	if err := p.SetInput("images", b.Images[:b.N*b.C*b.H*b.W]); err != nil {
+		return err
+	}
+	y, err := p.Input("labels")
+	if err != nil {
+		return err
+	}
+	for i := range y {
+		y[i] = float32(b.Labels[i])
+	}
+	return nil
+}
+
+// joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE.
+func joinGroup(ctx context.Context) (comm.Group, error) {
+	if os.Getenv("WORLD_SIZE") == "" {
+		return comm.NewLocalGroups(1)[0], nil
+	}
+	return comm.InitFromEnv(ctx)
+}
+
+func resume(ck *checkpoints, cfg *Config, state *checkpoint.State, res *Result, out io.Writer) error {
+	var path string
+	var entries []nn.StateEntry
+	var err error
+	switch cfg.Resume {
+	case "none", "":
+		return nil
+	case "auto":
+		path, entries, err = ck.loadLatest()
+	default:
+		path = cfg.Resume
+		entries, err = checkpoint.Load(path)
+	}
+	if err != nil {
+		return fmt.Errorf("trainer: resume: %w", err)
+	}
+	if path == "" {
+		return nil
+	}
+	if _, err := state.Restore(entries); err != nil {
+		return fmt.Errorf("trainer: resume from %s: %w", path, err)
+	}
+	res.ResumedFrom = path
+	fmt.Fprintf(out, "resumed from %s at step %d (epoch %d)\n", path, state.Step, state.Epoch)
+	return nil
+}
+
+// rngState adapts the model's dropout RNG to checkpoint.RNG.
+type rngState struct{ r *ops.RNG }
+
+func (s rngState) MarshalBinary() ([]byte, error) {
+	seed, ctr := s.r.State()
+	b := make([]byte, 16)
+	for i := 0; i < 8; i++ {
+		b[i] = byte(seed >> (8 * i))
+		b[8+i] = byte(ctr >> (8 * i))
+	}
+	return b, nil
+}
+
+func (s rngState) UnmarshalBinary(b []byte) error {
+	if len(b) != 16 {
+		return errors.New("trainer: dropout RNG state must be 16 bytes")
+	}
+	var seed, ctr uint64
+	for i := 0; i < 8; i++ {
+		seed |= uint64(b[i]) << (8 * i)
+		ctr |= uint64(b[8+i]) << (8 * i)
+	}
+	s.r.SetState(seed, ctr)
+	return nil
+}
+
+var _ = math.Inf
