@@ -1,0 +1,71 @@
+package dp
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind is the type of a device.
+type Kind int
+
+const (
+	// CPU is a CPU core: a replica is a goroutine whose graphs share the master's parameters.
+	CPU Kind = iota
+	// GPU is a CUDA device. Reserved: replicas on GPUs are not implemented yet.
+	GPU
+)
+
+// Device is where a replica runs. Replica i runs on the i-th device of the device list, and
+// the first device is the master: it holds the parameters, the optimizer state and the
+// gathered outputs (PyTorch's output_device, device_ids[0]).
+type Device struct {
+	Kind  Kind
+	Index int
+}
+
+// String names the device as PyTorch does: "cpu:0", "cuda:1".
+func (d Device) String() string {
+	if d.Kind == GPU {
+		return fmt.Sprintf("cuda:%d", d.Index)
+	}
+	return fmt.Sprintf("cpu:%d", d.Index)
+}
+
+// CPUs returns n CPU devices, cpu:0 to cpu:n-1.
+func CPUs(n int) []Device {
+	out := make([]Device, max(n, 0))
+	for i := range out {
+		out[i] = Device{Kind: CPU, Index: i}
+	}
+	return out
+}
+
+// GPUs returns the CUDA devices with the given ordinals (for device lists; not runnable yet).
+func GPUs(ordinals ...int) []Device {
+	out := make([]Device, len(ordinals))
+	for i, o := range ordinals {
+		out[i] = Device{Kind: GPU, Index: o}
+	}
+	return out
+}
+
+// ErrDeviceUnsupported is returned by New for a device that has no replica implementation.
+var ErrDeviceUnsupported = errors.New("dp: device not supported")
+
+// checkDevices validates a device list.
+func checkDevices(devs []Device) error {
+	if len(devs) == 0 {
+		return errors.New("dp: empty device list")
+	}
+	seen := map[Device]bool{}
+	for i, d := range devs {
+		if d.Kind != CPU {
+			return fmt.Errorf("dp: replica %d on %s: %w (GPU replicas need the cuda package: parameters broadcast each step, gradients copied back)", i, d, ErrDeviceUnsupported)
+		}
+		if seen[d] {
+			return fmt.Errorf("dp: device %s listed twice", d)
+		}
+		seen[d] = true
+	}
+	return nil
+}
