@@ -149,5 +149,5 @@ func strided(n, rank, world int) stridedSampler {
 	return idx
 }
 
-func (s stridedSampler) Len() int            { return len(s) }
+func (s stridedSampler) Len() int          { return len(s) }
 func (s stridedSampler) Indices(int) []int { return s }
