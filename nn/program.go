@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -12,6 +13,8 @@ import (
 // BuildFunc builds a graph with b: it declares inputs, runs the model's forward, names
 // outputs, and returns the scalar loss to differentiate (nil for an evaluation graph).
 type BuildFunc func(b *Builder) (loss *G.Node, err error)
+
+var compileMu sync.Mutex
 
 // Program is a model compiled into one graph and a tape machine: built once, run per step.
 type Program struct {
@@ -26,8 +29,13 @@ type Program struct {
 
 // Compile builds m with build into a new graph. In train mode (the default) the gradients of
 // the loss with respect to every parameter the graph uses are part of the program, computed
-// in backward order by the taps.
+// in backward order by the taps. Compile may be called from several goroutines; it builds one
+// graph at a time.
 func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
+	// gorgonia's graph construction is not safe for concurrent use (it races on global
+	// state), so programs are compiled one at a time; running them concurrently is safe.
+	compileMu.Lock()
+	defer compileMu.Unlock()
 	cfg := buildConfig{training: true}
 	for _, o := range opts {
 		o(&cfg)
