@@ -108,7 +108,7 @@ func failed(err error) comm.Work {
 	return w
 }
 
-func (w *failedWork) Done() <-chan struct{}        { return w.done }
+func (w *failedWork) Done() <-chan struct{}      { return w.done }
 func (w *failedWork) Wait(context.Context) error { return w.err }
 
 func scale(x []float32, n int) {

@@ -1,0 +1,386 @@
+// Command ddp benchmarks DistributedDataParallel: resnet18 at 64x64, batch 16 per rank, one
+// thread per rank (OPENBLAS_NUM_THREADS=1, GOMAXPROCS=1, torch.set_num_threads(1)). It
+// measures images/s of one plain process (no DDP) and of DDP at world 2 as two real
+// processes over loopback TCP, and the same for PyTorch DDP (gloo) in the same run, then
+// prints a table and writes bench/results/ddp.json. Scaling efficiency is the strict
+// definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead counts
+// against it.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/models/resnet"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	G "gorgonia.org/gorgonia"
+)
+
+// result is what one benchmark process reports (one JSON line on stdout).
+type result struct {
+	Rank     int     `json:"rank"`
+	Seconds  float64 `json:"seconds"`
+	Imgs     int     `json:"imgs"`
+	Buckets  int     `json:"buckets,omitempty"`
+	Overlap  float64 `json:"overlap_fraction,omitempty"`
+	Backward float64 `json:"backward_s,omitempty"`
+	AllRed   float64 `json:"allreduce_s,omitempty"`
+	Wait     float64 `json:"wait_s,omitempty"`
+}
+
+type params struct {
+	steps, warmup, batch, size int
+	trace                      string
+}
+
+func main() {
+	var p params
+	flag.IntVar(&p.steps, "steps", 8, "timed training steps per configuration")
+	flag.IntVar(&p.warmup, "warmup", 2, "untimed steps before timing (the bucket rebuild happens there)")
+	flag.IntVar(&p.batch, "batch", 16, "batch per rank")
+	flag.IntVar(&p.size, "size", 64, "image side")
+	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
+	py := flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision")
+	out := flag.String("out", filepath.Join("bench", "results", "ddp.json"), "JSON results")
+	flag.StringVar(&p.trace, "trace", filepath.Join("bench", "results", "ddp_trace.json"), "merged Chrome trace of the DDP run")
+	flag.Parse()
+	if role := os.Getenv("GP_BENCH_DDP_ROLE"); role != "" {
+		if err := child(role, p); err != nil {
+			log.Fatalf("%s: %v", role, err)
+		}
+		return
+	}
+	if err := run(p, *procs, *py, *out); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(p params, procs int, py, out string) error {
+	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
+		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := []string{"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "GOMAXPROCS=" + strconv.Itoa(procs)}
+	fmt.Printf("resnet18 %dx%d, batch %d per rank, %d timed steps after %d warm-up, BLAS %s, GOMAXPROCS=%d per process\n",
+		p.size, p.size, p.batch, p.steps, p.warmup, blasimpl.Name(), procs)
+	plain, err := launch(1, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+	if err != nil {
+		return fmt.Errorf("plain process: %w", err)
+	}
+	dist, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=ddp", "GP_RDZV_SECRET=bench-ddp"))
+	if err != nil {
+		return fmt.Errorf("DDP world 2: %w", err)
+	}
+	thrPlain, thrDDP := throughput(plain), throughput(dist)
+	eff := thrDDP / (2 * thrPlain)
+	script := filepath.Join("bench", "ddp", "torch_ddp.py")
+	targs := []string{"--steps", strconv.Itoa(p.steps), "--warmup", strconv.Itoa(p.warmup), "--batch", strconv.Itoa(p.batch), "--size", strconv.Itoa(p.size)}
+	var torchEff any
+	var tPlain, tDDP float64
+	torchNote := ""
+	tp, err := launch(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
+	if err == nil {
+		var td []result
+		if td, err = launch(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo")); err == nil {
+			tPlain, tDDP = throughput(tp), throughput(td)
+			torchEff = tDDP / (2 * tPlain)
+		}
+	}
+	if err != nil {
+		torchNote = "PyTorch unavailable: " + firstLine(err.Error())
+	}
+	r0 := dist[0]
+	fmt.Println()
+	fmt.Printf("%-34s %14s %14s\n", "", "ours (Go)", "PyTorch (gloo)")
+	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", thrPlain, num(tPlain, torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", thrDDP, num(tDDP, torchNote))
+	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
+	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
+	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
+	fmt.Printf("rank 0 per step: backward %.3f s, all-reduce %.3f s, wait after backward %.3f s\n",
+		r0.Backward/float64(p.steps), r0.AllRed/float64(p.steps), r0.Wait/float64(p.steps))
+	if torchNote != "" {
+		fmt.Println(torchNote)
+	}
+	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
+		"imgs_per_s_plain": thrPlain, "imgs_per_s_ddp2": thrDDP, "torch_imgs_per_s_plain": tPlain, "torch_imgs_per_s_ddp2": tDDP,
+		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
+	if torchNote != "" {
+		res["torch_note"] = torchNote
+	}
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+func throughput(rs []result) float64 {
+	imgs, secs := 0, 0.0
+	for _, r := range rs {
+		imgs += r.Imgs
+		secs = max(secs, r.Seconds)
+	}
+	return float64(imgs) / secs
+}
+
+func num(v float64, note string) string {
+	if note != "" {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func numAny(v any, note string) string {
+	if f, ok := v.(float64); ok && note == "" {
+		return fmt.Sprintf("%.3f", f)
+	}
+	return "n/a"
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// launch starts n processes (torchrun environment on 127.0.0.1, an OS-assigned port) and
+// returns the JSON result line of each.
+func launch(n int, cmdline func(rank int) []string, args, env []string) ([]result, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		c := cmdline(r)
+		cmd := exec.CommandContext(ctx, c[0], append(c[1:], args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Env = append(cmd.Env, "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout = outs[r]
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		cmds[r] = cmd
+	}
+	var errs []string
+	res := make([]result, n)
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Sprintf("rank %d: %v", r, err))
+			continue
+		}
+		sc := bufio.NewScanner(outs[r])
+		found := false
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &res[r]) == nil {
+				found = true
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Sprintf("rank %d printed no result: %q", r, outs[r].String()))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return res, nil
+}
+
+// child is one benchmark process: "plain" (no DDP) or "ddp" (a rank of the torchrun env).
+func child(role string, p params) error {
+	ctx := context.Background()
+	arch, err := resnet.ResNet18(1000)
+	if err != nil {
+		return err
+	}
+	m, err := nn.NewModel(arch, nn.WithSeed(0))
+	if err != nil {
+		return err
+	}
+	build := func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("images", p.batch, 3, p.size, p.size)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("labels", p.batch)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := b.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		return ops.CrossEntropy(logits, y, 0)
+	}
+	segs, err := optim.Segments(m.Params, 0, optim.Merged())
+	if err != nil {
+		return err
+	}
+	opt, err := optim.NewSGD(segs, 0.01, optim.WithMomentum(0.9))
+	if err != nil {
+		return err
+	}
+	var step func() error
+	var d *ddp.DDP
+	var prog interface {
+		SetInput(string, []float32) error
+	}
+	rank := 0
+	switch role {
+	case "plain":
+		np, err := nn.Compile(m, build)
+		if err != nil {
+			return err
+		}
+		prog = np
+		step = func() error {
+			m.Params.ZeroGrad()
+			if err := np.Run(ctx); err != nil {
+				return err
+			}
+			return opt.Step()
+		}
+	case "ddp":
+		g, err := comm.InitFromEnv(ctx)
+		if err != nil {
+			return err
+		}
+		defer g.Close(ctx)
+		rank = g.Rank()
+		if d, err = ddp.New(ctx, m, g); err != nil {
+			return err
+		}
+		dp, err := d.Compile(build)
+		if err != nil {
+			return err
+		}
+		prog = dp
+		step = func() error {
+			m.Params.ZeroGrad()
+			return dp.Step(ctx, opt)
+		}
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	rng := rand.New(rand.NewSource(int64(rank)))
+	x := make([]float32, p.batch*3*p.size*p.size)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := make([]float32, p.batch)
+	for i := range y {
+		y[i] = float32(rng.Intn(1000))
+	}
+	if err := prog.SetInput("images", x); err != nil {
+		return err
+	}
+	if err := prog.SetInput("labels", y); err != nil {
+		return err
+	}
+	for range p.warmup {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	if d != nil {
+		if err := d.Group().Barrier().Wait(ctx); err != nil {
+			return err
+		}
+		d.Timeline().Reset()
+	}
+	start := time.Now()
+	for range p.steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps}
+	if d != nil {
+		s := d.Timeline().Summary()
+		res.Buckets, res.Overlap = len(d.Buckets()), s.OverlapFraction
+		res.Backward, res.AllRed, res.Wait = s.Backward.Seconds(), s.AllReduce.Seconds(), s.Wait.Seconds()
+		if err := writeTrace(ctx, d, p.trace); err != nil {
+			return err
+		}
+	}
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	return nil
+}
+
+// writeTrace writes this rank's Chrome trace; rank 0 waits for the others (a barrier) and
+// merges them into merged.
+func writeTrace(ctx context.Context, d *ddp.DDP, merged string) error {
+	if merged == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(merged), 0o755); err != nil {
+		return err
+	}
+	// Per-rank traces go to the temporary folder (shared by the ranks of one machine).
+	port := os.Getenv("MASTER_PORT")
+	name := func(r int) string { return filepath.Join(os.TempDir(), fmt.Sprintf("gp_ddp_trace_%s_rank%d.json", port, r)) }
+	var buf bytes.Buffer
+	if err := d.Timeline().WriteChromeTrace(&buf); err != nil {
+		return err
+	}
+	if err := os.WriteFile(name(d.Rank()), buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := d.Group().Barrier().Wait(ctx); err != nil {
+		return err
+	}
+	if d.Rank() != 0 {
+		return nil
+	}
+	var readers []io.Reader
+	for r := range d.Size() {
+		f, err := os.Open(name(r))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		readers = append(readers, f)
+	}
+	out, err := os.Create(merged)
+	if err != nil {
+		return err
+	}
+	if err := ddp.MergeChromeTraces(out, readers...); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
