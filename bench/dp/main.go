@@ -52,6 +52,8 @@ type measurement struct {
 	Memory  []int64 `json:"memory"`   // bytes per replica (DP) or for this rank
 	HeapMiB float64 `json:"heap_mib"` // Go heap in use after the run
 	Threads int     `json:"blas_threads"`
+	RunS    float64 `json:"run_s,omitempty"`    // DataParallel: mean seconds of the replicas' concurrent part
+	MasterS float64 `json:"master_s,omitempty"` // DataParallel: mean seconds of gather + gradient reduction
 }
 
 type row struct {
@@ -60,6 +62,8 @@ type row struct {
 	Memory  []int64
 	HeapMiB []float64
 	Loss    float64
+	RunS    float64
+	MasterS float64
 }
 
 func main() {
@@ -158,7 +162,7 @@ func collect(name string, out []byte, n int) (row, error) {
 		r.Memory = append(r.Memory, m.Memory...)
 		r.HeapMiB = append(r.HeapMiB, m.HeapMiB)
 		if m.Rank == 0 {
-			r.Loss = m.Loss
+			r.Loss, r.RunS, r.MasterS = m.Loss, m.RunS, m.MasterS
 		}
 	}
 	if found != n {
@@ -191,6 +195,9 @@ func report(rows []row, w workload, out string) error {
 		fmt.Printf("%-26s %9.3f %9.1f %8.2fx %7.2fx %-24s %10.2f %s\n", r.Name, r.StepS, float64(w.batch)/r.StepS,
 			base/r.StepS, rows[1].StepS/r.StepS, strings.Join(mems, " / "), imbalance(r.Memory), strings.Join(heaps, " / "))
 	}
+	dpr := rows[2]
+	fmt.Printf("DataParallel step: replicas run %.3f s, master gather+reduce %.3f s, rest (optimizer step, zero grad) %.3f s\n",
+		dpr.RunS, dpr.MasterS, dpr.StepS-dpr.RunS-dpr.MasterS)
 	fmt.Println("speedup: over 1 replica on 1 core (one device); vs 2core: over 1 replica with 2 BLAS threads.")
 	fmt.Println("memory: graph values + gradient buffers; DataParallel's replica 0 and every DDP rank also hold")
 	fmt.Println("parameters, running stats, the gradient buffer of the model and the optimizer state.")
@@ -208,6 +215,8 @@ func report(rows []row, w workload, out string) error {
 		"ddp_step_s":                  rows[3].StepS,
 		"dp_memory_bytes_per_replica": rows[2].Memory,
 		"ddp_memory_bytes_per_rank":   rows[3].Memory,
+		"dp_run_s":                    rows[2].RunS,
+		"dp_master_reduce_s":          rows[2].MasterS,
 		"load_average":                loadavg(),
 	}
 	js, err := json.Marshal(res)

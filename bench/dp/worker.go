@@ -170,11 +170,20 @@ func runDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, me
 	defer d.Close()
 	x, y := data(1, w.batch, w.size)
 	b := dp.Batch{N: w.batch, Inputs: map[string][]float32{"images": x, "labels": y}}
-	var res *dp.Result
+	var (
+		res   *dp.Result
+		n     int
+		times dp.Times
+	)
 	meas.StepS, err = timeSteps(w, func() error {
 		opt.ZeroGrad()
 		if res, err = d.Step(ctx, b); err != nil {
 			return err
+		}
+		if n++; n > w.warmup {
+			times.Run += res.Times.Run
+			times.Gather += res.Times.Gather
+			times.Reduce += res.Times.Reduce
 		}
 		return opt.Step()
 	})
@@ -182,6 +191,8 @@ func runDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, me
 		return err
 	}
 	meas.Loss = float64(res.Loss)
+	meas.RunS = times.Run.Seconds() / float64(w.steps)
+	meas.MasterS = (times.Gather + times.Reduce).Seconds() / float64(w.steps)
 	rep := d.Memory(opt)
 	fmt.Fprintln(os.Stderr, rep)
 	for _, r := range rep.Replicas {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gorgonia-parallel/gp/nn"
 	G "gorgonia.org/gorgonia"
@@ -39,6 +41,14 @@ type Result struct {
 	// Outputs holds the gathered outputs (WithGather), each [N, ...] in batch order. The
 	// slices are owned by the DataParallel and overwritten by the next step.
 	Outputs map[string][]float32
+	// Times is where the step's wall time went.
+	Times Times
+}
+
+// Times splits a step's wall time. Bind (compiling new chunk sizes, checking shapes), Gather
+// and Reduce run on the master alone; Run is the replicas' concurrent part.
+type Times struct {
+	Bind, Run, Gather, Reduce time.Duration
 }
 
 // ReplicaError is the error of a step that failed in a replica: compiling its program for
@@ -140,6 +150,8 @@ func (d *DataParallel) Step(ctx context.Context, b Batch) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var times Times
+	t0 := time.Now()
 	sizes := Chunks(b.N, len(d.replicas))
 	active := d.replicas[:len(sizes)]
 	lo := 0
@@ -151,9 +163,13 @@ func (d *DataParallel) Step(ctx context.Context, b Batch) (*Result, error) {
 			return nil, r.fail(err, nil)
 		}
 	}
+	t1 := time.Now()
+	times.Bind = t1.Sub(t0)
 	if err := d.runAll(ctx, active, b, per); err != nil {
 		return nil, err
 	}
+	t2 := time.Now()
+	times.Run = t2.Sub(t1)
 	res := &Result{Chunks: sizes, Losses: make([]float32, len(active))}
 	var loss float64
 	for i, r := range active {
@@ -164,6 +180,8 @@ func (d *DataParallel) Step(ctx context.Context, b Batch) (*Result, error) {
 	if res.Outputs, err = d.gather(active, b.N); err != nil {
 		return nil, err
 	}
+	t3 := time.Now()
+	times.Gather = t3.Sub(t2)
 	if active[0].prog.Builder.Training() && active[0].prog.Loss != nil {
 		bufs := make([][]float32, len(active))
 		ws := make([]float32, len(active))
@@ -173,6 +191,8 @@ func (d *DataParallel) Step(ctx context.Context, b Batch) (*Result, error) {
 		}
 		reduceInto(d.model.Params.Grad, bufs, ws, d.cfg.workers)
 	}
+	times.Reduce = time.Since(t3)
+	res.Times = times
 	return res, nil
 }
 
@@ -209,7 +229,8 @@ func (d *DataParallel) bind(r *replica, b Batch, per map[string]int) error {
 	if err != nil {
 		return err
 	}
-	for name, k := range per {
+	for _, name := range slices.Sorted(maps.Keys(per)) {
+		k := per[name]
 		shape := p.InputShape(name)
 		if shape == nil {
 			return fmt.Errorf("the graph declares no input %q", name)

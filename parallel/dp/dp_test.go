@@ -284,7 +284,7 @@ func TestReplicaError(t *testing.T) {
 		edit  func(Batch) Batch
 		want  string
 	}{
-		{"bad shape", badShape, func(b Batch) Batch { return b }, "shape [4 3 6 6], want a chunk of 3"},
+		{"bad shape", badShape, func(b Batch) Batch { return b }, `input "images" has shape [4 3 6 6], want a chunk of 3`},
 		{"bad label at run time", classify, badLabel, "label"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
