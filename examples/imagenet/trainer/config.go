@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // Config is a training run. Zero values take the architecture's recipe defaults.
@@ -46,6 +48,10 @@ type Config struct {
 	MaxSteps  int    // stop after this many steps in total (0: no limit); for tests
 	Synthetic SyntheticConfig
 	Quiet     bool // no progress bar (tests)
+
+	// Group, when set, is the process group to train in (tests run ranks as goroutines);
+	// otherwise Run joins the group the torchrun environment describes.
+	Group comm.Group
 }
 
 // SyntheticConfig sizes the generated data set of -data-format synthetic.

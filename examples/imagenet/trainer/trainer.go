@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -46,11 +45,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if err := cfg.recipe(); err != nil {
 		return nil, err
 	}
-	g, err := joinGroup(ctx)
-	if err != nil {
-		return nil, err
+	g := cfg.Group
+	if g == nil {
+		var err error
+		if g, err = joinGroup(ctx); err != nil {
+			return nil, err
+		}
+		defer g.Close(context.Background())
 	}
-	defer g.Close(context.Background())
 	rank, world := g.Rank(), g.Size()
 	if cfg.Batch%world != 0 {
 		return nil, fmt.Errorf("trainer: global batch %d is not divisible by the world size %d", cfg.Batch, world)
@@ -373,5 +375,3 @@ func (s rngState) UnmarshalBinary(b []byte) error {
 	s.r.SetState(seed, ctr)
 	return nil
 }
-
-var _ = math.Inf

@@ -1,0 +1,195 @@
+package trainer
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/data/synth"
+	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// tinyData writes a 4-class generated ImageFolder (train and val) once per test binary.
+var (
+	tinyOnce sync.Once
+	tinyDir  string
+	tinyErr  error
+)
+
+func tinyData(t *testing.T) string {
+	t.Helper()
+	tinyOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gp-trainer-test")
+		if err != nil {
+			tinyErr = err
+			return
+		}
+		tinyDir = filepath.Join(dir, "synth")
+		tinyErr = synth.WriteSplit(tinyDir, 4, 24, 8, 20, 3)
+	})
+	if tinyErr != nil {
+		t.Fatal(tinyErr)
+	}
+	return tinyDir
+}
+
+func tinyConfig(t *testing.T, out string) Config {
+	return Config{
+		Data: tinyData(t), DataFormat: "imagefolder", Arch: "resnet18", ImageSize: 16,
+		Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WeightDecay: -1, Workers: 2,
+		Warmup: -1, Smoothing: -1, ClipGrad: -1, Resume: "auto", PrintFreq: 2, Seed: 5,
+		Out: out, Keep: 2, Quiet: true,
+	}
+}
+
+// runWorld runs the trainer on world goroutine ranks over in-process groups.
+func runWorld(t *testing.T, world int, cfg Config) []*Result {
+	t.Helper()
+	groups := comm.NewLocalGroups(world)
+	res := make([]*Result, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			c := cfg
+			c.Group = groups[r]
+			res[r], errs[r] = Run(context.Background(), c, os.Stdout)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return res
+}
+
+func TestDDPWorld2TrainsAndWritesArtifacts(t *testing.T) {
+	out := t.TempDir()
+	cfg := tinyConfig(t, out)
+	cfg.Epochs = 1
+	res := runWorld(t, 2, cfg)
+	r := res[0]
+	// 96 training images over 2 ranks is 48 per rank, in batches of 4: 12 steps.
+	if r.Steps != 12 {
+		t.Fatalf("steps = %d, want 12", r.Steps)
+	}
+	for _, l := range r.LossHistory {
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Fatalf("loss %v", r.LossHistory)
+		}
+	}
+	for _, p := range []string{r.Checkpoint, r.MetricsPath, r.PlotPath, r.TimelinePaths[0], r.TimelinePaths[1]} {
+		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+			t.Fatalf("artifact %q missing or empty: %v", p, err)
+		}
+	}
+	if r.Top1 <= 0 || r.Top5 < r.Top1 {
+		t.Fatalf("top-1 %.1f top-5 %.1f", r.Top1, r.Top5)
+	}
+}
+
+// A run stopped after a checkpoint and resumed continues the exact loss trajectory of an
+// uninterrupted run with the same seed.
+func TestResumeContinuesTrajectory(t *testing.T) {
+	full := tinyConfig(t, t.TempDir())
+	full.Resume = "none"
+	want := runWorld(t, 2, full)[0].LossHistory
+
+	out := t.TempDir()
+	first := tinyConfig(t, out)
+	first.MaxSteps, first.CkptEvery = 17, 17 // stop inside the second epoch, right after a checkpoint
+	got := runWorld(t, 2, first)[0].LossHistory
+	second := tinyConfig(t, out)
+	r := runWorld(t, 2, second)[0]
+	if !strings.Contains(r.ResumedFrom, "ckpt-000000017") {
+		t.Fatalf("resumed from %q, want the step-17 checkpoint", r.ResumedFrom)
+	}
+	got = append(got, r.LossHistory...)
+	if len(got) != len(want) {
+		t.Fatalf("%d steps after resume, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("step %d: loss %.9g after resume, want %.9g (uninterrupted)", i+1, got[i], want[i])
+		}
+	}
+}
+
+func TestCorruptCheckpointFallsBack(t *testing.T) {
+	out := t.TempDir()
+	cfg := tinyConfig(t, out)
+	cfg.Epochs, cfg.CkptEvery, cfg.Keep = 1, 4, 5
+	runWorld(t, 1, cfg)
+	ck := &checkpoints{dir: out}
+	all, err := ck.list()
+	if err != nil || len(all) < 2 {
+		t.Fatalf("checkpoints %v, %v", all, err)
+	}
+	if err := os.WriteFile(all[0], []byte("not a zip"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Epochs = 2
+	r := runWorld(t, 1, cfg)[0]
+	if r.ResumedFrom != all[1] {
+		t.Fatalf("resumed from %q, want the previous checkpoint %q", r.ResumedFrom, all[1])
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	other := t.TempDir()
+	mod, err := models.New("resnet34", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongWeights := filepath.Join(other, "resnet34.npz")
+	if err := models.SaveWeights(m.Params, wrongWeights); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		mut  func(*Config)
+		want string
+	}{
+		{"missing data folder", func(c *Config) { c.Data = filepath.Join(other, "nope") }, "nope/train"},
+		{"pretrained of another architecture", func(c *Config) { c.Pretrained = wrongWeights }, "resnet34.npz"},
+		{"batch not divisible", func(c *Config) { c.Batch = 7 }, "not divisible"},
+		{"unknown arch", func(c *Config) { c.Arch = "vgg16" }, "vgg16"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyConfig(t, t.TempDir())
+			tc.mut(&cfg)
+			groups := comm.NewLocalGroups(2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					c := cfg
+					c.Group = groups[r]
+					_, errs[r] = Run(context.Background(), c, os.Stdout)
+				}(r)
+			}
+			wg.Wait()
+			if errs[0] == nil || !strings.Contains(errs[0].Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %q", errs[0], tc.want)
+			}
+		})
+	}
+}
