@@ -1,0 +1,259 @@
+// Command models (make bench-models) measures training images/s (forward, backward and an
+// SGD-with-momentum step) of resnet18 and resnet50 at 64x64, batch 16, and swin_t at
+// 224x224, batch 8, with 1 and 2 threads, next to PyTorch (Debian's torch through
+// /usr/bin/python3, bench/models/torch_bench.py) on the same inputs in the same run. It prints
+// a table and a JSON line and writes bench/results/models.json.
+//
+// Each measurement runs in a child process with GOMAXPROCS and OPENBLAS_NUM_THREADS set to
+// the thread count (OpenBLAS reads its thread count at start-up).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	G "gorgonia.org/gorgonia"
+)
+
+// Row is one line of bench/results/models.json. TorchImgsPerS and Ratio are null when
+// PyTorch could not run; Torch then says why.
+type Row struct {
+	Arch          string   `json:"arch"`
+	Threads       int      `json:"threads"`
+	ImgsPerS      float64  `json:"imgs_per_s"`
+	TorchImgsPerS *float64 `json:"torch_imgs_per_s"`
+	Ratio         *float64 `json:"ratio"`
+	Batch         int      `json:"batch"`
+	Size          int      `json:"size"`
+	Torch         string   `json:"torch,omitempty"`
+}
+
+type workload struct {
+	arch          string
+	batch, size   int
+	warmup, steps int
+}
+
+var workloads = []workload{
+	{"resnet18", 16, 64, 1, 5},
+	{"resnet50", 16, 64, 1, 3},
+	{"swin_t", 8, 224, 1, 2},
+}
+
+func main() {
+	child := flag.String("child", "", "internal: measure one architecture in this process")
+	batch := flag.Int("batch", 0, "internal: batch size of -child")
+	size := flag.Int("size", 0, "internal: image side of -child")
+	warmup := flag.Int("warmup", 1, "internal: untimed steps of -child")
+	steps := flag.Int("steps", 3, "internal: timed steps of -child")
+	threadList := flag.String("threads", "1,2", "thread counts to measure")
+	archs := flag.String("archs", "", "comma-separated subset of resnet18,resnet50,swin_t (default all)")
+	out := flag.String("out", "bench/results/models.json", "result file")
+	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
+	flag.Parse()
+	if *child != "" {
+		if *profile != "" {
+			f, err := os.Create(*profile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench/models:", err)
+				os.Exit(1)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fmt.Fprintln(os.Stderr, "bench/models:", err)
+				os.Exit(1)
+			}
+			defer pprof.StopCPUProfile()
+		}
+		ips, err := measure(*child, *batch, *size, *warmup, *steps)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/models:", err)
+			pprof.StopCPUProfile()
+			os.Exit(1)
+		}
+		fmt.Println(ips)
+		return
+	}
+	if err := parent(*threadList, *archs, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/models:", err)
+		os.Exit(1)
+	}
+}
+
+func parent(threadList, archs, out string) error {
+	tmp, err := os.MkdirTemp("", "bench-models")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var rows []Row
+	fmt.Printf("%-9s %7s %5s %4s %12s %14s %7s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch")
+	for _, w := range workloads {
+		if archs != "" && !strings.Contains(","+archs+",", ","+w.arch+",") {
+			continue
+		}
+		xp, yp, err := writeInputs(tmp, w)
+		if err != nil {
+			return err
+		}
+		for _, ts := range strings.Split(threadList, ",") {
+			t, err := strconv.Atoi(strings.TrimSpace(ts))
+			if err != nil || t < 1 {
+				return fmt.Errorf("bad thread count %q", ts)
+			}
+			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t))
+			goOut, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
+				"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps))
+			if err != nil {
+				return fmt.Errorf("%s, %d threads: %w", w.arch, t, err)
+			}
+			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size}
+			tv, terr := runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
+				fmt.Sprint(w.warmup), fmt.Sprint(w.steps))
+			torchCol, ratioCol := "", ""
+			if terr != nil {
+				row.Torch = "unavailable: " + firstLine(terr.Error())
+				torchCol, ratioCol = "n/a (no torch)", "n/a"
+			} else {
+				r := goOut / tv
+				row.TorchImgsPerS, row.Ratio = &tv, &r
+				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
+			}
+			fmt.Printf("%-9s %7d %5d %4d %12.2f %14s %7s\n", w.arch, t, w.batch, w.size, goOut, torchCol, ratioCol)
+			rows = append(rows, row)
+		}
+	}
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	ind, _ := json.MarshalIndent(rows, "", "  ")
+	return os.WriteFile(out, append(ind, '\n'), 0o644)
+}
+
+// writeInputs writes the images and labels both sides train on, as .npy files.
+func writeInputs(dir string, w workload) (string, string, error) {
+	rng := rand.New(rand.NewSource(1))
+	x := make([]float32, w.batch*3*w.size*w.size)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := make([]float32, w.batch)
+	for i := range y {
+		y[i] = float32(rng.Intn(1000))
+	}
+	xp, yp := filepath.Join(dir, w.arch+"_x.npy"), filepath.Join(dir, w.arch+"_y.npy")
+	if err := writeNpy(xp, x, []int{w.batch, 3, w.size, w.size}); err != nil {
+		return "", "", err
+	}
+	return xp, yp, writeNpy(yp, y, []int{w.batch})
+}
+
+func runChild(env []string, name string, args ...string) (float64, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %s", filepath.Base(name), err, strings.TrimSpace(stderr.String()))
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	if len(lines) == 0 {
+		return 0, fmt.Errorf("%s printed nothing", filepath.Base(name))
+	}
+	return strconv.ParseFloat(lines[len(lines)-1], 64)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// measure builds arch (1000 classes, seed 0) and times training steps on the inputs the
+// parent wrote (regenerated here from the same seed).
+func measure(arch string, batch, size, warmup, steps int) (float64, error) {
+	mod, err := models.New(arch, 1000)
+	if err != nil {
+		return 0, err
+	}
+	m, err := nn.NewModel(mod)
+	if err != nil {
+		return 0, err
+	}
+	p, err := nn.Compile(m, func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("images", batch, 3, size, size)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("labels", batch)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := b.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		return ops.CrossEntropy(logits, y, 0)
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	rng := rand.New(rand.NewSource(1))
+	x, _ := p.Input("images")
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y, _ := p.Input("labels")
+	for i := range y {
+		y[i] = float32(rng.Intn(1000))
+	}
+	mom := make([]float32, len(m.Params.Data))
+	step := func() error {
+		m.Params.ZeroGrad()
+		if err := p.Run(context.Background()); err != nil {
+			return err
+		}
+		for i, g := range m.Params.Grad {
+			mom[i] = 0.9*mom[i] + g
+			m.Params.Data[i] -= 0.01 * mom[i]
+		}
+		return nil
+	}
+	for range warmup {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	for range steps {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(batch*steps) / time.Since(start).Seconds(), nil
+}
