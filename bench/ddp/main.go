@@ -5,6 +5,11 @@
 // prints a table and writes bench/results/ddp.json. Scaling efficiency is the strict
 // definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead counts
 // against it.
+//
+// "One thread per rank" is GOMAXPROCS=1 by default (-procs): DDP's communication goroutines
+// then share the rank's one P with the compute, where gloo has threads of its own; -procs 2
+// gives them room, but also lets gorgonia's internal fan-out use both cores in the plain
+// process. The per-rank Chrome traces go to the temporary folder, the merged one to -trace.
 package main
 
 import (
