@@ -29,9 +29,16 @@ test-purego:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m ./nn/... ./optim/... ./data/...
 
-## demo: the main job (see README).
+## demo: the main job: generate (once) a 10-class ImageFolder of JPEGs, then train resnet18
+## with DDP on 2 processes (gprun) and report validation accuracy, plot, metrics, timelines.
+DEMO_FLAGS ?= -data-format synthetic -data .cache/synthetic-10 -arch resnet18 -image-size 32 \
+	-b 64 -epochs 8 -sched cosine -warmup-epochs 1 -lr 0.2 -wd 5e-4 -j 1 -print-freq 5 \
+	-out runs/demo -resume none
 demo: deps
-	$(GO) run ./cmd/demo
+	$(GO) build -o bin/gprun ./cmd/gprun
+	$(GO) build -o bin/imagenet ./examples/imagenet
+	rm -rf runs/demo
+	bin/gprun --nproc-per-node 2 -- bin/imagenet $(DEMO_FLAGS)
 
 ## bench: every benchmark; each prints a table and writes bench/results/*.json.
 ## Benchmarks that compare with PyTorch use Debian's python3-torch when it is installed

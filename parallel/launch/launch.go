@@ -259,19 +259,28 @@ func runOnce(ctx context.Context, cfg *Config, restart int) (*WorkerError, error
 	return failed, nil
 }
 
-// copyLines copies r to w line by line, each line prefixed.
+// copyLines copies r to w line by line, each line prefixed. A carriage return also ends a
+// segment, so a worker's progress bar (which redraws with "\r") shows up as it redraws,
+// each redraw prefixed, instead of waiting for the end of the line.
 func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, prefix string) {
 	defer wg.Done()
 	br := bufio.NewReaderSize(r, 64<<10)
+	var seg []byte
 	for {
-		line, err := br.ReadString('\n')
-		if len(line) > 0 {
-			if line[len(line)-1] != '\n' {
-				line += "\n"
+		b, err := br.ReadByte()
+		if err == nil {
+			seg = append(seg, b)
+		}
+		end := err == nil && (b == '\n' || b == '\r')
+		if end || err != nil && len(seg) > 0 || err == nil && br.Buffered() == 0 && len(seg) >= 64<<10 {
+			if !end {
+				seg = append(seg, '\n')
 			}
 			mu.Lock()
-			io.WriteString(w, prefix+line)
+			io.WriteString(w, prefix)
+			w.Write(seg)
 			mu.Unlock()
+			seg = seg[:0]
 		}
 		if err != nil {
 			return
