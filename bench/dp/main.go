@@ -45,20 +45,24 @@ const marker = "DPBENCH "
 
 // measurement is what one process reports (a worker prints it after marker).
 type measurement struct {
-	Role    string  `json:"role"`
-	Rank    int     `json:"rank"`
-	StepS   float64 `json:"step_s"`   // median seconds per step
-	Loss    float64 `json:"loss"`     // loss of the last step
-	Memory  []int64 `json:"memory"`   // bytes per replica (DP) or for this rank
-	HeapMiB float64 `json:"heap_mib"` // Go heap in use after the run
-	Threads int     `json:"blas_threads"`
-	RunS    float64 `json:"run_s,omitempty"`    // DataParallel: mean seconds of the replicas' concurrent part
-	MasterS float64 `json:"master_s,omitempty"` // DataParallel: mean seconds of gather + gradient reduction
+	Role      string  `json:"role"`
+	Rank      int     `json:"rank"`
+	StepS     float64 `json:"step_s"`      // median seconds per step
+	MeanStepS float64 `json:"mean_step_s"` // mean seconds per step
+	CPUS      float64 `json:"cpu_s"`       // CPU seconds (user+system) per step
+	Loss      float64 `json:"loss"`        // loss of the last step
+	Memory    []int64 `json:"memory"`      // bytes per replica (DP) or for this rank
+	HeapMiB   float64 `json:"heap_mib"`    // Go heap in use after the run
+	Threads   int     `json:"blas_threads"`
+	RunS      float64 `json:"run_s,omitempty"`    // DataParallel: mean seconds of the replicas' concurrent part
+	MasterS   float64 `json:"master_s,omitempty"` // DataParallel: mean seconds of gather + gradient reduction
 }
 
 type row struct {
 	Name    string
 	StepS   float64
+	MeanS   float64
+	CPUS    float64
 	Memory  []int64
 	HeapMiB []float64
 	Loss    float64
@@ -159,6 +163,8 @@ func collect(name string, out []byte, n int) (row, error) {
 		}
 		found++
 		r.StepS = max(r.StepS, m.StepS)
+		r.MeanS = max(r.MeanS, m.MeanStepS)
+		r.CPUS += m.CPUS
 		r.Memory = append(r.Memory, m.Memory...)
 		r.HeapMiB = append(r.HeapMiB, m.HeapMiB)
 		if m.Rank == 0 {
@@ -182,7 +188,7 @@ func imbalance(mem []int64) float64 {
 func report(rows []row, w workload, out string) error {
 	base := rows[0].StepS
 	mib := func(v int64) string { return fmt.Sprintf("%.0f", float64(v)/(1<<20)) }
-	fmt.Printf("\n%-26s %9s %9s %9s %8s %-24s %10s %s\n", "configuration", "s/step", "img/s", "speedup", "vs 2core", "memory MiB per replica", "imbalance", "Go heap MiB per process")
+	fmt.Printf("\n%-26s %9s %9s %9s %8s %9s %-24s %10s %s\n", "configuration", "s/step", "img/s", "speedup", "vs 2core", "CPU s/step", "memory MiB per replica", "imbalance", "Go heap MiB per process")
 	for _, r := range rows {
 		mems := make([]string, len(r.Memory))
 		for i, m := range r.Memory {
@@ -192,12 +198,13 @@ func report(rows []row, w workload, out string) error {
 		for i, h := range r.HeapMiB {
 			heaps[i] = fmt.Sprintf("%.0f", h)
 		}
-		fmt.Printf("%-26s %9.3f %9.1f %8.2fx %7.2fx %-24s %10.2f %s\n", r.Name, r.StepS, float64(w.batch)/r.StepS,
-			base/r.StepS, rows[1].StepS/r.StepS, strings.Join(mems, " / "), imbalance(r.Memory), strings.Join(heaps, " / "))
+		fmt.Printf("%-26s %9.3f %9.1f %8.2fx %7.2fx %9.2f  %-24s %10.2f %s\n", r.Name, r.StepS, float64(w.batch)/r.StepS,
+			base/r.StepS, rows[1].StepS/r.StepS, r.CPUS, strings.Join(mems, " / "), imbalance(r.Memory), strings.Join(heaps, " / "))
 	}
 	dpr := rows[2]
-	fmt.Printf("DataParallel step: replicas run %.3f s, master gather+reduce %.3f s, rest (optimizer step, zero grad) %.3f s\n",
-		dpr.RunS, dpr.MasterS, dpr.StepS-dpr.RunS-dpr.MasterS)
+	fmt.Printf("DataParallel step (mean %.3f s): replicas run %.3f s, master gather+reduce %.3f s, rest (bind, optimizer step, zero grad) %.3f s\n",
+		dpr.MeanS, dpr.RunS, dpr.MasterS, dpr.MeanS-dpr.RunS-dpr.MasterS)
+	fmt.Println("s/step: median wall time (slowest rank); CPU s/step: all threads of all processes of the configuration.")
 	fmt.Println("speedup: over 1 replica on 1 core (one device); vs 2core: over 1 replica with 2 BLAS threads.")
 	fmt.Println("memory: graph values + gradient buffers; DataParallel's replica 0 and every DDP rank also hold")
 	fmt.Println("parameters, running stats, the gradient buffer of the model and the optimizer state.")
@@ -215,6 +222,7 @@ func report(rows []row, w workload, out string) error {
 		"ddp_step_s":                  rows[3].StepS,
 		"dp_memory_bytes_per_replica": rows[2].Memory,
 		"ddp_memory_bytes_per_rank":   rows[3].Memory,
+		"cpu_s_per_step":              []float64{rows[0].CPUS, rows[1].CPUS, rows[2].CPUS, rows[3].CPUS},
 		"dp_run_s":                    rows[2].RunS,
 		"dp_master_reduce_s":          rows[2].MasterS,
 		"load_average":                loadavg(),

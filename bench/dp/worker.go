@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
@@ -105,20 +106,39 @@ func data(seed int64, n, size int) (x, y []float32) {
 	return x, y
 }
 
-// timeSteps runs warmup+steps steps and returns the median time of the measured ones.
-func timeSteps(w workload, step func() error) (float64, error) {
+// timeSteps runs warmup+steps steps and records the median and mean wall time and the mean
+// CPU time (user+system, all threads of the process) of the measured ones.
+func timeSteps(w workload, meas *measurement, step func() error) error {
 	var times []float64
+	var cpu0 float64
 	for i := 0; i < w.warmup+w.steps; i++ {
+		if i == w.warmup {
+			cpu0 = cpuSeconds()
+		}
 		t := time.Now()
 		if err := step(); err != nil {
-			return 0, fmt.Errorf("step %d: %w", i, err)
+			return fmt.Errorf("step %d: %w", i, err)
 		}
 		if i >= w.warmup {
 			times = append(times, since(t))
 		}
 	}
+	meas.CPUS = (cpuSeconds() - cpu0) / float64(w.steps)
+	for _, t := range times {
+		meas.MeanStepS += t / float64(len(times))
+	}
 	slices.Sort(times)
-	return times[len(times)/2], nil
+	meas.StepS = times[len(times)/2]
+	return nil
+}
+
+// cpuSeconds is the CPU time this process has used.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // masterBytes is what a process that owns the model holds besides its graph: parameters,
@@ -140,7 +160,7 @@ func runSingle(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload
 	}
 	defer p.Close()
 	x, y := data(1, w.batch, w.size)
-	meas.StepS, err = timeSteps(w, func() error {
+	err = timeSteps(w, meas, func() error {
 		opt.ZeroGrad()
 		if err := p.SetInput("images", x); err != nil {
 			return err
@@ -175,7 +195,7 @@ func runDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, me
 		n     int
 		times dp.Times
 	)
-	meas.StepS, err = timeSteps(w, func() error {
+	err = timeSteps(w, meas, func() error {
 		opt.ZeroGrad()
 		if res, err = d.Step(ctx, b); err != nil {
 			return err
@@ -220,7 +240,7 @@ func runDDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, m
 	}
 	defer p.Close()
 	x, y := data(int64(1+d.Rank()), local, w.size)
-	meas.StepS, err = timeSteps(w, func() error {
+	err = timeSteps(w, meas, func() error {
 		opt.ZeroGrad()
 		if err := p.SetInput("images", x); err != nil {
 			return err
