@@ -93,21 +93,30 @@ func RoundSlice32(f Format, dst, src []float32) (overflow int) {
 	if f == FP16 {
 		for i, v := range src {
 			r := roundFP16(v)
-			if math.IsInf(float64(r), 0) && !math.IsInf(float64(v), 0) {
-				overflow++
-			}
+			overflow += becameInf(v, r)
 			dst[i] = r
 		}
 		return overflow
 	}
 	for i, v := range src {
 		r := roundBF16(v)
-		if math.IsInf(float64(r), 0) && !math.IsInf(float64(v), 0) {
-			overflow++
-		}
+		overflow += becameInf(v, r)
 		dst[i] = r
 	}
 	return overflow
+}
+
+// becameInf is 1 when r is ±inf and v finite, else 0, without branches.
+func becameInf(v, r float32) int {
+	rb, vb := math.Float32bits(r)&0x7fffffff, math.Float32bits(v)&0x7fffffff
+	return int(b2u(rb == 0x7f800000) &^ b2u(vb >= 0x7f800000))
+}
+
+func b2u(b bool) uint {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // roundBF16 keeps the high 16 bits of the float32, rounding to nearest even on the low 16:

@@ -243,3 +243,14 @@ func vals(n *G.Node) []float64 {
 	}
 	return nil
 }
+
+func TestRoundSlice32CountsOverflow(t *testing.T) {
+	in := []float32{1, 70000, float32(math.Inf(1)), -65520, float32(math.NaN()), 3.4e38}
+	out := make([]float32, len(in))
+	if n := RoundSlice32(FP16, out, in); n != 3 {
+		t.Errorf("fp16 overflow count %d, want 3", n)
+	}
+	if n := RoundSlice32(BF16, out, in); n != 1 {
+		t.Errorf("bf16 overflow count %d, want 1 (3.4e38)", n)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/amp"
@@ -39,7 +40,7 @@ type row struct {
 }
 
 func main() {
-	steps := flag.Int("steps", 5, "timed steps per configuration")
+	steps := flag.Int("steps", 7, "timed steps per configuration")
 	warmup := flag.Int("warmup", 2, "untimed steps first")
 	batch := flag.Int("batch", 16, "batch size")
 	size := flag.Int("size", 64, "image height and width")
@@ -51,7 +52,7 @@ func main() {
 }
 
 func run(steps, warmup, batch, size int, out string) error {
-	fmt.Printf("autocast step time on the CPU: %dx%d, batch %d, %d steps after %d warm-up, BLAS %s, GOMAXPROCS %d\n",
+	fmt.Printf("autocast step time on the CPU: %dx%d, batch %d, median of %d interleaved steps after %d warm-up, BLAS %s, GOMAXPROCS %d\n",
 		size, size, batch, steps, warmup, blasimpl.Name(), runtime.GOMAXPROCS(0))
 	fmt.Println("emulated 16-bit: rounding passes added to float32 compute, so overhead, not speed-up")
 	models := []struct {
@@ -68,22 +69,37 @@ func run(steps, warmup, batch, size int, out string) error {
 	var rows []row
 	fmt.Printf("%-10s %-5s %12s %10s %20s\n", "model", "mode", "ms/step", "img/s", "overhead vs fp32")
 	for _, m := range models {
-		var base float64
-		for _, mode := range modes {
+		// The modes run interleaved, one step each in turn, and the median step counts: load
+		// from other processes on a shared machine then hits every mode alike.
+		stepFns := make([]func() error, len(modes))
+		for i, mode := range modes {
 			net, err := m.make()
 			if err != nil {
 				return err
 			}
-			sec, err := timeSteps(net, mode.policy, steps, warmup, batch, size)
+			fn, closeFn, err := setup(net, mode.policy, batch, size)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", m.name, mode.name, err)
 			}
-			r := row{Model: m.name, Mode: mode.name, MsPerStep: 1000 * sec, ImgsPerSec: float64(batch) / sec}
-			if mode.policy == nil {
-				base = sec
-			} else {
-				r.Overhead = sec/base - 1
+			defer closeFn()
+			stepFns[i] = fn
+		}
+		times := make([][]float64, len(modes))
+		for it := 0; it < warmup+steps; it++ {
+			for i, fn := range stepFns {
+				start := time.Now()
+				if err := fn(); err != nil {
+					return fmt.Errorf("%s %s: %w", m.name, modes[i].name, err)
+				}
+				if it >= warmup {
+					times[i] = append(times[i], time.Since(start).Seconds())
+				}
 			}
+		}
+		base := median(times[0])
+		for i, mode := range modes {
+			sec := median(times[i])
+			r := row{Model: m.name, Mode: mode.name, MsPerStep: 1000 * sec, ImgsPerSec: float64(batch) / sec, Overhead: sec/base - 1}
 			rows = append(rows, r)
 			fmt.Printf("%-10s %-5s %12.1f %10.1f %19.1f%%\n", r.Model, r.Mode, r.MsPerStep, r.ImgsPerSec, 100*r.Overhead)
 		}
@@ -105,15 +121,16 @@ func run(steps, warmup, batch, size int, out string) error {
 	return os.WriteFile(out, append(line, '\n'), 0o644)
 }
 
-// timeSteps returns the mean seconds of one training step: forward, backward, unscale, SGD.
-func timeSteps(net nn.Module, policy *amp.Policy, steps, warmup, batch, size int) (float64, error) {
+// setup compiles net under policy (nil: float32) and returns one training step: forward,
+// backward, unscale, SGD step, scale update.
+func setup(net nn.Module, policy *amp.Policy, batch, size int) (step func() error, closeFn func() error, err error) {
 	model, err := nn.NewModel(net, nn.WithSeed(1))
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	scaler, err := amp.NewGradScaler(amp.WithEnabled(policy != nil), amp.WithInitScale(1024))
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	opts := []nn.BuildOption{}
 	if policy != nil {
@@ -139,16 +156,17 @@ func timeSteps(net nn.Module, policy *amp.Policy, steps, warmup, batch, size int
 		return scaler.ScaleLoss(b, loss)
 	}, opts...)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer prog.Close()
 	segs, err := optim.Segments(model.Params, 0)
 	if err != nil {
-		return 0, err
+		prog.Close()
+		return nil, nil, err
 	}
 	opt, err := optim.NewSGD(segs, 0.01, optim.WithMomentum(0.9))
 	if err != nil {
-		return 0, err
+		prog.Close()
+		return nil, nil, err
 	}
 	rng := rand.New(rand.NewSource(2))
 	x, _ := prog.Input("images")
@@ -160,24 +178,30 @@ func timeSteps(net nn.Module, policy *amp.Policy, steps, warmup, batch, size int
 		y[i] = float32(rng.Intn(10))
 	}
 	ctx := context.Background()
-	var start time.Time
-	for i := 0; i < warmup+steps; i++ {
-		if i == warmup {
-			start = time.Now()
-		}
+	step = func() error {
 		model.Params.ZeroGrad()
 		if err := prog.Run(ctx); err != nil {
-			return 0, err
+			return err
 		}
 		scaler.Unscale(model.Params.Grad)
 		if _, err := scaler.Step(opt); err != nil {
-			return 0, err
+			return err
 		}
-		if err := scaler.Update(); err != nil {
-			return 0, err
-		}
+		return scaler.Update()
 	}
-	return time.Since(start).Seconds() / float64(steps), nil
+	return step, prog.Close, nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // smallConv is three conv-BN-ReLU layers (16, 32, 64 channels, the last two strided), global
