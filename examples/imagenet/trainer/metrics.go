@@ -102,11 +102,12 @@ func (m *Metrics) Plot(path string) error {
 	}
 	panels := []struct {
 		title, ylabel string
+		log           bool
 		series        []series
 	}{
-		{"loss", "cross-entropy", []series{{"train", trainLoss, 0}, {"val", valLoss, 1}}},
-		{"validation accuracy", "%", []series{{"top-1", top1, 2}, {"top-5", top5, 3}}},
-		{"learning rate", "lr", []series{{"lr", lr, 4}}},
+		{"loss (log scale)", "cross-entropy", true, []series{{"train", trainLoss, 0}, {"val", valLoss, 1}}},
+		{"validation accuracy", "%", false, []series{{"top-1", top1, 2}, {"top-5", top5, 3}}},
+		{"learning rate", "lr", false, []series{{"lr", lr, 4}}},
 	}
 	const w, h = 6 * vg.Inch, 3 * vg.Inch
 	img := vgimg.New(w, h*vg.Length(len(panels)))
@@ -118,11 +119,19 @@ func (m *Metrics) Plot(path string) error {
 		p.X.Label.Text = "step"
 		p.Y.Label.Text = pn.ylabel
 		p.Add(plotter.NewGrid())
+		if pn.log {
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		}
 		for _, s := range pn.series {
 			if len(s.xy) == 0 {
 				continue
 			}
-			l, err := plotter.NewLine(s.xy)
+			xy := s.xy
+			if pn.log {
+				xy = positive(xy)
+			}
+			l, err := plotter.NewLine(xy)
 			if err != nil {
 				return fmt.Errorf("trainer: plot %s: %w", pn.title, err)
 			}
@@ -131,7 +140,7 @@ func (m *Metrics) Plot(path string) error {
 			p.Add(l)
 			p.Legend.Add(s.name, l)
 		}
-		p.Legend.Top = true
+		p.Legend.Top = !pn.log && pn.title != "validation accuracy"
 		p.Draw(tiles.At(dc, 0, i))
 	}
 	tmp := path + ".tmp"
@@ -148,6 +157,17 @@ func (m *Metrics) Plot(path string) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Clean(path))
+}
+
+// positive drops non-positive points, which a log scale cannot show.
+func positive(xy plotter.XYs) plotter.XYs {
+	var out plotter.XYs
+	for _, p := range xy {
+		if p.Y > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 type series struct {
