@@ -8,7 +8,7 @@ PKGS    ?= ./...
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: all deps test test-cgo test-purego vet demo bench bench-ops bench-models bench-comm \
-        bench-ddp bench-dp bench-data bench-zero fixtures clean
+        bench-ddp bench-dp bench-data bench-zero bench-amp fixtures clean
 
 all: test
 
@@ -43,7 +43,7 @@ demo: deps
 ## bench: every benchmark; each prints a table and writes bench/results/*.json.
 ## Benchmarks that compare with PyTorch use Debian's python3-torch when it is installed
 ## (apt-get install python3-torch python3-torchvision libopenblas0-pthread) and say so when not.
-bench: bench-ops bench-models bench-comm bench-ddp bench-dp bench-data bench-zero
+bench: bench-ops bench-models bench-comm bench-ddp bench-dp bench-data bench-zero bench-amp
 
 bench-ops: deps
 	$(GO) run ./bench/ops
@@ -65,6 +65,9 @@ bench-data: deps
 
 bench-zero: deps
 	$(GO) run ./bench/zero
+
+bench-amp: deps
+	$(GO) run ./bench/amp
 
 ## fixtures: regenerate the committed PyTorch fixtures (needs Debian's python3-torch).
 fixtures:

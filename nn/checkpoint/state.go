@@ -145,6 +145,9 @@ type State struct {
 	Model     *nn.ParamSet
 	Optimizer Stateful
 	Scheduler Stateful
+	// Scaler is the mixed-precision loss scaler (package amp), saved under its own keys
+	// ("train.grad_scaler.*").
+	Scaler Stateful
 	// Step and Epoch are saved as "train.step" and "train.epoch".
 	Step, Epoch int64
 	// RNG sources are saved as "rng.<name>", one int64 per byte of their binary state.
@@ -163,6 +166,9 @@ func (s *State) Entries() ([]nn.StateEntry, error) {
 	}
 	if s.Scheduler != nil {
 		out = append(out, s.Scheduler.StateDict()...)
+	}
+	if s.Scaler != nil {
+		out = append(out, s.Scaler.StateDict()...)
 	}
 	out = append(out,
 		nn.StateEntry{Name: "train.step", Shape: []int{}, I64: []int64{s.Step}},
@@ -199,6 +205,11 @@ func (s *State) Restore(entries []nn.StateEntry, opts ...LoadOption) (nn.LoadRep
 	}
 	if s.Scheduler != nil {
 		if err := s.Scheduler.LoadStateDict(entries); err != nil {
+			return rep, err
+		}
+	}
+	if s.Scaler != nil {
+		if err := s.Scaler.LoadStateDict(entries); err != nil {
 			return rep, err
 		}
 	}
