@@ -1,0 +1,291 @@
+package zero
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"sync"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	G "gorgonia.org/gorgonia"
+)
+
+const (
+	side     = 6 // input images are 3×side×side
+	classes  = 5
+	lr       = 1e-2
+	wd       = 1e-2
+	equivTol = 1e-5
+)
+
+// convNet is conv-[BN]-ReLU-conv-[BN]-ReLU-pool-flatten-linear (the DDP tests' net); with
+// BatchNorm the ranks use SyncBatchNorm, so that every configuration sees the global batch.
+func convNet(bn bool) nn.Module {
+	var names []string
+	var layers []nn.Module
+	add := func(n string, m nn.Module) { names, layers = append(names, n), append(layers, m) }
+	add("conv1", &nn.Conv2d{In: 3, Out: 4, Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Bias: !bn})
+	if bn {
+		add("bn1", &nn.BatchNorm2d{C: 4})
+	}
+	add("relu1", &nn.ReLU{})
+	add("conv2", &nn.Conv2d{In: 4, Out: 6, Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, Bias: !bn})
+	if bn {
+		add("bn2", &nn.BatchNorm2d{C: 6})
+	}
+	add("relu2", &nn.ReLU{})
+	add("pool", &nn.AdaptiveAvgPool2d{})
+	add("flat", &nn.Flatten{})
+	add("fc", &nn.Linear{In: 6, Out: classes})
+	return &nn.Sequential{Names: names, Layers: layers}
+}
+
+func classify(batch int) nn.BuildFunc {
+	return func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("images", batch, 3, side, side)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("labels", batch)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := b.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		b.Output("logits", logits)
+		if !b.Training() {
+			return nil, nil
+		}
+		return ops.CrossEntropy(logits, y, 0)
+	}
+}
+
+// globalBatch is the data of step, samples [lo,hi) of the global batch.
+func globalBatch(step, lo, hi int) (x, y []float32) {
+	per := 3 * side * side
+	for i := lo; i < hi; i++ {
+		rng := rand.New(rand.NewSource(int64(step*1_000_003 + i)))
+		for range per {
+			x = append(x, float32(rng.NormFloat64()+0.3))
+		}
+		y = append(y, float32(rng.Intn(classes)))
+	}
+	return x, y
+}
+
+func feed(p interface {
+	SetInput(string, []float32) error
+}, step, lo, hi int) error {
+	x, y := globalBatch(step, lo, hi)
+	if err := p.SetInput("images", x); err != nil {
+		return err
+	}
+	return p.SetInput("labels", y)
+}
+
+func adamW(ps *nn.ParamSet) (optim.Optimizer, error) {
+	segs, err := optim.Segments(ps, wd)
+	if err != nil {
+		return nil, err
+	}
+	return optim.NewAdamW(segs, lr)
+}
+
+// reference trains one process on the global batch (world·per samples) with optim's AdamW.
+func reference(bn bool, world, per, steps int) (*nn.Model, error) {
+	m, err := nn.NewModel(convNet(bn), nn.WithSeed(1))
+	if err != nil {
+		return nil, err
+	}
+	p, err := nn.Compile(m, classify(world*per))
+	if err != nil {
+		return nil, err
+	}
+	opt, err := adamW(m.Params)
+	if err != nil {
+		return nil, err
+	}
+	for s := range steps {
+		m.Params.ZeroGrad()
+		if err := feed(p, s, 0, world*per); err != nil {
+			return nil, err
+		}
+		if err := p.Run(context.Background()); err != nil {
+			return nil, err
+		}
+		if err := opt.Step(); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// each runs fn for every rank concurrently, failing on a hang.
+func each(n int, fn func(r int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(90 * time.Second):
+		return fmt.Errorf("ranks did not finish within 90s (hang)")
+	}
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// trainDDP runs DDP with optim's AdamW on world in-process ranks and returns rank 0's model.
+func trainDDP(bn bool, world, per, steps int) (*nn.Model, error) {
+	groups := comm.NewLocalGroups(world)
+	defer closeAll(groups)
+	models := make([]*nn.Model, world)
+	err := each(world, func(r int) error {
+		ctx := context.Background()
+		m, err := nn.NewModel(convNet(bn), nn.WithSeed(int64(1+100*r)))
+		if err != nil {
+			return err
+		}
+		var opts []ddp.Option
+		if bn {
+			opts = append(opts, ddp.SyncBatchNorm())
+		}
+		d, err := ddp.New(ctx, m, groups[r], opts...)
+		if err != nil {
+			return err
+		}
+		p, err := d.Compile(classify(per))
+		if err != nil {
+			return err
+		}
+		opt, err := adamW(m.Params)
+		if err != nil {
+			return err
+		}
+		for s := range steps {
+			m.Params.ZeroGrad()
+			if err := feed(p, s, r*per, (r+1)*per); err != nil {
+				return err
+			}
+			if err := p.Step(ctx, opt); err != nil {
+				return err
+			}
+		}
+		models[r] = m
+		return nil
+	})
+	return models[0], err
+}
+
+// zeroRun is the result of training with ZeRO on in-process ranks.
+type zeroRun struct {
+	params  [][]float32 // per rank: gathered parameters, ParamSet layout
+	models  []*nn.Model // per rank (buffers)
+	engines []*Engine
+	progs   []*Program
+}
+
+// trainZero trains world in-process ZeRO ranks for steps steps and gathers the parameters.
+func trainZero(bn bool, world, per, steps int, opts ...Option) (*zeroRun, error) {
+	groups := comm.NewLocalGroups(world)
+	defer closeAll(groups)
+	res := &zeroRun{params: make([][]float32, world), models: make([]*nn.Model, world),
+		engines: make([]*Engine, world), progs: make([]*Program, world)}
+	err := each(world, func(r int) error {
+		ctx := context.Background()
+		m, err := nn.NewModel(convNet(bn), nn.WithSeed(int64(1+100*r)))
+		if err != nil {
+			return err
+		}
+		all := append([]Option{WithOptimizer(AdamW(lr)), WithWeightDecay(wd)}, opts...)
+		if bn {
+			all = append(all, SyncBatchNorm())
+		}
+		e, err := New(ctx, m, groups[r], all...)
+		if err != nil {
+			return err
+		}
+		p, err := e.Compile(classify(per))
+		if err != nil {
+			return err
+		}
+		for s := range steps {
+			e.ZeroGrad()
+			if err := feed(p, s, r*per, (r+1)*per); err != nil {
+				return err
+			}
+			if err := p.Step(ctx); err != nil {
+				return err
+			}
+		}
+		if res.params[r], err = e.GatherParams(ctx); err != nil {
+			return err
+		}
+		res.models[r], res.engines[r], res.progs[r] = m, e, p
+		return nil
+	})
+	return res, err
+}
+
+func closeAll(groups []comm.Group) {
+	for _, g := range groups {
+		g.Close(context.Background())
+	}
+}
+
+// rel is ‖a−b‖/‖b‖.
+func rel(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+// compareParams checks every parameter of flat (ParamSet layout of want) and the float
+// buffers of got against want.
+func compareParams(flat []float32, got, want *nn.Model, tol float64) error {
+	for _, p := range want.Params.Params {
+		if r := rel(flat[p.Offset:p.Offset+p.Numel()], p.Data); !(r <= tol) {
+			return fmt.Errorf("parameter %s: rel %.3g > %.1g", p.Name, r, tol)
+		}
+	}
+	if got == nil {
+		return nil
+	}
+	for _, b := range want.Params.Buffers {
+		gb := got.Params.Buffer(b.Name)
+		if b.Data != nil {
+			if r := rel(gb.Data, b.Data); !(r <= tol) {
+				return fmt.Errorf("buffer %s: rel %.3g > %.1g", b.Name, r, tol)
+			}
+		} else if gb.Int64[0] != b.Int64[0] {
+			return fmt.Errorf("buffer %s: %d, want %d", b.Name, gb.Int64[0], b.Int64[0])
+		}
+	}
+	return nil
+}

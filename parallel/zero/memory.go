@@ -1,0 +1,120 @@
+package zero
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gorgonia-parallel/gp/optim"
+)
+
+// Memory is a rank's model-state accounting, counted from the engine's own buffers.
+type Memory struct {
+	// Psi is the number of parameters (Ψ), World the world size.
+	Psi, World int
+	// ShardElems is the length of this rank's shard buffers, PaddingElems how many of
+	// them hold no parameter.
+	ShardElems, PaddingElems int
+	// MasterBytes, GradBytes and StateBytes are the float32 master shard, gradient shard
+	// and optimizer state, wherever they live.
+	MasterBytes, GradBytes, StateBytes int64
+	// FileBytes is the part of the above that lives in memory-mapped files (disk offload),
+	// FileResidentBytes how much of it is in this process's memory now (mincore).
+	FileBytes, FileResidentBytes int64
+	// TransientResidentBytes is what the step's regions (gathered parameters, full-size
+	// gradients, reduce-scatter buffers) hold in memory now: 0 between steps.
+	TransientResidentBytes int64
+	// PeakStepBytes is the peak model-state footprint of the last run (StepStats.PeakBytes).
+	PeakStepBytes int64
+}
+
+// ModelStateBytes is the persistent model state: master, gradient and optimizer state.
+func (m Memory) ModelStateBytes() int64 { return m.MasterBytes + m.GradBytes + m.StateBytes }
+
+// InMemoryBytes is the model state resident in this process's memory now: the persistent
+// state minus what sits in files and is not paged in, plus the step's regions.
+func (m Memory) InMemoryBytes() int64 {
+	return m.ModelStateBytes() - m.FileBytes + m.FileResidentBytes + m.TransientResidentBytes
+}
+
+// FormulaBytes is the ZeRO paper's 16·Ψ/N for float32 AdamW (4 master + 4 gradient + 8
+// optimizer state bytes per parameter).
+func (m Memory) FormulaBytes() float64 { return 16 * float64(m.Psi) / float64(m.World) }
+
+// PaddingBytes is the formula's allowance for padding: 16 bytes per padding element.
+func (m Memory) PaddingBytes() int64 { return 16 * int64(m.PaddingElems) }
+
+func (m Memory) String() string {
+	return fmt.Sprintf("Ψ=%d N=%d: model state %d B (master %d, grad %d, optimizer %d; %d in files, %d of them resident), formula 16Ψ/N = %.0f B, padding %d elements, transient resident %d B, step peak %d B",
+		m.Psi, m.World, m.ModelStateBytes(), m.MasterBytes, m.GradBytes, m.StateBytes, m.FileBytes, m.FileResidentBytes, m.FormulaBytes(), m.PaddingElems, m.TransientResidentBytes, m.PeakStepBytes)
+}
+
+// Memory reports this rank's model-state memory.
+func (e *Engine) Memory() Memory {
+	m := Memory{Psi: e.lay.psi, World: e.world, ShardElems: e.lay.shardLen, PaddingElems: e.lay.paddingElems(), PeakStepBytes: e.peak}
+	m.MasterBytes = 4 * int64(len(e.master))
+	m.GradBytes = 4 * int64(len(e.grad))
+	m.StateBytes = stateBytes(e.opt)
+	if fa, ok := e.alloc.(*fileAlloc); ok {
+		for _, r := range fa.regions {
+			m.FileBytes += 4 * int64(len(r.f))
+			m.FileResidentBytes += r.resident()
+		}
+	}
+	if e.masterR != nil {
+		m.FileBytes += m.MasterBytes
+		m.FileResidentBytes += e.masterR.resident()
+	}
+	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, e.gradR, e.scratch} {
+		m.TransientResidentBytes += r.resident()
+	}
+	return m
+}
+
+// persistentBytes is master + gradient + optimizer state held in memory.
+func (e *Engine) persistentBytes() int64 {
+	b := 4*int64(len(e.grad)) + stateBytes(e.opt)
+	if e.masterR == nil {
+		b += 4 * int64(len(e.master))
+	}
+	return b
+}
+
+// stateBytes counts the float32 per-parameter state of opt (its state dict aliases it).
+func stateBytes(opt optim.Optimizer) int64 {
+	if a, ok := opt.(*ShardAdamW); ok {
+		return 4 * int64(len(a.m)+len(a.v))
+	}
+	var n int64
+	for _, e := range opt.StateDict() {
+		if strings.HasPrefix(e.Name, optim.Prefix) {
+			n += 4*int64(len(e.F32)) + 8*int64(len(e.F64)+len(e.I64))
+		}
+	}
+	return n
+}
+
+// ProcStatus reads a "kB" field of /proc/self/status ("VmRSS", "VmHWM") in bytes.
+func ProcStatus(field string) (int64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("zero: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != field {
+			continue
+		}
+		num := strings.TrimSuffix(strings.TrimSpace(v), " kB")
+		kb, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("zero: /proc/self/status %s=%q: %w", field, v, err)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("zero: /proc/self/status has no %s", field)
+}

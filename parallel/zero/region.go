@@ -1,0 +1,149 @@
+package zero
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// region is float32 memory outside the Go heap: an anonymous private mapping (zero-filled,
+// released with MADV_DONTNEED) or a shared mapping of a file (whose pages the kernel writes
+// back; releasing only drops them from this process).
+type region struct {
+	name  string
+	raw   []byte
+	f     []float32
+	file  *os.File
+	path  string
+	pageB int
+}
+
+// newAnon maps n zeroed float32 elements.
+func newAnon(name string, n int) (*region, error) {
+	r := &region{name: name, pageB: os.Getpagesize()}
+	size := max(n*4, r.pageB)
+	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("zero: mmap %s (%d bytes): %w", name, size, err)
+	}
+	r.raw = b
+	r.f = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	return r, nil
+}
+
+// newFile creates (or truncates) path to n float32 elements and maps it shared.
+func newFile(name, path string, n int) (*region, error) {
+	r := &region{name: name, path: path, pageB: os.Getpagesize()}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("zero: %s: %w", name, err)
+	}
+	size := max(n*4, r.pageB)
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("zero: %s: truncate %s to %d bytes: %w", name, path, size, err)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("zero: %s: mmap %s: %w", name, path, err)
+	}
+	r.raw, r.file = b, f
+	r.f = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	return r, nil
+}
+
+// release gives the pages of elements [lo, hi) back to the kernel. An anonymous region reads
+// as zeros afterwards (partial pages at the ends are cleared explicitly); a file region
+// keeps its contents in the file and page cache.
+func (r *region) release(lo, hi int) error {
+	if r == nil || lo >= hi {
+		return nil
+	}
+	a, z := lo*4, hi*4
+	pa := (a + r.pageB - 1) / r.pageB * r.pageB
+	pz := z / r.pageB * r.pageB
+	if r.file == nil {
+		if pa >= pz {
+			clear(r.f[lo:hi])
+			return nil
+		}
+		clear(r.f[lo : pa/4])
+		clear(r.f[pz/4 : hi])
+	} else if pa >= pz {
+		return nil
+	}
+	if err := syscall.Madvise(r.raw[pa:pz], syscall.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("zero: release %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// releaseAll releases the whole region.
+func (r *region) releaseAll() error {
+	if r == nil {
+		return nil
+	}
+	if err := syscall.Madvise(r.raw, syscall.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("zero: release %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// willNeed asks the kernel to start reading the region in (asynchronous readahead).
+func (r *region) willNeed() {
+	if r != nil && r.file != nil {
+		_ = syscall.Madvise(r.raw, syscall.MADV_WILLNEED)
+	}
+}
+
+// resident is the number of bytes of the region in this process's memory (mincore).
+func (r *region) resident() int64 {
+	if r == nil {
+		return 0
+	}
+	pages := (len(r.raw) + r.pageB - 1) / r.pageB
+	vec := make([]byte, pages)
+	_, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&r.raw[0])), uintptr(len(r.raw)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return -1
+	}
+	var n int64
+	for _, v := range vec {
+		if v&1 != 0 {
+			n++
+		}
+	}
+	return n * int64(r.pageB)
+}
+
+// sync writes a file region's dirty pages back to its file.
+func (r *region) sync() error {
+	if r == nil || r.file == nil {
+		return nil
+	}
+	_, _, errno := syscall.Syscall(syscall.SYS_MSYNC, uintptr(unsafe.Pointer(&r.raw[0])), uintptr(len(r.raw)), syscall.MS_SYNC)
+	if errno != 0 {
+		return fmt.Errorf("zero: msync %s (%s): %w", r.name, r.path, errno)
+	}
+	return nil
+}
+
+// close unmaps the region and closes its file.
+func (r *region) close() error {
+	if r == nil || r.raw == nil {
+		return nil
+	}
+	err := syscall.Munmap(r.raw)
+	r.raw, r.f = nil, nil
+	if r.file != nil {
+		if cerr := r.file.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("zero: unmap %s: %w", r.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,350 @@
+package zero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// ErrClosed is returned by an engine or program used after Engine.Close.
+var ErrClosed = errors.New("zero: engine closed")
+
+// Offload says where the shard and optimizer state live.
+type Offload int
+
+const (
+	// OffloadNone keeps everything in host memory with the optimizer given.
+	OffloadNone Offload = iota
+	// OffloadCPU keeps the shard and optimizer state in host memory and steps with the
+	// multi-goroutine fused AdamW. On a CPU-only machine this is where they are anyway.
+	OffloadCPU
+	// OffloadDisk keeps the optimizer state (and with DiskMaster the master shard) in
+	// memory-mapped files under a directory.
+	OffloadDisk
+)
+
+func (o Offload) String() string {
+	switch o {
+	case OffloadCPU:
+		return "cpu"
+	case OffloadDisk:
+		return "disk"
+	}
+	return "none"
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	key         func(string) string
+	optimizer   OptimizerFunc
+	weightDecay float64
+	prefetch    int
+	offload     Offload
+	dir         string
+	diskMaster  bool
+	workers     int
+	syncBN      bool
+}
+
+// WithUnitDepth groups parameters into gather units by the first depth components of their
+// names (default 1: top-level modules, "layer1", "fc").
+func WithUnitDepth(depth int) Option { return func(c *config) { c.key = DepthKey(max(depth, 1)) } }
+
+// WithUnitKey groups parameters into gather units by key(name); parameters adjacent in the
+// flat buffer with equal keys form one unit.
+func WithUnitKey(key func(name string) string) Option { return func(c *config) { c.key = key } }
+
+// WithOptimizer chooses the optimizer of the shard (default AdamW(1e-3), with the offload's
+// workers under OffloadCPU and OffloadDisk).
+func WithOptimizer(f OptimizerFunc) Option { return func(c *config) { c.optimizer = f } }
+
+// WithWeightDecay is the decay handed to optim.Segments: every parameter gets wd except
+// those marked NoWeightDecay (default 0).
+func WithWeightDecay(wd float64) Option { return func(c *config) { c.weightDecay = wd } }
+
+// WithPrefetch is how many units ahead of the running one are all-gathered (default 1;
+// 0 gathers each unit only when the tape reaches it).
+func WithPrefetch(n int) Option { return func(c *config) { c.prefetch = max(n, 0) } }
+
+// WithOffload selects offload. OffloadDisk needs a directory (WithOffloadDir). workers is
+// the fused AdamW's goroutine count under OffloadCPU and OffloadDisk (<= 0: GOMAXPROCS).
+func WithOffload(o Offload, workers int) Option {
+	return func(c *config) { c.offload, c.workers = o, workers }
+}
+
+// WithOffloadDir is the directory of OffloadDisk's files (one per buffer and rank).
+func WithOffloadDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// DiskMaster puts the master shard in a file too under OffloadDisk.
+func DiskMaster() Option { return func(c *config) { c.diskMaster = true } }
+
+// SyncBatchNorm makes BatchNorm layers reduce their batch statistics over the group, so
+// that BatchNorm sees the global batch (as DDP's SyncBatchNorm).
+func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
+
+// Engine is one rank's ZeRO-3 state: the layout, the shards, the optimizer and the regions
+// that hold gathered parameters and full-size gradients during a step. It is driven from one
+// goroutine.
+type Engine struct {
+	// Model is the wrapped model. After New its ParamSet's Data and Grad (and every
+	// Param's) are views into never-touched scratch and the step's gradient region: read the
+	// parameters with GatherParams or a checkpoint, not through the model.
+	Model *nn.Model
+
+	g           comm.Group
+	cfg         config
+	rank, world int
+	lay         *layout
+	master      []float32
+	grad        []float32
+	opt         optim.Optimizer
+	alloc       Allocator
+	masterR     *region // DiskMaster only
+	scratch     *region // what every Param.Data points at
+	gradR       *region // nn's gradient buffer, full size, released per unit
+	gatherR     *region // gathered parameters, padded unit layout
+	sendR       *region // reduce-scatter sources, padded unit layout
+	recvR       *region // reduce-scatter results, shard layout
+	closed      bool
+	peak        int64
+	steps       int
+}
+
+// New shards model over g. Every rank calls it with the same options. It checks that the
+// ranks' models have the same size, broadcasts rank 0's parameters and buffers, keeps this
+// rank's shard, builds the optimizer over it, and drops the model's full parameter and
+// gradient buffers.
+func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*Engine, error) {
+	if model == nil || model.Params == nil || g == nil {
+		return nil, errors.New("zero: nil model or process group")
+	}
+	cfg := config{key: DepthKey(1), prefetch: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e := &Engine{Model: model, g: g, cfg: cfg, rank: g.Rank(), world: g.Size()}
+	ps := model.Params
+	if cfg.offload == OffloadDisk && cfg.dir == "" {
+		return nil, fmt.Errorf("zero: rank %d: disk offload needs WithOffloadDir", e.rank)
+	}
+	if err := e.checkAndBroadcast(ctx); err != nil {
+		return nil, err
+	}
+	lay, err := newLayout(ps, e.world, e.rank, cfg.key)
+	if err != nil {
+		return nil, err
+	}
+	e.lay = lay
+	if err := e.allocate(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	for _, u := range lay.units {
+		lo, hi := lay.owned(u)
+		copy(e.master[u.ShardBase:], ps.Data[lo:hi])
+	}
+	segs, err := lay.segments(ps, cfg.weightDecay, e.master, e.grad)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	fn := cfg.optimizer
+	if fn == nil {
+		fn = AdamW(1e-3, Workers(max(cfg.workers, 1), 1<<15))
+		if cfg.offload != OffloadNone {
+			fn = AdamW(1e-3, Workers(cfg.workers, 1<<15))
+		}
+	}
+	if e.opt, err = fn(segs, e.alloc); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("zero: rank %d: optimizer: %w", e.rank, err)
+	}
+	e.releaseState()
+	// Drop the full buffers: every Param now points at never-touched scratch (the leaves'
+	// values are read by nobody: the gather op ignores them) and at the gradient region.
+	ps.Data, ps.Grad = e.scratch.f, e.gradR.f
+	for _, p := range ps.Params {
+		n := p.Numel()
+		p.Data = ps.Data[p.Offset : p.Offset+n : p.Offset+n]
+		p.Grad = ps.Grad[p.Offset : p.Offset+n : p.Offset+n]
+	}
+	return e, nil
+}
+
+func (e *Engine) allocate() error {
+	l, cfg := e.lay, e.cfg
+	var err error
+	e.alloc = heapAlloc{}
+	if cfg.offload == OffloadDisk {
+		if err := os.MkdirAll(cfg.dir, 0o700); err != nil {
+			return fmt.Errorf("zero: rank %d: offload directory: %w", e.rank, err)
+		}
+		e.alloc = &fileAlloc{dir: cfg.dir, rank: e.rank}
+	}
+	if cfg.offload == OffloadDisk && cfg.diskMaster {
+		if e.masterR, err = newFile(fmt.Sprintf("rank %d master shard", e.rank), fmt.Sprintf("%s/rank%d-master.f32", cfg.dir, e.rank), l.shardLen); err != nil {
+			return err
+		}
+		e.master = e.masterR.f
+	} else {
+		e.master = make([]float32, l.shardLen)
+	}
+	e.grad = make([]float32, l.shardLen)
+	for _, r := range []struct {
+		dst  **region
+		name string
+		n    int
+	}{{&e.scratch, "parameter scratch", l.psi}, {&e.gradR, "gradient buffer", l.psi},
+		{&e.gatherR, "gathered parameters", l.gatherLen}, {&e.sendR, "reduce-scatter input", l.gatherLen},
+		{&e.recvR, "reduce-scatter output", l.shardLen}} {
+		if *r.dst, err = newAnon(fmt.Sprintf("rank %d %s", e.rank, r.name), r.n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAndBroadcast fails when the ranks' models differ in size, then copies rank 0's
+// parameters and buffers to every rank.
+func (e *Engine) checkAndBroadcast(ctx context.Context) error {
+	ps := e.Model.Params
+	sig := []float64{float64(ps.NumParams()), -float64(ps.NumParams()), float64(len(ps.Params)), -float64(len(ps.Params))}
+	if err := e.g.AllReduce(comm.F64(sig), comm.Max).Wait(ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: model check: %w", e.rank, err)
+	}
+	if sig[0] != -sig[1] || sig[2] != -sig[3] {
+		return fmt.Errorf("zero: rank %d: models differ across ranks (parameters %g..%g elements, %g..%g tensors)", e.rank, -sig[1], sig[0], -sig[3], sig[2])
+	}
+	if err := e.g.Broadcast(comm.F32(ps.Data), 0).Wait(ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: broadcast of rank 0's parameters: %w", e.rank, err)
+	}
+	return e.broadcastBuffers(ctx)
+}
+
+func (e *Engine) broadcastBuffers(ctx context.Context) error {
+	var f []float32
+	var i []int64
+	for _, b := range e.Model.Params.Buffers {
+		f = append(f, b.Data...)
+		i = append(i, b.Int64...)
+	}
+	if len(f) > 0 {
+		if err := e.g.Broadcast(comm.F32(f), 0).Wait(ctx); err != nil {
+			return fmt.Errorf("zero: rank %d: broadcast of float32 buffers: %w", e.rank, err)
+		}
+	}
+	if len(i) > 0 {
+		if err := e.g.Broadcast(comm.I64(i), 0).Wait(ctx); err != nil {
+			return fmt.Errorf("zero: rank %d: broadcast of int64 buffers: %w", e.rank, err)
+		}
+	}
+	fo, io := 0, 0
+	for _, b := range e.Model.Params.Buffers {
+		fo += copy(b.Data, f[fo:])
+		io += copy(b.Int64, i[io:])
+	}
+	return nil
+}
+
+// Rank is this rank.
+func (e *Engine) Rank() int { return e.rank }
+
+// World is the world size.
+func (e *Engine) World() int { return e.world }
+
+// Units lists the gather units in flat-buffer order.
+func (e *Engine) Units() []*Unit { return e.lay.units }
+
+// Optimizer is the shard's optimizer (for an amp.GradScaler's Step, or a scheduler).
+func (e *Engine) Optimizer() optim.Optimizer { return e.opt }
+
+// ShardGrad is this rank's gradient shard, valid after a training Run: an
+// amp.GradScaler unscales it (Unscale(e.ShardGrad())) before a sharded Step.
+func (e *Engine) ShardGrad() []float32 { return e.grad }
+
+// ShardParams is this rank's master shard (padded unit layout, see Unit).
+func (e *Engine) ShardParams() []float32 { return e.master }
+
+// ZeroGrad clears the gradient shard (the full-size gradient buffer is clear between steps).
+func (e *Engine) ZeroGrad() { clear(e.grad) }
+
+// Step runs the optimizer on the shard, then drops disk-offloaded state from memory.
+func (e *Engine) Step() error {
+	if e.closed {
+		return ErrClosed
+	}
+	if err := e.opt.Step(); err != nil {
+		return fmt.Errorf("zero: rank %d: optimizer step: %w", e.rank, err)
+	}
+	e.steps++
+	return e.releaseState()
+}
+
+// releaseState drops file-backed state pages from the process (they stay in the file and
+// the page cache).
+func (e *Engine) releaseState() error {
+	if fa, ok := e.alloc.(*fileAlloc); ok {
+		for _, r := range fa.regions {
+			if err := r.releaseAll(); err != nil {
+				return err
+			}
+		}
+	}
+	return e.masterR.releaseAll()
+}
+
+// prefetchState starts reading file-backed state back in, overlapping the step's compute.
+func (e *Engine) prefetchState() {
+	if fa, ok := e.alloc.(*fileAlloc); ok {
+		for _, r := range fa.regions {
+			r.willNeed()
+		}
+	}
+}
+
+// GatherParams all-gathers the full parameters into a new buffer with nn.ParamSet's layout
+// (parameter p is out[p.Offset:p.Offset+p.Numel()]). Every rank must call it.
+func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
+	if e.closed {
+		return nil, ErrClosed
+	}
+	out := make([]float32, e.lay.psi)
+	for _, u := range e.lay.units {
+		tmp := make([]float32, u.Padded)
+		if err := e.g.AllGather(comm.F32(tmp), comm.F32(e.master[u.ShardBase:u.ShardBase+u.Shard])).Wait(ctx); err != nil {
+			return nil, fmt.Errorf("zero: rank %d: gather of unit %s: %w", e.rank, u.Name, err)
+		}
+		copy(out[u.Lo:u.Hi], tmp)
+	}
+	return out, nil
+}
+
+// Close syncs and unmaps the engine's memory and closes its files. Programs compiled from
+// the engine fail with ErrClosed afterwards; the model's parameters point at nothing valid.
+func (e *Engine) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	var errs []error
+	if fa, ok := e.alloc.(*fileAlloc); ok {
+		for _, r := range fa.regions {
+			errs = append(errs, r.sync(), r.close())
+		}
+	}
+	errs = append(errs, e.masterR.sync())
+	for _, r := range []*region{e.masterR, e.gatherR, e.sendR, e.recvR} {
+		errs = append(errs, r.close())
+	}
+	// The scratch and gradient regions stay mapped (released, so they cost no memory):
+	// compiled graphs keep tensors over them.
+	errs = append(errs, e.scratch.releaseAll(), e.gradR.releaseAll())
+	return errors.Join(errs...)
+}
