@@ -76,12 +76,7 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 	if loss != nil {
 		roots = append(roots, loss)
 	}
-	names := make([]string, 0, len(b.outputs))
-	for name := range b.outputs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range sortedNames(b.outputs) {
 		roots = append(roots, b.outputs[name])
 	}
 	roots = append(roots, p.grads...)
@@ -145,6 +140,21 @@ func (p *Program) SetInput(name string, data []float32) error {
 	}
 	copy(dst, data)
 	return nil
+}
+
+// InputNames lists the program's inputs, sorted.
+func (p *Program) InputNames() []string { return sortedNames(p.Builder.inputs) }
+
+// OutputNames lists the program's named outputs, sorted.
+func (p *Program) OutputNames() []string { return sortedNames(p.Builder.outputs) }
+
+func sortedNames(m map[string]*G.Node) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // InputShape returns the shape of the named input, or nil.

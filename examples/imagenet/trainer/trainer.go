@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -91,7 +92,25 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		return nil, err
 	}
 	c, h, w := train.ds.Shape()
-	prog, err := d.Compile(buildFor(local, c, h, w, cfg.Smoothing))
+	// Autocast (-amp): bf16 as PyTorch's CPU autocast, without loss scaling; fp16 with a
+	// GradScaler whose inf/NaN flag is agreed over the group so that every rank skips together.
+	var buildOpts []nn.BuildOption
+	var scaler *amp.GradScaler
+	switch cfg.AMP {
+	case "":
+	case "bf16", "fp16":
+		format := amp.BF16
+		if cfg.AMP == "fp16" {
+			format = amp.FP16
+			if scaler, err = amp.NewShardedScaler(g, amp.WithGradBuffer(model.Params.Grad)); err != nil {
+				return nil, err
+			}
+		}
+		buildOpts = append(buildOpts, nn.WithAutocast(amp.Autocast(format)))
+	default:
+		return nil, fmt.Errorf("trainer: unknown -amp %q (bf16 or fp16)", cfg.AMP)
+	}
+	stepper, err := newStepper(ctx, &cfg, d, model, local, c, h, w, scaler, buildOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +119,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		if p, ok := evals[n]; ok {
 			return p, nil
 		}
-		p, err := d.Compile(buildFor(n, c, h, w, 0), nn.Training(false))
+		p, err := d.Compile(buildFor(n, c, h, w, 0, nil), append([]nn.BuildOption{nn.Training(false)}, buildOpts...)...)
 		if err == nil {
 			evals[n] = p
 		}
@@ -132,6 +151,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	res := &Result{}
 	ck := &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}
 	state := &checkpoint.State{Model: model.Params, Optimizer: opt, Scheduler: sched, RNG: map[string]checkpoint.RNG{"dropout": rngState{model.RNG}}}
+	if scaler != nil {
+		state.Scaler = scaler
+	}
 	if err := resume(ck, &cfg, state, res, out); err != nil {
 		return nil, err
 	}
@@ -184,23 +206,28 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 			if batch.N != local {
 				return nil, fmt.Errorf("trainer: rank %d: batch of %d images, want %d (a skipped bad file?)", rank, batch.N, local)
 			}
-			if err := fill(prog.Program, batch); err != nil {
-				return nil, err
-			}
 			opt.ZeroGrad()
-			if err := prog.Run(ctx); err != nil {
-				return nil, err
-			}
-			lv, err := prog.LossValue()
+			lv, err := stepper.step(ctx, batch)
 			if err != nil {
 				return nil, err
 			}
+			if scaler != nil {
+				lv /= scaler.Scale() // the program computed the scaled loss
+				scaler.Unscale(model.Params.Grad)
+			}
 			if cfg.ClipGrad > 0 {
-				if _, err := optim.ClipGradNorm(segs, cfg.ClipGrad); err != nil {
+				if _, err := optim.ClipGradNorm(segs, cfg.ClipGrad); err != nil && scaler == nil {
 					return nil, fmt.Errorf("trainer: step %d: %w", step, err)
 				}
 			}
-			if err := opt.Step(); err != nil {
+			if scaler != nil {
+				if _, err := scaler.StepContext(ctx, opt); err != nil {
+					return nil, err
+				}
+				if err := scaler.UpdateContext(ctx); err != nil {
+					return nil, err
+				}
+			} else if err := opt.Step(); err != nil {
 				return nil, err
 			}
 			sched.Step()
@@ -277,8 +304,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 }
 
 // buildFor builds the classification graph for a batch of n images: inputs "images"
-// [n,c,h,w] and "labels" [n], output "logits", and in train mode the cross-entropy loss.
-func buildFor(n, c, h, w int, smoothing float64) nn.BuildFunc {
+// [n,c,h,w] and "labels" [n], output "logits", and in train mode the cross-entropy loss,
+// multiplied by the loss scale when a scaler is given.
+func buildFor(n, c, h, w int, smoothing float64, scaler *amp.GradScaler) nn.BuildFunc {
 	return func(b *nn.Builder) (*G.Node, error) {
 		x, err := b.Input("images", n, c, h, w)
 		if err != nil {
@@ -296,7 +324,11 @@ func buildFor(n, c, h, w int, smoothing float64) nn.BuildFunc {
 		if !b.Training() {
 			return nil, nil
 		}
-		return ops.CrossEntropy(logits, y, smoothing)
+		loss, err := ops.CrossEntropy(logits, y, smoothing)
+		if err != nil || scaler == nil {
+			return loss, err
+		}
+		return scaler.ScaleLoss(b, loss)
 	}
 }
 

@@ -193,3 +193,46 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// Autocast trains at world 2 in both formats; fp16 goes through the sharded GradScaler.
+func TestAutocastWorld2(t *testing.T) {
+	for _, format := range []string{"bf16", "fp16"} {
+		t.Run(format, func(t *testing.T) {
+			cfg := tinyConfig(t, t.TempDir())
+			cfg.Epochs, cfg.MaxSteps, cfg.AMP = 1, 4, format
+			res := runWorld(t, 2, cfg)
+			if len(res[0].LossHistory) != 4 {
+				t.Fatalf("%d steps, want 4", len(res[0].LossHistory))
+			}
+			for _, l := range res[0].LossHistory {
+				if math.IsNaN(l) || math.IsInf(l, 0) || l <= 0 || l > 20 {
+					t.Fatalf("losses %v", res[0].LossHistory)
+				}
+			}
+		})
+	}
+}
+
+// DataParallel in one process: with one replica it is exactly the single-process run; with
+// two it trains (the dp package's own tests check its equivalence on a model without
+// BatchNorm; with BatchNorm each replica normalises its own chunk, as in PyTorch).
+func TestDataParallelStrategy(t *testing.T) {
+	base := tinyConfig(t, t.TempDir())
+	base.Epochs, base.MaxSteps = 1, 4
+	want := runWorld(t, 1, base)[0].LossHistory
+	one := tinyConfig(t, t.TempDir())
+	one.Epochs, one.MaxSteps, one.Strategy, one.DPReplicas = 1, 4, "dp", 1
+	got := runWorld(t, 1, one)[0].LossHistory
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("step %d: DataParallel(1) loss %.9g, single process %.9g", i, got[i], want[i])
+		}
+	}
+	two := tinyConfig(t, t.TempDir())
+	two.Epochs, two.MaxSteps, two.Strategy, two.DPReplicas = 1, 4, "dp", 2
+	for _, l := range runWorld(t, 1, two)[0].LossHistory {
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Fatalf("DataParallel(2) loss %v", l)
+		}
+	}
+}
