@@ -105,6 +105,7 @@ type Engine struct {
 	master      []float32
 	grad        []float32
 	opt         optim.Optimizer
+	segs        []optim.Segment
 	alloc       Allocator
 	masterR     *region // DiskMaster only
 	scratch     *region // what every Param.Data points at
@@ -162,6 +163,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 			fn = AdamW(1e-3, Workers(cfg.workers, 1<<15))
 		}
 	}
+	e.segs = segs
 	if e.opt, err = fn(segs, e.alloc); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("zero: rank %d: optimizer: %w", e.rank, err)

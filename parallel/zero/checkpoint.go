@@ -1,0 +1,296 @@
+package zero
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/optim"
+)
+
+// Checkpoint layout: <dir>/<tag>/shard-<r>-of-<N>.npz per rank, <dir>/<tag>/manifest.json
+// written by rank 0 once every shard is in place, then <dir>/LATEST naming the tag. Every
+// file is written to a temporary name and renamed, so a save interrupted anywhere (a rank
+// killed) leaves LATEST naming the previous complete checkpoint.
+const (
+	// ManifestName is the manifest's file name inside a checkpoint.
+	ManifestName = "manifest.json"
+	// LatestName is the file in the checkpoint root that names the newest complete tag.
+	LatestName = "LATEST"
+	// ManifestFormat identifies the manifest layout.
+	ManifestFormat = "gp-zero-checkpoint/1"
+)
+
+// Manifest describes a sharded checkpoint.
+type Manifest struct {
+	Format string `json:"format"`
+	Tag    string `json:"tag"`
+	// World is the world size that wrote it; Files lists one shard file per rank.
+	World int      `json:"world"`
+	Files []string `json:"files"`
+	// Psi is the number of parameters; Params their names and shapes in registration order.
+	Psi    int         `json:"psi"`
+	Params []ParamInfo `json:"params"`
+	// Steps is the number of optimizer steps taken.
+	Steps int64 `json:"steps"`
+}
+
+// ParamInfo is one parameter's name and shape.
+type ParamInfo struct {
+	Name  string `json:"name"`
+	Shape []int  `json:"shape"`
+}
+
+// saveFault, when set (by tests), runs at each stage of Save on each rank.
+var saveFault func(rank int, stage string)
+
+// Save writes this rank's shard (its master parameter slices, named "<param>[lo:hi]" or
+// "<param>" when whole, and its optimizer state with optim's sliced keys; rank 0 adds the
+// model's buffers) to dir/tag, then rank 0 writes the manifest and points LATEST at tag.
+// Every rank calls it; it returns once the checkpoint is complete on every rank.
+func (e *Engine) Save(ctx context.Context, dir, tag string) error {
+	if e.closed {
+		return ErrClosed
+	}
+	if tag == "" || strings.ContainsAny(tag, "/\\") || tag == "." || tag == ".." {
+		return fmt.Errorf("zero: rank %d: bad checkpoint tag %q", e.rank, tag)
+	}
+	sub := filepath.Join(dir, tag)
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		return fmt.Errorf("zero: rank %d: checkpoint directory: %w", e.rank, err)
+	}
+	fault := func(stage string) {
+		if saveFault != nil {
+			saveFault(e.rank, stage)
+		}
+	}
+	fault("begin")
+	var entries []nn.StateEntry
+	for _, s := range e.segs {
+		for _, p := range s.Parts {
+			entries = append(entries, partEntry("", "", p, s.Data[p.SegOffset:p.SegOffset+p.Len]))
+		}
+	}
+	entries = append(entries, e.opt.StateDict()...)
+	if e.rank == 0 {
+		for _, b := range e.Model.Params.Buffers {
+			entries = append(entries, nn.StateEntry{Name: b.Name, Shape: b.Shape, F32: b.Data, I64: b.Int64})
+		}
+	}
+	path := filepath.Join(sub, shardName(e.rank, e.world))
+	err := checkpoint.Save(path, entries)
+	if rerr := e.releaseState(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("zero: rank %d: shard %s: %w", e.rank, path, err)
+	}
+	fault("shard-written")
+	if err := e.g.Barrier().Wait(ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: checkpoint %s: waiting for the other ranks' shards: %w", e.rank, sub, err)
+	}
+	if e.rank == 0 {
+		m := Manifest{Format: ManifestFormat, Tag: tag, World: e.world, Psi: e.lay.psi}
+		for r := range e.world {
+			m.Files = append(m.Files, shardName(r, e.world))
+		}
+		for _, p := range e.Model.Params.Params {
+			m.Params = append(m.Params, ParamInfo{Name: p.Name, Shape: p.Shape})
+		}
+		if st, ok := e.opt.(interface{ Steps() int64 }); ok {
+			m.Steps = st.Steps()
+		}
+		b, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			return fmt.Errorf("zero: rank 0: manifest: %w", err)
+		}
+		if err := writeAtomic(filepath.Join(sub, ManifestName), b); err != nil {
+			return fmt.Errorf("zero: rank 0: %w", err)
+		}
+		fault("manifest-written")
+		if err := writeAtomic(filepath.Join(dir, LatestName), []byte(tag+"\n")); err != nil {
+			return fmt.Errorf("zero: rank 0: %w", err)
+		}
+	}
+	if err := e.g.Barrier().Wait(ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: checkpoint %s: waiting for rank 0's manifest: %w", e.rank, sub, err)
+	}
+	return nil
+}
+
+func shardName(rank, world int) string { return fmt.Sprintf("shard-%d-of-%d.npz", rank, world) }
+
+// writeAtomic writes b to path through a synced temporary file and a rename.
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// ReadManifest resolves a checkpoint: dir's LATEST tag (or dir itself when it holds a
+// manifest) and its manifest. It returns the checkpoint directory and the manifest.
+func ReadManifest(dir string) (string, *Manifest, error) {
+	sub := dir
+	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err != nil {
+		tag, err := os.ReadFile(filepath.Join(dir, LatestName))
+		if err != nil {
+			return "", nil, fmt.Errorf("%w in %s (no manifest, no %s): %w", ErrNoCheckpoint, dir, LatestName, err)
+		}
+		sub = filepath.Join(dir, strings.TrimSpace(string(tag)))
+	}
+	b, err := os.ReadFile(filepath.Join(sub, ManifestName))
+	if err != nil {
+		return "", nil, fmt.Errorf("zero: checkpoint %s: %w", sub, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", nil, fmt.Errorf("zero: checkpoint %s: manifest: %w", sub, err)
+	}
+	if m.Format != ManifestFormat || len(m.Files) != m.World {
+		return "", nil, fmt.Errorf("zero: checkpoint %s: manifest format %q with %d files for world %d", sub, m.Format, len(m.Files), m.World)
+	}
+	return sub, &m, nil
+}
+
+// ReadEntries reads every shard of the checkpoint in dir (see ReadManifest).
+func ReadEntries(dir string) ([]nn.StateEntry, *Manifest, error) {
+	sub, m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var all []nn.StateEntry
+	for _, f := range m.Files {
+		es, err := checkpoint.Load(filepath.Join(sub, f))
+		if err != nil {
+			return nil, nil, fmt.Errorf("zero: checkpoint %s: %w", sub, err)
+		}
+		all = append(all, es...)
+	}
+	return all, m, nil
+}
+
+// Load restores this rank's shard, the optimizer state and the model's buffers from a
+// checkpoint written at any world size (dir as for ReadManifest), or from a consolidated
+// .npz file with whole-parameter keys. It reads every shard file; no communication.
+func (e *Engine) Load(path string) error {
+	if e.closed {
+		return ErrClosed
+	}
+	var entries []nn.StateEntry
+	var err error
+	if st, serr := os.Stat(path); serr == nil && !st.IsDir() {
+		entries, err = checkpoint.Load(path)
+	} else {
+		entries, _, err = ReadEntries(path)
+	}
+	if err != nil {
+		return fmt.Errorf("zero: rank %d: %w", e.rank, err)
+	}
+	return e.LoadEntries(entries)
+}
+
+// LoadEntries is Load from entries already read.
+func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
+	idx := newPieceIndex(entries)
+	for _, s := range e.segs {
+		for _, p := range s.Parts {
+			if err := idx.fill(p.Param, s.Data[p.SegOffset:p.SegOffset+p.Len], p.ParamOffset, numelOf(p.Shape)); err != nil {
+				return fmt.Errorf("zero: rank %d: parameter %s: %w", e.rank, p.Param, err)
+			}
+		}
+	}
+	for _, b := range e.Model.Params.Buffers {
+		saved, ok := idx.whole[b.Name]
+		if !ok {
+			return fmt.Errorf("zero: rank %d: buffer %s missing from the checkpoint", e.rank, b.Name)
+		}
+		if len(saved.F32) != len(b.Data) || len(saved.I64) != len(b.Int64) {
+			return fmt.Errorf("zero: rank %d: buffer %s: saved %d values, want %d", e.rank, b.Name, saved.Numel(), b.Numel())
+		}
+		copy(b.Data, saved.F32)
+		copy(b.Int64, saved.I64)
+	}
+	var optEntries []nn.StateEntry
+	for _, en := range entries {
+		if strings.HasPrefix(en.Name, optim.Prefix) {
+			optEntries = append(optEntries, en)
+		}
+	}
+	if err := e.opt.LoadStateDict(optEntries); err != nil {
+		return fmt.Errorf("zero: rank %d: optimizer state: %w", e.rank, err)
+	}
+	return e.releaseState()
+}
+
+// Consolidate merges the checkpoint in dir into one state dict: every parameter whole under
+// its torchvision name, the buffers, and with withOptim the optimizer state merged into
+// whole-parameter keys (optim.Consolidate). Write it with checkpoint.Save.
+func Consolidate(dir string, withOptim bool) ([]nn.StateEntry, *Manifest, error) {
+	entries, m, err := ReadEntries(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	idx := newPieceIndex(entries)
+	shapes := map[string][]int{}
+	var out []nn.StateEntry
+	for _, p := range m.Params {
+		n := numelOf(p.Shape)
+		buf := make([]float32, n)
+		if err := idx.fill(p.Name, buf, 0, n); err != nil {
+			return nil, nil, fmt.Errorf("zero: consolidate %s: parameter %s: %w", dir, p.Name, err)
+		}
+		out = append(out, nn.StateEntry{Name: p.Name, Shape: p.Shape, F32: buf})
+		shapes[p.Name] = p.Shape
+	}
+	var optEntries []nn.StateEntry
+	for _, en := range entries {
+		switch {
+		case strings.HasPrefix(en.Name, optim.Prefix):
+			optEntries = append(optEntries, en)
+		case shapes[en.Name] == nil && !isSlice(en.Name):
+			out = append(out, en) // a buffer
+		}
+	}
+	if withOptim {
+		merged, err := optim.Consolidate(optEntries, shapes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("zero: consolidate %s: %w", dir, err)
+		}
+		out = append(out, merged...)
+	}
+	return out, m, nil
+}
+
+func isSlice(name string) bool {
+	_, _, _, ok := splitRange(name)
+	return ok
+}
+
+// ErrNoCheckpoint is wrapped when a directory holds no complete checkpoint.
+var ErrNoCheckpoint = errors.New("zero: no complete checkpoint")
