@@ -1,0 +1,59 @@
+/* A fake libcuda.so.1 for CPU tests: "device" memory is host memory, streams and events
+ * complete at once, modules keep their PTX text and cuModuleGetFunction finds a kernel only
+ * when the text declares ".entry <name>(", and cuLaunchKernel only counts launches. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+typedef int CUresult;
+static long launches;
+int cuInit(unsigned f) { return 0; }
+int cuDriverGetVersion(int* v) { *v = 12040; return 0; }
+int cuDeviceGetCount(int* n) { *n = 1; return 0; }
+int cuDeviceGet(int* d, int o) { if (o != 0) return 101; *d = 0; return 0; }
+int cuDeviceGetName(char* n, int l, int d) { strncpy(n, "Fake GPU", l); return 0; }
+int cuDeviceGetAttribute(int* v, int a, int d) { *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 4 : 0; return 0; }
+int cuDeviceTotalMem_v2(size_t* b, int d) { *b = (size_t)1 << 30; return 0; }
+int cuDevicePrimaryCtxRetain(void** c, int d) { *c = (void*)0xc0; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
+int cuCtxSetCurrent(void* c) { return 0; }
+int cuCtxSynchronize(void) { return 0; }
+int cuMemAlloc_v2(uintptr_t* p, size_t n) { void* m = calloc(1, n ? n : 1); if (!m) return 2; *p = (uintptr_t)m; return 0; }
+int cuMemFree_v2(uintptr_t p) { free((void*)p); return 0; }
+int cuMemGetInfo_v2(size_t* f, size_t* t) { *f = (size_t)1 << 29; *t = (size_t)1 << 30; return 0; }
+int cuMemcpyHtoD_v2(uintptr_t d, const void* s, size_t n) { memcpy((void*)d, s, n); return 0; }
+int cuMemcpyDtoH_v2(void* d, uintptr_t s, size_t n) { memcpy(d, (void*)s, n); return 0; }
+int cuMemcpyDtoD_v2(uintptr_t d, uintptr_t s, size_t n) { memmove((void*)d, (void*)s, n); return 0; }
+int cuMemcpyHtoDAsync_v2(uintptr_t d, const void* s, size_t n, void* st) { memcpy((void*)d, s, n); return 0; }
+int cuMemcpyDtoHAsync_v2(void* d, uintptr_t s, size_t n, void* st) { memcpy(d, (void*)s, n); return 0; }
+int cuMemcpyDtoDAsync_v2(uintptr_t d, uintptr_t s, size_t n, void* st) { memmove((void*)d, (void*)s, n); return 0; }
+int cuMemsetD32Async(uintptr_t d, unsigned v, size_t n, void* st) { for (size_t i = 0; i < n; i++) ((unsigned*)d)[i] = v; return 0; }
+int cuMemHostAlloc(void** p, size_t n, unsigned f) { *p = calloc(1, n ? n : 1); return *p ? 0 : 2; }
+int cuMemFreeHost(void* p) { free(p); return 0; }
+int cuStreamCreate(void** s, unsigned f) { *s = malloc(1); return 0; }
+int cuStreamDestroy_v2(void* s) { free(s); return 0; }
+int cuStreamSynchronize(void* s) { return 0; }
+int cuStreamQuery(void* s) { return 0; }
+int cuStreamWaitEvent(void* s, void* e, unsigned f) { return 0; }
+int cuEventCreate(void** e, unsigned f) { *e = malloc(1); return 0; }
+int cuEventDestroy_v2(void* e) { free(e); return 0; }
+int cuEventRecord(void* e, void* s) { return 0; }
+int cuEventQuery(void* e) { return 0; }
+int cuEventSynchronize(void* e) { return 0; }
+int cuEventElapsedTime(float* ms, void* a, void* b) { *ms = 1.5f; return 0; }
+int cuModuleLoadData(void** m, const void* img) {
+	if (strstr((const char*)img, ".version") == NULL) return 218; /* CUDA_ERROR_INVALID_PTX */
+	*m = strdup((const char*)img); return 0; }
+int cuModuleUnload(void* m) { free(m); return 0; }
+int cuModuleGetFunction(void** f, void* m, const char* name) {
+	char pat[512]; snprintf(pat, sizeof pat, ".entry %s(", name);
+	if (strstr((const char*)m, pat) == NULL) return 500; /* CUDA_ERROR_NOT_FOUND */
+	*f = (void*)strdup(name); return 0; }
+int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+	unsigned sh, void* st, void** params, void** extra) {
+	if (!f || gx == 0 || bx == 0 || bx * by * bz > 1024 || !params) return 1;
+	__sync_fetch_and_add(&launches, 1); return 0; }
+long fakeLaunches(void) { return launches; }
+int cuGetErrorString(int r, const char** s) {
+	*s = r == 2 ? "out of memory" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found" : "fake error";
+	return 0; }
