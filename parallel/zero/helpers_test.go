@@ -289,3 +289,5 @@ func compareParams(flat []float32, got, want *nn.Model, tol float64) error {
 	}
 	return nil
 }
+
+func adamWSegs(segs []optim.Segment) (optim.Optimizer, error) { return optim.NewAdamW(segs, lr) }

@@ -1,8 +1,11 @@
 package zero
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -98,10 +101,15 @@ func (r *region) willNeed() {
 	}
 }
 
-// resident is the number of bytes of the region in this process's memory (mincore).
+// resident is the number of bytes of the region in this process's memory: mincore for an
+// anonymous region; for a file region the mapping's Rss in /proc/self/smaps (mincore would
+// report the page cache, which holds the file whether or not this process maps it).
 func (r *region) resident() int64 {
-	if r == nil {
+	if r == nil || r.raw == nil {
 		return 0
+	}
+	if r.file != nil {
+		return smapsRss(uintptr(unsafe.Pointer(&r.raw[0])))
 	}
 	pages := (len(r.raw) + r.pageB - 1) / r.pageB
 	vec := make([]byte, pages)
@@ -146,4 +154,31 @@ func (r *region) close() error {
 		return fmt.Errorf("zero: unmap %s: %w", r.name, err)
 	}
 	return nil
+}
+
+// smapsRss is the Rss of the mapping of this process that starts at addr, or -1.
+func smapsRss(addr uintptr) int64 {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	in := false
+	for sc.Scan() {
+		line := sc.Text()
+		if start, _, ok := strings.Cut(line, "-"); ok && !strings.Contains(start, " ") && !strings.HasSuffix(start, ":") {
+			a, err := strconv.ParseUint(start, 16, 64)
+			in = err == nil && uintptr(a) == addr
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "Rss:"), "kB")), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb * 1024
+		}
+	}
+	return -1
 }
