@@ -5,6 +5,8 @@ import (
 	"math"
 	"runtime"
 	"unsafe"
+
+	"github.com/gorgonia-parallel/gp/cuda/internal/dl"
 )
 
 type (
@@ -36,7 +38,7 @@ func DriverVersion() (int, error) {
 	if err := Load(); err != nil {
 		return 0, err
 	}
-	v := new(int32)
+	v := dl.New[int32]()
 	err := call("cuDriverGetVersion", fDriverGetVersion, ptr(v))
 	runtime.KeepAlive(v)
 	return int(*v), err
@@ -47,7 +49,7 @@ func DeviceCount() (int, error) {
 	if err := Load(); err != nil {
 		return 0, err
 	}
-	v := new(int32)
+	v := dl.New[int32]()
 	err := call("cuDeviceGetCount", fDeviceGetCount, ptr(v))
 	runtime.KeepAlive(v)
 	return int(*v), err
@@ -58,7 +60,7 @@ func GetDevice(ordinal int) (Device, error) {
 	if err := Load(); err != nil {
 		return 0, err
 	}
-	v := new(int32)
+	v := dl.New[int32]()
 	err := call("cuDeviceGet", fDeviceGet, ptr(v), uintptr(ordinal))
 	runtime.KeepAlive(v)
 	if err != nil {
@@ -69,7 +71,7 @@ func GetDevice(ordinal int) (Device, error) {
 
 // Name is the device's marketing name.
 func (d Device) Name() (string, error) {
-	buf := make([]byte, 256)
+	buf := dl.New[[256]byte]()
 	err := call("cuDeviceGetName", fDeviceGetName, uintptr(unsafe.Pointer(&buf[0])), 255, uintptr(d))
 	runtime.KeepAlive(buf)
 	return goString(&buf[0]), err
@@ -77,7 +79,7 @@ func (d Device) Name() (string, error) {
 
 // Attribute returns a CUdevice_attribute.
 func (d Device) Attribute(attr int) (int, error) {
-	v := new(int32)
+	v := dl.New[int32]()
 	err := call("cuDeviceGetAttribute", fDeviceGetAttribute, ptr(v), uintptr(attr), uintptr(d))
 	runtime.KeepAlive(v)
 	return int(*v), err
@@ -95,7 +97,7 @@ func (d Device) ComputeCapability() (int, int, error) {
 
 // TotalMem is the device memory in bytes.
 func (d Device) TotalMem() (int64, error) {
-	v := new(uint64)
+	v := dl.New[uint64]()
 	err := call("cuDeviceTotalMem", fDeviceTotalMem, ptr(v), uintptr(d))
 	runtime.KeepAlive(v)
 	return int64(*v), err
@@ -104,7 +106,7 @@ func (d Device) TotalMem() (int64, error) {
 // RetainPrimaryContext retains the device's primary context (the one the CUDA runtime, and
 // so PyTorch and NCCL, use). Release it with ReleasePrimaryContext.
 func (d Device) RetainPrimaryContext() (Context, error) {
-	v := new(uintptr)
+	v := dl.New[uintptr]()
 	err := call("cuDevicePrimaryCtxRetain", fPrimaryCtxRetain, ptr(v), uintptr(d))
 	runtime.KeepAlive(v)
 	if err != nil {
@@ -130,7 +132,7 @@ func (c Context) MakeCurrent() error { return call("cuCtxSetCurrent", fCtxSetCur
 // MemAlloc allocates bytes of device memory (uncached; see cuda/memory for the caching
 // allocator).
 func (c Context) MemAlloc(bytes int) (DevPtr, error) {
-	v := new(uintptr)
+	v := dl.New[uintptr]()
 	err := locked(c, func() error { return call("cuMemAlloc", fMemAlloc, ptr(v), uintptr(bytes)) })
 	runtime.KeepAlive(v)
 	if err != nil {
@@ -146,7 +148,7 @@ func (c Context) MemFree(p DevPtr) error {
 
 // MemInfo returns the free and total device memory in bytes.
 func (c Context) MemInfo() (free, total int64, err error) {
-	f, t := new(uint64), new(uint64)
+	f, t := dl.New[uint64](), dl.New[uint64]()
 	err = locked(c, func() error { return call("cuMemGetInfo", fMemGetInfo, ptr(f), ptr(t)) })
 	runtime.KeepAlive(f)
 	runtime.KeepAlive(t)
@@ -156,7 +158,7 @@ func (c Context) MemInfo() (free, total int64, err error) {
 // HostAlloc allocates bytes of page-locked (pinned) host memory, which asynchronous copies
 // need to overlap with compute. Free it with HostFree.
 func (c Context) HostAlloc(bytes int) (unsafe.Pointer, error) {
-	v := new(uintptr)
+	v := dl.New[uintptr]()
 	err := locked(c, func() error { return call("cuMemHostAlloc", fMemHostAlloc, ptr(v), uintptr(bytes), 0) })
 	runtime.KeepAlive(v)
 	if err != nil {
@@ -170,8 +172,9 @@ func (c Context) HostFree(p unsafe.Pointer) error {
 	return locked(c, func() error { return call("cuMemFreeHost", fMemFreeHost, uintptr(p)) })
 }
 
-// CopyHtoD copies bytes from host memory at src to dst, synchronously. src must stay
-// valid during the call (Go memory: keep it alive; pinned memory is faster).
+// CopyHtoD copies bytes from host memory at src to dst, synchronously. Host pointers given
+// to this package must be pinned memory (HostAlloc), C memory or Go heap memory (slices made
+// with a size known only at run time, or bigger than 64 KiB), never a goroutine's stack.
 func (c Context) CopyHtoD(dst DevPtr, src unsafe.Pointer, bytes int) error {
 	return locked(c, func() error { return call("cuMemcpyHtoD", fMemcpyHtoD, uintptr(dst), uintptr(src), uintptr(bytes)) })
 }
@@ -210,12 +213,14 @@ func (c Context) CopyDtoDAsync(dst, src DevPtr, bytes int, s Stream) error {
 
 // MemsetD32Async sets n 32-bit words at dst to v, on s (v = math.Float32bits(x) for floats).
 func (c Context) MemsetD32Async(dst DevPtr, v uint32, n int, s Stream) error {
-	return locked(c, func() error { return call("cuMemsetD32Async", fMemsetD32Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s)) })
+	return locked(c, func() error {
+		return call("cuMemsetD32Async", fMemsetD32Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s))
+	})
 }
 
 // StreamCreate creates a non-blocking stream (it does not synchronise with stream 0).
 func (c Context) StreamCreate() (Stream, error) {
-	v := new(uintptr)
+	v := dl.New[uintptr]()
 	err := locked(c, func() error { return call("cuStreamCreate", fStreamCreate, ptr(v), 1) })
 	runtime.KeepAlive(v)
 	return Stream(*v), err
@@ -254,7 +259,7 @@ func (c Context) StreamWaitEvent(s Stream, e Event) error {
 
 // EventCreate creates an event; timing disables CU_EVENT_DISABLE_TIMING.
 func (c Context) EventCreate(timing bool) (Event, error) {
-	v := new(uintptr)
+	v := dl.New[uintptr]()
 	flags := uintptr(2) // CU_EVENT_DISABLE_TIMING
 	if timing {
 		flags = 0
@@ -291,8 +296,10 @@ func (c Context) EventSynchronize(e Event) error {
 
 // EventElapsed returns the milliseconds between two completed timing events.
 func (c Context) EventElapsed(start, end Event) (float32, error) {
-	v := new(float32)
-	err := locked(c, func() error { return call("cuEventElapsedTime", fEventElapsedTime, ptr(v), uintptr(start), uintptr(end)) })
+	v := dl.New[float32]()
+	err := locked(c, func() error {
+		return call("cuEventElapsedTime", fEventElapsedTime, ptr(v), uintptr(start), uintptr(end))
+	})
 	runtime.KeepAlive(v)
 	return *v, err
 }
@@ -300,8 +307,10 @@ func (c Context) EventElapsed(start, end Event) (float32, error) {
 // LoadPTX JIT-compiles PTX text for the context's device.
 func (c Context) LoadPTX(ptx string) (Module, error) {
 	img := append([]byte(ptx), 0)
-	v := new(uintptr)
-	err := locked(c, func() error { return call("cuModuleLoadData", fModuleLoadData, ptr(v), uintptr(unsafe.Pointer(&img[0]))) })
+	v := dl.New[uintptr]()
+	err := locked(c, func() error {
+		return call("cuModuleLoadData", fModuleLoadData, ptr(v), uintptr(unsafe.Pointer(&img[0])))
+	})
 	runtime.KeepAlive(img)
 	runtime.KeepAlive(v)
 	return Module(*v), err
@@ -315,7 +324,7 @@ func (c Context) Unload(m Module) error {
 // Function looks a kernel up by its (extern "C") name.
 func (c Context) Function(m Module, name string) (Function, error) {
 	cs := append([]byte(name), 0)
-	v := new(uintptr)
+	v := dl.New[uintptr]()
 	err := locked(c, func() error {
 		return call("cuModuleGetFunction", fModuleGetFunction, ptr(v), uintptr(m), uintptr(unsafe.Pointer(&cs[0])))
 	})

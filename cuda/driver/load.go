@@ -138,7 +138,7 @@ func result(op string, r int) error {
 		return nil
 	}
 	msg := "unknown error"
-	s := new(*byte)
+	s := dl.New[*byte]()
 	if fn[fGetErrorString] != nil && dl.Call(fn[fGetErrorString], uintptr(r), ptr(s)) == 0 && *s != nil {
 		msg = goString(*s)
 	}

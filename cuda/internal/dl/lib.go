@@ -39,3 +39,21 @@ func (l *Lib) Table(names []string, slots []*Func) error {
 	}
 	return nil
 }
+
+// New allocates a zero T on the Go heap, which the garbage collector never moves, for an
+// out-parameter or argument block passed to C through Call as a uintptr. (new(T) may live
+// on the goroutine stack, which moves when it grows, so its address could go stale between
+// the conversion to uintptr and the C call.) Keep it alive with runtime.KeepAlive until the
+// call returns.
+func New[T any]() *T {
+	p := new(T)
+	if never {
+		escape = p
+	}
+	return p
+}
+
+var (
+	never  bool
+	escape any
+)
