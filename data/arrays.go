@@ -213,6 +213,9 @@ func (d *ArrayDataset) Close() error {
 	return err
 }
 
+// Labels returns the dataset's labels (do not modify them).
+func (d *ArrayDataset) Labels() []int64 { return d.labels }
+
 // Len is the number of samples.
 func (d *ArrayDataset) Len() int { return d.n }
 

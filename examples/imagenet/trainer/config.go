@@ -15,7 +15,7 @@ import (
 // Config is a training run. Zero values take the architecture's recipe defaults.
 type Config struct {
 	Data       string // dataset root (imagefolder: train/ and val/ inside; synthetic: generated there)
-	DataFormat string // imagefolder, synthetic, npy
+	DataFormat string // imagefolder, synthetic, npy, webdataset
 	Arch       string
 	NumClasses int
 	ImageSize  int // training crop (224 for ImageNet); validation resizes to ImageSize*8/7 then crops
@@ -62,7 +62,7 @@ type SyntheticConfig struct {
 // RegisterFlags binds c's fields to flags named as in PyTorch's examples/imagenet/main.py.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", "", "dataset root (imagefolder: DIR/train and DIR/val)")
-	fs.StringVar(&c.DataFormat, "data-format", "imagefolder", "imagefolder | synthetic | npy")
+	fs.StringVar(&c.DataFormat, "data-format", "imagefolder", "imagefolder | synthetic | npy | webdataset")
 	fs.StringVar(&c.Arch, "arch", "resnet18", "model architecture: resnet18..152, swin_t, swin_s, swin_b, swin_l")
 	fs.StringVar(&c.Arch, "a", "resnet18", "alias of -arch")
 	fs.IntVar(&c.NumClasses, "num-classes", 0, "classes (default: the data set's)")

@@ -3,39 +3,42 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/data/synth"
 	"github.com/gorgonia-parallel/gp/data/transforms"
+	"github.com/gorgonia-parallel/gp/data/webdataset"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// split is one side (train or val) of the data: its dataset, this rank's sampler and loader.
+// split is one side (train or val) of the data as this rank sees it.
 type split struct {
-	ds      data.Dataset
-	loader  *data.Loader
-	sampler *skipSampler
+	c, h, w int
 	classes int
+	images  int // images in the whole split (all ranks)
+	steps   int // batches per epoch on this rank
+	// batches iterates over one epoch's batches, leaving out the first skip batches (a
+	// run resumed in the middle of an epoch sees exactly what the interrupted run had not).
+	batches func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error]
 }
 
-func (s *split) setEpoch(epoch, skip int) {
-	s.sampler.epoch, s.sampler.skip = epoch, skip
-	s.loader.SetEpoch(epoch)
-}
-
-// openData opens the training and validation sets for this rank. For -data-format
-// synthetic, rank 0 generates the set (once: it is cached in -data) while the others wait.
+// openData opens the training and validation sets for this rank, in cfg.DataFormat:
+//   - imagefolder: DATA/train and DATA/val, one folder per class (torchvision's ImageFolder);
+//   - synthetic: the same, generated once into DATA by rank 0 while the others wait;
+//   - npy: DATA/{train,val}_images.npy (uint8 NHWC) and DATA/{train,val}_labels.npy (int64);
+//   - webdataset: DATA/train-*.tar and DATA/val-*.tar shards with .jpg/.png and .cls members.
 func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) (*split, *split, error) {
 	if cfg.Data == "" {
 		return nil, nil, fmt.Errorf("trainer: -data is required")
 	}
-	rank, world := g.Rank(), g.Size()
 	if cfg.DataFormat == "synthetic" {
 		var genErr error
-		if rank == 0 {
+		if g.Rank() == 0 {
 			genErr = generate(cfg)
 		}
 		if err := g.Barrier().Wait(ctx); err != nil {
@@ -45,16 +48,8 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 			return nil, nil, genErr
 		}
 	}
-	local := cfg.Batch / world
-	switch cfg.DataFormat {
-	case "imagefolder", "synthetic":
-	default:
-		return nil, nil, fmt.Errorf("trainer: -data-format %q is not supported (imagefolder or synthetic)", cfg.DataFormat)
-	}
-	for _, sub := range []string{"train", "val"} {
-		if _, err := os.Stat(filepath.Join(cfg.Data, sub)); err != nil {
-			return nil, nil, fmt.Errorf("trainer: data folder %s: %w (want %s/train and %s/val with one folder per class)", filepath.Join(cfg.Data, sub), err, cfg.Data, cfg.Data)
-		}
+	if _, err := os.Stat(cfg.Data); err != nil {
+		return nil, nil, fmt.Errorf("trainer: data folder: %w", err)
 	}
 	rrc := transforms.NewRandomResizedCrop(cfg.ImageSize)
 	if cfg.DataFormat == "synthetic" {
@@ -65,17 +60,75 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 	if err != nil {
 		return nil, nil, err
 	}
+	valT := transforms.Eval(cfg.ImageSize*8/7, cfg.ImageSize)
+	var train, val *split
+	switch cfg.DataFormat {
+	case "imagefolder", "synthetic":
+		train, val, err = openFolders(g, cfg, trainT, valT, log)
+	case "npy":
+		train, val, err = openArrays(g, cfg, trainT, valT, log)
+	case "webdataset":
+		train, val, err = openShards(ctx, g, cfg, trainT, valT, log)
+	default:
+		err = fmt.Errorf("trainer: unknown -data-format %q (imagefolder, synthetic, npy or webdataset)", cfg.DataFormat)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if train.classes != val.classes {
+		return nil, nil, fmt.Errorf("trainer: %s: the training set has %d classes and the validation set %d", cfg.Data, train.classes, val.classes)
+	}
+	return train, val, nil
+}
+
+func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+	for _, sub := range []string{"train", "val"} {
+		if _, err := os.Stat(filepath.Join(cfg.Data, sub)); err != nil {
+			return nil, nil, fmt.Errorf("trainer: data folder %s: %w (want %s/train and %s/val with one folder per class)", filepath.Join(cfg.Data, sub), err, cfg.Data, cfg.Data)
+		}
+	}
 	trainDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "train"), data.WithTransform(trainT), data.WithLogger(log))
 	if err != nil {
 		return nil, nil, err
 	}
-	valDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "val"), data.WithTransform(transforms.Eval(cfg.ImageSize*8/7, cfg.ImageSize)), data.WithLogger(log))
+	valDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "val"), data.WithTransform(valT), data.WithLogger(log))
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(trainDS.Classes) != len(valDS.Classes) {
-		return nil, nil, fmt.Errorf("trainer: %s has %d classes and %s has %d", filepath.Join(cfg.Data, "train"), len(trainDS.Classes), filepath.Join(cfg.Data, "val"), len(valDS.Classes))
+	return mapSplits(g, cfg, trainDS, valDS, len(trainDS.Classes), len(valDS.Classes))
+}
+
+func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+	open := func(side string, t *transforms.Pipeline) (*data.ArrayDataset, error) {
+		return data.NewArrayDataset(filepath.Join(cfg.Data, side+"_images.npy"), filepath.Join(cfg.Data, side+"_labels.npy"),
+			data.NHWC, data.WithTransform(t), data.WithLogger(log))
 	}
+	trainDS, err := open("train", trainT)
+	if err != nil {
+		return nil, nil, err
+	}
+	valDS, err := open("val", valT)
+	if err != nil {
+		return nil, nil, err
+	}
+	classes := cfg.NumClasses
+	if classes == 0 {
+		for _, ds := range []*data.ArrayDataset{trainDS, valDS} {
+			for _, y := range ds.Labels() {
+				classes = max(classes, int(y)+1)
+			}
+		}
+	}
+	return mapSplits(g, cfg, trainDS, valDS, classes, classes)
+}
+
+// mapSplits serves map-style datasets: training through a DistributedSampler (shuffled by
+// seed and epoch, padded, batches of the local size, incomplete last batch dropped so that
+// every rank takes the same number of steps); validation with every image exactly once over
+// all ranks (rank::world, no padding).
+func mapSplits(g comm.Group, cfg *Config, trainDS, valDS data.Dataset, trainClasses, valClasses int) (*split, *split, error) {
+	rank, world := g.Rank(), g.Size()
+	local := cfg.Batch / world
 	ds, err := data.NewDistributedSampler(trainDS.Len(), rank, world, true, uint64(cfg.Seed), false)
 	if err != nil {
 		return nil, nil, err
@@ -86,15 +139,97 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 	if err != nil {
 		return nil, nil, err
 	}
-	// Validation: every image exactly once over all ranks (rank::world, no padding), in
-	// batches of up to the local batch size.
 	valS := &skipSampler{inner: strided(valDS.Len(), rank, world), epoch: -1}
 	valL, err := data.NewLoader(valDS, data.WithBatchSize(local), data.WithWorkers(cfg.Workers), data.WithSampler(valS))
 	if err != nil {
 		return nil, nil, err
 	}
-	return &split{ds: trainDS, loader: trainL, sampler: trainS, classes: len(trainDS.Classes)},
-		&split{ds: valDS, loader: valL, sampler: valS, classes: len(valDS.Classes)}, nil
+	return fromLoader(trainDS, trainL, trainS, local, trainClasses), fromLoader(valDS, valL, valS, local, valClasses), nil
+}
+
+// fromLoader makes a split of a map-style dataset served by a loader whose sampler is s.
+func fromLoader(ds data.Dataset, l *data.Loader, s *skipSampler, batch, classes int) *split {
+	c, h, w := ds.Shape()
+	return &split{c: c, h: h, w: w, classes: classes, images: ds.Len(), steps: l.Len(),
+		batches: func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
+			s.epoch, s.skip = epoch, skip*batch
+			l.SetEpoch(epoch)
+			return l.Batches(ctx)
+		}}
+}
+
+// openShards serves WebDataset shards, split across ranks (and workers). Ranks may hold
+// different numbers of samples, so an epoch is as many batches as the smallest rank has.
+func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+	if cfg.NumClasses == 0 {
+		return nil, nil, fmt.Errorf("trainer: -data-format webdataset needs -num-classes")
+	}
+	rank, world := g.Rank(), g.Size()
+	local := cfg.Batch / world
+	side := func(name string, t *transforms.Pipeline, shuffle int, train bool) (*split, error) {
+		shards, _ := filepath.Glob(filepath.Join(cfg.Data, name+"-*.tar"))
+		sort.Strings(shards)
+		if len(shards) == 0 {
+			return nil, fmt.Errorf("trainer: no %s shards %s", name, filepath.Join(cfg.Data, name+"-*.tar"))
+		}
+		if len(shards) < world {
+			return nil, fmt.Errorf("trainer: %d %s shards for %d ranks: every rank needs one", len(shards), name, world)
+		}
+		mine := 0
+		for _, sh := range webdataset.Split(shards, rank, world, 0, 1) {
+			if err := webdataset.ReadShard(ctx, sh, func(webdataset.Sample) error { mine++; return nil }); err != nil {
+				return nil, err
+			}
+		}
+		counts := []float64{float64(mine), float64(mine)}
+		if err := g.AllReduce(comm.F64(counts[:1]), comm.Min).Wait(ctx); err != nil {
+			return nil, err
+		}
+		if err := g.AllReduce(comm.F64(counts[1:]), comm.Sum).Wait(ctx); err != nil {
+			return nil, err
+		}
+		l := &webdataset.Loader{Shards: shards, Rank: rank, World: world, Workers: cfg.Workers, BatchSize: local,
+			Shuffle: shuffle, Seed: uint64(cfg.Seed), Pipeline: t, Log: log}
+		steps := int(counts[0]) / local
+		if !train {
+			steps = -1 // validation: every sample of this rank's shards
+		}
+		w, h, _ := t.OutSize()
+		return &split{c: 3, h: h, w: w, classes: cfg.NumClasses, images: int(counts[1]), steps: max(steps, 0),
+			batches: func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
+				return func(yield func(*data.Batch, error) bool) {
+					i := 0
+					for b, err := range l.Batches(ctx, epoch) {
+						if err != nil {
+							yield(nil, err)
+							return
+						}
+						if steps >= 0 && i >= steps {
+							return
+						}
+						if train && b.N != local {
+							return // a last short batch: the epoch ends, as with drop_last
+						}
+						i++
+						if i <= skip {
+							continue
+						}
+						if !yield(b, nil) {
+							return
+						}
+					}
+				}
+			}}, nil
+	}
+	train, err := side("train", trainT, 1000, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	val, err := side("val", valT, 0, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return train, val, nil
 }
 
 // generate writes the synthetic set into cfg.Data unless a complete one is there.
@@ -122,8 +257,7 @@ func generate(cfg *Config) error {
 	return nil
 }
 
-// skipSampler drops the first skip indices of one epoch: a run resumed in the middle of an
-// epoch sees exactly the batches the interrupted run had not yet seen.
+// skipSampler drops the first skip indices of one epoch.
 type skipSampler struct {
 	inner       data.Sampler
 	epoch, skip int

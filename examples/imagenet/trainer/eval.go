@@ -12,9 +12,8 @@ import (
 // evaluate runs the validation set, each rank its share, and returns the mean loss and the
 // top-1 and top-5 accuracy (percent) over all ranks.
 func evaluate(ctx context.Context, g comm.Group, val *split, prog func(n int) (*ddp.Program, error), classes int) (loss, top1, top5 float64, err error) {
-	val.setEpoch(0, 0)
 	var sums [4]float64 // loss sum, top-1 hits, top-5 hits, images
-	for b, err := range val.loader.Batches(ctx) {
+	for b, err := range val.batches(ctx, 0, 0) {
 		if err != nil {
 			return 0, 0, 0, err
 		}

@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, h, w := train.ds.Shape()
+	c, h, w := train.c, train.h, train.w
 	// Autocast (-amp): bf16 as PyTorch's CPU autocast, without loss scaling; fp16 with a
 	// GradScaler whose inf/NaN flag is agreed over the group so that every rank skips together.
 	var buildOpts []nn.BuildOption
@@ -139,9 +139,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	stepsPerEpoch := train.loader.Len()
+	stepsPerEpoch := train.steps
 	if stepsPerEpoch == 0 {
-		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than one batch of %d per rank", train.ds.Len(), local)
+		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than one batch of %d per rank", train.images, local)
 	}
 	sched, err := newSchedule(opt, &cfg, stepsPerEpoch)
 	if err != nil {
@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, val.ds.Len())
+		fmt.Fprintf(out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, val.images)
 		res.Top1, res.Top5 = top1, top5
 		return res, nil
 	}
@@ -195,11 +195,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	stop := false
 	for epoch := startEpoch; epoch < cfg.Epochs && !stop; epoch++ {
 		skip := int(step) - epoch*stepsPerEpoch // batches of this epoch done before a resume
-		train.setEpoch(epoch, skip*local)
 		bar.start(epoch, cfg.Epochs, stepsPerEpoch, skip)
 		var epochLoss float64
 		var n int
-		for batch, err := range train.loader.Batches(ctx) {
+		for batch, err := range train.batches(ctx, epoch, skip) {
 			if err != nil {
 				return nil, err
 			}
