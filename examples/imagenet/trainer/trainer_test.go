@@ -165,7 +165,7 @@ func TestBadInput(t *testing.T) {
 		mut  func(*Config)
 		want string
 	}{
-		{"missing data folder", func(c *Config) { c.Data = filepath.Join(other, "nope") }, "nope/train"},
+		{"missing data folder", func(c *Config) { c.Data = filepath.Join(other, "nope") }, "nope"},
 		{"pretrained of another architecture", func(c *Config) { c.Pretrained = wrongWeights }, "resnet34.npz"},
 		{"batch not divisible", func(c *Config) { c.Batch = 7 }, "not divisible"},
 		{"unknown arch", func(c *Config) { c.Arch = "vgg16" }, "vgg16"},
