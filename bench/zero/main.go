@@ -1,0 +1,329 @@
+// Command zero (make bench-zero) measures step time and per-rank memory of DDP, ZeRO-3,
+// ZeRO-3 with cpu offload and ZeRO-3 with disk offload, each at world 2 (two processes over
+// loopback TCP, rendezvous as torchrun), training resnet50 on 64x64 images with AdamW,
+// and holds the model-state bytes against the ZeRO paper's formula (16·Ψ for DDP's
+// replicas, 16·Ψ/N for ZeRO-3). It prints a table and writes bench/results/zero.json.
+//
+// model_state_bytes_per_rank is counted from the buffers (DDP: parameters, gradients and
+// AdamW state; ZeRO-3: zero.Memory.InMemoryBytes between steps, so disk-offloaded state
+// that is not paged in is not counted; in_files_bytes says how much lives in files).
+// peak_rss_bytes is the process's VmHWM, which includes the model as built before sharding
+// and the tape's activations and weight-gradient registers.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
+	G "gorgonia.org/gorgonia"
+)
+
+// row is one line of bench/results/zero.json.
+type row struct {
+	Strategy        string  `json:"strategy"`
+	World           int     `json:"world"`
+	Psi             int     `json:"psi"`
+	ModelStateBytes int64   `json:"model_state_bytes_per_rank"`
+	FormulaBytes    float64 `json:"formula_bytes"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+	StepS           float64 `json:"step_s"`
+	InFilesBytes    int64   `json:"in_files_bytes"`
+	RSSBytes        int64   `json:"rss_between_steps_bytes"`
+	StepPeakBytes   int64   `json:"step_peak_model_state_bytes,omitempty"`
+	GatherWaitS     float64 `json:"gather_wait_s,omitempty"`
+	Rank            int     `json:"-"`
+}
+
+type params struct {
+	arch                       string
+	steps, warmup, batch, size int
+	procs, unitDepth           int
+}
+
+var strategies = []string{"ddp", "zero3", "zero3+cpu", "zero3+disk"}
+
+func main() {
+	var p params
+	flag.StringVar(&p.arch, "arch", "resnet50", "model (models.New), 10 classes")
+	flag.IntVar(&p.steps, "steps", 3, "timed steps")
+	flag.IntVar(&p.warmup, "warmup", 1, "untimed steps first")
+	flag.IntVar(&p.batch, "batch", 4, "batch per rank")
+	flag.IntVar(&p.size, "size", 64, "image side")
+	flag.IntVar(&p.procs, "procs", 1, "GOMAXPROCS (and AdamW workers) of each process")
+	flag.IntVar(&p.unitDepth, "unit-depth", 2, "ZeRO gather units: name components (2: resnet blocks such as layer1.0)")
+	out := flag.String("out", filepath.Join("bench", "results", "zero.json"), "JSON results")
+	flag.Parse()
+	if s := os.Getenv("GP_BENCH_ZERO_ROLE"); s != "" {
+		if err := child(s, p); err != nil {
+			log.Fatalf("%s rank %s: %v", s, os.Getenv("RANK"), err)
+		}
+		return
+	}
+	if err := run(p, *out); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(p params, out string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s %dx%d, batch %d per rank, world 2 (processes), AdamW, %d timed steps after %d warm-up, BLAS %s, GOMAXPROCS=%d\n",
+		p.arch, p.size, p.size, p.batch, p.steps, p.warmup, blasimpl.Name(), p.procs)
+	args := []string{"-arch", p.arch, "-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
+		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-procs", strconv.Itoa(p.procs), "-unit-depth", strconv.Itoa(p.unitDepth)}
+	var rows []row
+	for _, s := range strategies {
+		res, err := launch(self, 2, args, []string{"GP_BENCH_ZERO_ROLE=" + s, "GP_RDZV_SECRET=bench-zero",
+			"OPENBLAS_NUM_THREADS=1", "GOMAXPROCS=" + strconv.Itoa(p.procs)})
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+		r := res[0]
+		for _, o := range res[1:] { // the worst rank
+			r.ModelStateBytes = max(r.ModelStateBytes, o.ModelStateBytes)
+			r.PeakRSSBytes = max(r.PeakRSSBytes, o.PeakRSSBytes)
+			r.RSSBytes = max(r.RSSBytes, o.RSSBytes)
+			r.StepS = max(r.StepS, o.StepS)
+			r.StepPeakBytes = max(r.StepPeakBytes, o.StepPeakBytes)
+		}
+		rows = append(rows, r)
+	}
+	fmt.Println()
+	fmt.Printf("%-11s %5s %10s %14s %14s %7s %12s %12s %12s %8s\n", "strategy", "world", "Ψ", "state MiB/rank", "formula MiB", "ratio", "in files MiB", "RSS MiB", "peak RSS MiB", "step s")
+	mib := func(b float64) float64 { return b / (1 << 20) }
+	for _, r := range rows {
+		fmt.Printf("%-11s %5d %10d %14.1f %14.1f %7.3f %12.1f %12.1f %12.1f %8.2f\n", r.Strategy, r.World, r.Psi,
+			mib(float64(r.ModelStateBytes)), mib(r.FormulaBytes), float64(r.ModelStateBytes)/r.FormulaBytes,
+			mib(float64(r.InFilesBytes)), mib(float64(r.RSSBytes)), mib(float64(r.PeakRSSBytes)), r.StepS)
+	}
+	fmt.Println("state: model state in memory between steps (counted buffers; disk offload's files excluded), formula: 16Ψ (DDP) or 16Ψ/N (ZeRO-3),")
+	fmt.Println("RSS: VmRSS between steps after a GC, peak RSS: VmHWM over the process's life, step s: mean over timed steps, slowest rank.")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// launch runs n ranks of this binary over loopback and returns each rank's JSON row.
+func launch(self string, n int, args, env []string) ([]row, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, self, args...)
+		cmd.Env = append(append(os.Environ(), env...), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], os.Stderr
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		cmds[r] = cmd
+	}
+	res := make([]row, n)
+	var errs []string
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Sprintf("rank %d: %v", r, err))
+			continue
+		}
+		found := false
+		sc := bufio.NewScanner(outs[r])
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &res[r]) == nil {
+				found = true
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Sprintf("rank %d printed no result: %q", r, outs[r].String()))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return res, nil
+}
+
+func build(batch, size int) nn.BuildFunc {
+	return func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("images", batch, 3, size, size)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("labels", batch)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := b.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		return ops.CrossEntropy(logits, y, 0)
+	}
+}
+
+// child is one rank of one strategy.
+func child(strategy string, p params) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	defer cancel()
+	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute))
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	arch, err := models.New(p.arch, 10)
+	if err != nil {
+		return err
+	}
+	m, err := nn.NewModel(arch, nn.WithSeed(1))
+	if err != nil {
+		return err
+	}
+	psi := m.Params.NumParams()
+	r := row{Strategy: strategy, World: g.Size(), Psi: psi, Rank: g.Rank()}
+	var prog interface{ SetInput(string, []float32) error }
+	var step func() error
+	var account func()
+	switch strategy {
+	case "ddp":
+		d, err := ddp.New(ctx, m, g)
+		if err != nil {
+			return err
+		}
+		dp, err := d.Compile(build(p.batch, p.size))
+		if err != nil {
+			return err
+		}
+		segs, err := optim.Segments(m.Params, 1e-2)
+		if err != nil {
+			return err
+		}
+		opt, err := optim.NewAdamW(segs, 1e-3, optim.WithWorkers(p.procs, 1<<15))
+		if err != nil {
+			return err
+		}
+		prog = dp
+		step = func() error { m.Params.ZeroGrad(); return dp.Step(ctx, opt) }
+		account = func() {
+			r.ModelStateBytes = 4 * int64(len(m.Params.Data)+len(m.Params.Grad))
+			for _, e := range opt.StateDict() {
+				r.ModelStateBytes += 4 * int64(len(e.F32))
+			}
+			r.FormulaBytes = 16 * float64(psi)
+		}
+	default:
+		opts := []zero.Option{zero.WithUnitDepth(p.unitDepth), zero.WithWeightDecay(1e-2), zero.WithOptimizer(zero.AdamW(1e-3, zero.Workers(p.procs, 1<<15)))}
+		switch strategy {
+		case "zero3+cpu":
+			opts = append(opts, zero.WithOffload(zero.OffloadCPU, p.procs))
+		case "zero3+disk":
+			dir, err := os.MkdirTemp("", "gp-zero-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			opts = append(opts, zero.WithOffload(zero.OffloadDisk, p.procs), zero.WithOffloadDir(dir))
+		}
+		e, err := zero.New(ctx, m, g, opts...)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		zp, err := e.Compile(build(p.batch, p.size))
+		if err != nil {
+			return err
+		}
+		prog = zp
+		step = func() error { e.ZeroGrad(); return zp.Step(ctx) }
+		account = func() {
+			mem := e.Memory()
+			r.ModelStateBytes, r.InFilesBytes = mem.InMemoryBytes(), mem.FileBytes
+			r.FormulaBytes = mem.FormulaBytes()
+			r.StepPeakBytes = mem.PeakStepBytes
+			r.GatherWaitS = zp.Stats().GatherWait.Seconds()
+			if os.Getenv("GP_BENCH_ZERO_DEBUG") != "" {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				fmt.Fprintf(os.Stderr, "rank %d: %v\nGo heap in use %d B, heap sys %d B, released %d B\n", g.Rank(), mem, ms.HeapInuse, ms.HeapSys, ms.HeapReleased)
+			}
+		}
+	}
+	rng := rand.New(rand.NewSource(int64(g.Rank())))
+	x := make([]float32, p.batch*3*p.size*p.size)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := make([]float32, p.batch)
+	for i := range y {
+		y[i] = float32(rng.Intn(10))
+	}
+	if err := prog.SetInput("images", x); err != nil {
+		return err
+	}
+	if err := prog.SetInput("labels", y); err != nil {
+		return err
+	}
+	for range p.warmup {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	for range p.steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	r.StepS = time.Since(start).Seconds() / float64(max(p.steps, 1))
+	runtime.GC()
+	debug.FreeOSMemory()
+	account()
+	if r.RSSBytes, err = zero.ProcStatus("VmRSS"); err != nil {
+		return err
+	}
+	if r.PeakRSSBytes, err = zero.ProcStatus("VmHWM"); err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return g.Barrier().Wait(ctx)
+}
