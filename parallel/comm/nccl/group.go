@@ -1,0 +1,237 @@
+// Package nccl is the GPU backend of the process group: a comm.Group whose collectives run
+// through NCCL on CUDA streams, so that DDP, ZeRO-3 and the sharded GradScaler run on GPUs
+// unchanged. It lives apart from comm so that comm stays free of CUDA.
+//
+// Ranks meet through the rendezvous store: rank 0 makes the NCCL unique id and sets it in the
+// store (comm.Rendezvous or comm.StoreOf of a TCP group), the others get it and every rank
+// joins with ncclCommInitRank on its device (LOCAL_RANK by default).
+//
+// comm.Group's buffers are host slices ([]float32, []float64, []int64): each operation copies
+// the buffer into pinned host memory, then to the device, runs the NCCL collective on the
+// group's stream and copies the result back, all on a worker goroutine; Work.Wait returns when
+// the result is in the host buffer. Device-resident values (cuda execution) use the *Device
+// methods, which skip the copies. Send and Recv run on two more communicators and workers
+// (one per direction), beside the collectives, as comm requires. A collective that times out or whose Wait context ends
+// aborts the communicator (ncclCommAbort) and poisons the group, as comm's TCP backend does.
+//
+// NCCL needs equal shards; ReduceScatter and AllGather over totals that Size() does not divide
+// pad every shard to the largest on the device and unpack on the way back.
+package nccl
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda/driver"
+	"github.com/gorgonia-parallel/gp/cuda/libnccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// Option configures a Group.
+type Option func(*config)
+
+type config struct {
+	device  int
+	timeout time.Duration
+	name    string
+}
+
+// WithDevice selects the CUDA device ordinal (default: LOCAL_RANK from comm.EnvFromOS for
+// InitFromEnv, else 0).
+func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
+
+// WithTimeout bounds each operation (default 30 minutes, as comm and torch).
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithName distinguishes several NCCL groups created on one store (the store key of the
+// unique id). All ranks use the same name.
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// Group is a comm.Group over NCCL.
+type Group struct {
+	rank, size int
+	dev        driver.Device
+	ctx        driver.Context
+	coll       *worker
+	up, down   *worker // point-to-point: messages to higher ranks, messages to lower ranks
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ comm.Group = (*Group)(nil)
+
+var (
+	idMu  sync.Mutex
+	idSeq = map[*comm.Store]int{}
+)
+
+// New joins rank of size to an NCCL group, exchanging unique ids through store. It blocks
+// until every rank has joined (NCCL's init is collective) or ctx ends.
+func New(ctx context.Context, store *comm.Store, rank, size int, opts ...Option) (*Group, error) {
+	cfg := config{timeout: 30 * time.Minute, name: "default"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if store == nil || size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("nccl: rank %d of %d with store %v: %w", rank, size, store != nil, comm.ErrInvalid)
+	}
+	if err := driver.Load(); err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: %w", rank, err)
+	}
+	if err := libnccl.Load(); err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: %w", rank, err)
+	}
+	dev, err := driver.GetDevice(cfg.device)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: %w", rank, err)
+	}
+	cctx, err := dev.RetainPrimaryContext()
+	if err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: %w", rank, err)
+	}
+	idMu.Lock()
+	seq := idSeq[store]
+	idSeq[store]++
+	idMu.Unlock()
+	g := &Group{rank: rank, size: size, dev: dev, ctx: cctx}
+	slots := []**worker{&g.coll, &g.up, &g.down}
+	for i, kind := range []string{"coll", "up", "down"} {
+		key := "nccl/" + cfg.name + "/" + strconv.Itoa(seq) + "/" + kind
+		id, err := exchangeID(ctx, store, key, rank)
+		if err == nil {
+			var w *worker
+			w, err = newWorker(ctx, g, id, cfg.timeout, kind)
+			*slots[i] = w
+		}
+		if err != nil {
+			g.release()
+			return nil, fmt.Errorf("nccl: rank %d of %d on device %d: %w", rank, size, cfg.device, err)
+		}
+	}
+	return g, nil
+}
+
+// InitFromEnv builds an NCCL group from the torchrun environment (comm.EnvFromOS and
+// comm.Rendezvous), on device LOCAL_RANK unless WithDevice says otherwise.
+func InitFromEnv(ctx context.Context, opts ...Option) (*Group, error) {
+	env, err := comm.EnvFromOS()
+	if err != nil {
+		return nil, fmt.Errorf("nccl: %w", err)
+	}
+	st, err := comm.Rendezvous(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: rendezvous: %w", env.Rank, err)
+	}
+	g, err := New(ctx, st, env.Rank, env.WorldSize, append([]Option{WithDevice(env.LocalRank)}, opts...)...)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func exchangeID(ctx context.Context, store *comm.Store, key string, rank int) (libnccl.UniqueID, error) {
+	var id libnccl.UniqueID
+	if rank == 0 {
+		var err error
+		if id, err = libnccl.GetUniqueID(); err != nil {
+			return id, err
+		}
+		if err := store.Set(ctx, key, []byte(hex.EncodeToString(id[:]))); err != nil {
+			return id, fmt.Errorf("store set %s: %w", key, err)
+		}
+		return id, nil
+	}
+	v, err := store.Get(ctx, key)
+	if err != nil {
+		return id, fmt.Errorf("store get %s: %w", key, err)
+	}
+	if n, err := hex.Decode(id[:], v); err != nil || n != len(id) {
+		return id, fmt.Errorf("store key %s: malformed NCCL unique id (%d bytes): %v", key, len(v), err)
+	}
+	return id, nil
+}
+
+// Rank is this process's rank.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks.
+func (g *Group) Size() int { return g.size }
+
+// Context is the CUDA context of the group's device, for device-resident buffers.
+func (g *Group) Context() driver.Context { return g.ctx }
+
+// AllReduce reduces buf over all ranks in place.
+func (g *Group) AllReduce(buf comm.Buffer, op comm.Op) comm.Work {
+	return g.coll.submit(&op_{kind: kAllReduce, buf: buf, op: op})
+}
+
+// Broadcast copies root's buf to every rank.
+func (g *Group) Broadcast(buf comm.Buffer, root int) comm.Work {
+	return g.coll.submit(&op_{kind: kBroadcast, buf: buf, root: root})
+}
+
+// AllGather concatenates the ranks' src shards into dst (see comm.ShardRange).
+func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
+	return g.coll.submit(&op_{kind: kAllGather, buf: dst, src: src})
+}
+
+// ReduceScatter reduces src over all ranks and leaves this rank's shard in dst.
+func (g *Group) ReduceScatter(dst, src comm.Buffer, op comm.Op) comm.Work {
+	return g.coll.submit(&op_{kind: kReduceScatter, buf: dst, src: src, op: op})
+}
+
+// Barrier completes once every rank has entered it (a one-element all-reduce).
+func (g *Group) Barrier() comm.Work { return g.coll.submit(&op_{kind: kBarrier}) }
+
+// Send sends buf to peer. NCCL matches point-to-point messages in order per peer; tag is
+// checked to be >= 0 but not sent. Messages to higher ranks and to lower ranks travel on two
+// communicators with their own streams and workers, so that two ranks that each post a Recv
+// before their Send (a pairwise exchange) do not wait on each other.
+func (g *Group) Send(buf comm.Buffer, peer int, tag int) comm.Work {
+	return g.p2pWorker(g.rank, peer).submit(&op_{kind: kSend, buf: buf, root: peer, tag: tag})
+}
+
+// Recv receives the next message from peer into buf.
+func (g *Group) Recv(buf comm.Buffer, peer int, tag int) comm.Work {
+	return g.p2pWorker(peer, g.rank).submit(&op_{kind: kRecv, buf: buf, root: peer, tag: tag})
+}
+
+// p2pWorker is the worker of messages from rank from to rank to.
+func (g *Group) p2pWorker(from, to int) *worker {
+	if from < to {
+		return g.up
+	}
+	return g.down
+}
+
+// AllReduceDevice all-reduces n elements of type dt at device address p in place, on the
+// group's stream; the Work completes when the stream has run it.
+func (g *Group) AllReduceDevice(p driver.DevPtr, n int, dt libnccl.DataType, op comm.Op) comm.Work {
+	return g.coll.submit(&op_{kind: kAllReduce, dev: p, devN: n, devType: dt, op: op})
+}
+
+// Close waits for queued operations, then destroys the communicators and releases the
+// device. Operations issued after Close fail with comm.ErrClosed.
+func (g *Group) Close(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	g.mu.Unlock()
+	err := errors.Join(g.coll.close(ctx), g.up.close(ctx), g.down.close(ctx))
+	g.release()
+	return err
+}
+
+func (g *Group) release() {
+	_ = g.dev.ReleasePrimaryContext()
+}

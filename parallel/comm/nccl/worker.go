@@ -1,0 +1,253 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gorgonia-parallel/gp/cuda/driver"
+	"github.com/gorgonia-parallel/gp/cuda/libnccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+type kind uint8
+
+const (
+	kAllReduce kind = iota + 1
+	kBroadcast
+	kAllGather
+	kReduceScatter
+	kBarrier
+	kSend
+	kRecv
+)
+
+var kindNames = [...]string{"", "all-reduce", "broadcast", "all-gather", "reduce-scatter", "barrier", "send", "recv"}
+
+// op_ is one queued operation and its Work.
+type op_ struct {
+	kind     kind
+	buf, src comm.Buffer
+	op       comm.Op
+	root     int // broadcast root or point-to-point peer
+	tag      int
+	dev      driver.DevPtr // device-resident all-reduce when not 0
+	devN     int
+	devType  libnccl.DataType
+	seq      uint64
+	w        *worker
+	done     chan struct{}
+	err      error
+}
+
+func (o *op_) Done() <-chan struct{} { return o.done }
+
+// Wait blocks until the operation completes. When ctx ends first the communicator is aborted,
+// the group poisoned, and Wait returns once the buffers are no longer in use.
+func (o *op_) Wait(ctx context.Context) error {
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+	}
+	select {
+	case <-o.done:
+		return o.err
+	default:
+	}
+	o.w.abort(fmt.Errorf("%s: cancelled by caller: %w: %w", o.describe(), comm.ErrAborted, ctx.Err()))
+	<-o.done
+	return o.err
+}
+
+func (o *op_) describe() string {
+	return fmt.Sprintf("rank %d: nccl %s seq %d", o.w.g.rank, kindNames[o.kind], o.seq)
+}
+
+// worker runs the operations of one communicator in issue order, on its own locked OS thread
+// with the device's context current.
+type worker struct {
+	g       *Group
+	name    string
+	comm    libnccl.Comm
+	stream  driver.Stream
+	timeout time.Duration
+	queue   chan *op_
+	exited  chan struct{}
+
+	mu      sync.Mutex
+	poison  error
+	seq     uint64
+	aborted bool
+
+	host     []byte // pinned staging
+	hostPtr  unsafe.Pointer
+	dev      driver.DevPtr
+	devBytes int
+}
+
+func newWorker(ctx context.Context, g *Group, id libnccl.UniqueID, timeout time.Duration, name string) (*worker, error) {
+	w := &worker{g: g, name: name, timeout: timeout, queue: make(chan *op_, 1024), exited: make(chan struct{})}
+	initDone := make(chan error, 1)
+	go w.run(id, initDone)
+	select {
+	case err := <-initDone:
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
+	case <-ctx.Done():
+		// ncclCommInitRank is blocked waiting for peers; the worker frees what it made once
+		// init returns.
+		return nil, fmt.Errorf("%s communicator init: %w: %w", name, comm.ErrTimeout, ctx.Err())
+	}
+}
+
+func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(w.exited)
+	c := w.g.ctx
+	err := c.MakeCurrent()
+	if err == nil {
+		w.stream, err = c.StreamCreate()
+	}
+	if err == nil {
+		w.comm, err = libnccl.CommInitRank(w.g.size, id, w.g.rank)
+	}
+	initDone <- err
+	if err != nil {
+		return
+	}
+	for o := range w.queue {
+		if perr := w.poisoned(); perr != nil {
+			o.err = perr
+		} else if o.err = w.exec(o); o.err != nil {
+			if perr := w.poisoned(); perr != nil {
+				// Aborted by a Wait's context or a timeout: report that cause first.
+				o.err = fmt.Errorf("%w (%v)", perr, o.err)
+			}
+			w.setPoison(o.err)
+		}
+		close(o.done)
+	}
+	w.freeStaging()
+	_ = c.StreamDestroy(w.stream)
+	if !w.isAborted() {
+		_ = w.comm.Destroy()
+	}
+}
+
+func (w *worker) submit(o *op_) comm.Work {
+	o.w = w
+	o.done = make(chan struct{})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	o.seq = w.seq
+	if w.g.isClosed() {
+		o.err = fmt.Errorf("%s: %w", o.describe(), comm.ErrClosed)
+		close(o.done)
+		return o
+	}
+	if err := w.validate(o); err != nil {
+		o.err = fmt.Errorf("%s: %w", o.describe(), err)
+		close(o.done)
+		return o
+	}
+	w.queue <- o
+	return o
+}
+
+func (g *Group) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+func (w *worker) poisoned() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.poison
+}
+
+func (w *worker) setPoison(err error) {
+	w.mu.Lock()
+	if w.poison == nil {
+		w.poison = err
+	}
+	w.mu.Unlock()
+}
+
+func (w *worker) isAborted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.aborted
+}
+
+// abort poisons the worker and aborts its communicator, which ends the operation in flight
+// (on every rank).
+func (w *worker) abort(err error) {
+	w.mu.Lock()
+	if w.poison == nil {
+		w.poison = err
+	}
+	first := !w.aborted
+	w.aborted = true
+	w.mu.Unlock()
+	if first {
+		_ = w.comm.Abort()
+	}
+}
+
+func (w *worker) close(ctx context.Context) error {
+	w.mu.Lock()
+	close(w.queue)
+	w.mu.Unlock()
+	select {
+	case <-w.exited:
+		return nil
+	case <-ctx.Done():
+		w.abort(fmt.Errorf("rank %d: nccl close: %w", w.g.rank, comm.ErrAborted))
+		<-w.exited
+		return fmt.Errorf("rank %d: nccl close: %w", w.g.rank, ctx.Err())
+	}
+}
+
+// wait polls the stream until the enqueued work has run, the timeout passes (abort) or an
+// asynchronous NCCL error appears.
+func (w *worker) wait(o *op_) error {
+	deadline := time.Now().Add(w.timeout)
+	sleep := time.Microsecond
+	for i := 0; ; i++ {
+		ok, err := w.g.ctx.StreamQuery(w.stream)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if perr := w.poisoned(); perr != nil {
+			return perr
+		}
+		if i%64 == 63 {
+			if err := w.comm.AsyncError(); err != nil {
+				w.abort(err)
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("%s: %w after %v", o.describe(), comm.ErrTimeout, w.timeout)
+			w.abort(err)
+			return err
+		}
+		time.Sleep(sleep)
+		sleep = min(2*sleep, 200*time.Microsecond)
+	}
+}
+
+var errDeviceOnly = errors.New("device-resident operation")
