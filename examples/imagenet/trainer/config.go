@@ -48,6 +48,10 @@ type Config struct {
 	MaxSteps  int    // stop after this many steps in total (0: no limit); for tests
 	Synthetic SyntheticConfig
 	Quiet     bool // no progress bar (tests)
+	// FailAtStep, for fault-injection tests, makes the process exit with status 3 right after
+	// that step (and its checkpoint) in the first attempt of a job (TORCHELASTIC_RESTART_COUNT
+	// unset or 0), as a crash would.
+	FailAtStep int64
 
 	// Group, when set, is the process group to train in (tests run ranks as goroutines);
 	// otherwise Run joins the group the torchrun environment describes.
@@ -98,6 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Synthetic.ValPer, "synthetic-val", 50, "validation images per class of the generated data set")
 	fs.IntVar(&c.Synthetic.Size, "synthetic-size", 40, "side of the generated images")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+	fs.Int64Var(&c.FailAtStep, "fail-at-step", 0, "exit with status 3 after this step in the first attempt (fault-injection tests)")
 }
 
 // recipe fills what the user left at its zero value with the architecture's defaults:

@@ -20,7 +20,8 @@ type Record struct {
 	Kind      string  `json:"kind"` // "train" (every print-freq steps) or "val" (every epoch)
 	Epoch     int     `json:"epoch"`
 	Step      int64   `json:"step"`
-	Loss      float64 `json:"loss"`
+	Loss      float64 `json:"loss"`                // train: mean over the epoch so far; val: mean over the set
+	StepLoss  float64 `json:"step_loss,omitempty"` // train: this step's loss, mean over ranks
 	LR        float64 `json:"lr,omitempty"`
 	Top1      float64 `json:"top1,omitempty"`
 	Top5      float64 `json:"top5,omitempty"`

@@ -191,7 +191,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	bar := newProgress(out, cfg.Quiet || rank != 0)
 	start := time.Now()
 	imagesSeen := 0
-	lossBuf := []float64{0}
+	lossBuf := []float64{0, 0}
 	stop := false
 	for epoch := startEpoch; epoch < cfg.Epochs && !stop; epoch++ {
 		skip := int(step) - epoch*stepsPerEpoch // batches of this epoch done before a resume
@@ -237,14 +237,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 			res.LossHistory = append(res.LossHistory, float64(lv))
 			if step%int64(cfg.PrintFreq) == 0 || n+skip == stepsPerEpoch {
 				// The logged loss is the mean over ranks: one tiny all-reduce every print-freq steps.
-				lossBuf[0] = epochLoss / float64(n)
+				lossBuf[0], lossBuf[1] = epochLoss/float64(n), float64(lv)
 				if err := g.AllReduce(comm.F64(lossBuf), comm.Avg).Wait(ctx); err != nil {
 					return nil, err
 				}
 				ips := float64(imagesSeen) / time.Since(start).Seconds()
 				bar.update(n+skip, lossBuf[0], opt.LR(), ips)
 				if metrics != nil {
-					if err := metrics.Add(Record{Kind: "train", Epoch: epoch, Step: step, Loss: lossBuf[0], LR: opt.LR(), ImgsPerS: ips, ElapsedS: time.Since(start).Seconds()}); err != nil {
+					if err := metrics.Add(Record{Kind: "train", Epoch: epoch, Step: step, Loss: lossBuf[0], StepLoss: lossBuf[1], LR: opt.LR(), ImgsPerS: ips, ElapsedS: time.Since(start).Seconds()}); err != nil {
 						return nil, err
 					}
 				}
@@ -254,6 +254,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 				if res.Checkpoint, err = ck.save(state); err != nil {
 					return nil, err
 				}
+			}
+			if cfg.FailAtStep > 0 && step == cfg.FailAtStep && os.Getenv("TORCHELASTIC_RESTART_COUNT") <= "0" {
+				fmt.Fprintf(os.Stderr, "trainer: rank %d: failing on purpose after step %d (-fail-at-step)\n", rank, step)
+				os.Exit(3)
 			}
 			if cfg.MaxSteps > 0 && step >= int64(cfg.MaxSteps) {
 				stop = true
