@@ -26,6 +26,8 @@ type buildConfig struct {
 	privateBuffers bool
 	reducer        ops.StatsReducer
 	cast           CastPolicy
+	backing        func(*Param) []float32
+	sink           func(p *Param, grad []float32) error
 }
 
 // BuildOption configures Compile.
@@ -48,6 +50,20 @@ func WithGradHook(h GradHook) BuildOption {
 // WithGradBuffer makes the program accumulate gradients into buf, which has the layout of
 // ParamSet.Grad, instead of into ParamSet.Grad. DataParallel gives each replica its own.
 func WithGradBuffer(buf []float32) BuildOption { return func(c *buildConfig) { c.gradBuf = buf } }
+
+// WithParamBacking makes each parameter's leaf node hold backing(p) (len(p.Data) values)
+// instead of p.Data. ZeRO-3, whose full parameters exist only while gathered, binds the leaves
+// to memory that is never read and replaces them with a gather in a ParamHook.
+func WithParamBacking(backing func(p *Param) []float32) BuildOption {
+	return func(c *buildConfig) { c.backing = backing }
+}
+
+// WithGradSink hands each parameter's gradient to sink, during backward, instead of adding it
+// into the gradient buffer; grad is valid only during the call. Gradient hooks run after the
+// sink. ZeRO-3 writes gradients straight into its reduce-scatter buffers so.
+func WithGradSink(sink func(p *Param, grad []float32) error) BuildOption {
+	return func(c *buildConfig) { c.sink = sink }
+}
 
 // WithPrivateBuffers makes normalisation layers update private copies of their running
 // statistics instead of the model's buffers (DataParallel replicas other than the first).
@@ -87,7 +103,13 @@ func (b *Builder) Param(p *Param) (*G.Node, error) {
 	if b.Model.Params.Param(p.Name) != p {
 		return nil, fmt.Errorf("nn: parameter %s does not belong to this model", p.Name)
 	}
-	val := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(p.Data))
+	backing := p.Data
+	if b.cfg.backing != nil {
+		if backing = b.cfg.backing(p); len(backing) != len(p.Data) {
+			return nil, fmt.Errorf("nn: parameter backing of %s has %d values, want %d", p.Name, len(backing), len(p.Data))
+		}
+	}
+	val := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(backing))
 	leaf := G.NewTensor(b.Graph, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(val))
 	n := leaf
 	idx := len(b.used)
@@ -117,9 +139,15 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 		if !ok || len(g) != len(p.Data) {
 			return fmt.Errorf("nn: gradient of %s: got %T of %d elements, want %d float32", p.Name, v.Data(), v.Shape().TotalSize(), len(p.Data))
 		}
-		dst := b.cfg.gradBuf[p.Offset : p.Offset+len(p.Data)]
-		for i, x := range g {
-			dst[i] += x
+		if b.cfg.sink != nil {
+			if err := b.cfg.sink(p, g); err != nil {
+				return err
+			}
+		} else {
+			dst := b.cfg.gradBuf[p.Offset : p.Offset+len(p.Data)]
+			for i, x := range g {
+				dst[i] += x
+			}
 		}
 		b.fired[idx] = true
 		for _, h := range b.cfg.gradHooks {

@@ -202,3 +202,73 @@ func TestWrongInputShapeNamesLayer(t *testing.T) {
 		t.Fatalf("want an error naming layer conv, got %v", err)
 	}
 }
+
+// WithParamBacking binds the leaves elsewhere; WithGradSink receives gradients instead of
+// the gradient buffer.
+func TestParamBackingAndGradSink(t *testing.T) {
+	m, err := NewModel(smallNet(), WithSeed(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := Compile(m, classify(3, 6, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, ref, 3)
+	if err := ref.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), m.Params.Grad...)
+	m.Params.ZeroGrad()
+
+	copies := map[*Param][]float32{}
+	sunk := map[string][]float32{}
+	p, err := Compile(m, classify(3, 6, 5),
+		WithParamBacking(func(p *Param) []float32 {
+			c := append([]float32(nil), p.Data...)
+			copies[p] = c
+			return c
+		}),
+		WithGradSink(func(p *Param, g []float32) error {
+			sunk[p.Name] = append([]float32(nil), g...)
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, p, 3)
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range m.Params.Grad {
+		if g != 0 {
+			t.Fatal("the gradient buffer was written despite the sink")
+		}
+	}
+	for _, prm := range m.Params.Params {
+		got := sunk[prm.Name]
+		for i, g := range got {
+			if g != want[prm.Offset+i] {
+				t.Fatalf("%s[%d]: sunk %g, buffer run %g", prm.Name, i, g, want[prm.Offset+i])
+			}
+		}
+		if len(got) != len(prm.Data) {
+			t.Fatalf("%s: %d gradient values sunk", prm.Name, len(got))
+		}
+	}
+	// The leaves read the backing: changing it changes the output.
+	out1, _ := p.Output("logits")
+	o1 := append([]float32(nil), out1...)
+	for _, c := range copies {
+		for i := range c {
+			c[i] *= 2
+		}
+	}
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out2, _ := p.Output("logits")
+	if out2[0] == o1[0] {
+		t.Fatal("the program did not read the parameter backing")
+	}
+}
