@@ -1,0 +1,226 @@
+// Kernels of the cuda package. Regenerate the committed PTX with `go generate ./cuda/kernels`
+// (needs nvcc; CI never does). All tensors are contiguous; NCHW for batch norm; rows x cols
+// row-major for softmax, layer norm and row/column reductions. Every kernel is extern "C"
+// so its PTX entry has the plain name the Go side looks up.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define GRID_LOOP(i, n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)blockDim.x * gridDim.x)
+
+extern "C" {
+
+__global__ void fill_f32(float* y, float v, long long n) { GRID_LOOP(i, n) y[i] = v; }
+__global__ void add_f32(float* y, const float* a, const float* b, long long n) { GRID_LOOP(i, n) y[i] = a[i] + b[i]; }
+__global__ void sub_f32(float* y, const float* a, const float* b, long long n) { GRID_LOOP(i, n) y[i] = a[i] - b[i]; }
+__global__ void mul_f32(float* y, const float* a, const float* b, long long n) { GRID_LOOP(i, n) y[i] = a[i] * b[i]; }
+// y = alpha*x + beta*y
+__global__ void axpby_f32(float* y, const float* x, float alpha, float beta, long long n) { GRID_LOOP(i, n) y[i] = alpha * x[i] + beta * y[i]; }
+__global__ void scale_f32(float* y, const float* x, float a, long long n) { GRID_LOOP(i, n) y[i] = a * x[i]; }
+__global__ void relu_f32(float* y, const float* x, long long n) { GRID_LOOP(i, n) y[i] = x[i] > 0.f ? x[i] : 0.f; }
+__global__ void relu_bwd_f32(float* dx, const float* dy, const float* x, long long n) { GRID_LOOP(i, n) dx[i] = x[i] > 0.f ? dy[i] : 0.f; }
+// GELU with erf, as torch.nn.GELU() by default.
+__global__ void gelu_f32(float* y, const float* x, long long n) {
+	GRID_LOOP(i, n) { float v = x[i]; y[i] = 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
+}
+__global__ void gelu_bwd_f32(float* dx, const float* dy, const float* x, long long n) {
+	GRID_LOOP(i, n) {
+		float v = x[i];
+		float cdf = 0.5f * (1.f + erff(v * 0.70710678118654752f));
+		float pdf = 0.3989422804014327f * expf(-0.5f * v * v);
+		dx[i] = dy[i] * (cdf + v * pdf);
+	}
+}
+// Autocast rounding in float32 storage (round to nearest even, overflow to inf), as
+// amp.Round32 and torch's x.to(bf16/fp16).float().
+__global__ void round_bf16_f32(float* y, const float* x, long long n) { GRID_LOOP(i, n) y[i] = __bfloat162float(__float2bfloat16_rn(x[i])); }
+__global__ void round_f16_f32(float* y, const float* x, long long n) { GRID_LOOP(i, n) y[i] = __half2float(__float2half_rn(x[i])); }
+__global__ void cast_f32_bf16(__nv_bfloat16* y, const float* x, long long n) { GRID_LOOP(i, n) y[i] = __float2bfloat16_rn(x[i]); }
+__global__ void cast_bf16_f32(float* y, const __nv_bfloat16* x, long long n) { GRID_LOOP(i, n) y[i] = __bfloat162float(x[i]); }
+__global__ void cast_f32_f16(__half* y, const float* x, long long n) { GRID_LOOP(i, n) y[i] = __float2half_rn(x[i]); }
+__global__ void cast_f16_f32(float* y, const __half* x, long long n) { GRID_LOOP(i, n) y[i] = __half2float(x[i]); }
+// count[0] += number of inf/NaN elements (GradScaler's found_inf).
+__global__ void nonfinite_count_f32(unsigned int* count, const float* x, long long n) {
+	unsigned int c = 0;
+	GRID_LOOP(i, n) c += isfinite(x[i]) ? 0u : 1u;
+	if (c) atomicAdd(count, c);
+}
+
+// Block-wide reductions; blockDim.x is a power of two <= 1024, shared has blockDim.x floats.
+__device__ float block_sum(float v, float* sh) {
+	sh[threadIdx.x] = v;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+		__syncthreads();
+	}
+	float r = sh[0];
+	__syncthreads();
+	return r;
+}
+__device__ float block_max(float v, float* sh) {
+	sh[threadIdx.x] = v;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+		__syncthreads();
+	}
+	float r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+// One block per row. Launch with blockDim.x*4 bytes of dynamic shared memory.
+__global__ void softmax_rows_f32(float* y, const float* x, int rows, int cols) {
+	extern __shared__ float sh[];
+	const float* xr = x + (long long)blockIdx.x * cols;
+	float* yr = y + (long long)blockIdx.x * cols;
+	float m = -INFINITY;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, xr[j]);
+	m = block_max(m, sh);
+	float s = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) { float e = expf(xr[j] - m); yr[j] = e; s += e; }
+	s = block_sum(s, sh);
+	float inv = 1.f / s;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] *= inv;
+}
+// dx = y * (dy - sum(dy*y)) per row.
+__global__ void softmax_bwd_rows_f32(float* dx, const float* y, const float* dy, int rows, int cols) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float d = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) d += dy[o + j] * y[o + j];
+	d = block_sum(d, sh);
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) dx[o + j] = y[o + j] * (dy[o + j] - d);
+}
+// Layer norm over the last dimension (cols); gamma/beta may be NULL. mean and rstd get one
+// value per row (for the backward pass).
+__global__ void layernorm_f32(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+		int rows, int cols, float eps) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float s = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) s += x[o + j];
+	float mu = block_sum(s, sh) / cols;
+	float v = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) { float d = x[o + j] - mu; v += d * d; }
+	float r = rsqrtf(block_sum(v, sh) / cols + eps);
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+		float h = (x[o + j] - mu) * r;
+		y[o + j] = (gamma ? gamma[j] : 1.f) * h + (beta ? beta[j] : 0.f);
+	}
+	if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = r; }
+}
+// dx of layer norm, one block per row: dx = r*(g*dy - mean(g*dy) - xhat*mean(g*dy*xhat)).
+__global__ void layernorm_bwd_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
+		const float* gamma, int rows, int cols) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float mu = mean[blockIdx.x], r = rstd[blockIdx.x];
+	float a = 0.f, b = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+		float g = (gamma ? gamma[j] : 1.f) * dy[o + j];
+		a += g; b += g * (x[o + j] - mu) * r;
+	}
+	a = block_sum(a, sh) / cols;
+	b = block_sum(b, sh) / cols;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+		float g = (gamma ? gamma[j] : 1.f) * dy[o + j];
+		float h = (x[o + j] - mu) * r;
+		dx[o + j] = r * (g - a - h * b);
+	}
+}
+// dgamma[j] = sum_rows dy*xhat, dbeta[j] = sum_rows dy; one thread per column.
+__global__ void layernorm_bwd_params_f32(float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+		const float* rstd, int rows, int cols) {
+	GRID_LOOP(j, cols) {
+		float g = 0.f, b = 0.f;
+		for (int i = 0; i < rows; i++) {
+			long long k = (long long)i * cols + j;
+			g += dy[k] * (x[k] - mean[i]) * rstd[i];
+			b += dy[k];
+		}
+		dgamma[j] = g; dbeta[j] = b;
+	}
+}
+// Batch statistics of NCHW x, one block per channel: mean and biased variance.
+__global__ void batchnorm_stats_f32(float* mean, float* var, const float* x, int n, int c, int hw) {
+	extern __shared__ float sh[];
+	int ch = blockIdx.x;
+	long long m = (long long)n * hw;
+	float s = 0.f;
+	for (long long k = threadIdx.x; k < m; k += blockDim.x) s += x[((k / hw) * c + ch) * hw + k % hw];
+	float mu = block_sum(s, sh) / m;
+	float v = 0.f;
+	for (long long k = threadIdx.x; k < m; k += blockDim.x) { float d = x[((k / hw) * c + ch) * hw + k % hw] - mu; v += d * d; }
+	v = block_sum(v, sh) / m;
+	if (threadIdx.x == 0) { mean[ch] = mu; var[ch] = v; }
+}
+// y = gamma*(x-mean)*rsqrt(var+eps) + beta over NCHW.
+__global__ void batchnorm_apply_f32(float* y, const float* x, const float* mean, const float* var, const float* gamma,
+		const float* beta, int n, int c, int hw, float eps) {
+	long long total = (long long)n * c * hw;
+	GRID_LOOP(i, total) {
+		int ch = (i / hw) % c;
+		y[i] = gamma[ch] * (x[i] - mean[ch]) * rsqrtf(var[ch] + eps) + beta[ch];
+	}
+}
+// running = (1-momentum)*running + momentum*batch, with the unbiased variance, as torch.
+__global__ void batchnorm_running_f32(float* rmean, float* rvar, const float* mean, const float* var, int c, float momentum,
+		float unbias) {
+	GRID_LOOP(j, c) {
+		rmean[j] = (1.f - momentum) * rmean[j] + momentum * mean[j];
+		rvar[j] = (1.f - momentum) * rvar[j] + momentum * var[j] * unbias;
+	}
+}
+// Training-mode backward, one block per channel: dgamma, dbeta and dx.
+__global__ void batchnorm_bwd_f32(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+		const float* mean, const float* var, const float* gamma, int n, int c, int hw, float eps) {
+	extern __shared__ float sh[];
+	int ch = blockIdx.x;
+	long long m = (long long)n * hw;
+	float mu = mean[ch], r = rsqrtf(var[ch] + eps);
+	float sdy = 0.f, sdyh = 0.f;
+	for (long long k = threadIdx.x; k < m; k += blockDim.x) {
+		long long i = ((k / hw) * c + ch) * hw + k % hw;
+		sdy += dy[i]; sdyh += dy[i] * (x[i] - mu) * r;
+	}
+	sdy = block_sum(sdy, sh);
+	sdyh = block_sum(sdyh, sh);
+	if (threadIdx.x == 0) { dgamma[ch] = sdyh; dbeta[ch] = sdy; }
+	float g = gamma[ch] * r / m;
+	for (long long k = threadIdx.x; k < m; k += blockDim.x) {
+		long long i = ((k / hw) * c + ch) * hw + k % hw;
+		dx[i] = g * (m * dy[i] - sdy - (x[i] - mu) * r * sdyh);
+	}
+}
+// y[i] = sum_j x[i,j]; one block per row.
+__global__ void sum_rows_f32(float* y, const float* x, int rows, int cols) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float s = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) s += x[o + j];
+	s = block_sum(s, sh);
+	if (threadIdx.x == 0) y[blockIdx.x] = s;
+}
+// y[j] = sum_i x[i,j] (bias gradients); one thread per column.
+__global__ void sum_cols_f32(float* y, const float* x, int rows, int cols) {
+	GRID_LOOP(j, cols) {
+		float s = 0.f;
+		for (int i = 0; i < rows; i++) s += x[(long long)i * cols + j];
+		y[j] = s;
+	}
+}
+// y[n,c] = mean over hw of NCHW x (global average pooling) and its backward.
+__global__ void avgpool_global_f32(float* y, const float* x, int nc, int hw) {
+	GRID_LOOP(i, nc) {
+		float s = 0.f;
+		for (int k = 0; k < hw; k++) s += x[i * (long long)hw + k];
+		y[i] = s / hw;
+	}
+}
+__global__ void avgpool_global_bwd_f32(float* dx, const float* dy, int nc, int hw) {
+	long long total = (long long)nc * hw;
+	GRID_LOOP(i, total) dx[i] = dy[i / hw] / hw;
+}
+
+} // extern "C"
