@@ -167,6 +167,10 @@ func unaryFwd[T Float](k actKind, x, y []T) {
 			reluBits64(xs, any(y).([]float64), nil)
 		}
 	case actGELU:
+		if xs, ok := any(x).([]float32); ok {
+			gelu32Fwd(xs, any(y).([]float32))
+			return
+		}
 		for i, v := range x {
 			f := float64(v)
 			y[i] = T(0.5 * f * (1 + math.Erf(f*invSqrt2)))
@@ -185,6 +189,10 @@ func unaryBwd[T Float](k actKind, x, dy, dx []T) {
 			reluBits64(any(dy).([]float64), any(dx).([]float64), xs)
 		}
 	case actGELU:
+		if xs, ok := any(x).([]float32); ok {
+			gelu32Bwd(xs, any(dy).([]float32), any(dx).([]float32))
+			return
+		}
 		for i, v := range x {
 			f := float64(v)
 			d := 0.5*(1+math.Erf(f*invSqrt2)) + f*invSqrt2Pi*math.Exp(-0.5*f*f)
