@@ -26,8 +26,12 @@ var fakeCuda string
 //go:embed testdata/fakenccl.c
 var fakeNCCL string
 
-// Build compiles the fake libraries into dir and returns the paths of libcuda.so.1 and
-// libnccl.so.2. It fails when no C compiler ($CC, else cc) is found.
+//go:embed testdata/fakecublas.c
+var fakeCublas string
+
+// Build compiles the fake libraries into dir (libcuda.so.1, libnccl.so.2, libcublas.so.12)
+// and returns the paths of the first two. It fails when no C compiler ($CC, else cc) is
+// found.
 func Build(dir string) (cudaLib, ncclLib string, err error) {
 	cc := os.Getenv("CC")
 	if cc == "" {
@@ -36,7 +40,7 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", "", fmt.Errorf("cudatest: no C compiler to build the fake GPU libraries: %w", err)
 	}
-	for _, l := range []struct{ name, src string }{{"libcuda.so.1", fakeCuda}, {"libnccl.so.2", fakeNCCL}} {
+	for _, l := range []struct{ name, src string }{{"libcuda.so.1", fakeCuda}, {"libnccl.so.2", fakeNCCL}, {"libcublas.so.12", fakeCublas}} {
 		src := filepath.Join(dir, l.name+".c")
 		if err := os.WriteFile(src, []byte(l.src), 0o644); err != nil {
 			return "", "", fmt.Errorf("cudatest: %w", err)
@@ -49,8 +53,8 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 	return filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "libnccl.so.2"), nil
 }
 
-// Main builds the fakes into a temporary folder, points CUDA_DRIVER_LIBRARY and NCCL_LIBRARY
-// at them and runs the tests. Without a C compiler or without cgo it runs the tests with the
+// Main builds the fakes into a temporary folder, points CUDA_DRIVER_LIBRARY, NCCL_LIBRARY and
+// CUBLAS_LIBRARY at them and runs the tests. Without a C compiler or without cgo it runs the tests with the
 // variables unset; tests then call Require to skip.
 func Main(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "cudatest")
@@ -64,6 +68,7 @@ func Main(m *testing.M) int {
 	} else if c, n, err := Build(dir); err == nil {
 		os.Setenv("CUDA_DRIVER_LIBRARY", c)
 		os.Setenv("NCCL_LIBRARY", n)
+		os.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
 		os.Setenv(readyVar, "1")
 	} else {
 		reason = err.Error()

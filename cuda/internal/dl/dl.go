@@ -38,6 +38,11 @@ static int gp_call(void* f, const uintptr_t* a, int n) {
 	case 17: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16]);
 	case 18: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17]);
 	case 19: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17],a[18]);
+	case 20: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17],a[18],a[19]);
+	case 21: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17],a[18],a[19],a[20]);
+	case 22: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17],a[18],a[19],a[20],a[21]);
+	case 23: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17],a[18],a[19],a[20],a[21],a[22]);
+	case 24: return ((int(*)(u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u,u))f)(a[0],a[1],a[2],a[3],a[4],a[5],a[6],a[7],a[8],a[9],a[10],a[11],a[12],a[13],a[14],a[15],a[16],a[17],a[18],a[19],a[20],a[21],a[22],a[23]);
 	}
 	return -1;
 }
@@ -98,11 +103,11 @@ func (l *Lib) Sym(name string) (Func, error) {
 }
 
 // Call calls f with integer-class arguments (pointers as uintptr, sizes, ints, enums) and
-// returns its int result (CUresult, cublasStatus_t, ncclResult_t). At most 19 arguments.
+// returns its int result (CUresult, cublasStatus_t, ncclResult_t). At most 24 arguments.
 // Memory that an argument points to must be C memory or Go heap memory kept alive by the
 // caller (runtime.KeepAlive) until Call returns.
 func Call(f Func, args ...uintptr) int {
-	if f == nil || len(args) > 19 {
+	if f == nil || len(args) > 24 {
 		return -1
 	}
 	var a *C.uintptr_t
