@@ -1,0 +1,153 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/cuda/internal/dl"
+)
+
+func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }
+
+func open(t *testing.T) *Device {
+	t.Helper()
+	cudatest.Require(t)
+	d, err := Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+func TestOpenWithoutCgo(t *testing.T) {
+	if dl.Available {
+		t.Skip("built with cgo")
+	}
+	_, err := Open(0)
+	if err == nil || !strings.Contains(err.Error(), "built without cgo") {
+		t.Fatalf("Open: %v", err)
+	}
+}
+
+// On the fake driver: every kernel of the PTX is found at Open (the fake checks .entry
+// names), tensors round-trip through pinned memory, the allocator reuses blocks, and every
+// op launches with valid arguments. (The fake does not run kernels: cuda/gpucheck compares
+// their results with the CPU on a GPU.)
+func TestOpsOnFakeDriver(t *testing.T) {
+	d := open(t)
+	ctx := context.Background()
+	x, err := d.FromHost([]float32{1, -2, 3, -4, 5, -6}, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := x.ToHost(ctx)
+	if err != nil || got[5] != -6 {
+		t.Fatalf("round trip %v %v", got, err)
+	}
+	y, _ := d.Alloc(Float32, 2, 3)
+	h, _ := d.Alloc(BFloat16, 2, 3)
+	for name, err := range map[string]error{
+		"fill": d.Fill(y, 1), "add": d.Add(y, x, x), "sub": d.Sub(y, x, x), "mul": d.Mul(y, x, x),
+		"scale": d.Scale(y, x, 2), "axpby": d.Axpby(y, x, 1, 1), "relu": d.ReLU(y, x), "relu bwd": d.ReLUBackward(y, x, x),
+		"gelu": d.GELU(y, x), "gelu bwd": d.GELUBackward(y, x, x), "round": d.Round(y, x, BF16), "round16": d.Round(y, x, FP16),
+		"cast": d.Cast(h, x), "cast back": d.Cast(y, h), "softmax": d.Softmax(y, x), "softmax bwd": d.SoftmaxBackward(y, x, x),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := d.Add(y, x, h); err == nil {
+		t.Error("add of mixed dtypes accepted")
+	}
+	s, err := d.LayerNorm(y, x, nil, nil, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := d.FromHost([]float32{1, 1, 1}, 3)
+	if err := d.LayerNormBackward(y, g, g, x, x, g, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Free()
+	img, _ := d.Alloc(Float32, 2, 3, 2, 2)
+	dimg, _ := d.Alloc(Float32, 2, 3, 2, 2)
+	bs, err := d.BatchNormTrain(img, img, g, g, g, g, 0.1, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.BatchNormBackward(dimg, g, g, img, img, g, bs, 1e-5); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.GlobalAvgPool(y, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.GlobalAvgPoolBackward(dimg, y); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.BatchNormTrain(y, y, g, g, g, g, 0.1, 1e-5); err == nil {
+		t.Error("batch norm of a 2-D tensor accepted")
+	}
+	if n, err := d.NonFinite(ctx, x); err != nil || n != 0 {
+		t.Fatalf("NonFinite = %d, %v", n, err)
+	}
+	before := d.MemoryStats()
+	for _, tt := range []*Tensor{x, y, h, g, img, dimg} {
+		tt.Free()
+	}
+	bs.Free()
+	z, _ := d.Alloc(Float32, 2, 3)
+	if st := d.MemoryStats(); st.Hits <= before.Hits {
+		t.Errorf("allocator did not reuse a block: %+v", st)
+	}
+	z.Free()
+}
+
+// MatMul through the fake cuBLAS computes real products (the fake's device memory is host
+// memory), so the shape checks and the row-major mapping are tested end to end.
+func TestMatMulOnFake(t *testing.T) {
+	d := open(t)
+	a, _ := d.FromHost([]float32{1, 2, 3, 4, 5, 6}, 2, 3)  // 2x3
+	b, _ := d.FromHost([]float32{1, 0, 0, 1, 1, 1}, 3, 2)  // 3x2
+	bt, _ := d.FromHost([]float32{1, 0, 1, 0, 1, 1}, 2, 3) // b transposed
+	c, _ := d.Alloc(Float32, 2, 2)
+	for _, tc := range []struct {
+		b      *Tensor
+		transB bool
+	}{{b, false}, {bt, true}} {
+		if err := d.MatMul(c, a, tc.b, false, tc.transB, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.ToHost(context.Background())
+		if want := []float32{4, 5, 10, 11}; !equal(got, want) {
+			t.Fatalf("transB=%v: %v, want %v", tc.transB, got, want)
+		}
+	}
+	if err := d.MatMul(c, a, a, false, false, 1, 0); err == nil {
+		t.Fatal("2x3 · 2x3 accepted")
+	}
+	err := d.MatMulAutocast(c, a, b, false, false, BF16)
+	var e interface{ Error() string }
+	if err == nil || !errors.As(err, &e) || !strings.Contains(err.Error(), "NOT_SUPPORTED") {
+		t.Fatalf("fake cuBLAS has no bf16; got %v", err)
+	}
+}
+
+func equal(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,177 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/gorgonia-parallel/gp/cuda/cublas"
+	"github.com/gorgonia-parallel/gp/cuda/driver"
+	"github.com/gorgonia-parallel/gp/cuda/memory"
+)
+
+// DType is the element type of a Tensor.
+type DType uint8
+
+// Element types.
+const (
+	Float32 DType = iota + 1
+	Float16
+	BFloat16
+)
+
+// Size is the element size in bytes.
+func (t DType) Size() int {
+	if t == Float32 {
+		return 4
+	}
+	return 2
+}
+
+// String returns "float32", "float16" or "bfloat16".
+func (t DType) String() string {
+	switch t {
+	case Float32:
+		return "float32"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(t))
+}
+
+func (t DType) blas() cublas.DataType {
+	switch t {
+	case Float16:
+		return cublas.R16F
+	case BFloat16:
+		return cublas.R16BF
+	}
+	return cublas.R32F
+}
+
+// Tensor is a contiguous array in device memory.
+type Tensor struct {
+	d     *Device
+	blk   memory.Block
+	shape []int
+	dtype DType
+	n     int
+}
+
+// Alloc allocates an uninitialised tensor.
+func (d *Device) Alloc(dtype DType, shape ...int) (*Tensor, error) {
+	n := 1
+	for _, s := range shape {
+		if s < 0 {
+			return nil, fmt.Errorf("cuda: device %d: alloc: negative dimension in %v", d.ordinal, shape)
+		}
+		n *= s
+	}
+	blk, err := d.mem.Alloc(n * dtype.Size())
+	if err != nil {
+		return nil, err
+	}
+	return &Tensor{d: d, blk: blk, shape: append([]int(nil), shape...), dtype: dtype, n: n}, nil
+}
+
+// FromHost copies float32 host data into a new float32 tensor of the given shape (len(data)
+// must equal the shape's size).
+func (d *Device) FromHost(data []float32, shape ...int) (*Tensor, error) {
+	t, err := d.Alloc(Float32, shape...)
+	if err != nil {
+		return nil, err
+	}
+	if t.n != len(data) {
+		t.Free()
+		return nil, fmt.Errorf("cuda: FromHost: %d values for shape %v", len(data), shape)
+	}
+	if err := t.CopyFrom(data); err != nil {
+		t.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
+// CopyFrom copies host data into the float32 tensor through pinned memory, in stream order,
+// and waits for the copy.
+func (t *Tensor) CopyFrom(data []float32) error {
+	if t.dtype != Float32 || len(data) != t.n {
+		return fmt.Errorf("cuda: CopyFrom: %d float32 into %v %v", len(data), t.dtype, t.shape)
+	}
+	if t.n == 0 {
+		return nil
+	}
+	d := t.d
+	pin, err := d.pinned.Alloc(4 * t.n)
+	if err != nil {
+		return err
+	}
+	defer d.pinned.Free(pin)
+	copy(pinnedF32(pin, t.n), data)
+	if err := d.ctx.CopyHtoDAsync(t.Ptr(), pinnedPtr(pin), 4*t.n, d.stream); err != nil {
+		return fmt.Errorf("cuda: device %d: %w", d.ordinal, err)
+	}
+	return d.ctx.StreamSynchronize(d.stream)
+}
+
+// ToHost waits for the work enqueued so far and returns the tensor's values as float32
+// (16-bit tensors are converted on the device first).
+func (t *Tensor) ToHost(ctx context.Context) ([]float32, error) {
+	src := t
+	if t.dtype != Float32 {
+		f, err := t.d.Alloc(Float32, t.shape...)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Free()
+		if err := t.d.Cast(f, t); err != nil {
+			return nil, err
+		}
+		src = f
+	}
+	d := t.d
+	out := make([]float32, t.n)
+	if t.n == 0 {
+		return out, nil
+	}
+	pin, err := d.pinned.Alloc(4 * t.n)
+	if err != nil {
+		return nil, err
+	}
+	defer d.pinned.Free(pin)
+	if err := d.ctx.CopyDtoHAsync(pinnedPtr(pin), src.Ptr(), 4*t.n, d.stream); err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", d.ordinal, err)
+	}
+	if err := d.Synchronize(ctx); err != nil {
+		return nil, err
+	}
+	copy(out, pinnedF32(pin, t.n))
+	return out, nil
+}
+
+// Free returns the tensor's memory to the device's cache. Work already enqueued that reads
+// it still runs correctly (stream order).
+func (t *Tensor) Free() {
+	if t != nil && t.blk.Ptr != 0 {
+		_ = t.d.mem.Free(t.blk)
+		t.blk = memory.Block{}
+	}
+}
+
+// Ptr is the device address.
+func (t *Tensor) Ptr() driver.DevPtr { return driver.DevPtr(t.blk.Ptr) }
+
+// Len is the number of elements.
+func (t *Tensor) Len() int { return t.n }
+
+// Shape is the tensor's shape (do not modify).
+func (t *Tensor) Shape() []int { return t.shape }
+
+// DType is the element type.
+func (t *Tensor) DType() DType { return t.dtype }
+
+func pinnedPtr(b memory.Block) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&b.Ptr)) }
+
+func pinnedF32(b memory.Block, n int) []float32 { return unsafe.Slice((*float32)(pinnedPtr(b)), n) }
