@@ -14,7 +14,7 @@ type convDataGradOp struct {
 	kernBase
 	g  convGeom
 	n  int
-	sc *gemmScratch
+	sc *convScratch
 }
 
 func (op *convDataGradOp) outShape() tensor.Shape {
@@ -64,9 +64,13 @@ func convDataGrad[T Float](op *convDataGradOp, in []G.Value, dx []T) error {
 	if err != nil {
 		return err
 	}
+	if nb := g.batchChunk(op.n, elemSize[T]()); nb > 0 {
+		convDataGradBatched(op, nb, w, dy, dx)
+		return nil
+	}
 	var col []T
 	if !g.directCols {
-		col = gemmScratchOf[T](op.sc, g.colRows()*P)
+		col = gemmScratchOf[T](&op.sc.col, g.colRows()*P)
 	}
 	chw := g.C * g.H * g.W
 	for n := 0; n < op.n; n++ {
@@ -80,7 +84,7 @@ func convDataGrad[T Float](op *convDataGradOp, in []G.Value, dx []T) error {
 			gemm(true, false, Kg, P, Og, 1, w[gr*Og*Kg:], Kg, dyn[gr*Og*P:], P, 0, dst[gr*Kg*P:], P)
 		}
 		if !g.directCols {
-			col2im(g, col, dxn)
+			convCol2im(g, op.sc, col, dxn, P)
 		}
 	}
 	return nil
@@ -91,7 +95,7 @@ type convFilterGradOp struct {
 	kernBase
 	g  convGeom
 	n  int
-	sc *gemmScratch
+	sc *convScratch
 }
 
 func (op *convFilterGradOp) outShape() tensor.Shape {
@@ -143,9 +147,13 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 	if err != nil {
 		return err
 	}
+	if nb := g.batchChunk(op.n, elemSize[T]()); nb > 0 {
+		convFilterGradBatched(op, nb, x, dy, dw)
+		return nil
+	}
 	var col []T
 	if !g.directCols {
-		col = gemmScratchOf[T](op.sc, g.colRows()*P)
+		col = gemmScratchOf[T](&op.sc.col, g.colRows()*P)
 	}
 	chw := g.C * g.H * g.W
 	for n := 0; n < op.n; n++ {
@@ -156,7 +164,7 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 		dyn := dy[n*g.Out*P:]
 		src := x[n*chw : (n+1)*chw]
 		if !g.directCols {
-			im2col(g, src, col)
+			convIm2col(g, op.sc, src, col, P)
 			src = col
 		}
 		for gr := 0; gr < g.Groups; gr++ {

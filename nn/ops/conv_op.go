@@ -22,9 +22,11 @@ type ConvOpts struct {
 //
 // It runs as im2col plus one GEMM per image and group (a 1x1 stride-1 unpadded convolution
 // multiplies the image directly); the backward pass is a GEMM plus col2im for x, a GEMM
-// accumulated over the batch for w, and a reduction for b. Column buffers and the output
-// live in the op and are reused across runs, so one graph must not run on two machines
-// at the same time.
+// accumulated over the batch for w, and a reduction for b. When the output has at most
+// 16 pixels (64 with big weights), the columns of the whole batch (in chunks of at most
+// 32 MB) go into one GEMM instead, which keeps small feature maps fast (see conv_batch.go).
+// Column buffers and the output live in the op and are reused across runs, so one graph
+// must not run on two machines at the same time.
 func Conv2d(x, w, b *G.Node, o ConvOpts) (*G.Node, error) {
 	const name = "ops.Conv2d"
 	nodes := []*G.Node{x, w}
@@ -47,7 +49,7 @@ func Conv2d(x, w, b *G.Node, o ConvOpts) (*G.Node, error) {
 			return nil, fmt.Errorf("%s: bias %v, want [%d] for w %v", name, bs, g.Out, ws)
 		}
 	}
-	op := &conv2dOp{kernBase: newKernBase(name, len(nodes)), g: g, n: xs[0], sc: new(gemmScratch)}
+	op := &conv2dOp{kernBase: newKernBase(name, len(nodes)), g: g, n: xs[0], sc: new(convScratch)}
 	out, err := G.ApplyOp(op, nodes...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: x %v, w %v: %w", name, xs, ws, err)
@@ -94,6 +96,7 @@ func newConvGeom(xs, ws tensor.Shape, o ConvOpts) (convGeom, error) {
 		return g, fmt.Errorf("output size %dx%d is empty (kernel %dx%d, dilation %v, padding %v)", g.OH, g.OW, g.KH, g.KW, o.Dilation, o.Padding)
 	}
 	g.directCols = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0
+	g.batchPix, g.batchBytes = convBatchPixels, convBatchBytes
 	return g, nil
 }
 
@@ -102,7 +105,7 @@ type conv2dOp struct {
 	kernBase
 	g  convGeom
 	n  int          // batch size
-	sc *gemmScratch // im2col columns, shared with the backward ops of the same layer
+	sc *convScratch // im2col columns, shared with the backward ops of the same layer
 }
 
 func (op *conv2dOp) outShape() tensor.Shape { return tensor.Shape{op.n, op.g.Out, op.g.OH, op.g.OW} }
@@ -193,9 +196,13 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 			return err
 		}
 	}
+	if nb := g.batchChunk(op.n, elemSize[T]()); nb > 0 {
+		convForwardBatched(op, nb, x, w, b, y)
+		return nil
+	}
 	var col []T
 	if !g.directCols {
-		col = gemmScratchOf[T](op.sc, g.colRows()*P)
+		col = gemmScratchOf[T](&op.sc.col, g.colRows()*P)
 	}
 	chw := g.C * g.H * g.W
 	for n := 0; n < op.n; n++ {
@@ -212,7 +219,7 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 		}
 		src := x[n*chw : (n+1)*chw]
 		if !g.directCols {
-			im2col(g, src, col)
+			convIm2col(g, op.sc, src, col, P)
 			src = col
 		}
 		for gr := 0; gr < g.Groups; gr++ {

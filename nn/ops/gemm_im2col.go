@@ -45,6 +45,8 @@ type convGeom struct {
 	Groups     int
 	Out        int // output channels (conv only)
 	directCols bool
+	batchPix   int // conv only: largest OH*OW of the batched path (conv_batch.go)
+	batchBytes int // conv only: memory bound of a chunk of the batched path
 }
 
 // convOutSize is PyTorch's output size: floor((in + 2p - d(k-1) - 1)/s) + 1.
@@ -75,16 +77,18 @@ func convValidRange(n, out, s, p, off int) (lo, hi int) {
 	return lo, hi
 }
 
-// im2col writes the columns of image x (C×H×W) into col (C*KH*KW rows of OH*OW), row
-// (c, i, j) holding x[c, oh*SH-PH+i*DH, ow*SW-PW+j*DW] (0 outside the image).
-func im2col[T Float](g *convGeom, x, col []T) {
+// im2col writes the columns of image x (C×H×W) into col (C*KH*KW rows of OH*OW, row r
+// starting at col[r*ld]; ld >= OH*OW), row (c, i, j) holding
+// x[c, oh*SH-PH+i*DH, ow*SW-PW+j*DW] (0 outside the image). ld > OH*OW places one image's
+// columns inside the column matrix of a batch.
+func im2col[T Float](g *convGeom, x, col []T, ld int) {
 	P := g.OH * g.OW
 	row := 0
 	for c := 0; c < g.C; c++ {
 		xc := x[c*g.H*g.W : (c+1)*g.H*g.W]
 		for i := 0; i < g.KH; i++ {
 			for j := 0; j < g.KW; j++ {
-				dst := col[row*P : (row+1)*P]
+				dst := col[row*ld : row*ld+P]
 				row++
 				wlo, whi := convValidRange(g.W, g.OW, g.SW, g.PW, j*g.DW)
 				for oh := 0; oh < g.OH; oh++ {
@@ -111,9 +115,9 @@ func im2col[T Float](g *convGeom, x, col []T) {
 	}
 }
 
-// col2im adds the columns col (C*KH*KW rows of OH*OW) back into image dx (C×H×W); dx is
-// overwritten (zeroed first).
-func col2im[T Float](g *convGeom, col, dx []T) {
+// col2im adds the columns col (C*KH*KW rows of OH*OW, row r starting at col[r*ld]) back
+// into image dx (C×H×W); dx is overwritten (zeroed first).
+func col2im[T Float](g *convGeom, col, dx []T, ld int) {
 	clear(dx[:g.C*g.H*g.W])
 	P := g.OH * g.OW
 	row := 0
@@ -121,7 +125,7 @@ func col2im[T Float](g *convGeom, col, dx []T) {
 		xc := dx[c*g.H*g.W : (c+1)*g.H*g.W]
 		for i := 0; i < g.KH; i++ {
 			for j := 0; j < g.KW; j++ {
-				src := col[row*P : (row+1)*P]
+				src := col[row*ld : row*ld+P]
 				row++
 				wlo, whi := convValidRange(g.W, g.OW, g.SW, g.PW, j*g.DW)
 				for oh := 0; oh < g.OH; oh++ {
