@@ -37,7 +37,7 @@ type Config struct {
 	Pretrained string
 	PrintFreq  int
 	Seed       int64
-	Strategy   string // ddp (the default; also world 1), dp, none
+	Strategy   string // ddp (the default; also world 1), zero3, dp, none
 	DPReplicas int
 	AMP        string // "", bf16, fp16
 	Offload    string
@@ -89,10 +89,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PrintFreq, "print-freq", 10, "log metrics every N steps")
 	fs.IntVar(&c.PrintFreq, "p", 10, "alias of -print-freq")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of initialisation, sampling and augmentation")
-	fs.StringVar(&c.Strategy, "strategy", "ddp", "ddp | dp | none")
+	fs.StringVar(&c.Strategy, "strategy", "ddp", "ddp | zero3 | dp | none (none: DDP machinery over a world of one)")
 	fs.IntVar(&c.DPReplicas, "dp-replicas", 2, "replicas of -strategy dp")
 	fs.StringVar(&c.AMP, "amp", "", "autocast: bf16 | fp16 (default off)")
-	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload: cpu | disk")
+	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload of the shard and optimizer state: cpu | disk (needs -opt adamw)")
 	fs.StringVar(&c.Out, "out", "", "run directory (default runs/ARCH)")
 	fs.IntVar(&c.CkptEvery, "ckpt-every", 0, "also checkpoint every N steps")
 	fs.IntVar(&c.Keep, "keep", 3, "checkpoints to keep")

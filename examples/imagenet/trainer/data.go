@@ -192,7 +192,7 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			Shuffle: shuffle, Seed: uint64(cfg.Seed), Pipeline: t, Log: log}
 		steps := int(counts[0]) / local
 		if !train {
-			steps = -1 // validation: every sample of this rank's shards
+			steps = (mine + local - 1) / local // validation: every sample of this rank's shards
 		}
 		w, h, _ := t.OutSize()
 		return &split{c: 3, h: h, w: w, classes: cfg.NumClasses, images: int(counts[1]), steps: max(steps, 0),
@@ -204,7 +204,7 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 							yield(nil, err)
 							return
 						}
-						if steps >= 0 && i >= steps {
+						if train && i >= steps {
 							return
 						}
 						if train && b.N != local {

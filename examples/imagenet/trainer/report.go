@@ -12,40 +12,38 @@ import (
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
 )
 
 // finishReport writes the per-rank timelines and prints the end-of-run summary on rank 0:
 // throughput, communication overlap and peak memory per rank.
-func finishReport(ctx context.Context, g comm.Group, d *ddp.DDP, cfg *Config, res *Result, out io.Writer) error {
+func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, out io.Writer) error {
 	rank, world := g.Rank(), g.Size()
-	tl := filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", rank))
-	if err := writeFileAtomic(tl, func(w io.Writer) error { return d.Timeline().WriteChromeTrace(w) }); err != nil {
-		return err
-	}
-	sum := d.Timeline().Summary()
-	res.OverlapFrac = sum.OverlapFraction
 	rss := make([]float64, world)
 	mine := []float64{float64(peakRSS())}
 	if err := g.AllGather(comm.F64(rss), comm.F64(mine)).Wait(ctx); err != nil {
 		return fmt.Errorf("trainer: gathering memory use: %w", err)
 	}
 	res.RSSBytes = rss
-	for r := 0; r < world; r++ {
-		res.TimelinePaths = append(res.TimelinePaths, filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r)))
-	}
 	if rank != 0 {
 		return nil
 	}
 	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks, final train loss %.4f, val top-1 %.2f%% top-5 %.2f%%\n",
 		res.Steps, res.ImgsPerS, world, res.FinalLoss, res.Top1, res.Top5)
-	fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%; peak memory per rank:", 100*res.OverlapFrac)
+	if res.TimelinePaths != nil {
+		fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%\n", 100*res.OverlapFrac)
+	}
+	if res.ModelStateBytes > 0 {
+		fmt.Fprintf(out, "         ZeRO-3 model state held per rank: %.1f MiB\n", float64(res.ModelStateBytes)/(1<<20))
+	}
+	fmt.Fprintf(out, "         peak memory per rank:")
 	for r, b := range rss {
 		fmt.Fprintf(out, " rank%d %.0f MiB", r, b/(1<<20))
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "         checkpoint %s\n         metrics    %s\n         plot       %s\n         timelines  %s\n",
-		res.Checkpoint, res.MetricsPath, res.PlotPath, strings.Join(res.TimelinePaths, ", "))
+	fmt.Fprintf(out, "         checkpoint %s\n         metrics    %s\n         plot       %s\n", res.Checkpoint, res.MetricsPath, res.PlotPath)
+	if res.TimelinePaths != nil {
+		fmt.Fprintf(out, "         timelines  %s\n", strings.Join(res.TimelinePaths, ", "))
+	}
 	return nil
 }
 

@@ -16,27 +16,28 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/nn/ops"
-	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 )
 
 // Result summarises a finished run.
 type Result struct {
-	Steps         int64
-	Epochs        int
-	FinalLoss     float64
-	Top1, Top5    float64 // last validation accuracy, percent
-	ImgsPerS      float64 // training images per second over all ranks
-	OverlapFrac   float64 // fraction of all-reduce time hidden behind backward (DDP)
-	RSSBytes      []float64
-	LossHistory   []float64 // per-step training loss on rank 0 (this run only)
-	ResumedFrom   string
-	Checkpoint    string
-	MetricsPath   string
-	PlotPath      string
-	TimelinePaths []string
+	Steps       int64
+	Epochs      int
+	FinalLoss   float64
+	Top1, Top5  float64 // last validation accuracy, percent
+	ImgsPerS    float64 // training images per second over all ranks
+	OverlapFrac float64 // fraction of all-reduce time hidden behind backward (DDP)
+	RSSBytes    []float64
+	// ModelStateBytes is what this rank holds of parameters, gradients and optimizer state
+	// between steps (ZeRO-3 only; a replicated rank holds 16 bytes per parameter under AdamW).
+	ModelStateBytes int64
+	LossHistory     []float64 // per-step training loss on rank 0 (this run only)
+	ResumedFrom     string
+	Checkpoint      string
+	MetricsPath     string
+	PlotPath        string
+	TimelinePaths   []string
 }
 
 // Run trains (or, with Evaluate, evaluates) as cfg says. It joins the process group the
@@ -85,56 +86,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		}
 	}
 
-	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
-	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
-	d, err := ddp.New(ctx, model, g)
-	if err != nil {
-		return nil, err
-	}
-	c, h, w := train.c, train.h, train.w
-	// Autocast (-amp): bf16 as PyTorch's CPU autocast, without loss scaling; fp16 with a
-	// GradScaler whose inf/NaN flag is agreed over the group so that every rank skips together.
-	var buildOpts []nn.BuildOption
-	var scaler *amp.GradScaler
-	switch cfg.AMP {
-	case "":
-	case "bf16", "fp16":
-		format := amp.BF16
-		if cfg.AMP == "fp16" {
-			format = amp.FP16
-			if scaler, err = amp.NewShardedScaler(g, amp.WithGradBuffer(model.Params.Grad)); err != nil {
-				return nil, err
-			}
-		}
-		buildOpts = append(buildOpts, nn.WithAutocast(amp.Autocast(format)))
+	shape := [3]int{train.c, train.h, train.w}
+	var eng engine
+	switch cfg.Strategy {
+	case "zero3":
+		eng, err = newSharded(ctx, &cfg, g, model, shape, log)
 	default:
-		return nil, fmt.Errorf("trainer: unknown -amp %q (bf16 or fp16)", cfg.AMP)
-	}
-	stepper, err := newStepper(ctx, &cfg, d, model, local, c, h, w, scaler, buildOpts)
-	if err != nil {
-		return nil, err
-	}
-	evals := map[int]*ddp.Program{}
-	evalProg := func(n int) (*ddp.Program, error) {
-		if p, ok := evals[n]; ok {
-			return p, nil
-		}
-		p, err := d.Compile(buildFor(n, c, h, w, 0, nil), append([]nn.BuildOption{nn.Training(false)}, buildOpts...)...)
-		if err == nil {
-			evals[n] = p
-		}
-		return p, err
-	}
-
-	segs, err := optim.Segments(model.Params, cfg.WeightDecay)
-	if err != nil {
-		return nil, err
-	}
-	var opt optim.Optimizer
-	if cfg.Optimizer == "adamw" {
-		opt, err = optim.NewAdamW(segs, cfg.LR)
-	} else {
-		opt, err = optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
+		eng, err = newReplicated(ctx, &cfg, g, model, shape, log)
 	}
 	if err != nil {
 		return nil, err
@@ -143,26 +101,24 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if stepsPerEpoch == 0 {
 		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than one batch of %d per rank", train.images, local)
 	}
+	opt := eng.optimizer()
 	sched, err := newSchedule(opt, &cfg, stepsPerEpoch)
 	if err != nil {
 		return nil, err
 	}
-
 	res := &Result{}
-	ck := &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}
-	state := &checkpoint.State{Model: model.Params, Optimizer: opt, Scheduler: sched, RNG: map[string]checkpoint.RNG{"dropout": rngState{model.RNG}}}
-	if scaler != nil {
-		state.Scaler = scaler
-	}
-	if err := resume(ck, &cfg, state, res, out); err != nil {
+	meta := &checkpoint.State{Scheduler: sched, RNG: map[string]checkpoint.RNG{"dropout": rngState{model.RNG}}}
+	if res.ResumedFrom, err = eng.resume(ctx, cfg.Resume, meta); err != nil {
 		return nil, err
+	}
+	if res.ResumedFrom != "" {
+		fmt.Fprintf(out, "resumed from %s at step %d (epoch %d)\n", res.ResumedFrom, meta.Step, meta.Epoch)
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil && rank == 0 {
 		return nil, fmt.Errorf("trainer: run directory %s: %w", cfg.Out, err)
 	}
-
 	evaluate := func() (loss, top1, top5 float64, err error) {
-		return evaluate(ctx, g, val, evalProg, cfg.NumClasses)
+		return evaluate(ctx, g, val, eng, cfg.NumClasses, cfg.Strategy == "zero3")
 	}
 	if cfg.Evaluate {
 		_, top1, top5, err := evaluate()
@@ -172,6 +128,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		fmt.Fprintf(out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, val.images)
 		res.Top1, res.Top5 = top1, top5
 		return res, nil
+	}
+	save := func(step int64, epoch int) error {
+		meta.Step, meta.Epoch = step, int64(epoch)
+		var err error
+		res.Checkpoint, err = eng.save(ctx, meta)
+		return err
 	}
 
 	var metrics *Metrics
@@ -184,9 +146,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		defer metrics.Close()
 	}
 	fmt.Fprintf(out, "train: %s, %d parameters, %d ranks x batch %d, %d steps/epoch, %s lr %.4g, %s schedule, image %dx%d, %d classes\n",
-		cfg.Arch, model.Params.NumParams(), world, local, stepsPerEpoch, cfg.Optimizer, cfg.LR, cfg.Sched, w, h, cfg.NumClasses)
+		cfg.Arch, model.Params.NumParams(), world, local, stepsPerEpoch, cfg.Optimizer, cfg.LR, cfg.Sched, shape[2], shape[1], cfg.NumClasses)
 
-	step := state.Step
+	step := meta.Step
 	startEpoch := int(step) / stepsPerEpoch
 	bar := newProgress(out, cfg.Quiet || rank != 0)
 	start := time.Now()
@@ -205,29 +167,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 			if batch.N != local {
 				return nil, fmt.Errorf("trainer: rank %d: batch of %d images, want %d (a skipped bad file?)", rank, batch.N, local)
 			}
-			opt.ZeroGrad()
-			lv, err := stepper.step(ctx, batch)
+			lv, err := eng.trainStep(ctx, batch)
 			if err != nil {
 				return nil, err
 			}
-			if scaler != nil {
-				lv /= scaler.Scale() // the program computed the scaled loss
-				scaler.Unscale(model.Params.Grad)
-			}
-			if cfg.ClipGrad > 0 {
-				if _, err := optim.ClipGradNorm(segs, cfg.ClipGrad); err != nil && scaler == nil {
-					return nil, fmt.Errorf("trainer: step %d: %w", step, err)
-				}
-			}
-			if scaler != nil {
-				if _, err := scaler.StepContext(ctx, opt); err != nil {
-					return nil, err
-				}
-				if err := scaler.UpdateContext(ctx); err != nil {
-					return nil, err
-				}
-			} else if err := opt.Step(); err != nil {
-				return nil, err
+			if err := eng.update(ctx); err != nil {
+				return nil, fmt.Errorf("trainer: step %d: %w", step+1, err)
 			}
 			sched.Step()
 			step++
@@ -249,9 +194,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 					}
 				}
 			}
-			if cfg.CkptEvery > 0 && step%int64(cfg.CkptEvery) == 0 && rank == 0 {
-				state.Step, state.Epoch = step, int64(epoch)
-				if res.Checkpoint, err = ck.save(state); err != nil {
+			if cfg.CkptEvery > 0 && step%int64(cfg.CkptEvery) == 0 {
+				if err := save(step, epoch); err != nil {
 					return nil, err
 				}
 			}
@@ -279,11 +223,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		res.Top1, res.Top5 = top1, top5
 		fmt.Fprintf(out, "epoch %d/%d  train loss %.4f  val loss %.4f  top-1 %.2f%%  top-5 %.2f%%  %.0f img/s\n",
 			epoch+1, cfg.Epochs, res.FinalLoss, vloss, top1, top5, float64(imagesSeen)/time.Since(start).Seconds())
+		if err := save(step, epoch+1); err != nil {
+			return nil, err
+		}
 		if rank == 0 {
-			state.Step, state.Epoch = step, int64(epoch+1)
-			if res.Checkpoint, err = ck.save(state); err != nil {
-				return nil, err
-			}
 			if err := metrics.Add(Record{Kind: "val", Epoch: epoch, Step: step, Loss: vloss, Top1: top1, Top5: top5, ElapsedS: time.Since(start).Seconds()}); err != nil {
 				return nil, err
 			}
@@ -294,13 +237,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	}
 	res.Steps = step
 	res.ImgsPerS = float64(imagesSeen) / time.Since(start).Seconds()
-	if cfg.CkptEvery > 0 && rank == 0 && res.Checkpoint != ck.path(step) {
-		state.Step, state.Epoch = step, int64(step)/int64(stepsPerEpoch)
-		if res.Checkpoint, err = ck.save(state); err != nil {
+	if cfg.CkptEvery > 0 && step%int64(cfg.CkptEvery) != 0 && step%int64(stepsPerEpoch) != 0 {
+		if err := save(step, int(step)/stepsPerEpoch); err != nil {
 			return nil, err
 		}
 	}
-	if err := finishReport(ctx, g, d, &cfg, res, out); err != nil {
+	if err := eng.report(ctx, &cfg, res); err != nil {
+		return nil, err
+	}
+	if err := finishReport(ctx, g, &cfg, res, out); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -336,11 +281,19 @@ func buildFor(n, c, h, w int, smoothing float64, scaler *amp.GradScaler) nn.Buil
 }
 
 // fill copies a batch into a program's inputs.
-func fill(p *nn.Program, b *data.Batch) error {
-	if err := p.SetInput("images", b.Images[:b.N*b.C*b.H*b.W]); err != nil {
+func fill(p *nn.Program, b *data.Batch) error { return fillInputs(p.Input, b) }
+
+// fillInputs copies a batch into the inputs that input returns.
+func fillInputs(input func(string) ([]float32, error), b *data.Batch) error {
+	x, err := input("images")
+	if err != nil {
 		return err
 	}
-	y, err := p.Input("labels")
+	if len(x) != b.N*b.C*b.H*b.W {
+		return fmt.Errorf("trainer: the graph's images input holds %d values, the batch %d", len(x), b.N*b.C*b.H*b.W)
+	}
+	copy(x, b.Images)
+	y, err := input("labels")
 	if err != nil {
 		return err
 	}
@@ -356,33 +309,6 @@ func joinGroup(ctx context.Context) (comm.Group, error) {
 		return comm.NewLocalGroups(1)[0], nil
 	}
 	return comm.InitFromEnv(ctx)
-}
-
-func resume(ck *checkpoints, cfg *Config, state *checkpoint.State, res *Result, out io.Writer) error {
-	var path string
-	var entries []nn.StateEntry
-	var err error
-	switch cfg.Resume {
-	case "none", "":
-		return nil
-	case "auto":
-		path, entries, err = ck.loadLatest()
-	default:
-		path = cfg.Resume
-		entries, err = checkpoint.Load(path)
-	}
-	if err != nil {
-		return fmt.Errorf("trainer: resume: %w", err)
-	}
-	if path == "" {
-		return nil
-	}
-	if _, err := state.Restore(entries); err != nil {
-		return fmt.Errorf("trainer: resume from %s: %w", path, err)
-	}
-	res.ResumedFrom = path
-	fmt.Fprintf(out, "resumed from %s at step %d (epoch %d)\n", path, state.Step, state.Epoch)
-	return nil
 }
 
 // rngState adapts the model's dropout RNG to checkpoint.RNG.

@@ -194,25 +194,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// Autocast trains at world 2 in both formats; fp16 goes through the sharded GradScaler.
-func TestAutocastWorld2(t *testing.T) {
-	for _, format := range []string{"bf16", "fp16"} {
-		t.Run(format, func(t *testing.T) {
-			cfg := tinyConfig(t, t.TempDir())
-			cfg.Epochs, cfg.MaxSteps, cfg.AMP = 1, 4, format
-			res := runWorld(t, 2, cfg)
-			if len(res[0].LossHistory) != 4 {
-				t.Fatalf("%d steps, want 4", len(res[0].LossHistory))
-			}
-			for _, l := range res[0].LossHistory {
-				if math.IsNaN(l) || math.IsInf(l, 0) || l <= 0 || l > 20 {
-					t.Fatalf("losses %v", res[0].LossHistory)
-				}
-			}
-		})
-	}
-}
-
 // DataParallel in one process: with one replica it is exactly the single-process run; with
 // two it trains (the dp package's own tests check its equivalence on a model without
 // BatchNorm; with BatchNorm each replica normalises its own chunk, as in PyTorch).
@@ -233,6 +214,70 @@ func TestDataParallelStrategy(t *testing.T) {
 	for _, l := range runWorld(t, 1, two)[0].LossHistory {
 		if math.IsNaN(l) || math.IsInf(l, 0) {
 			t.Fatalf("DataParallel(2) loss %v", l)
+		}
+	}
+}
+
+// Every strategy trains a few steps at world 2 (DataParallel: 2 replicas in one process),
+// with and without autocast, and ZeRO-3 with each offload.
+func TestStrategiesWorld2(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	tests := []struct{ strategy, amp, offload, opt string }{
+		{"ddp", "", "", ""}, {"ddp", "bf16", "", ""}, {"ddp", "fp16", "", ""},
+		{"dp", "", "", ""}, {"dp", "bf16", "", ""},
+		{"zero3", "", "", ""}, {"zero3", "bf16", "", ""}, {"zero3", "fp16", "", ""},
+		{"zero3", "", "cpu", "adamw"}, {"zero3", "", "disk", "adamw"},
+	}
+	for _, tc := range tests {
+		name := strings.Trim(strings.Join([]string{tc.strategy, tc.amp, tc.offload}, "-"), "-")
+		t.Run(name, func(t *testing.T) {
+			cfg := tinyConfig(t, t.TempDir())
+			cfg.Epochs, cfg.MaxSteps, cfg.Strategy, cfg.AMP, cfg.Offload, cfg.Optimizer = 1, 3, tc.strategy, tc.amp, tc.offload, tc.opt
+			if tc.opt == "adamw" {
+				cfg.LR = 1e-3
+			}
+			world := 2
+			if tc.strategy == "dp" {
+				world, cfg.DPReplicas = 1, 2
+			}
+			r := runWorld(t, world, cfg)[0]
+			if len(r.LossHistory) != 3 {
+				t.Fatalf("%d steps, want 3", len(r.LossHistory))
+			}
+			for _, l := range r.LossHistory {
+				if math.IsNaN(l) || math.IsInf(l, 0) || l <= 0 || l > 20 {
+					t.Fatalf("losses %v", r.LossHistory)
+				}
+			}
+		})
+	}
+}
+
+// A ZeRO-3 run stopped after a sharded checkpoint resumes with the same trajectory.
+func TestZeroResumeContinuesTrajectory(t *testing.T) {
+	full := tinyConfig(t, t.TempDir())
+	full.Strategy, full.Resume, full.Epochs = "zero3", "none", 1
+	want := runWorld(t, 2, full)[0].LossHistory
+
+	out := t.TempDir()
+	first := tinyConfig(t, out)
+	first.Strategy, first.Epochs, first.MaxSteps, first.CkptEvery = "zero3", 1, 5, 5
+	got := runWorld(t, 2, first)[0].LossHistory
+	second := tinyConfig(t, out)
+	second.Strategy, second.Epochs = "zero3", 1
+	r := runWorld(t, 2, second)[0]
+	if !strings.Contains(r.ResumedFrom, "step-000000005") {
+		t.Fatalf("resumed from %q, want the step-5 checkpoint", r.ResumedFrom)
+	}
+	got = append(got, r.LossHistory...)
+	if len(got) != len(want) {
+		t.Fatalf("%d steps, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("step %d: loss %.9g after resume, want %.9g", i+1, got[i], want[i])
 		}
 	}
 }

@@ -1,0 +1,93 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/data"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// engine is a training strategy: where the parameters, gradients and optimizer state live,
+// how a step reduces gradients, and how checkpoints are written and read.
+type engine interface {
+	// trainStep zeroes the gradients and runs forward and backward on b; on return the
+	// gradients of the global batch's mean loss are ready for update. It returns the loss
+	// of this rank's batch (unscaled).
+	trainStep(ctx context.Context, b *data.Batch) (float32, error)
+	// update unscales and clips the gradients, steps the optimizer (skipping a step whose
+	// gradients overflowed, under fp16) and updates the loss scale.
+	update(ctx context.Context) error
+	// optimizer is the optimizer the learning-rate schedule drives.
+	optimizer() optim.Optimizer
+	// evalLogits runs the evaluation graph on b and returns its logits [b.N, classes].
+	evalLogits(ctx context.Context, b *data.Batch) ([]float32, error)
+	// save writes a checkpoint of the engine's state and of meta (schedule, step, epoch,
+	// RNG, loss scale). Every rank calls it.
+	save(ctx context.Context, meta *checkpoint.State) (string, error)
+	// resume loads path, or with path "auto" the newest readable checkpoint, into the engine
+	// and meta; it returns the checkpoint read, or "" when there is none.
+	resume(ctx context.Context, path string, meta *checkpoint.State) (string, error)
+	// report adds the strategy's end-of-run figures (overlap, timelines) to res.
+	report(ctx context.Context, cfg *Config, res *Result) error
+}
+
+// precision sets up autocast (-amp): bf16 as PyTorch's CPU autocast, without loss scaling;
+// fp16 with a GradScaler whose inf/NaN flag is agreed over the group, so that every rank
+// skips the same steps.
+func precision(cfg *Config, g comm.Group) ([]nn.BuildOption, *amp.GradScaler, error) {
+	switch cfg.AMP {
+	case "":
+		return nil, nil, nil
+	case "bf16":
+		return []nn.BuildOption{nn.WithAutocast(amp.Autocast(amp.BF16))}, nil, nil
+	case "fp16":
+		s, err := amp.NewShardedScaler(g)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []nn.BuildOption{nn.WithAutocast(amp.Autocast(amp.FP16))}, s, nil
+	}
+	return nil, nil, fmt.Errorf("trainer: unknown -amp %q (bf16 or fp16)", cfg.AMP)
+}
+
+// newOptimizer is the recipe's optimizer over segs.
+func newOptimizer(cfg *Config, segs []optim.Segment) (optim.Optimizer, error) {
+	if cfg.Optimizer == "adamw" {
+		return optim.NewAdamW(segs, cfg.LR)
+	}
+	return optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
+}
+
+// clipShards scales the gradients so that their global L2 norm is at most maxNorm, as
+// torch.nn.utils.clip_grad_norm_ does; each rank holds a disjoint part of them (a ZeRO
+// shard) or, with g nil, all of them. A non-finite norm leaves them as they are.
+func clipShards(ctx context.Context, g comm.Group, grads []float32, maxNorm float64) error {
+	var sq float64
+	for _, x := range grads {
+		sq += float64(x) * float64(x)
+	}
+	if g != nil {
+		buf := []float64{sq}
+		if err := g.AllReduce(comm.F64(buf), comm.Sum).Wait(ctx); err != nil {
+			return fmt.Errorf("trainer: gradient norm all-reduce: %w", err)
+		}
+		sq = buf[0]
+	}
+	norm := math.Sqrt(sq)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return nil
+	}
+	if coef := maxNorm / (norm + 1e-6); coef < 1 {
+		c := float32(coef)
+		for i := range grads {
+			grads[i] *= c
+		}
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/data"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+)
+
+// replicated is the engine of DDP (and of DataParallel and a single process): every rank
+// holds the whole model and optimizer state; gradients are averaged by all-reduce. Rank 0
+// writes checkpoints (one .npz each, torchvision keys for the model), every rank reads them.
+type replicated struct {
+	cfg     *Config
+	g       comm.Group
+	d       *ddp.DDP
+	model   *nn.Model
+	st      stepper
+	opt     optim.Optimizer
+	scaler  *amp.GradScaler
+	evals   map[int]*ddp.Program
+	evalOpt []nn.BuildOption
+	shape   [3]int
+	ck      *checkpoints
+}
+
+func newReplicated(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (*replicated, error) {
+	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
+	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
+	d, err := ddp.New(ctx, model, g)
+	if err != nil {
+		return nil, err
+	}
+	opts, scaler, err := precision(cfg, g)
+	if err != nil {
+		return nil, err
+	}
+	local := cfg.Batch / g.Size()
+	st, err := newStepper(ctx, cfg, d, model, local, shape[0], shape[1], shape[2], scaler, opts)
+	if err != nil {
+		return nil, err
+	}
+	segs, err := optim.Segments(model.Params, cfg.WeightDecay)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := newOptimizer(cfg, segs)
+	if err != nil {
+		return nil, err
+	}
+	return &replicated{cfg: cfg, g: g, d: d, model: model, st: st, opt: opt, scaler: scaler,
+		evals: map[int]*ddp.Program{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
+		shape: shape, ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
+}
+
+func (r *replicated) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
+	r.opt.ZeroGrad()
+	lv, err := r.st.step(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	if r.scaler != nil {
+		lv /= r.scaler.Scale() // the graph computed the scaled loss
+	}
+	return lv, nil
+}
+
+func (r *replicated) update(ctx context.Context) error {
+	grads := r.model.Params.Grad
+	if r.scaler != nil {
+		r.scaler.Unscale(grads)
+	}
+	if r.cfg.ClipGrad > 0 {
+		// Every rank holds the same averaged gradients: no communication for the norm.
+		if err := clipShards(ctx, nil, grads, r.cfg.ClipGrad); err != nil {
+			return err
+		}
+	}
+	if r.scaler == nil {
+		return r.opt.Step()
+	}
+	if _, err := r.scaler.StepContext(ctx, r.opt); err != nil {
+		return err
+	}
+	return r.scaler.UpdateContext(ctx)
+}
+
+func (r *replicated) optimizer() optim.Optimizer { return r.opt }
+
+func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
+	p, ok := r.evals[b.N]
+	if !ok {
+		var err error
+		if p, err = r.d.Compile(buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, nil), r.evalOpt...); err != nil {
+			return nil, err
+		}
+		r.evals[b.N] = p
+	}
+	if err := fill(p.Program, b); err != nil {
+		return nil, err
+	}
+	if err := p.Run(ctx); err != nil {
+		return nil, err
+	}
+	return p.Output("logits")
+}
+
+func (r *replicated) state(meta *checkpoint.State) *checkpoint.State {
+	st := *meta
+	st.Model, st.Optimizer = r.model.Params, r.opt
+	if r.scaler != nil {
+		st.Scaler = r.scaler
+	}
+	return &st
+}
+
+func (r *replicated) save(ctx context.Context, meta *checkpoint.State) (string, error) {
+	if r.g.Rank() != 0 {
+		return r.ck.path(meta.Step), nil
+	}
+	return r.ck.save(r.state(meta))
+}
+
+func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.State) (string, error) {
+	var entries []nn.StateEntry
+	var err error
+	switch path {
+	case "none", "":
+		return "", nil
+	case "auto":
+		path, entries, err = r.ck.loadLatest()
+	default:
+		entries, err = checkpoint.Load(path)
+	}
+	if err != nil || path == "" {
+		return "", err
+	}
+	st := r.state(meta)
+	if _, err := st.Restore(entries); err != nil {
+		return "", fmt.Errorf("trainer: resume from %s: %w", path, err)
+	}
+	meta.Step, meta.Epoch = st.Step, st.Epoch
+	return path, nil
+}
+
+func (r *replicated) report(ctx context.Context, cfg *Config, res *Result) error {
+	tl := filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r.g.Rank()))
+	if err := writeFileAtomic(tl, func(w io.Writer) error { return r.d.Timeline().WriteChromeTrace(w) }); err != nil {
+		return err
+	}
+	res.OverlapFrac = r.d.Timeline().Summary().OverlapFraction
+	for k := 0; k < r.g.Size(); k++ {
+		res.TimelinePaths = append(res.TimelinePaths, filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", k)))
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/data"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
+)
+
+// sharded is the ZeRO-3 engine (-strategy zero3): each rank owns 1/N of the parameters,
+// gradients and optimizer state (optionally offloaded, -offload cpu|disk). Checkpoints are
+// sharded: OUT/zero/step-N/ holds one file per rank and a manifest (zero.Engine.Save), plus
+// trainer.npz with the schedule, step, epoch, RNG and loss scale; OUT/zero/LATEST names the
+// newest complete one. They resume at any world size.
+type sharded struct {
+	cfg     *Config
+	g       comm.Group
+	e       *zero.Engine
+	prog    *zero.Program
+	scaler  *amp.GradScaler
+	evals   map[int]*zero.Program
+	evalOpt []nn.BuildOption
+	shape   [3]int
+	dir     string
+	log     *slog.Logger
+}
+
+func newSharded(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (*sharded, error) {
+	opts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
+	switch cfg.Offload {
+	case "":
+	case "cpu":
+		opts = append(opts, zero.WithOffload(zero.OffloadCPU, 0))
+	case "disk":
+		opts = append(opts, zero.WithOffload(zero.OffloadDisk, 0), zero.WithOffloadDir(filepath.Join(cfg.Out, "offload")))
+	default:
+		return nil, fmt.Errorf("trainer: unknown -offload %q (cpu or disk)", cfg.Offload)
+	}
+	if cfg.Optimizer == "adamw" {
+		opts = append(opts, zero.WithOptimizer(zero.AdamW(cfg.LR)))
+	} else {
+		if cfg.Offload == "disk" {
+			return nil, fmt.Errorf("trainer: -offload disk needs -opt adamw (its state is what goes to disk)")
+		}
+		opts = append(opts, zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) {
+			return optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
+		})))
+	}
+	e, err := zero.New(ctx, model, g, opts...)
+	if err != nil {
+		return nil, err
+	}
+	bopts, scaler, err := precision(cfg, g)
+	if err != nil {
+		return nil, err
+	}
+	local := cfg.Batch / g.Size()
+	prog, err := e.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, scaler), bopts...)
+	if err != nil {
+		return nil, err
+	}
+	return &sharded{cfg: cfg, g: g, e: e, prog: prog, scaler: scaler, evals: map[int]*zero.Program{},
+		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
+		dir: filepath.Join(cfg.Out, "zero"), log: log}, nil
+}
+
+func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
+	s.e.ZeroGrad()
+	if err := fillInputs(s.prog.Input, b); err != nil {
+		return 0, err
+	}
+	if err := s.prog.Run(ctx); err != nil {
+		return 0, err
+	}
+	lv, err := s.prog.LossValue()
+	if s.scaler != nil {
+		lv /= s.scaler.Scale()
+	}
+	return lv, err
+}
+
+func (s *sharded) update(ctx context.Context) error {
+	grads := s.e.ShardGrad()
+	if s.scaler != nil {
+		s.scaler.Unscale(grads)
+	}
+	if s.cfg.ClipGrad > 0 {
+		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
+		if err := clipShards(ctx, s.g, grads, s.cfg.ClipGrad); err != nil {
+			return err
+		}
+	}
+	if s.scaler != nil {
+		inf, err := s.scaler.FoundInf(ctx)
+		if err != nil {
+			return err
+		}
+		if !inf {
+			if err := s.e.Step(); err != nil {
+				return err
+			}
+		}
+		return s.scaler.UpdateContext(ctx)
+	}
+	return s.e.Step()
+}
+
+func (s *sharded) optimizer() optim.Optimizer { return s.e.Optimizer() }
+
+// evalLogits runs a ZeRO-3 evaluation graph: its forward gathers parameters, so every rank
+// must run the same number of batches (evaluate pads the ranks that have fewer).
+func (s *sharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
+	p, ok := s.evals[b.N]
+	if !ok {
+		var err error
+		if p, err = s.e.Compile(buildFor(b.N, s.shape[0], s.shape[1], s.shape[2], 0, nil), s.evalOpt...); err != nil {
+			return nil, err
+		}
+		s.evals[b.N] = p
+	}
+	if err := fillInputs(p.Input, b); err != nil {
+		return nil, err
+	}
+	if err := p.Run(ctx); err != nil {
+		return nil, err
+	}
+	return p.Output("logits")
+}
+
+func (s *sharded) tag(step int64) string { return fmt.Sprintf("step-%09d", step) }
+
+func (s *sharded) save(ctx context.Context, meta *checkpoint.State) (string, error) {
+	tag := s.tag(meta.Step)
+	dir := filepath.Join(s.dir, tag)
+	if s.g.Rank() == 0 {
+		st := *meta
+		if s.scaler != nil {
+			st.Scaler = s.scaler
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("trainer: checkpoint %s: %w", dir, err)
+		}
+		if err := checkpoint.SaveState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
+			return "", err
+		}
+	}
+	// The trainer's state is in place before the shards; LATEST moves only when all are.
+	if err := s.e.Save(ctx, s.dir, tag); err != nil {
+		return "", err
+	}
+	if s.g.Rank() == 0 {
+		tags, _ := s.tags()
+		for i := s.cfg.Keep; i < len(tags); i++ {
+			if err := os.RemoveAll(filepath.Join(s.dir, tags[i])); err != nil {
+				s.log.Warn("could not remove old checkpoint", "path", tags[i], "err", err)
+			}
+		}
+	}
+	return dir, nil
+}
+
+// tags lists the complete checkpoints (those with a manifest), newest first.
+func (s *sharded) tags() ([]string, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var tags []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "step-") {
+			if _, err := os.Stat(filepath.Join(s.dir, e.Name(), zero.ManifestName)); err == nil {
+				tags = append(tags, e.Name())
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(tags)))
+	return tags, nil
+}
+
+func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.State) (string, error) {
+	var candidates []string
+	switch path {
+	case "none", "":
+		return "", nil
+	case "auto":
+		tags, err := s.tags()
+		if err != nil {
+			return "", fmt.Errorf("trainer: checkpoints in %s: %w", s.dir, err)
+		}
+		for _, t := range tags {
+			candidates = append(candidates, filepath.Join(s.dir, t))
+		}
+	default:
+		candidates = []string{path}
+	}
+	for i, dir := range candidates {
+		st := *meta
+		if s.scaler != nil {
+			st.Scaler = s.scaler
+		}
+		_, err := checkpoint.LoadState(filepath.Join(dir, "trainer.npz"), &st)
+		if err == nil {
+			err = s.e.Load(dir)
+		}
+		if err == nil {
+			meta.Step, meta.Epoch = st.Step, st.Epoch
+			return dir, nil
+		}
+		if path != "auto" || i == len(candidates)-1 {
+			return "", fmt.Errorf("trainer: resume from %s: %w", dir, err)
+		}
+		fmt.Fprintf(os.Stderr, "trainer: checkpoint %s is unreadable (%v); falling back to the previous one\n", dir, err)
+	}
+	return "", nil
+}
+
+func (s *sharded) report(ctx context.Context, cfg *Config, res *Result) error {
+	m := s.e.Memory()
+	res.ModelStateBytes = m.MasterBytes + m.GradBytes + m.StateBytes
+	return nil
+}
