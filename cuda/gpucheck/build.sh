@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the GPU check into one folder that runs on a GPU machine without Go:
+#   bash cuda/gpucheck/build.sh [OUT]      (default OUT: build/gpu-check)
+# then copy OUT to the GPU machine and run OUT/run.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-build/gpu-check}
+go=${GO:-go}
+mkdir -p "$out"
+# cgo is required: the GPU libraries are opened with dlopen.
+CGO_ENABLED=1 "$go" test -c -o "$out/gpucheck.test" ./cuda/gpucheck
+cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py "$out/"
+chmod +x "$out/run.sh" "$out/gpucheck.test"
+{
+  echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown) with $("$go" version)"
+  echo "needs glibc >= $(objdump -T "$out/gpucheck.test" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1 || echo '?')"
+} > "$out/BUILD_INFO"
+echo "gpu-check: $out ready; on the GPU machine run: $out/run.sh"
