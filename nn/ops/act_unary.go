@@ -162,13 +162,15 @@ func unaryFwd[T Float](k actKind, x, y []T) {
 	case actReLU:
 		switch xs := any(x).(type) {
 		case []float32:
-			reluBits32(xs, any(y).([]float32), nil)
+			ys := any(y).([]float32)
+			splitRun(len(xs), func(lo, hi int) { reluBits32(xs[lo:hi], ys[lo:hi], nil) })
 		case []float64:
 			reluBits64(xs, any(y).([]float64), nil)
 		}
 	case actGELU:
 		if xs, ok := any(x).([]float32); ok {
-			gelu32Fwd(xs, any(y).([]float32))
+			ys := any(y).([]float32)
+			splitRun(len(xs), func(lo, hi int) { gelu32Fwd(xs[lo:hi], ys[lo:hi]) })
 			return
 		}
 		for i, v := range x {
@@ -184,13 +186,15 @@ func unaryBwd[T Float](k actKind, x, dy, dx []T) {
 	case actReLU:
 		switch xs := any(x).(type) {
 		case []float32:
-			reluBits32(any(dy).([]float32), any(dx).([]float32), xs)
+			dys, dxs := any(dy).([]float32), any(dx).([]float32)
+			splitRun(len(xs), func(lo, hi int) { reluBits32(dys[lo:hi], dxs[lo:hi], xs[lo:hi]) })
 		case []float64:
 			reluBits64(any(dy).([]float64), any(dx).([]float64), xs)
 		}
 	case actGELU:
 		if xs, ok := any(x).([]float32); ok {
-			gelu32Bwd(xs, any(dy).([]float32), any(dx).([]float32))
+			dys, dxs := any(dy).([]float32), any(dx).([]float32)
+			splitRun(len(xs), func(lo, hi int) { gelu32Bwd(xs[lo:hi], dys[lo:hi], dxs[lo:hi]) })
 			return
 		}
 		for i, v := range x {
