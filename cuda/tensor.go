@@ -18,11 +18,13 @@ const (
 	Float32 DType = iota + 1
 	Float16
 	BFloat16
+	// Int32 holds labels and pooling indices.
+	Int32
 )
 
 // Size is the element size in bytes.
 func (t DType) Size() int {
-	if t == Float32 {
+	if t == Float32 || t == Int32 {
 		return 4
 	}
 	return 2
@@ -37,6 +39,8 @@ func (t DType) String() string {
 		return "float16"
 	case BFloat16:
 		return "bfloat16"
+	case Int32:
+		return "int32"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(t))
 }
@@ -94,12 +98,35 @@ func (d *Device) FromHost(data []float32, shape ...int) (*Tensor, error) {
 	return t, nil
 }
 
+// FromHostInt32 copies int32 host data (class labels) into a new Int32 tensor.
+func (d *Device) FromHostInt32(data []int32, shape ...int) (*Tensor, error) {
+	t, err := d.Alloc(Int32, shape...)
+	if err != nil {
+		return nil, err
+	}
+	if t.n != len(data) {
+		t.Free()
+		return nil, fmt.Errorf("cuda: FromHostInt32: %d values for shape %v", len(data), shape)
+	}
+	if err := t.copyIn(unsafe.Pointer(unsafe.SliceData(data))); err != nil {
+		t.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
 // CopyFrom copies host data into the float32 tensor through pinned memory, in stream order,
 // and waits for the copy.
 func (t *Tensor) CopyFrom(data []float32) error {
 	if t.dtype != Float32 || len(data) != t.n {
 		return fmt.Errorf("cuda: CopyFrom: %d float32 into %v %v", len(data), t.dtype, t.shape)
 	}
+	return t.copyIn(unsafe.Pointer(unsafe.SliceData(data)))
+}
+
+// copyIn copies t's size in bytes from host memory at src (4-byte elements) through pinned
+// memory, in stream order, and waits for the copy.
+func (t *Tensor) copyIn(src unsafe.Pointer) error {
 	if t.n == 0 {
 		return nil
 	}
@@ -109,7 +136,7 @@ func (t *Tensor) CopyFrom(data []float32) error {
 		return err
 	}
 	defer d.pinned.Free(pin)
-	copy(pinnedF32(pin, t.n), data)
+	copy(pinnedF32(pin, t.n), unsafe.Slice((*float32)(src), t.n))
 	if err := d.ctx.CopyHtoDAsync(t.Ptr(), pinnedPtr(pin), 4*t.n, d.stream); err != nil {
 		return fmt.Errorf("cuda: device %d: %w", d.ordinal, err)
 	}

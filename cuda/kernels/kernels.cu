@@ -223,4 +223,102 @@ __global__ void avgpool_global_bwd_f32(float* dx, const float* dy, int nc, int h
 	GRID_LOOP(i, total) dx[i] = dy[i / hw] / hw;
 }
 
+// im2col of a batch of NCHW images: col[n][(c*kh+i)*kw+j][oy*ow+ox] = x[n][c][oy*s-p+i*d][ox*s-p+j*d]
+// (0 outside), so that conv = W[oc][c*kh*kw] · col[n] for every image n.
+__global__ void im2col_f32(float* col, const float* x, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
+		int ph, int pw, int dh, int dw, int oh, int ow) {
+	long long total = (long long)n * c * kh * kw * oh * ow;
+	GRID_LOOP(t, total) {
+		int ox = t % ow; long long r = t / ow;
+		int oy = r % oh; r /= oh;
+		int j = r % kw; r /= kw;
+		int i = r % kh; r /= kh;
+		int ch = r % c; int img = r / c;
+		int y = oy * sh - ph + i * dh, xx = ox * sw - pw + j * dw;
+		col[t] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[(((long long)img * c + ch) * h + y) * w + xx] : 0.f;
+	}
+}
+// col2im, the adjoint of im2col: each input pixel sums the columns that read it (no atomics).
+__global__ void col2im_f32(float* dx, const float* col, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
+		int ph, int pw, int dh, int dw, int oh, int ow) {
+	long long total = (long long)n * c * h * w;
+	GRID_LOOP(t, total) {
+		int xx = t % w; long long r = t / w;
+		int y = r % h; r /= h;
+		int ch = r % c; int img = r / c;
+		float s = 0.f;
+		for (int i = 0; i < kh; i++) {
+			int ty = y + ph - i * dh;
+			if (ty < 0 || ty % sh) continue;
+			int oy = ty / sh;
+			if (oy >= oh) continue;
+			for (int j = 0; j < kw; j++) {
+				int tx = xx + pw - j * dw;
+				if (tx < 0 || tx % sw) continue;
+				int ox = tx / sw;
+				if (ox >= ow) continue;
+				s += col[((((long long)img * c + ch) * kh + i) * kw + j) * oh * ow + (long long)oy * ow + ox];
+			}
+		}
+		dx[t] = s;
+	}
+}
+// Max pooling over NCHW with padding (-inf outside); arg keeps the flat input index of each
+// maximum (first one on ties, as torch) for the backward pass.
+__global__ void maxpool_f32(float* y, int* arg, const float* x, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
+		int ph, int pw, int oh, int ow) {
+	long long total = (long long)n * c * oh * ow;
+	GRID_LOOP(t, total) {
+		int ox = t % ow; long long r = t / ow;
+		int oy = r % oh; long long nc = r / oh;
+		float m = -INFINITY; int best = -1;
+		for (int i = 0; i < kh; i++) {
+			int yy = oy * sh - ph + i;
+			if (yy < 0 || yy >= h) continue;
+			for (int j = 0; j < kw; j++) {
+				int xx = ox * sw - pw + j;
+				if (xx < 0 || xx >= w) continue;
+				long long k = (nc * h + yy) * w + xx;
+				float v = x[k];
+				if (v > m || best < 0 || isnan(v)) { m = v; best = (int)(k - nc * h * w); if (isnan(v)) break; }
+			}
+		}
+		y[t] = m; arg[t] = best;
+	}
+}
+// dx (zeroed by the caller) += dy at each window's maximum.
+__global__ void maxpool_bwd_f32(float* dx, const float* dy, const int* arg, int nc, int hw, int ohw) {
+	long long total = (long long)nc * ohw;
+	GRID_LOOP(t, total) {
+		if (arg[t] >= 0) atomicAdd(&dx[(t / ohw) * hw + arg[t]], dy[t]);
+	}
+}
+// Cross-entropy with integer labels, one block per row: loss[i] = logsumexp(x_i) - x_i[label_i];
+// prob keeps softmax(x_i) for the backward pass.
+__global__ void cross_entropy_f32(float* loss, float* prob, const float* x, const int* label, int rows, int cols) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float m = -INFINITY;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[o + j]);
+	m = block_max(m, sh);
+	float s = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) { float e = expf(x[o + j] - m); prob[o + j] = e; s += e; }
+	s = block_sum(s, sh);
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) prob[o + j] /= s;
+	if (threadIdx.x == 0) loss[blockIdx.x] = logf(s) + m - x[o + label[blockIdx.x]];
+}
+// dx = scale*(prob - onehot(label)) (scale = 1/rows for the mean loss).
+__global__ void cross_entropy_bwd_f32(float* dx, const float* prob, const int* label, int rows, int cols, float scale) {
+	long long total = (long long)rows * cols;
+	GRID_LOOP(t, total) {
+		int i = t / cols, j = t % cols;
+		dx[t] = scale * (prob[t] - (j == label[i] ? 1.f : 0.f));
+	}
+}
+// y[i,j] += b[j] (a linear layer's bias) over rows x cols.
+__global__ void add_bias_rows_f32(float* y, const float* b, int rows, int cols) {
+	long long total = (long long)rows * cols;
+	GRID_LOOP(t, total) y[t] += b[t % cols];
+}
+
 } // extern "C"
