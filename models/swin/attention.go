@@ -131,28 +131,11 @@ func attnForward[T float](op *attnOp, qkv, y, p []T) {
 				s := p[(b*op.heads+h)*nn : (b*op.heads+h+1)*nn]
 				gemm(false, true, n, n, hd, scale, q, 3*c, k, 3*c, 0, s, n)
 				bias := op.bias[h*nn : (h+1)*nn]
-				for i := range n {
-					row := s[i*n : (i+1)*n]
-					br := bias[i*n : (i+1)*n]
-					mx := math.Inf(-1)
-					for j := range row {
-						v := float64(row[j]) + br[j]
-						if mask != nil {
-							v += float64(mask[i*n+j])
-						}
-						row[j] = T(v)
-						mx = math.Max(mx, float64(row[j]))
-					}
-					var sum float64
-					for j := range row {
-						e := math.Exp(float64(row[j]) - mx)
-						row[j] = T(e)
-						sum += e
-					}
-					inv := 1 / sum
-					for j := range row {
-						row[j] = T(float64(row[j]) * inv)
-					}
+				switch sv := any(s).(type) {
+				case []float32:
+					softmaxRows32(sv, bias, mask, n)
+				case []float64:
+					softmaxRows64(sv, bias, mask, n)
 				}
 				gemm(false, false, n, hd, n, 1, s, n, v, 3*c, 0, y[b*n*c+h*hd:], c)
 			}

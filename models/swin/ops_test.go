@@ -102,3 +102,17 @@ func TestWindowAttentionMatchesSoftmax(t *testing.T) {
 }
 
 func expf(v float64) float64 { return math.Exp(v) }
+
+// TestExp32: exp32 agrees with math.Exp within 3e-10 relative over [-700, 0] (dense near 0,
+// where softmax weights live), is 0 below and NaN for NaN.
+func TestExp32(t *testing.T) {
+	for i := 0; i <= 700000; i++ {
+		x := -float64(i) * 1e-3
+		if want, got := math.Exp(x), exp32(x); math.Abs(got-want) > 3e-10*want {
+			t.Fatalf("exp32(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if exp32(-800) != 0 || !math.IsNaN(exp32(math.NaN())) {
+		t.Errorf("exp32(-800) = %v, exp32(NaN) = %v; want 0, NaN", exp32(-800), exp32(math.NaN()))
+	}
+}
