@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 
 	"os"
@@ -31,17 +32,31 @@ var ops = []string{"all-reduce", "reduce-scatter", "all-gather", "broadcast"}
 func plan() [][2]int {
 	var p [][2]int
 	for b := 4 << 10; b <= 256<<20; b *= 4 {
-		p = append(p, [2]int{b, max(3, min(300, (64<<20)/b))})
+		if b >= *minBytes && b <= *maxBytes {
+			p = append(p, [2]int{b, max(3, min(300, (64<<20)/b))})
+		}
 	}
 	return p
 }
+
+var (
+	minBytes = flag.Int("min", 4<<10, "smallest size (bytes)")
+	maxBytes = flag.Int("max", 256<<20, "largest size (bytes)")
+	worlds   = flag.String("worlds", "2,4", "world sizes")
+	noGloo   = flag.Bool("no-gloo", false, "skip torch.distributed gloo (tuning runs)")
+	noTCP    = flag.Bool("no-tcp", false, "skip the same-run TCP comparison")
+	out      = flag.String("o", filepath.Join("bench", "results", "comm.json"), "JSON output")
+)
 
 type row struct {
 	Op           string   `json:"op"`
 	World        int      `json:"world"`
 	Bytes        int      `json:"bytes"`
+	Transport    string   `json:"transport"`
 	BusBW        float64  `json:"busbw_gbps"`
 	Latency      float64  `json:"latency_s"`
+	TCPBusBW     *float64 `json:"tcp_busbw_gbps,omitempty"`
+	TCPLatency   *float64 `json:"tcp_latency_s,omitempty"`
 	GlooBusBW    *float64 `json:"gloo_busbw_gbps"`
 	GlooLatency  *float64 `json:"gloo_latency_s"`
 	Ratio        *float64 `json:"ratio"`
@@ -50,14 +65,16 @@ type row struct {
 }
 
 type sample struct {
-	Op      string  `json:"op"`
-	World   int     `json:"world"`
-	Bytes   int     `json:"bytes"`
-	Latency float64 `json:"latency_s"`
-	Error   string  `json:"error"`
+	Op        string  `json:"op"`
+	World     int     `json:"world"`
+	Bytes     int     `json:"bytes"`
+	Transport string  `json:"transport,omitempty"`
+	Latency   float64 `json:"latency_s"`
+	Error     string  `json:"error"`
 }
 
 func main() {
+	flag.Parse()
 	if os.Getenv("GP_BENCH_WORKER") != "" {
 		if err := worker(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -77,18 +94,35 @@ func parent() error {
 	for _, p := range plan() {
 		args = append(args, fmt.Sprintf("%d:%d", p[0], p[1]))
 	}
+	wargs := []string{"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes)}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	script := filepath.Join("bench", "comm", "gloo_bench.py")
-	haveTorch := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() == nil
+	haveTorch := !*noGloo && exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() == nil
 	var rows []row
-	for _, world := range []int{2, 4} {
+	for _, ws := range strings.Split(*worlds, ",") {
+		world, err := strconv.Atoi(ws)
+		if err != nil {
+			return fmt.Errorf("-worlds: %w", err)
+		}
+		// The default transport (shared memory here: every rank on one host), then TCP.
 		fmt.Fprintf(os.Stderr, "world %d: gp...\n", world)
-		gp, err := runJob(ctx, world, self, args, []string{"GP_BENCH_WORKER=1", "OPENBLAS_NUM_THREADS=1"})
+		gp, err := runJob(ctx, world, self, wargs, []string{"GP_BENCH_WORKER=1", "OPENBLAS_NUM_THREADS=1"})
 		if err != nil {
 			return fmt.Errorf("gp workers: %w", err)
+		}
+		tcp := map[string]sample{}
+		if !*noTCP {
+			fmt.Fprintf(os.Stderr, "world %d: gp over tcp...\n", world)
+			ts, err := runJob(ctx, world, self, wargs, []string{"GP_BENCH_WORKER=1", "OPENBLAS_NUM_THREADS=1", "GP_COMM_TRANSPORT=tcp"})
+			if err != nil {
+				return fmt.Errorf("gp workers over tcp: %w", err)
+			}
+			for _, s := range ts {
+				tcp[fmt.Sprint(s.Op, s.Bytes)] = s
+			}
 		}
 		gloo := map[string]sample{}
 		note := "python3-torch not installed (/usr/bin/python3 cannot import torch.distributed)"
@@ -103,7 +137,11 @@ func parent() error {
 			}
 		}
 		for _, s := range gp {
-			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Latency: s.Latency, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
+			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Transport: s.Transport, Latency: s.Latency, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
+			if ts, ok := tcp[fmt.Sprint(s.Op, s.Bytes)]; ok {
+				bw := busbw(s.Op, world, s.Bytes, ts.Latency)
+				r.TCPBusBW, r.TCPLatency = &bw, &ts.Latency
+			}
 			if g, ok := gloo[fmt.Sprint(s.Op, s.Bytes)]; ok && g.Error == "" {
 				bw := busbw(s.Op, world, s.Bytes, g.Latency)
 				ratio := r.BusBW / bw
@@ -120,9 +158,9 @@ func parent() error {
 	if err := os.MkdirAll(filepath.Join("bench", "results"), 0o755); err != nil {
 		return err
 	}
-	out, _ := json.MarshalIndent(rows, "", "  ")
-	fmt.Printf("wrote bench/results/comm.json (%d rows)\n", len(rows))
-	return os.WriteFile(filepath.Join("bench", "results", "comm.json"), append(out, '\n'), 0o644)
+	b, _ := json.MarshalIndent(rows, "", "  ")
+	fmt.Printf("wrote %s (%d rows)\n", *out, len(rows))
+	return os.WriteFile(*out, append(b, '\n'), 0o644)
 }
 
 func busbw(op string, n, bytes int, lat float64) float64 {
@@ -163,15 +201,19 @@ func runJob(ctx context.Context, world int, program string, args, env []string) 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
 func printTable(rows []row) {
-	fmt.Printf("%-15s %5s %10s %12s %12s %12s %12s %7s\n", "op", "world", "bytes", "busbw GB/s", "latency ms", "gloo GB/s", "gloo ms", "ratio")
+	fmt.Printf("%-15s %5s %10s %5s %12s %12s %12s %12s %12s %7s\n", "op", "world", "bytes", "via", "busbw GB/s", "latency ms", "tcp GB/s", "gloo GB/s", "gloo ms", "ratio")
 	for _, r := range rows {
-		g, gl, ra := "n/a", "n/a", "n/a"
+		g, gl, ra, tc := "n/a", "n/a", "n/a", "n/a"
 		if r.GlooBusBW != nil {
 			g, gl, ra = fmt.Sprintf("%.3f", *r.GlooBusBW), fmt.Sprintf("%.3f", *r.GlooLatency*1e3), fmt.Sprintf("%.2fx", *r.Ratio)
 		}
-		fmt.Printf("%-15s %5d %10d %12.3f %12.3f %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.BusBW, r.Latency*1e3, g, gl, ra)
+		if r.TCPBusBW != nil {
+			tc = fmt.Sprintf("%.3f", *r.TCPBusBW)
+		}
+		fmt.Printf("%-15s %5d %10d %5s %12.3f %12.3f %12s %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.Transport, r.BusBW, r.Latency*1e3, tc, g, gl, ra)
 	}
-	fmt.Println("busbw: nccl-tests definition; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
+	fmt.Println("busbw: nccl-tests definition, GB/s = 1e9 bytes/s; via: gp's transport (shm: shared memory, chosen by default on one host); " +
+		"tcp: gp forced to loopback TCP (GP_COMM_TRANSPORT=tcp) in the same run; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
 }
 
 func worker() error {
@@ -182,6 +224,7 @@ func worker() error {
 	}
 	defer g.Close(ctx)
 	n, r := g.Size(), g.Rank()
+	transport := comm.TransportOf(g)
 	for _, op := range ops {
 		for _, p := range plan() {
 			nbytes, iters := p[0], p[1]
@@ -220,7 +263,7 @@ func worker() error {
 				return err
 			}
 			if r == 0 {
-				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0]})
+				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0], Transport: transport})
 				fmt.Println(string(b))
 			}
 		}

@@ -1,5 +1,6 @@
 // Command commsoak is the process group's soak run (not part of CI): 10,000 mixed collectives
-// of random sizes over loopback TCP at world 4, each result checked against a closed-form
+// of random sizes at world 4 over the default transport (shared memory on one host; set
+// GP_COMM_TRANSPORT=tcp for loopback TCP), each result checked against a closed-form
 // checksum, then goroutine and file-descriptor counts compared with the baseline taken before
 // the group was created.
 //
@@ -34,6 +35,8 @@ type report struct {
 	GoroutinesEnd   int     `json:"goroutines_end"`
 	FDsStart        int     `json:"fds_start"`
 	FDsEnd          int     `json:"fds_end"`
+	Transport       string  `json:"transport"`
+	SHMMapsEnd      int     `json:"shm_maps_end"`
 	FirstError      string  `json:"first_error,omitempty"`
 }
 
@@ -61,9 +64,9 @@ func main() {
 		if i := strings.Index(sc.Text(), "{"); i >= 0 {
 			var r report
 			if json.Unmarshal([]byte(sc.Text()[i:]), &r) == nil {
-				fmt.Printf("rank %d: %d ops, %d errors, %.1f MB moved, %.1fs; goroutines %d -> %d, fds %d -> %d %s\n",
-					r.Rank, r.Ops, r.Errors, float64(r.Bytes)/1e6, r.Seconds, r.GoroutinesStart, r.GoroutinesEnd,
-					r.FDsStart, r.FDsEnd, r.FirstError)
+				fmt.Printf("rank %d (%s): %d ops, %d errors, %.1f MB moved, %.1fs; goroutines %d -> %d, fds %d -> %d, shm mappings left %d %s\n",
+					r.Rank, r.Transport, r.Ops, r.Errors, float64(r.Bytes)/1e6, r.Seconds, r.GoroutinesStart, r.GoroutinesEnd,
+					r.FDsStart, r.FDsEnd, r.SHMMapsEnd, r.FirstError)
 			}
 		}
 	}
@@ -71,6 +74,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "commsoak: %v\n%s", err, errb.String())
 		os.Exit(1)
 	}
+}
+
+// shmMaps counts the shared-memory transport's ring mappings still in this process.
+func shmMaps() int {
+	b, _ := os.ReadFile("/proc/self/maps")
+	return strings.Count(string(b), "/dev/shm/gp-comm-")
 }
 
 func fds() int {
@@ -96,7 +105,7 @@ func soak(nops int) report {
 		return rep
 	}
 	n, r := g.Size(), g.Rank()
-	rep.Rank = r
+	rep.Rank, rep.Transport = r, comm.TransportOf(g)
 	fail := func(i int, format string, args ...any) {
 		rep.Errors++
 		if rep.FirstError == "" {
@@ -236,9 +245,10 @@ func soak(nops int) report {
 	for t := 0; t < 50 && runtime.NumGoroutine() > rep.GoroutinesStart; t++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	rep.GoroutinesEnd, rep.FDsEnd = runtime.NumGoroutine(), fds()
-	if rep.GoroutinesEnd > rep.GoroutinesStart || rep.FDsEnd > rep.FDsStart {
-		fail(nops, "leak: goroutines %d -> %d, fds %d -> %d", rep.GoroutinesStart, rep.GoroutinesEnd, rep.FDsStart, rep.FDsEnd)
+	rep.GoroutinesEnd, rep.FDsEnd, rep.SHMMapsEnd = runtime.NumGoroutine(), fds(), shmMaps()
+	if rep.GoroutinesEnd > rep.GoroutinesStart || rep.FDsEnd > rep.FDsStart || rep.SHMMapsEnd > 0 {
+		fail(nops, "leak: goroutines %d -> %d, fds %d -> %d, shared-memory mappings left %d",
+			rep.GoroutinesStart, rep.GoroutinesEnd, rep.FDsStart, rep.FDsEnd, rep.SHMMapsEnd)
 	}
 	return rep
 }

@@ -128,17 +128,52 @@ func mod(a, n int) int { return ((a % n) + n) % n }
 func (g *group) recv(peer, s int, want *Header, b []byte) error {
 	var got Header
 	err := g.t.Recv(peer, s, &got, b)
+	return g.recvErr(peer, want, &got, len(b), err)
+}
+
+func (g *group) recvErr(peer int, want, got *Header, n int, err error) error {
 	if got.Seq != 0 && !got.sameOp(want) {
-		return fmt.Errorf("%w: desync: rank %d runs %s, rank %d sent %s", ErrMismatch, g.rank, want, peer, &got)
+		return fmt.Errorf("%w: desync: rank %d runs %s, rank %d sent %s", ErrMismatch, g.rank, want, peer, got)
 	}
 	if err != nil {
 		if errors.Is(err, ErrMismatch) && got.Seq != 0 {
 			return fmt.Errorf("%w: rank %d runs %s and expected %d bytes, rank %d sent %s with %d bytes",
-				ErrMismatch, g.rank, want, len(b), peer, &got, got.Len)
+				ErrMismatch, g.rank, want, n, peer, got, got.Len)
 		}
 		return fmt.Errorf("recv from rank %d: %w", peer, err)
 	}
 	return nil
+}
+
+// viewRecver is a transport whose received payload can be read in place (shared memory):
+// RecvView receives a frame of n payload bytes like Recv, calls check on its header before
+// consuming any payload, then hands the payload to fn in order, in pieces of whole elements.
+type viewRecver interface {
+	RecvView(peer, s int, h *Header, n int, check func(*Header) error, fn func(off int, p []byte)) error
+}
+
+// recvReduce receives a frame of len(out) bytes from peer and stores received op red in out
+// (out may alias red). With a viewRecver it reduces straight out of the transport's buffer.
+func (g *group) recvReduce(peer, s int, want *Header, dt DType, op Op, out, red, tmp []byte) error {
+	vr, ok := g.t.(viewRecver)
+	if !ok {
+		in := tmp[:len(out)]
+		if err := g.recv(peer, s, want, in); err != nil {
+			return err
+		}
+		reduceInto(dt, op, out, in, red)
+		return nil
+	}
+	var got Header
+	err := vr.RecvView(peer, s, &got, len(out), func(h *Header) error {
+		if !h.sameOp(want) {
+			return fmt.Errorf("%w: desync", ErrMismatch)
+		}
+		return nil
+	}, func(off int, p []byte) {
+		reduceInto(dt, op, out[off:off+len(p)], p, red[off:off+len(p)])
+	})
+	return g.recvErr(peer, want, &got, len(out), err)
 }
 
 func (g *group) send(peer, s int, h *Header, b []byte) error {

@@ -1,6 +1,6 @@
 // Package comm is the process group: asynchronous collectives (all-reduce, broadcast,
-// all-gather, reduce-scatter, barrier, send/recv) over TCP or in-process transports, and the
-// torchrun-compatible rendezvous that builds a group from the environment.
+// all-gather, reduce-scatter, barrier, send/recv) over TCP, shared-memory or in-process
+// transports, and the torchrun-compatible rendezvous that builds a group from the environment.
 //
 // Every collective is issued in the same order on every rank and returns a [Work]; results
 // are ready once Work.Wait returns nil. A collective that fails (a peer died, a timeout, ranks
@@ -20,6 +20,11 @@
 //
 // Results are deterministic for a given world size and buffer length: every run reduces
 // elements in the same order, and every rank receives bit-identical results.
+//
+// Transports: between processes, InitFromEnv uses shared memory when every rank runs on
+// one host (rings under /dev/shm, with TCP control connections that detect a dead peer) and
+// TCP otherwise; GP_COMM_TRANSPORT=tcp|shm (or WithTransport) forces one. NewLocalGroups
+// runs ranks as goroutines of one process.
 //
 // Set GP_COMM_DEBUG=1 to log every collective (rank, op, sequence number, bytes, time).
 package comm

@@ -98,8 +98,9 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 	return st, nil
 }
 
-// InitFromEnv builds the TCP process group described by the torchrun environment variables
-// (see EnvFromOS and Rendezvous). The group's Close also closes the store; StoreOf returns it.
+// InitFromEnv builds the process group described by the torchrun environment variables
+// (see EnvFromOS and Rendezvous), over shared memory when every rank is on this host and
+// over TCP otherwise (see WithTransport). The group's Close also closes the store; StoreOf returns it.
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 	env, err := EnvFromOS()
 	if err != nil {
@@ -114,15 +115,37 @@ func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error)
 	if err != nil {
 		return nil, err
 	}
-	g, err := NewTCPGroup(ctx, st, env.Rank, env.WorldSize, opts...)
+	cfg := newConfig(opts)
+	t, err := dialHost(ctx, st, env, cfg)
 	if err != nil {
 		st.Close()
-		return nil, err
+		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
-	gr := g.(*group)
+	gr := newGroup(t, cfg)
 	gr.store = st
 	gr.onClose = append(gr.onClose, st.Close)
-	return g, nil
+	return gr, nil
+}
+
+// dialHost builds the transport WithTransport (or GP_COMM_TRANSPORT) asks for; by default
+// shared memory when every rank is on this host and can map the others' rings, else TCP.
+func dialHost(ctx context.Context, st *Store, env Env, cfg config) (Transport, error) {
+	mode := cfg.transport
+	if mode == "" {
+		mode = os.Getenv("GP_COMM_TRANSPORT")
+	}
+	switch mode {
+	case "tcp":
+		return dialTCP(ctx, st, env.Rank, env.WorldSize, cfg)
+	case "shm":
+		return dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, true)
+	case "", "auto":
+		if env.LocalWorldSize != env.WorldSize {
+			return dialTCP(ctx, st, env.Rank, env.WorldSize, cfg)
+		}
+		return dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, false)
+	}
+	return nil, fmt.Errorf("%w: transport %q (GP_COMM_TRANSPORT or WithTransport): want tcp, shm or auto", ErrInvalid, mode)
 }
 
 // StoreOf returns the store a group built by InitFromEnv uses, or nil.
@@ -131,4 +154,23 @@ func StoreOf(g Group) *Store {
 		return gr.store
 	}
 	return nil
+}
+
+// TransportOf names the transport g runs on: "shm" (shared memory), "tcp", "local"
+// (in-process) or "" for a transport from outside the package.
+func TransportOf(g Group) string {
+	gr, ok := g.(*group)
+	if !ok {
+		return ""
+	}
+	switch gr.t.(type) {
+	case *tcpTransport:
+		return "tcp"
+	case *localTransport:
+		return "local"
+	}
+	if _, ok := gr.t.(viewRecver); ok {
+		return "shm"
+	}
+	return ""
 }

@@ -14,7 +14,7 @@ import (
 )
 
 func TestKilledRankNamedBySurvivors(t *testing.T) {
-	for _, backend := range []string{"local", "tcp"} {
+	for _, backend := range []string{"local", "tcp", "shm"}[:3-b2i(raceEnabled)] {
 		t.Run(backend, func(t *testing.T) {
 			const n, victim = 4, 2
 			opts := []Option{WithTimeout(10 * time.Second), WithChunkBytes(4096)}
@@ -29,17 +29,31 @@ func TestKilledRankNamedBySurvivors(t *testing.T) {
 				}
 				kill = func() { net.Kill(victim) }
 				t.Cleanup(func() { closeAll(gs) })
-			} else {
+			} else if backend == "tcp" {
 				gs = tcpMaker(t, n, opts...)
 				// Closing every socket of a rank is what the kernel does when its process dies.
 				kill = func() { gs[victim].(*group).t.(*tcpTransport).closeConns() }
+			} else {
+				gs = shmMaker(t, n, opts...)
+				// A dead process cannot signal through shared memory; its control connections
+				// close, which is how the survivors learn of it (real SIGKILL: process_test.go).
+				kill = func() { gs[victim].(*group).t.(interface{ closeConns() }).closeConns() }
 			}
 			start := time.Now()
 			errs := onAll(gs, func(g Group) error {
 				buf := make([]float32, 4<<20)
+				if g.Rank() == victim && backend == "shm" {
+					// Shared memory finishes 16 MB before a 20 ms sleep ends: join late, so
+					// the survivors are stuck mid-all-reduce waiting for the victim.
+					time.Sleep(20 * time.Millisecond)
+				}
 				w := g.AllReduce(F32(buf), Sum)
 				if g.Rank() == victim {
-					time.Sleep(20 * time.Millisecond)
+					if backend == "shm" {
+						time.Sleep(time.Millisecond)
+					} else {
+						time.Sleep(20 * time.Millisecond)
+					}
 					kill()
 				}
 				return w.Wait(context.Background())
@@ -67,7 +81,7 @@ func TestMismatchedSizes(t *testing.T) {
 	for _, mk := range []struct {
 		name string
 		mk   groupMaker
-	}{{"local", localMaker}, {"tcp", tcpMaker}} {
+	}{{"local", localMaker}, {"tcp", tcpMaker}, {"shm", shmMaker}}[:3-b2i(raceEnabled)] {
 		for _, count := range []int{10, 100000} {
 			t.Run(fmt.Sprintf("%s/%d", mk.name, count), func(t *testing.T) {
 				gs := mk.mk(t, 3, WithTimeout(20*time.Second), WithChunkBytes(4096))
@@ -137,7 +151,7 @@ func TestOutstandingAndDeterministic(t *testing.T) {
 	for _, mk := range []struct {
 		name string
 		mk   groupMaker
-	}{{"local", localMaker}, {"tcp", tcpMaker}} {
+	}{{"local", localMaker}, {"tcp", tcpMaker}, {"shm", shmMaker}}[:3-b2i(raceEnabled)] {
 		t.Run(mk.name, func(t *testing.T) {
 			const n = 3
 			sizes := []int{0, 5, 1000, 70000, 3, 300001}
@@ -183,7 +197,7 @@ func TestSendRecvAndDTypes(t *testing.T) {
 	for _, mk := range []struct {
 		name string
 		mk   groupMaker
-	}{{"local", localMaker}, {"tcp", tcpMaker}} {
+	}{{"local", localMaker}, {"tcp", tcpMaker}, {"shm", shmMaker}}[:3-b2i(raceEnabled)] {
 		t.Run(mk.name, func(t *testing.T) {
 			gs := mk.mk(t, 3)
 			ctx := context.Background()
@@ -243,4 +257,11 @@ func TestInvalidArguments(t *testing.T) {
 			t.Errorf("%v, want ErrInvalid", err)
 		}
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -67,6 +67,9 @@ type config struct {
 	logger         *slog.Logger
 	debug          bool
 	secret         *string
+	transport      string // "", "tcp" or "shm" (InitFromEnv's choice; "" = GP_COMM_TRANSPORT or auto)
+	shmRingBytes   int
+	onAbort        func() // the TCP transport's abort hook (set by the shared-memory transport)
 }
 
 func newConfig(opts []Option) config {
@@ -107,6 +110,25 @@ func WithChunkBytes(n int) Option { return func(c *config) { c.chunkBytes = max(
 // latency-optimal) algorithms instead of the ring (default 64 KiB of traffic per rank). All
 // ranks must use the same value.
 func WithSmallBytes(n int) Option { return func(c *config) { c.smallBytes = n } }
+
+// WithTransport chooses the transport InitFromEnv and InitFromConfig build: "tcp", "shm"
+// (shared memory, every rank on one host; see NewSHMGroup) or "" (the default: the
+// GP_COMM_TRANSPORT environment variable, and when that is unset too, shared memory when
+// LOCAL_WORLD_SIZE equals WORLD_SIZE and every rank can map the others' memory, TCP
+// otherwise). All ranks must make the same choice.
+func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
+
+// WithSHMRingBytes sets the capacity of each shared-memory ring (a power of two; default
+// 1 MiB). All ranks must use the same value.
+func WithSHMRingBytes(n int) Option {
+	return func(c *config) {
+		p := 4096
+		for p < n {
+			p *= 2
+		}
+		c.shmRingBytes = p
+	}
+}
 
 // WithLogger sets the logger for collective logging and refused connections.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

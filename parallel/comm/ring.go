@@ -48,12 +48,8 @@ func (g *group) ring(h *Header, dt DType, op Op, count, t0, t1 int,
 						if err := g.recv(left, s, h, out[c-base:e-base]); err != nil {
 							return err
 						}
-					} else {
-						in := tmp[:e-c]
-						if err := g.recv(left, s, h, in); err != nil {
-							return err
-						}
-						reduceInto(dt, op, out[c-base:e-base], in, red[c:e])
+					} else if err := g.recvReduce(left, s, h, dt, op, out[c-base:e-base], red[c:e], tmp); err != nil {
+						return err
 					}
 					if t < t1 {
 						tokens <- struct{}{}

@@ -42,9 +42,10 @@ type tcpTransport struct {
 	data          [][]*dataConn // [peer][stream]
 	box           mailbox
 
-	once  sync.Once
-	abort chan struct{}
-	err   error
+	once    sync.Once
+	abort   chan struct{}
+	err     error
+	onAbort func() // run once by the first Abort (the shared-memory transport wakes its waits)
 
 	readers sync.WaitGroup
 }
@@ -87,7 +88,7 @@ func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTr
 	if err != nil {
 		return nil, err
 	}
-	t := &tcpTransport{rank: rank, size: size, k: k, logger: cfg.logger, ln: ln,
+	t := &tcpTransport{rank: rank, size: size, k: k, logger: cfg.logger, ln: ln, onAbort: cfg.onAbort,
 		ctrl: make([]*ctrlConn, size), data: make([][]*dataConn, size), abort: make(chan struct{})}
 	for p := range size {
 		t.data[p] = make([]*dataConn, k)
@@ -152,7 +153,7 @@ func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTr
 		case <-ctx.Done():
 			var missing []int
 			for p := rank + 1; p < size; p++ {
-				if t.ctrl[p] == nil || t.data[p][k-1] == nil {
+				if t.ctrl[p] == nil || k > 0 && t.data[p][k-1] == nil {
 					missing = append(missing, p)
 				}
 			}
@@ -347,6 +348,9 @@ func (t *tcpTransport) Abort(err error, notify bool) {
 	})
 	if !first {
 		return
+	}
+	if t.onAbort != nil {
+		t.onAbort()
 	}
 	past := time.Unix(1, 0)
 	for _, ds := range t.data {

@@ -11,9 +11,32 @@ import (
 )
 
 // tcpMaker builds a world of n TCP ranks inside this process over 127.0.0.1.
-func tcpMaker(t testing.TB, n int, opts ...Option) []Group {
+func tcpMaker(t testing.TB, n int, opts ...Option) []Group { return hostMaker(t, "tcp", n, opts...) }
+
+// shmMaker builds a world of n ranks inside this process over the shared-memory transport
+// (rings under /dev/shm, TCP control connections).
+func shmMaker(t testing.TB, n int, opts ...Option) []Group { return hostMaker(t, "shm", n, opts...) }
+
+// hostMakers are the transports between processes of one host; tests run on each. The race
+// detector cannot see the synchronisation through shared memory's atomics (mmap memory has
+// no shadow), so under -race only TCP runs in-process; the process tests still cover shm.
+var hostMakers = func() []struct {
+	name string
+	mk   groupMaker
+} {
+	ms := []struct {
+		name string
+		mk   groupMaker
+	}{{"tcp", tcpMaker}, {"shm", shmMaker}}
+	if raceEnabled {
+		return ms[:1]
+	}
+	return ms
+}()
+
+func hostMaker(t testing.TB, kind string, n int, opts ...Option) []Group {
 	t.Helper()
-	gs, err := tcpWorld(n, opts...)
+	gs, err := hostWorld(kind, n, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +44,7 @@ func tcpMaker(t testing.TB, n int, opts ...Option) []Group {
 	return gs
 }
 
-func tcpWorld(n int, opts ...Option) ([]Group, error) {
+func hostWorld(kind string, n int, opts ...Option) ([]Group, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	srv, err := ListenStore("127.0.0.1:0", n, opts...)
@@ -40,7 +63,11 @@ func tcpWorld(n int, opts ...Option) ([]Group, error) {
 				err = st.join(ctx, r, n)
 			}
 			if err == nil {
-				gs[r], err = NewTCPGroup(ctx, st, r, n, opts...)
+				if kind == "shm" {
+					gs[r], err = NewSHMGroup(ctx, st, r, n, opts...)
+				} else {
+					gs[r], err = NewTCPGroup(ctx, st, r, n, opts...)
+				}
 			}
 			if err != nil {
 				errs[r] = err
@@ -62,11 +89,20 @@ func tcpWorld(n int, opts ...Option) ([]Group, error) {
 }
 
 func TestTCPCollectives(t *testing.T) {
-	for n := 1; n <= 5; n++ {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			checkCollectives(t, tcpMaker, n, WithChunkBytes(4096), WithSmallBytes(1024), WithStreams(2))
-		})
+	for _, tr := range hostMakers {
+		for n := 1; n <= 5; n++ {
+			t.Run(fmt.Sprint(tr.name, n), func(t *testing.T) {
+				checkCollectives(t, tr.mk, n, WithChunkBytes(4096), WithSmallBytes(1024), WithStreams(2))
+			})
+		}
 	}
+	// A ring smaller than a chunk: frames wrap and are consumed while still being written.
+	t.Run("shm-small-ring", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector cannot see shared memory's synchronisation")
+		}
+		checkCollectives(t, shmMaker, 3, WithChunkBytes(40000), WithSmallBytes(1024), WithStreams(1), WithSHMRingBytes(4096))
+	})
 }
 
 func TestTCPDefaultsLarge(t *testing.T) {
@@ -75,7 +111,12 @@ func TestTCPDefaultsLarge(t *testing.T) {
 	}
 	// One 100 MB all-reduce at world 2 with the default algorithms: integer inputs make the
 	// float32 sums exact, so the result is compared without tolerance.
-	gs := tcpMaker(t, 2)
+	for _, tr := range hostMakers {
+		t.Run(tr.name, func(t *testing.T) { checkLarge(t, tr.mk(t, 2)) })
+	}
+}
+
+func checkLarge(t *testing.T, gs []Group) {
 	const count = 25 << 20
 	bufs := make([][]float32, 2)
 	for r := range bufs {

@@ -1,0 +1,461 @@
+//go:build linux
+
+package comm
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// NewSHMGroup connects rank to the other size-1 ranks, which must run on the same host: data
+// streams are single-producer/single-consumer rings in shared memory (/dev/shm), and every
+// pair of ranks still shares one TCP control connection (point-to-point messages, aborts,
+// leave notices, and the detection of a peer whose process died). The ring files are
+// unlinked as soon as every rank has mapped them, so nothing is left behind when a process
+// is killed. All ranks must pass the same options. InitFromEnv selects this transport by
+// itself when all ranks share the host (see WithTransport).
+func NewSHMGroup(ctx context.Context, st *Store, rank, size int, opts ...Option) (Group, error) {
+	cfg := newConfig(opts)
+	t, err := dialSHM(ctx, st, rank, size, cfg, true)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	return newGroup(t, cfg), nil
+}
+
+// Ring layout. Every ring has a control page (the producer's head, the consumer's tail and
+// the two futex words, each on its own cache line pair) followed by capacity bytes of data.
+// head and tail count bytes since the start and stay multiples of 8, so payloads start
+// 8-aligned and every piece handed to a reduction holds whole elements.
+const (
+	shmCtl      = 4096
+	shmHeadOff  = 0
+	shmTailOff  = 128
+	shmCWaitOff = 256 // consumer sleeps here waiting for data
+	shmPWaitOff = 384 // producer sleeps here waiting for space
+	// shmPiece bounds the bytes a producer publishes at once, so the consumer starts on a
+	// frame (copying or reducing) while the rest is still being written.
+	shmPiece = 256 << 10
+	// shmDefaultRing is the data capacity of one ring: small enough that a ring's working
+	// set stays in the last-level cache, so bytes cross between cores without reaching DRAM.
+	shmDefaultRing = 1 << 20
+	shmDir         = "/dev/shm"
+	shmFilePrefix  = "gp-comm-"
+)
+
+type shmRing struct {
+	head, tail     *uint64
+	cwait, pwait   *uint32
+	data           []byte
+	capacity, mask uint64
+	pos            uint64 // the owner's cursor: head for the producer, tail for the consumer
+}
+
+func newSHMRing(mem []byte) *shmRing {
+	r := &shmRing{
+		head:  (*uint64)(unsafe.Pointer(&mem[shmHeadOff])),
+		tail:  (*uint64)(unsafe.Pointer(&mem[shmTailOff])),
+		cwait: (*uint32)(unsafe.Pointer(&mem[shmCWaitOff])),
+		pwait: (*uint32)(unsafe.Pointer(&mem[shmPWaitOff])),
+		data:  mem[shmCtl:],
+	}
+	r.capacity = uint64(len(r.data))
+	r.mask = r.capacity - 1
+	return r
+}
+
+type shmTransport struct {
+	*tcpTransport // control plane: SendMsg/RecvMsg, abort notices, peer death, leave notices
+	k             int
+	in, out       [][]*shmRing // [peer][stream]; in: rings this rank consumes, out: produces into
+	maps          [][]byte
+
+	aborted  atomic.Bool
+	mu       sync.RWMutex // guards the mappings against a late abort during Close
+	unmapped bool
+}
+
+func round8(n uint64) uint64 { return (n + 7) &^ 7 }
+
+// wait returns once ready() holds, or fails when the transport aborts. It spins briefly
+// (a frame usually follows within microseconds), then yields, then sleeps on the futex word,
+// which the other side wakes after publishing. The sleep is bounded, so even a lost wake-up
+// only delays; aborts wake every word at once.
+func (t *shmTransport) wait(word *uint32, ready func() bool) error {
+	for i := 0; ; i++ {
+		if ready() {
+			return nil
+		}
+		if t.aborted.Load() {
+			return t.tcpTransport.err
+		}
+		switch {
+		case i < shmSpin:
+		case i < shmSpin+shmYield:
+			osYield()
+		default:
+			atomic.StoreUint32(word, 1)
+			if ready() {
+				atomic.StoreUint32(word, 0)
+				return nil
+			}
+			if t.aborted.Load() {
+				return t.tcpTransport.err
+			}
+			futexWait(word, 1, 50*time.Millisecond)
+		}
+	}
+}
+
+const (
+	shmSpin  = 200
+	shmYield = 50
+)
+
+func wake(word *uint32) {
+	if atomic.LoadUint32(word) != 0 {
+		atomic.StoreUint32(word, 0)
+		futexWake(word)
+	}
+}
+
+// write appends src to the ring, waiting for space; the last piece is padded to 8 bytes.
+func (t *shmTransport) write(r *shmRing, src []byte) error {
+	for len(src) > 0 {
+		var free uint64
+		if err := t.wait(r.pwait, func() bool {
+			free = r.capacity - (r.pos - atomic.LoadUint64(r.tail))
+			return free > 0
+		}); err != nil {
+			return err
+		}
+		off := r.pos & r.mask
+		n := min(free, r.capacity-off, uint64(len(src)), shmPiece)
+		copy(r.data[off:off+n], src[:n])
+		src = src[n:]
+		r.pos += round8(n)
+		atomic.StoreUint64(r.head, r.pos)
+		wake(r.cwait)
+	}
+	return nil
+}
+
+// read consumes n bytes of the ring, handing them to fn in place as they become available
+// (several pieces when the frame wraps or is still being written).
+func (t *shmTransport) read(r *shmRing, n int, fn func(off int, p []byte)) error {
+	for done := 0; done < n; {
+		var avail uint64
+		if err := t.wait(r.cwait, func() bool {
+			avail = atomic.LoadUint64(r.head) - r.pos
+			return avail > 0
+		}); err != nil {
+			return err
+		}
+		off := r.pos & r.mask
+		m := min(avail, r.capacity-off, uint64(n-done))
+		fn(done, r.data[off:off+m])
+		done += int(m)
+		r.pos += round8(m)
+		atomic.StoreUint64(r.tail, r.pos)
+		wake(r.pwait)
+	}
+	return nil
+}
+
+func (t *shmTransport) Streams() int { return t.k }
+
+func (t *shmTransport) Send(peer, s int, h *Header, b []byte) error {
+	if t.aborted.Load() {
+		return t.tcpTransport.err
+	}
+	r := t.out[peer][s]
+	var hdr [headerSize]byte
+	hh := *h
+	hh.Len = uint32(len(b))
+	hh.put(hdr[:])
+	if err := t.write(r, hdr[:]); err != nil {
+		return err
+	}
+	return t.write(r, b)
+}
+
+func (t *shmTransport) Recv(peer, s int, h *Header, b []byte) error {
+	return t.RecvView(peer, s, h, len(b), nil, func(off int, p []byte) { copy(b[off:], p) })
+}
+
+// RecvView receives one frame of n payload bytes from peer on stream s and hands the payload
+// to fn in place, in order, in pieces of whole 8-byte words (but the last): the ring reduces
+// straight out of shared memory instead of copying first. check, when non-nil, vets the
+// header before any payload is consumed.
+func (t *shmTransport) RecvView(peer, s int, h *Header, n int, check func(*Header) error, fn func(off int, p []byte)) error {
+	if t.aborted.Load() {
+		return t.tcpTransport.err
+	}
+	r := t.in[peer][s]
+	var hdr [headerSize]byte
+	if err := t.read(r, headerSize, func(off int, p []byte) { copy(hdr[off:], p) }); err != nil {
+		return err
+	}
+	if err := h.get(hdr[:]); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(h); err != nil {
+			return err
+		}
+	}
+	if int(h.Len) != n {
+		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
+	}
+	return t.read(r, n, fn)
+}
+
+// wakeAll runs when the transport aborts (the control plane's hook): pending waits return.
+func (t *shmTransport) wakeAll() {
+	t.aborted.Store(true)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.unmapped {
+		return
+	}
+	for p := range t.in {
+		for s := range t.in[p] {
+			if r := t.in[p][s]; r != nil {
+				atomic.StoreUint32(r.cwait, 0)
+				futexWake(r.cwait)
+			}
+			if r := t.out[p][s]; r != nil {
+				atomic.StoreUint32(r.pwait, 0)
+				futexWake(r.pwait)
+			}
+		}
+	}
+}
+
+func (t *shmTransport) Close(ctx context.Context) error {
+	err := t.tcpTransport.Close(ctx)
+	t.unmap()
+	return err
+}
+
+func (t *shmTransport) unmap() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.unmapped {
+		return
+	}
+	t.unmapped = true
+	for _, m := range t.maps {
+		syscall.Munmap(m)
+	}
+	t.maps = nil
+}
+
+// dialSHM sets up the rings through the store, then the TCP control connections. Each rank
+// creates one file holding the rings it consumes (one per peer and stream) and publishes its
+// name; every rank maps every peer's file and reports whether it could; each file is
+// unlinked once all ranks have reported. The ranks agree: shared memory is used only when
+// every rank created and mapped everything. Otherwise, with required, it is an error naming
+// the rank and the reason; without, the ranks fall back to TCP together (returned as a
+// *tcpTransport).
+func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, required bool) (Transport, error) {
+	if size == 1 {
+		return dialTCP(ctx, st, rank, size, cfg)
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	k := cfg.streams
+	gen, err := st.Add(cctx, "comm/shmgen/"+strconv.Itoa(rank), 1)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("comm/shm%d/", gen)
+	t := &shmTransport{k: k, in: make([][]*shmRing, size), out: make([][]*shmRing, size)}
+	for p := range size {
+		t.in[p], t.out[p] = make([]*shmRing, k), make([]*shmRing, k)
+	}
+	slot := func(from, to int) int { // ring index of from's streams in to's file
+		if from < to {
+			return from * k
+		}
+		return (from - 1) * k
+	}
+	ring := cfg.shmRingBytes
+	if ring == 0 {
+		ring = shmDefaultRing
+	}
+	fileSize := (size - 1) * k * (shmCtl + ring)
+
+	// Phase 1: create and publish this rank's file (or why it could not).
+	name, mem, cerr := createSHM(fileSize)
+	unlinked := false
+	unlink := func() {
+		if name != "" && !unlinked {
+			syscall.Unlink(name)
+			unlinked = true
+		}
+	}
+	defer unlink()
+	fail := func(err error) (Transport, error) {
+		t.unmap()
+		return nil, err
+	}
+	if cerr == nil {
+		t.maps = append(t.maps, mem)
+		for p := range size {
+			if p != rank {
+				for s := range k {
+					i := slot(p, rank) + s
+					t.in[p][s] = newSHMRing(mem[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
+				}
+			}
+		}
+	}
+	pub := []byte(name)
+	if cerr != nil {
+		pub = []byte("!" + cerr.Error())
+	}
+	if err := st.Set(cctx, prefix+"file/"+strconv.Itoa(rank), pub); err != nil {
+		return fail(err)
+	}
+	// Phase 2: map the peers' files and report.
+	var problem error
+	if cerr != nil {
+		problem = fmt.Errorf("rank %d: %w", rank, cerr)
+	}
+	var missing []int
+	var lastErr error
+	for p := range size {
+		if p == rank {
+			continue
+		}
+		v, err := st.Get(cctx, prefix+"file/"+strconv.Itoa(p))
+		if err != nil {
+			missing, lastErr = append(missing, p), err
+			continue
+		}
+		if problem != nil {
+			continue
+		}
+		if len(v) > 0 && v[0] == '!' {
+			problem = fmt.Errorf("rank %d: %s", p, v[1:])
+			continue
+		}
+		pm, err := openSHM(string(v), fileSize)
+		if err != nil {
+			problem = fmt.Errorf("rank %d cannot map rank %d's file (not on the same host?): %w", rank, p, err)
+			continue
+		}
+		t.maps = append(t.maps, pm)
+		for s := range k {
+			i := slot(rank, p) + s
+			t.out[p][s] = newSHMRing(pm[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
+		}
+	}
+	if len(missing) > 0 {
+		return fail(fmt.Errorf("ranks %v did not connect (no shared-memory file published): %w", missing, lastErr))
+	}
+	rep := []byte{}
+	if problem != nil {
+		rep = []byte(problem.Error())
+	}
+	if err := st.Set(cctx, prefix+"mapped/"+strconv.Itoa(rank), rep); err != nil {
+		return fail(err)
+	}
+	for p := range size {
+		if p == rank {
+			continue
+		}
+		v, err := st.Get(cctx, prefix+"mapped/"+strconv.Itoa(p))
+		if err != nil {
+			return fail(fmt.Errorf("waiting for rank %d to map the shared memory: %w", p, err))
+		}
+		if problem == nil && len(v) > 0 {
+			problem = fmt.Errorf("%s", v)
+		}
+	}
+	unlink() // every rank has mapped it (or given up): the memory lives as long as a mapping
+	if problem != nil {
+		t.unmap()
+		if required {
+			return nil, fmt.Errorf("shared-memory transport: %w", problem)
+		}
+		cfg.logger.Debug("comm: shared memory unavailable, using TCP", "rank", rank, "reason", problem)
+		return dialTCP(ctx, st, rank, size, cfg)
+	}
+	ccfg := cfg
+	ccfg.streams = 0 // control connections only
+	ccfg.onAbort = t.wakeAll
+	tt, err := dialTCP(ctx, st, rank, size, ccfg)
+	if err != nil {
+		return fail(err)
+	}
+	t.tcpTransport = tt
+	return t, nil
+}
+
+// createSHM creates a fresh file of size bytes under /dev/shm and maps it. Its pages are
+// allocated up front (fallocate), so a full /dev/shm fails here instead of with SIGBUS later.
+func createSHM(size int) (string, []byte, error) {
+	var rnd [8]byte
+	if _, err := readRandom(rnd[:]); err != nil {
+		return "", nil, err
+	}
+	name := fmt.Sprintf("%s/%s%d-%x", shmDir, shmFilePrefix, os.Getpid(), rnd)
+	fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return "", nil, fmt.Errorf("creating %s: %w", name, err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fallocate(fd, 0, 0, int64(size)); err != nil {
+		syscall.Unlink(name)
+		return "", nil, fmt.Errorf("allocating %s in %s: %w", humanBytes(size), shmDir, err)
+	}
+	mem, err := syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		syscall.Unlink(name)
+		return "", nil, fmt.Errorf("mapping %s: %w", name, err)
+	}
+	return name, mem, nil
+}
+
+func openSHM(name string, size int) ([]byte, error) {
+	fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	var stt syscall.Stat_t
+	if err := syscall.Fstat(fd, &stt); err != nil {
+		return nil, err
+	}
+	if stt.Size != int64(size) {
+		return nil, fmt.Errorf("%w: %s has %d bytes, want %d (streams or ring size differ across ranks)", ErrMismatch, name, stt.Size, size)
+	}
+	return syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+func futexWait(word *uint32, val uint32, d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	// FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word is shared with other processes.
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 0, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func futexWake(word *uint32) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 1, 1<<30, 0, 0, 0)
+}
+
+func osYield() { runtime.Gosched() }
+
+func readRandom(b []byte) (int, error) { return rand.Read(b) }
+
+var _ viewRecver = (*shmTransport)(nil)

@@ -1,0 +1,28 @@
+//go:build !linux
+
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+const (
+	shmDir        = "/dev/shm"
+	shmFilePrefix = "gp-comm-"
+)
+
+var errNoSHM = errors.New("shared-memory transport: only on Linux")
+
+// NewSHMGroup needs Linux (futexes on /dev/shm); elsewhere it fails.
+func NewSHMGroup(ctx context.Context, st *Store, rank, size int, opts ...Option) (Group, error) {
+	return nil, fmt.Errorf("rank %d: %w", rank, errNoSHM)
+}
+
+func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, required bool) (Transport, error) {
+	if required && size > 1 {
+		return nil, errNoSHM
+	}
+	return dialTCP(ctx, st, rank, size, cfg)
+}
