@@ -17,9 +17,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
@@ -40,6 +42,10 @@ type Row struct {
 	Batch         int      `json:"batch"`
 	Size          int      `json:"size"`
 	Torch         string   `json:"torch,omitempty"`
+	// CPU seconds (user+system, every thread) per training step: less sensitive than
+	// images/s to other load on a shared machine.
+	CPUPerStep      float64  `json:"cpu_s_per_step"`
+	TorchCPUPerStep *float64 `json:"torch_cpu_s_per_step"`
 }
 
 type workload struct {
@@ -78,13 +84,13 @@ func main() {
 			}
 			defer pprof.StopCPUProfile()
 		}
-		ips, err := measure(*child, *batch, *size, *warmup, *steps)
+		ips, cpu, err := measure(*child, *batch, *size, *warmup, *steps)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench/models:", err)
 			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
-		fmt.Println(ips)
+		fmt.Println(ips, cpu)
 		return
 	}
 	if err := parent(*threadList, *archs, *out); err != nil {
@@ -104,7 +110,8 @@ func parent(threadList, archs, out string) error {
 		return err
 	}
 	var rows []Row
-	fmt.Printf("%-9s %7s %5s %4s %12s %14s %7s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch")
+	fmt.Printf("%-9s %7s %5s %4s %12s %14s %9s %12s %14s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch",
+		"go cpu s/st", "torch cpu s/st")
 	for _, w := range workloads {
 		if archs != "" && !strings.Contains(","+archs+",", ","+w.arch+",") {
 			continue
@@ -119,13 +126,13 @@ func parent(threadList, archs, out string) error {
 				return fmt.Errorf("bad thread count %q", ts)
 			}
 			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t))
-			goOut, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
+			goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
 				"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps))
 			if err != nil {
 				return fmt.Errorf("%s, %d threads: %w", w.arch, t, err)
 			}
-			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size}
-			tv, terr := runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
+			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU}
+			tv, tCPU, terr := runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
 				fmt.Sprint(w.warmup), fmt.Sprint(w.steps))
 			torchCol, ratioCol := "", ""
 			if terr != nil {
@@ -133,10 +140,14 @@ func parent(threadList, archs, out string) error {
 				torchCol, ratioCol = "n/a (no torch)", "n/a"
 			} else {
 				r := goOut / tv
-				row.TorchImgsPerS, row.Ratio = &tv, &r
+				row.TorchImgsPerS, row.Ratio, row.TorchCPUPerStep = &tv, &r, &tCPU
 				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
 			}
-			fmt.Printf("%-9s %7d %5d %4d %12.2f %14s %7s\n", w.arch, t, w.batch, w.size, goOut, torchCol, ratioCol)
+			torchCPU := "n/a"
+			if row.TorchCPUPerStep != nil {
+				torchCPU = fmt.Sprintf("%.3f", tCPU)
+			}
+			fmt.Printf("%-9s %7d %5d %4d %12.2f %14s %9s %12.3f %14s\n", w.arch, t, w.batch, w.size, goOut, torchCol, ratioCol, goCPU, torchCPU)
 			rows = append(rows, row)
 		}
 	}
@@ -170,20 +181,27 @@ func writeInputs(dir string, w workload) (string, string, error) {
 	return xp, yp, writeNpy(yp, y, []int{w.batch})
 }
 
-func runChild(env []string, name string, args ...string) (float64, error) {
+// runChild runs a measuring process and parses its last line: images/s, then CPU seconds
+// (user+system, all threads) per step.
+func runChild(env []string, name string, args ...string) (ips, cpu float64, err error) {
 	cmd := exec.Command(name, args...)
 	cmd.Env = env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w: %s", filepath.Base(name), err, strings.TrimSpace(stderr.String()))
+		return 0, 0, fmt.Errorf("%s: %w: %s", filepath.Base(name), err, strings.TrimSpace(stderr.String()))
 	}
-	lines := strings.Fields(strings.TrimSpace(string(out)))
-	if len(lines) == 0 {
-		return 0, fmt.Errorf("%s printed nothing", filepath.Base(name))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("%s printed %q, want images/s and CPU s/step", filepath.Base(name), lines[len(lines)-1])
 	}
-	return strconv.ParseFloat(lines[len(lines)-1], 64)
+	if ips, err = strconv.ParseFloat(f[0], 64); err != nil {
+		return 0, 0, err
+	}
+	cpu, err = strconv.ParseFloat(f[1], 64)
+	return ips, cpu, err
 }
 
 func firstLine(s string) string {
@@ -195,14 +213,14 @@ func firstLine(s string) string {
 
 // measure builds arch (1000 classes, seed 0) and times training steps on the inputs the
 // parent wrote (regenerated here from the same seed).
-func measure(arch string, batch, size, warmup, steps int) (float64, error) {
+func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float64, err error) {
 	mod, err := models.New(arch, 1000)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	m, err := nn.NewModel(mod)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	p, err := nn.Compile(m, func(b *nn.Builder) (*G.Node, error) {
 		x, err := b.Input("images", batch, 3, size, size)
@@ -220,7 +238,7 @@ func measure(arch string, batch, size, warmup, steps int) (float64, error) {
 		return ops.CrossEntropy(logits, y, 0)
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer p.Close()
 	rng := rand.New(rand.NewSource(1))
@@ -238,22 +256,44 @@ func measure(arch string, batch, size, warmup, steps int) (float64, error) {
 		if err := p.Run(context.Background()); err != nil {
 			return err
 		}
-		for i, g := range m.Params.Grad {
-			mom[i] = 0.9*mom[i] + g
-			m.Params.Data[i] -= 0.01 * mom[i]
-		}
+		sgdMomentum(m.Params.Data, m.Params.Grad, mom, 0.01, 0.9)
 		return nil
 	}
 	for range warmup {
 		if err := step(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	for range steps {
 		if err := step(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return float64(batch*steps) / time.Since(start).Seconds(), nil
+	ips = float64(batch*steps) / time.Since(start).Seconds()
+	return ips, (cpuSeconds() - cpu0) / float64(steps), nil
+}
+
+// sgdMomentum is torch.optim.SGD's step with momentum (no dampening or weight decay):
+// mom = μ·mom + g, w -= lr·mom, split across GOMAXPROCS as torch's foreach kernels use
+// their threads. One pass over 25M parameters is a tenth of a resnet50 step at one thread.
+func sgdMomentum(w, g, mom []float32, lr, mu float32) {
+	workers := min(runtime.GOMAXPROCS(0), max(len(w)>>16, 1))
+	var wg sync.WaitGroup
+	for k := range workers {
+		lo, hi := k*len(w)/workers, (k+1)*len(w)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, g, mom := w[lo:hi], g[lo:hi], mom[lo:hi]
+			g, mom = g[:len(w)], mom[:len(w)]
+			for i := range w {
+				v := mu*mom[i] + g[i]
+				mom[i] = v
+				w[i] -= lr * v
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch side of `make bench-models`: training images/s of a torchvision model on the
 inputs the Go side wrote. Usage: torch_bench.py ARCH THREADS X.npy Y.npy WARMUP STEPS.
-Prints one number, images per second (forward, backward, SGD step, as the Go side)."""
+Prints images per second (forward, backward, SGD step, as the Go side) and CPU seconds per
+step (user+system, every thread: time.process_time)."""
 import sys
 import time
 
@@ -28,7 +29,7 @@ def step():
 
 for _ in range(warmup):
     step()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for _ in range(steps):
     step()
-print(x.shape[0] * steps / (time.perf_counter() - t))
+print(x.shape[0] * steps / (time.perf_counter() - t), (time.process_time() - c) / steps)
