@@ -8,7 +8,8 @@ out=${1:-build/gpu-check}
 go=${GO:-go}
 mkdir -p "$out"
 # cgo is required: the GPU libraries are opened with dlopen.
-CGO_ENABLED=1 "$go" test -c -o "$out/gpucheck.test" ./cuda/gpucheck
+# purego: gonum's Go BLAS for the CPU references, so the binary needs only libc.
+CGO_ENABLED=1 "$go" test -c -tags purego -o "$out/gpucheck.test" ./cuda/gpucheck
 cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py "$out/"
 chmod +x "$out/run.sh" "$out/gpucheck.test"
 {

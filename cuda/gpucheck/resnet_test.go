@@ -1,0 +1,162 @@
+package gpucheck
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/gpuresnet"
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/models/resnet"
+	"github.com/gorgonia-parallel/gp/nn"
+)
+
+// One resnet18 training step (batch 4, 64x64, 10 classes) on the GPU against the CPU tape
+// (models.Run) from identical parameters: logits and loss to 1e-4 of their scale, every
+// parameter gradient and BatchNorm running statistic to 2e-3 of its scale. The looser
+// gradient bound covers float32 summation order through 20 layers and the batch-norm
+// backward over few elements per channel (2x2x4 at the last stage), which amplifies it.
+func TestResNet18StepVsCPU(t *testing.T) {
+	d := device(t)
+	root, err := resnet.ResNet18(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(root, nn.WithSeed(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(19, 20))
+	shape := []int{4, 3, 64, 64}
+	x := randn(r, 4*3*64*64, 1)
+	labels := []int32{3, 7, 0, 9}
+	g, err := gpuresnet.New(d, m) // uploads before the CPU step moves the running statistics
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free()
+	ctx := context.Background()
+	start := time.Now()
+	res, err := g.Step(ctx, x, shape, labels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuTime := time.Since(start)
+	grad := make([]float32, len(m.Params.Grad))
+	if err := g.Grads(ctx, grad); err != nil {
+		t.Fatal(err)
+	}
+	lf := make([]float32, len(labels))
+	for i, l := range labels {
+		lf[i] = float32(l)
+	}
+	start = time.Now()
+	cpu, err := models.Run(m, x, shape, lf, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("step: GPU %v (first, includes JIT and allocation), CPU %v", gpuTime, time.Since(start))
+	if e := relErr(res.Logits, f64(cpu.Logits)); e > 1e-4 {
+		t.Errorf("logits: relative error %.3g > 1e-4", e)
+	} else {
+		t.Logf("logits rel err %.2g; loss GPU %.6f CPU %.6f", e, res.Loss, cpu.Loss)
+	}
+	if math.Abs(float64(res.Loss-cpu.Loss)) > 1e-4*math.Max(1, math.Abs(float64(cpu.Loss))) {
+		t.Errorf("loss GPU %v, CPU %v", res.Loss, cpu.Loss)
+	}
+	type row struct {
+		name string
+		err  float64
+	}
+	var rows []row
+	for _, e := range cpu.Grads {
+		p := m.Params.Param(e.Name)
+		rows = append(rows, row{"grad " + e.Name, relErr(grad[p.Offset:p.Offset+len(e.F32)], f64(e.F32))})
+	}
+	for _, b := range cpu.Buffers {
+		if b.F32 == nil {
+			continue
+		}
+		v, err := g.Buffer(ctx, b.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, row{b.Name, relErr(v, f64(b.F32))})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].err > rows[j].err })
+	for i, rw := range rows {
+		if rw.err > 2e-3 || math.IsNaN(rw.err) {
+			t.Errorf("%s: relative error %.3g > 2e-3", rw.name, rw.err)
+		} else if i < 5 {
+			t.Logf("worst: %s rel err %.2g", rw.name, rw.err)
+		}
+	}
+}
+
+// TestResNet50Throughput prints training images/s (forward, backward, SGD with momentum) of
+// resnet50 at 224x224, batch 64, in float32 and with autocast fp16/bf16: the numbers
+// torch_bench.py measures with PyTorch on the same GPU.
+func TestResNet50Throughput(t *testing.T) {
+	d := device(t)
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	root, err := resnet.ResNet50(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batch, warmup, steps = 64, 3, 10
+	shape := []int{batch, 3, 224, 224}
+	r := rand.New(rand.NewPCG(21, 22))
+	x := randn(r, batch*3*224*224, 1)
+	labels := make([]int32, batch)
+	for i := range labels {
+		labels[i] = int32(r.IntN(1000))
+	}
+	ctx := context.Background()
+	for _, mode := range []struct {
+		name string
+		dt   cuda.DType
+	}{{"float32", cuda.Float32}, {"autocast-fp16", cuda.Float16}, {"autocast-bf16", cuda.BFloat16}} {
+		g, err := gpuresnet.New(d, m, gpuresnet.WithAutocast(mode.dt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var el time.Duration
+		for i := range warmup + steps {
+			start := time.Now()
+			res, err := g.Step(ctx, x, shape, labels, false)
+			if err == nil {
+				err = g.SGD(0.01, 0.9)
+			}
+			if err == nil {
+				err = d.Synchronize(ctx)
+			}
+			if err != nil {
+				g.Free()
+				t.Fatalf("%s step %d: %v", mode.name, i, err)
+			}
+			if math.IsNaN(float64(res.Loss)) {
+				t.Errorf("%s step %d: loss is NaN", mode.name, i)
+			}
+			if i >= warmup {
+				el += time.Since(start)
+			}
+		}
+		g.Free()
+		ips := float64(batch*steps) / el.Seconds()
+		st := d.MemoryStats()
+		t.Logf("resnet50 224x224 batch %d %s: %.1f images/s (input copy included), peak device memory %.1f GiB",
+			batch, mode.name, ips, float64(st.PeakInUse)/(1<<30))
+		fmt.Printf("{\"bench\":\"resnet50\",\"impl\":\"gp\",\"mode\":%q,\"batch\":%d,\"image\":224,\"images_per_s\":%.1f}\n", mode.name, batch, ips)
+	}
+}
