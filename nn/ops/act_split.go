@@ -10,11 +10,15 @@ import (
 const splitGrain = 1 << 15
 
 // splitRun runs f over [0, n) in up to GOMAXPROCS contiguous chunks, the calling goroutine
-// taking the first. The elementwise kernels (GELU, ReLU, LayerNorm) would otherwise run on
-// one core while the GEMMs around them use every thread. Chunk bounds are multiples of 16
+// taking the first. The elementwise kernels (GELU, ReLU, normalisations) would otherwise run
+// on one core while the GEMMs around them use every thread. Chunk bounds are multiples of 16
 // elements so that no two chunks write one cache line.
-func splitRun(n int, f func(lo, hi int)) {
-	w := min(runtime.GOMAXPROCS(0), n/splitGrain)
+func splitRun(n int, f func(lo, hi int)) { splitRows(n, 1, f) }
+
+// splitRows is splitRun over n rows of rowLen elements each, split at row bounds; each
+// chunk has at least splitGrain elements.
+func splitRows(n, rowLen int, f func(lo, hi int)) {
+	w := min(runtime.GOMAXPROCS(0), n*rowLen/splitGrain, n)
 	if w <= 1 {
 		f(0, n)
 		return
@@ -23,7 +27,10 @@ func splitRun(n int, f func(lo, hi int)) {
 		if i == w {
 			return n
 		}
-		return (i * n / w) &^ 15
+		if rowLen == 1 {
+			return (i * n / w) &^ 15
+		}
+		return i * n / w
 	}
 	var wg sync.WaitGroup
 	wg.Add(w - 1)

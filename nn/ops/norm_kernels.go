@@ -9,65 +9,73 @@ import (
 )
 
 // bnSums sets sum[c] and sq[c] to the sum and the sum of squares of channel c of x [n,c,hw],
-// accumulated in float64, one contiguous pass.
+// accumulated in float64. Channels are split across threads; each channel adds its images
+// in order, so the result does not depend on the thread count.
 func bnSums[T Float](x []T, n, c, hw int, sum, sq []float64) {
-	clear(sum)
-	clear(sq)
-	for i := 0; i < n; i++ {
-		for ch := 0; ch < c; ch++ {
-			row := x[(i*c+ch)*hw : (i*c+ch+1)*hw]
-			var s, q float64
-			for _, v := range row {
-				f := float64(v)
-				s += f
-				q += f * f
+	splitRows(c, n*hw, func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			var ts, tq float64
+			for i := 0; i < n; i++ {
+				row := x[(i*c+ch)*hw : (i*c+ch+1)*hw]
+				var s, q float64
+				for _, v := range row {
+					f := float64(v)
+					s += f
+					q += f * f
+				}
+				ts += s
+				tq += q
 			}
-			sum[ch] += s
-			sq[ch] += q
+			sum[ch], sq[ch] = ts, tq
 		}
-	}
+	})
 }
 
-// bnApply sets y = (x-mean)·istd·gamma + beta per channel, as one multiply-add.
+// bnApply sets y = (x-mean)·istd·gamma + beta per channel, as one multiply-add; rows
+// (image, channel) are split across threads.
 func bnApply[T Float](x, y []T, n, c, hw int, mean, istd, gamma, beta []float64) {
-	for i := 0; i < n; i++ {
-		for ch := 0; ch < c; ch++ {
+	splitRows(n*c, hw, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ch := r % c
 			a := gamma[ch] * istd[ch]
 			sa, sb := T(a), T(beta[ch]-mean[ch]*a)
-			off := (i*c + ch) * hw
-			row, out := x[off:off+hw], y[off:off+hw]
+			row, out := x[r*hw:(r+1)*hw], y[r*hw:(r+1)*hw]
 			for j, v := range row {
 				out[j] = v*sa + sb
 			}
 		}
-	}
+	})
 }
 
-// bnGradSums sets sdy[c] = Σ dy and sdyx[c] = Σ dy·(x-mean[c]) over channel c.
+// bnGradSums sets sdy[c] = Σ dy and sdyx[c] = Σ dy·(x-mean[c]) over channel c, channels
+// split across threads as in bnSums.
 func bnGradSums[T Float](x, dy []T, n, c, hw int, mean, sdy, sdyx []float64) {
-	clear(sdy)
-	clear(sdyx)
-	for i := 0; i < n; i++ {
-		for ch := 0; ch < c; ch++ {
-			off := (i*c + ch) * hw
-			row, g := x[off:off+hw], dy[off:off+hw]
-			var s, sx float64
-			for j, v := range row {
-				d := float64(g[j])
-				s += d
-				sx += d * float64(v)
+	splitRows(c, 2*n*hw, func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			var ts, tsx float64
+			for i := 0; i < n; i++ {
+				off := (i*c + ch) * hw
+				row, g := x[off:off+hw], dy[off:off+hw]
+				var s, sx float64
+				for j, v := range row {
+					d := float64(g[j])
+					s += d
+					sx += d * float64(v)
+				}
+				ts += s
+				tsx += sx - mean[ch]*s
 			}
-			sdy[ch] += s
-			sdyx[ch] += sx - mean[ch]*s
+			sdy[ch], sdyx[ch] = ts, tsx
 		}
-	}
+	})
 }
 
-// bnGradApply sets dx = k1·dy + k2·x + k3 per channel.
+// bnGradApply sets dx = k1·dy + k2·x + k3 per channel; rows split across threads.
 func bnGradApply[T Float](x, dy, dx []T, n, c, hw int, k1, k2, k3 []float64) {
-	for i := 0; i < n; i++ {
-		for ch := 0; ch < c; ch++ {
-			off := (i*c + ch) * hw
+	splitRows(n*c, 2*hw, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ch := r % c
+			off := r * hw
 			row, g, out := x[off:off+hw], dy[off:off+hw], dx[off:off+hw]
 			a, b, d := T(k1[ch]), T(k2[ch]), T(k3[ch])
 			if b == 0 && d == 0 {
@@ -80,7 +88,7 @@ func bnGradApply[T Float](x, dy, dx []T, n, c, hw int, k1, k2, k3 []float64) {
 				out[j] = a*g[j] + b*v + d
 			}
 		}
-	}
+	})
 }
 
 func widen(src []float32, dst []float64) {

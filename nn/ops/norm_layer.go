@@ -54,6 +54,7 @@ type lnOp struct {
 	mean, istd    []float64
 	gamma, beta   []float64
 	dgamma, dbeta []float64
+	part          []float64 // lnBackward's per-block gamma and beta gradients
 	out           *tensor.Dense
 }
 
@@ -202,50 +203,82 @@ func (op *lnGradOp) Do(in ...G.Value) (G.Value, error) {
 	return out, nil
 }
 
+// lnBlock is the number of elements per block of rows whose gamma and beta gradients
+// lnBackward sums separately (then adds in block order): the result depends on the shape,
+// never on the thread count.
+const lnBlock = 1 << 13
+
 func lnForward[T Float](x, y []T, op *lnOp) {
 	m := op.m
-	for r := 0; r < op.rows; r++ {
-		row, out := x[r*m:(r+1)*m], y[r*m:(r+1)*m]
-		var s float64
-		for _, v := range row {
-			s += float64(v)
+	splitRows(op.rows, 3*m, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row, out := x[r*m:(r+1)*m], y[r*m:(r+1)*m]
+			var s float64
+			for _, v := range row {
+				s += float64(v)
+			}
+			mean := s / float64(m)
+			var q float64
+			for _, v := range row {
+				d := float64(v) - mean
+				q += d * d
+			}
+			is := invSqrt(q/float64(m) + op.eps)
+			op.mean[r], op.istd[r] = mean, is
+			gamma, beta := op.gamma[:len(row)], op.beta[:len(row)]
+			out = out[:len(row)]
+			for j, v := range row {
+				out[j] = T((float64(v)-mean)*is*gamma[j] + beta[j])
+			}
 		}
-		mean := s / float64(m)
-		var q float64
-		for _, v := range row {
-			d := float64(v) - mean
-			q += d * d
-		}
-		is := invSqrt(q/float64(m) + op.eps)
-		op.mean[r], op.istd[r] = mean, is
-		for j, v := range row {
-			out[j] = T((float64(v)-mean)*is*op.gamma[j] + op.beta[j])
-		}
-	}
+	})
 }
 
 func lnBackward[T Float](x, dy, dx []T, op *lnOp) {
 	m := op.m
+	br := max(1, lnBlock/m)
+	nb := (op.rows + br - 1) / br
+	if cap(op.part) < 2*nb*m {
+		op.part = make([]float64, 2*nb*m)
+	}
+	part := op.part[:2*nb*m]
+	splitRows(nb, 3*br*m, func(lo, hi int) {
+		for blk := lo; blk < hi; blk++ {
+			dgamma, dbeta := part[2*blk*m:(2*blk+1)*m], part[(2*blk+1)*m:(2*blk+2)*m]
+			clear(dgamma)
+			clear(dbeta)
+			for r := blk * br; r < min((blk+1)*br, op.rows); r++ {
+				row, g, d := x[r*m:(r+1)*m], dy[r*m:(r+1)*m], dx[r*m:(r+1)*m]
+				g, d = g[:len(row)], d[:len(row)]
+				gamma := op.gamma[:len(row)]
+				mean, is := op.mean[r], op.istd[r]
+				var a, b float64 // Σ dy·gamma and Σ dy·gamma·x̂
+				for j, v := range row {
+					xh := (float64(v) - mean) * is
+					gj := float64(g[j])
+					dgamma[j] += gj * xh
+					dbeta[j] += gj
+					gg := gj * gamma[j]
+					a += gg
+					b += gg * xh
+				}
+				a /= float64(m)
+				b /= float64(m)
+				for j, v := range row {
+					xh := (float64(v) - mean) * is
+					d[j] = T(is * (float64(g[j])*gamma[j] - a - xh*b))
+				}
+			}
+		}
+	})
 	clear(op.dgamma)
 	clear(op.dbeta)
-	for r := 0; r < op.rows; r++ {
-		row, g, d := x[r*m:(r+1)*m], dy[r*m:(r+1)*m], dx[r*m:(r+1)*m]
-		mean, is := op.mean[r], op.istd[r]
-		var a, b float64 // Σ dy·gamma and Σ dy·gamma·x̂
-		for j, v := range row {
-			xh := (float64(v) - mean) * is
-			gj := float64(g[j])
-			op.dgamma[j] += gj * xh
-			op.dbeta[j] += gj
-			gg := gj * op.gamma[j]
-			a += gg
-			b += gg * xh
+	for blk := range nb {
+		for j, v := range part[2*blk*m : (2*blk+1)*m] {
+			op.dgamma[j] += v
 		}
-		a /= float64(m)
-		b /= float64(m)
-		for j, v := range row {
-			xh := (float64(v) - mean) * is
-			d[j] = T(is * (float64(g[j])*op.gamma[j] - a - xh*b))
+		for j, v := range part[(2*blk+1)*m : (2*blk+2)*m] {
+			op.dbeta[j] += v
 		}
 	}
 }
