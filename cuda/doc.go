@@ -20,18 +20,23 @@
 // memory would fault wherever an op is not device-aware. The design is therefore (DESIGN §9):
 //
 //   - ops are device-aware functions on Tensors here (forward and backward of GEMM,
-//     elementwise, activation, softmax, layer norm, batch norm, pooling, reductions and the
-//     autocast rounding/casts), each documented with its layout and compared with the CPU in
-//     cuda/gpucheck;
-//   - a model's training step on the GPU is a program the nn builder emits: the same module
-//     tree that builds a gorgonia graph for the CPU walks its layers calling these ops in
-//     forward order and their backward in reverse, writing gradients into one flat device
-//     gradient buffer laid out as the CPU one, so DDP buckets become slices of it and the
-//     NCCL backend reduces them in place (nccl.Group.AllReduceDevice);
-//   - parameters stay the flat float32 master buffer; with autocast, GEMM inputs are cast to
-//     fp16/bf16 on the device and multiplied by cublasGemmEx with float32 accumulation.
+//     convolution, elementwise, activations, softmax, layer norm, batch norm, pooling,
+//     cross-entropy, reductions and the autocast rounding/casts), each documented with its
+//     layout and compared with the CPU in cuda/gpucheck;
+//   - a model's training step on the GPU is driven by the same module tree that builds the
+//     CPU graph: its structure (names, shapes, strides) selects device ops in forward order,
+//     each recording a backward closure, and the backward pass writes one gradient per named
+//     parameter, copied into the layout of the flat gradient buffer (nn.ParamSet.Grad), so
+//     DDP buckets and ZeRO shards are unchanged. cuda/gpuresnet does this for ResNet; Swin
+//     needs the same for its layers (the ops exist: LayerNorm, GELU, softmax, batched GEMM);
+//   - parameters stay float32 masters; with autocast, GEMM and convolution operands are cast
+//     to fp16/bf16 on the device and multiplied by cuBLAS with float32 accumulation, while
+//     norms, softmax and losses stay float32, as torch.autocast's lists.
 //
-// What exists today: the loading layer, the allocators, the kernels and GEMM, checked against
-// the CPU on a GPU by cuda/gpucheck. The builder-emitted training step (convolution included)
-// is the next piece; see cuda/gpucheck's README for what the GPU check runs.
+// Convolution is im2col plus one strided batched GEMM per layer (weight gradients: one GEMM
+// per image, accumulated), not cuDNN: it needs no further library and is exact against the
+// CPU, at a cost in speed that cuda/gpucheck measures next to PyTorch. Groups must be 1.
+//
+// Multi-GPU: one process per GPU, each with its Device and an NCCL process group
+// (parallel/comm/nccl), whose AllReduceDevice reduces device-resident buffers in place.
 package cuda

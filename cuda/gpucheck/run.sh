@@ -24,7 +24,7 @@ PY
 fi
 status=0
 echo "== go: kernels, GEMM, NCCL world 1 (gpucheck.test)"
-./gpucheck.test -test.v -test.count=1 -test.timeout=10m 2>&1 | tee results.txt || status=1
+./gpucheck.test -test.v -test.count=1 -test.timeout=8m 2>&1 | tee results.txt || status=1
 grep -E '^(--- FAIL|FAIL|ok|PASS)' results.txt | tail -20
 echo "== PyTorch on the same GPU (torch_bench.py)"
 if [ -n "${py:-}" ] && "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then

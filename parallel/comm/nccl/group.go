@@ -110,6 +110,12 @@ func New(ctx context.Context, store *comm.Store, rank, size int, opts ...Option)
 			*slots[i] = w
 		}
 		if err != nil {
+			for _, w := range []*worker{g.coll, g.up, g.down} {
+				if w != nil {
+					w.abort(fmt.Errorf("nccl: rank %d: group creation failed: %w", rank, comm.ErrAborted))
+					_ = w.close(context.Background())
+				}
+			}
 			g.release()
 			return nil, fmt.Errorf("nccl: rank %d of %d on device %d: %w", rank, size, cfg.device, err)
 		}

@@ -78,11 +78,17 @@ type worker struct {
 	timeout time.Duration
 	queue   chan *op_
 	exited  chan struct{}
+	abandon chan struct{} // closed when New gave up waiting for the communicator's init
+
+	// qmu orders submissions and Close's closing of queue; the worker never takes it, so a
+	// submit blocked on a full queue cannot stall the worker.
+	qmu     sync.Mutex
+	qclosed bool
 
 	mu      sync.Mutex
 	poison  error
-	seq     uint64
 	aborted bool
+	seq     uint64 // under qmu
 
 	host     []byte // pinned staging
 	hostPtr  unsafe.Pointer
@@ -91,7 +97,8 @@ type worker struct {
 }
 
 func newWorker(ctx context.Context, g *Group, id libnccl.UniqueID, timeout time.Duration, name string) (*worker, error) {
-	w := &worker{g: g, name: name, timeout: timeout, queue: make(chan *op_, 1024), exited: make(chan struct{})}
+	w := &worker{g: g, name: name, timeout: timeout, queue: make(chan *op_, 1024), exited: make(chan struct{}),
+		abandon: make(chan struct{})}
 	initDone := make(chan error, 1)
 	go w.run(id, initDone)
 	select {
@@ -103,6 +110,7 @@ func newWorker(ctx context.Context, g *Group, id libnccl.UniqueID, timeout time.
 	case <-ctx.Done():
 		// ncclCommInitRank is blocked waiting for peers; the worker frees what it made once
 		// init returns.
+		close(w.abandon)
 		return nil, fmt.Errorf("%s communicator init: %w: %w", name, comm.ErrTimeout, ctx.Err())
 	}
 }
@@ -123,7 +131,27 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 	if err != nil {
 		return
 	}
-	for o := range w.queue {
+	for {
+		var o *op_
+		select {
+		case <-w.abandon:
+			w.mu.Lock()
+			w.aborted = true
+			w.mu.Unlock()
+			_ = w.comm.Abort()
+			_ = c.StreamDestroy(w.stream)
+			return
+		case op, ok := <-w.queue:
+			if !ok {
+				w.freeStaging()
+				_ = c.StreamDestroy(w.stream)
+				if !w.isAborted() {
+					_ = w.comm.Destroy()
+				}
+				return
+			}
+			o = op
+		}
 		if perr := w.poisoned(); perr != nil {
 			o.err = perr
 		} else if o.err = w.exec(o); o.err != nil {
@@ -135,21 +163,16 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 		}
 		close(o.done)
 	}
-	w.freeStaging()
-	_ = c.StreamDestroy(w.stream)
-	if !w.isAborted() {
-		_ = w.comm.Destroy()
-	}
 }
 
 func (w *worker) submit(o *op_) comm.Work {
 	o.w = w
 	o.done = make(chan struct{})
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
 	w.seq++
 	o.seq = w.seq
-	if w.g.isClosed() {
+	if w.qclosed {
 		o.err = fmt.Errorf("%s: %w", o.describe(), comm.ErrClosed)
 		close(o.done)
 		return o
@@ -161,12 +184,6 @@ func (w *worker) submit(o *op_) comm.Work {
 	}
 	w.queue <- o
 	return o
-}
-
-func (g *Group) isClosed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closed
 }
 
 func (w *worker) poisoned() error {
@@ -205,9 +222,12 @@ func (w *worker) abort(err error) {
 }
 
 func (w *worker) close(ctx context.Context) error {
-	w.mu.Lock()
-	close(w.queue)
-	w.mu.Unlock()
+	w.qmu.Lock()
+	if !w.qclosed {
+		w.qclosed = true
+		close(w.queue)
+	}
+	w.qmu.Unlock()
 	select {
 	case <-w.exited:
 		return nil
