@@ -108,7 +108,7 @@ func (d *Device) Close() error {
 		errs = append(errs, d.ctx.StreamSynchronize(d.stream))
 	}
 	if d.hasBLAS {
-		errs = append(errs, d.blas.Destroy())
+		errs = append(errs, d.withContext(d.blas.Destroy))
 	}
 	if d.mem != nil {
 		errs = append(errs, d.mem.Close(), d.pinned.Close())
@@ -207,4 +207,15 @@ func (b pinnedBackend) Alloc(n int) (uintptr, error) {
 
 func (b pinnedBackend) Free(p uintptr) error {
 	return b.c.HostFree(*(*unsafe.Pointer)(unsafe.Pointer(&p)))
+}
+
+// withContext runs f on a locked OS thread with the device's context current: cuBLAS (like
+// every CUDA-runtime library) works on the calling thread's current context.
+func (d *Device) withContext(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.ctx.MakeCurrent(); err != nil {
+		return fmt.Errorf("cuda: device %d: %w", d.ordinal, err)
+	}
+	return f()
 }

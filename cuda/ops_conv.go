@@ -82,8 +82,10 @@ func (d *Device) Conv2d(y, x, w *Tensor, p Conv2dParams, dtype16 DType) error {
 	}
 	defer free()
 	// y[n] (OC×P) = W (OC×K) · col[n] (K×P) for every n.
-	err = d.blas.GemmStridedBatched(false, false, cd.oc, pix, k, 1, uintptr(a.Ptr()), 0, uintptr(b.Ptr()), int64(k*pix),
-		dt.blas(), 0, uintptr(y.Ptr()), int64(cd.oc*pix), Float32.blas(), cd.n)
+	err = d.withContext(func() error {
+		return d.blas.GemmStridedBatched(false, false, cd.oc, pix, k, 1, uintptr(a.Ptr()), 0, uintptr(b.Ptr()), int64(k*pix),
+			dt.blas(), 0, uintptr(y.Ptr()), int64(cd.oc*pix), Float32.blas(), cd.n)
+	})
 	if err != nil {
 		return fmt.Errorf("cuda: device %d: conv2d %v*%v: %w", d.ordinal, x.shape, w.shape, err)
 	}
@@ -112,17 +114,23 @@ func (d *Device) Conv2dBackward(dx, dw, dy, x, w *Tensor, p Conv2dParams, dtype1
 	}
 	defer free()
 	// dW (OC×K) = Σ_n dy[n] (OC×P) · col[n]ᵀ (P×K): accumulate image by image.
-	for i := range cd.n {
-		beta := float32(1)
-		if i == 0 {
-			beta = 0
+	err = d.withContext(func() error {
+		for i := range cd.n {
+			beta := float32(1)
+			if i == 0 {
+				beta = 0
+			}
+			es := uintptr(dt.Size())
+			err := d.blas.GemmEx(false, true, cd.oc, k, pix, 1, uintptr(g.Ptr())+uintptr(i*cd.oc*pix)*es,
+				uintptr(c16.Ptr())+uintptr(i*k*pix)*es, dt.blas(), beta, uintptr(dw.Ptr()), Float32.blas())
+			if err != nil {
+				return err
+			}
 		}
-		es := uintptr(dt.Size())
-		err := d.blas.GemmEx(false, true, cd.oc, k, pix, 1, uintptr(g.Ptr())+uintptr(i*cd.oc*pix)*es,
-			uintptr(c16.Ptr())+uintptr(i*k*pix)*es, dt.blas(), beta, uintptr(dw.Ptr()), Float32.blas())
-		if err != nil {
-			return fmt.Errorf("cuda: device %d: conv2d backward (weight) %v: %w", d.ordinal, w.shape, err)
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cuda: device %d: conv2d backward (weight) %v: %w", d.ordinal, w.shape, err)
 	}
 	if dx == nil {
 		return nil
@@ -133,8 +141,10 @@ func (d *Device) Conv2dBackward(dx, dw, dy, x, w *Tensor, p Conv2dParams, dtype1
 	}
 	defer free2()
 	// dcol[n] (K×P) = Wᵀ (K×OC) · dy[n] (OC×P), then col2im sums the overlaps into dx.
-	if err := d.blas.GemmStridedBatched(true, false, k, pix, cd.oc, 1, uintptr(wt.Ptr()), 0, uintptr(gg.Ptr()), int64(cd.oc*pix),
-		dt2.blas(), 0, uintptr(col.Ptr()), int64(k*pix), Float32.blas(), cd.n); err != nil {
+	if err := d.withContext(func() error {
+		return d.blas.GemmStridedBatched(true, false, k, pix, cd.oc, 1, uintptr(wt.Ptr()), 0, uintptr(gg.Ptr()), int64(cd.oc*pix),
+			dt2.blas(), 0, uintptr(col.Ptr()), int64(k*pix), Float32.blas(), cd.n)
+	}); err != nil {
 		return fmt.Errorf("cuda: device %d: conv2d backward (input) %v: %w", d.ordinal, x.shape, err)
 	}
 	return d.im2col("col2im_f32", dx, col, cd, p)

@@ -26,12 +26,12 @@ func (d *Device) MatMul(c, a, b *Tensor, transA, transB bool, alpha, beta float3
 	if k != kb || c.shape[0] != m || c.shape[1] != n {
 		return fmt.Errorf("cuda: device %d: matmul: shapes %v (t=%v) x %v (t=%v) -> %v", d.ordinal, a.shape, transA, b.shape, transB, c.shape)
 	}
-	var err error
-	if a.dtype == Float32 {
-		err = d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(a.Ptr()), uintptr(b.Ptr()), beta, uintptr(c.Ptr()))
-	} else {
-		err = d.blas.GemmEx(transA, transB, m, n, k, alpha, uintptr(a.Ptr()), uintptr(b.Ptr()), a.dtype.blas(), beta, uintptr(c.Ptr()), c.dtype.blas())
-	}
+	err := d.withContext(func() error {
+		if a.dtype == Float32 {
+			return d.blas.Gemm(transA, transB, m, n, k, alpha, uintptr(a.Ptr()), uintptr(b.Ptr()), beta, uintptr(c.Ptr()))
+		}
+		return d.blas.GemmEx(transA, transB, m, n, k, alpha, uintptr(a.Ptr()), uintptr(b.Ptr()), a.dtype.blas(), beta, uintptr(c.Ptr()), c.dtype.blas())
+	})
 	if err != nil {
 		return fmt.Errorf("cuda: device %d: matmul: %w", d.ordinal, err)
 	}
