@@ -4,10 +4,15 @@
 //
 //	gprun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
 //	      [--max-restarts K] -- PROGRAM ARGS...
+//	gprun --nproc-per-node N --nnodes M --rdzv-backend etcd --rdzv-endpoint HOST:PORT
+//	      --run-id ID [--max-restarts K] -- PROGRAM ARGS...
 //
 // On a single node the master port is picked free and the rendezvous secret
 // (GP_RDZV_SECRET) generated; several nodes need --master-port and a shared secret
-// (GP_RDZV_SECRET in the launcher's environment, or --rdzv-secret).
+// (GP_RDZV_SECRET in the launcher's environment, or --rdzv-secret). With the etcd backend
+// the nodes find each other through etcd under the run id: node ranks, the master and the
+// secret come from the rendezvous, and when any node's workers fail every node restarts
+// its workers in a new round (see parallel/launch/etcdrdzv).
 package main
 
 import (
@@ -18,9 +23,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/gorgonia-parallel/gp/parallel/launch"
+	"github.com/gorgonia-parallel/gp/parallel/launch/etcdrdzv"
 )
 
 func main() {
@@ -47,17 +54,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-ch
 	fs.IntVar(&cfg.MaxRestarts, "max_restarts", 0, "alias of --max-restarts")
 	fs.StringVar(&cfg.RunID, "run-id", "", "job id (TORCHELASTIC_RUN_ID; default random)")
 	fs.StringVar(&cfg.Secret, "rdzv-secret", "", "rendezvous secret (default GP_RDZV_SECRET or random)")
-	backend := fs.String("rdzv-backend", "static", "rendezvous backend: static (rank 0 hosts the store)")
-	fs.String("rdzv-endpoint", "", "rendezvous endpoint (etcd backend; not implemented)")
+	backend := fs.String("rdzv-backend", "static", "rendezvous backend: static (rank 0 hosts the store) or etcd")
+	fs.StringVar(backend, "rdzv_backend", "static", "alias of --rdzv-backend")
+	endpoint := fs.String("rdzv-endpoint", "", "etcd endpoints host:port[,host:port...] (etcd backend)")
+	fs.StringVar(endpoint, "rdzv_endpoint", "", "alias of --rdzv-endpoint")
+	host := fs.String("rdzv-host", "", "address other nodes reach this node at (etcd backend; default: the route to etcd)")
 	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *backend != "static" && *backend != "c10d" {
-		fmt.Fprintf(stderr, "gprun: rendezvous backend %q is not implemented (use static)\n", *backend)
 		return 2
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "gprun: no program given; usage: gprun --nproc-per-node N -- PROGRAM ARGS...")
+		return 2
+	}
+	switch *backend {
+	case "static", "c10d":
+	case "etcd", "etcd-v2":
+		if *endpoint == "" || cfg.RunID == "" {
+			fmt.Fprintln(stderr, "gprun: the etcd backend needs --rdzv-endpoint and a --run-id shared by the job's nodes")
+			return 2
+		}
+		rd, err := etcdrdzv.New(ctx, etcdrdzv.Config{Endpoints: strings.Split(*endpoint, ","), RunID: cfg.RunID,
+			NNodes: max(1, cfg.NNodes), Host: *host})
+		if err != nil {
+			fmt.Fprintf(stderr, "gprun: %v\n", err)
+			return 1
+		}
+		defer rd.Close()
+		cfg.Rendezvous = rd
+	default:
+		fmt.Fprintf(stderr, "gprun: rendezvous backend %q is not implemented (use static or etcd)\n", *backend)
 		return 2
 	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]

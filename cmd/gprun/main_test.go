@@ -9,6 +9,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("GPRUN_TEST_ETCD_WORKER") != "" {
+		etcdWorker()
+		os.Exit(0)
+	}
 	if code := os.Getenv("GPRUN_TEST_EXIT"); code != "" {
 		if os.Getenv("RANK") == "1" && code != "0" {
 			os.Stdout.WriteString("failing\n")

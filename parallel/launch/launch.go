@@ -50,6 +50,10 @@ type Config struct {
 	// Signals, when set, delivers signals (SIGINT, SIGTERM) to forward to the workers; after
 	// one, Run stops restarting and returns once the workers have exited.
 	Signals <-chan os.Signal
+	// Rendezvous, when set, decides NodeRank, MasterAddr and MasterPort (and the secret, when
+	// Secret is empty) for each round of a multi-node job, e.g. through etcd (see
+	// launch/etcdrdzv); NodeRank, MasterAddr and MasterPort are then ignored.
+	Rendezvous Rendezvous
 }
 
 // WorkerError reports the worker whose failure ended the job.
@@ -74,11 +78,14 @@ var ErrInterrupted = errors.New("launch: interrupted by signal")
 // Run runs the workers until they all succeed, or a failure remains after MaxRestarts
 // restarts (a *WorkerError), or ctx ends or a signal arrives (the workers are stopped).
 func Run(ctx context.Context, cfg Config) error {
+	if cfg.Rendezvous != nil {
+		return runRounds(ctx, cfg)
+	}
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
 	for restart := 0; ; restart++ {
-		werr, err := runOnce(ctx, &cfg, restart)
+		werr, err := runOnce(ctx, &cfg, restart, nil)
 		if err != nil || werr == nil {
 			return err
 		}
@@ -153,7 +160,10 @@ type worker struct {
 }
 
 // runOnce starts the workers and waits for them; it returns the first failed worker.
-func runOnce(ctx context.Context, cfg *Config, restart int) (*WorkerError, error) {
+//
+// When stop is closed (a new rendezvous round) the workers are stopped, and runOnce returns
+// errRoundChanged unless a worker had failed first.
+func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}) (*WorkerError, error) {
 	n := cfg.NProcPerNode
 	world := n * cfg.NNodes
 	var outMu sync.Mutex
@@ -217,7 +227,7 @@ func runOnce(ctx context.Context, cfg *Config, restart int) (*WorkerError, error
 	stopping := false
 	var killTimer <-chan time.Time
 	ctxDone := ctx.Done()
-	stop := func(sig syscall.Signal) {
+	stopWorkers := func(sig syscall.Signal) {
 		if !stopping {
 			stopping = true
 			killTimer = time.After(cfg.StopGrace)
@@ -226,6 +236,12 @@ func runOnce(ctx context.Context, cfg *Config, restart int) (*WorkerError, error
 	}
 	for remaining := n; remaining > 0; {
 		select {
+		case <-stop:
+			stop = nil
+			if result == nil && failed == nil {
+				result = errRoundChanged
+			}
+			stopWorkers(syscall.SIGTERM)
 		case w := <-exited:
 			remaining--
 			if w.err != nil && failed == nil && !stopping {
@@ -234,21 +250,21 @@ func runOnce(ctx context.Context, cfg *Config, restart int) (*WorkerError, error
 				if errors.As(w.err, &ee) {
 					failed.ExitCode = ee.ExitCode()
 				}
-				stop(syscall.SIGTERM)
+				stopWorkers(syscall.SIGTERM)
 			}
 		case sig := <-cfg.Signals:
 			result = fmt.Errorf("%w %v", ErrInterrupted, sig)
 			if s, ok := sig.(syscall.Signal); ok {
-				stop(s)
+				stopWorkers(s)
 			} else {
-				stop(syscall.SIGTERM)
+				stopWorkers(syscall.SIGTERM)
 			}
 		case <-ctxDone:
 			ctxDone = nil
 			if result == nil {
 				result = fmt.Errorf("launch: %w", ctx.Err())
 			}
-			stop(syscall.SIGTERM)
+			stopWorkers(syscall.SIGTERM)
 		case <-killTimer:
 			stopAll(syscall.SIGKILL)
 		}

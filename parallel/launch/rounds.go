@@ -1,0 +1,86 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Rendezvous gathers the nodes of a multi-node job, round after round, as torchrun's
+// rendezvous handlers do: every node joins a round, and a round completes when the job's
+// nodes have joined it. When any node's workers fail (or a node leaves or arrives), a new
+// round starts and every node re-joins it, so that the job restarts everywhere together.
+type Rendezvous interface {
+	// Next joins the current round (or the next one when the current one completed without
+	// this node) and returns once it is complete.
+	Next(ctx context.Context) (Round, error)
+	// Fail ends round r because this node's workers failed: every node's Round.Changed
+	// closes. Ending a round that already ended does nothing.
+	Fail(ctx context.Context, r Round) error
+}
+
+// Round is one completed rendezvous round as this node sees it.
+type Round struct {
+	// Version numbers the rounds of a run, increasing.
+	Version int64
+	// NodeRank is this node's rank, NNodes the number of nodes in the round.
+	NodeRank, NNodes int
+	// MasterAddr and MasterPort are where rank 0 (on node 0) hosts the store.
+	MasterAddr string
+	MasterPort int
+	// Secret is the job's rendezvous secret shared through the rendezvous ("" when the
+	// backend does not share one).
+	Secret string
+	// Changed is closed when the round ends: some node's workers failed or a node left.
+	Changed <-chan struct{}
+}
+
+// errRoundChanged stops a group of workers whose rendezvous round ended.
+var errRoundChanged = errors.New("launch: rendezvous round ended")
+
+// runRounds is Run with a rendezvous: each round assigns this node its rank and the master;
+// a failure here ends the round for every node, a round ended elsewhere stops the workers
+// here, and both count as a restart (TORCHELASTIC_RESTART_COUNT) of this node's workers.
+func runRounds(ctx context.Context, cfg Config) error {
+	cfg.NNodes = max(1, cfg.NNodes)
+	secret := cfg.Secret
+	for restart := 0; ; restart++ {
+		rd, err := cfg.Rendezvous.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("launch: rendezvous: %w", err)
+		}
+		c := cfg
+		c.NodeRank, c.NNodes, c.MasterAddr, c.MasterPort = rd.NodeRank, rd.NNodes, rd.MasterAddr, rd.MasterPort
+		c.Secret = secret
+		if c.Secret == "" {
+			c.Secret = rd.Secret
+		}
+		if err := c.defaults(); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d: node rank %d of %d, master %s:%d\n",
+			rd.Version, rd.NodeRank, rd.NNodes, rd.MasterAddr, rd.MasterPort)
+		werr, err := runOnce(ctx, &c, restart, rd.Changed)
+		switch {
+		case errors.Is(err, errRoundChanged):
+			if restart >= cfg.MaxRestarts {
+				return fmt.Errorf("launch: rendezvous round %d ended (another node failed or left) after %d restarts", rd.Version, restart)
+			}
+			fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d ended elsewhere; restarting the workers (%d/%d)\n", rd.Version, restart+1, cfg.MaxRestarts)
+			continue
+		case err != nil:
+			return err
+		case werr == nil:
+			return nil
+		}
+		werr.Restarts = restart
+		// End the round for every node, also on the last failure: the others must not wait.
+		if ferr := cfg.Rendezvous.Fail(ctx, rd); ferr != nil {
+			fmt.Fprintf(c.Stderr, "gprun: ending rendezvous round %d: %v\n", rd.Version, ferr)
+		}
+		if restart >= cfg.MaxRestarts {
+			return werr
+		}
+		fmt.Fprintf(c.Stderr, "gprun: %v; new rendezvous round, restarting the workers (%d/%d)\n", werr, restart+1, cfg.MaxRestarts)
+	}
+}
