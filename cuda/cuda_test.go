@@ -103,7 +103,19 @@ func TestOpsOnFakeDriver(t *testing.T) {
 		tt.Free()
 	}
 	bs.Free()
+	pin, err := d.Pinned(24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(pin.Float32s(), []float32{1, 2, 3, 4, 5, 6})
 	z, _ := d.Alloc(Float32, 2, 3)
+	if err := pin.CopyTo(z); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := z.ToHost(ctx); err != nil || v[5] != 6 {
+		t.Fatalf("pinned copy: %v %v", v, err)
+	}
+	pin.Free()
 	if st := d.MemoryStats(); st.Hits <= before.Hits {
 		t.Errorf("allocator did not reuse a block: %+v", st)
 	}

@@ -87,3 +87,7 @@ func Require(t testing.TB) {
 		t.Skipf("fake GPU libraries unavailable: %s", reason)
 	}
 }
+
+// Cgo reports whether this build has cgo, without which the CUDA packages cannot load any
+// library and report "built without cgo".
+const Cgo = dl.Available

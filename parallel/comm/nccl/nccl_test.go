@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,27 @@ func TestCancelAbortsAndPoisons(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	if _, err := New(context.Background(), nil, 0, 1); !errors.Is(err, comm.ErrInvalid) {
 		t.Fatalf("nil store: %v", err)
+	}
+}
+
+// Built with CGO_ENABLED=0 (or without a GPU), New fails with an error that says why.
+func TestNewWithoutLibraries(t *testing.T) {
+	if cudatest.Cgo {
+		t.Skip("built with cgo: covered by the fake-library tests")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	st, err := comm.DialStore(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := New(ctx, st, 0, 1); err == nil || !strings.Contains(err.Error(), "built without cgo") {
+		t.Fatalf("New: %v", err)
 	}
 }
