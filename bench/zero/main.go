@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -241,6 +242,9 @@ func child(strategy string, p params) error {
 		prog = dp
 		step = func() error { m.Params.ZeroGrad(); return dp.Step(ctx, opt) }
 		account = func() {
+			if dir := os.Getenv("GP_BENCH_ZERO_DEBUG"); dir != "" {
+				debugMemory(dir, strategy, g.Rank())
+			}
 			r.ModelStateBytes = 4 * int64(len(m.Params.Data)+len(m.Params.Grad))
 			for _, e := range opt.StateDict() {
 				r.ModelStateBytes += 4 * int64(len(e.F32))
@@ -277,10 +281,9 @@ func child(strategy string, p params) error {
 			r.FormulaBytes = mem.FormulaBytes()
 			r.StepPeakBytes = mem.PeakStepBytes
 			r.GatherWaitS = zp.Stats().GatherWait.Seconds()
-			if os.Getenv("GP_BENCH_ZERO_DEBUG") != "" {
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				fmt.Fprintf(os.Stderr, "rank %d: %v\nGo heap in use %d B, heap sys %d B, released %d B\n", g.Rank(), mem, ms.HeapInuse, ms.HeapSys, ms.HeapReleased)
+			if dir := os.Getenv("GP_BENCH_ZERO_DEBUG"); dir != "" {
+				fmt.Fprintf(os.Stderr, "%s rank %d: %v\n", strategy, g.Rank(), mem)
+				debugMemory(dir, strategy, g.Rank())
 			}
 		}
 	}
@@ -320,10 +323,33 @@ func child(strategy string, p params) error {
 	if r.PeakRSSBytes, err = zero.ProcStatus("VmHWM"); err != nil {
 		return err
 	}
+	// The program (its graph and the ops' buffers) is alive between steps of a training
+	// loop: keep it alive through the measurement, or the GC frees it and RSS flatters.
+	runtime.KeepAlive(step)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	fmt.Println(string(b))
 	return g.Barrier().Wait(ctx)
+}
+
+// debugMemory (GP_BENCH_ZERO_DEBUG=dir) prints the Go runtime's view of memory and the
+// process's smaps_rollup, and writes a heap profile to dir/heap-<strategy>-<rank>.pprof
+// (go tool pprof -sample_index=inuse_space).
+func debugMemory(dir, strategy string, rank int) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rollup, _ := os.ReadFile("/proc/self/smaps_rollup")
+	fmt.Fprintf(os.Stderr, "%s rank %d: Go heap in use %d B, heap sys %d B, heap released %d B, stacks %d B, other sys %d B, total sys %d B\n%s\n",
+		strategy, rank, ms.HeapInuse, ms.HeapSys, ms.HeapReleased, ms.StackSys, ms.OtherSys+ms.GCSys+ms.MSpanSys+ms.MCacheSys+ms.BuckHashSys, ms.Sys, rollup)
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pprof", strategy, rank)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 }

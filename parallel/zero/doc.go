@@ -12,14 +12,19 @@
 // During Program.Run a gather op, put in front of every parameter by an nn parameter hook,
 // all-gathers the parameter's unit the first time the tape reaches it and issues the
 // all-gather of the next unit in forward order at once (prefetch), so that communication
-// overlaps the current unit's compute. Gathered units stay resident until the end of the
-// step (backward reads them) and are released afterwards: the memory is anonymous mmap'd
-// regions whose pages are returned to the kernel with madvise(MADV_DONTNEED), so the
-// process's RSS falls back between steps. The nn gradient buffer is such a region too: as
-// soon as the gradient hook has seen every parameter of a unit, the unit's gradients are
-// divided by N, copied into a padded send region, their pages released, and a
-// reduce-scatter to the owners is issued while backward goes on. After the tape the
-// reduced shards are added into the gradient shard and the optimizer steps on the shard.
+// overlaps the current unit's compute. The gather of a unit's first parameter also takes
+// the newest forward node as a second input (normally the previous unit's output): it
+// releases the previous unit after its forward, and in backward contributes a zero gradient
+// to that node through a barrier that gathers the previous unit again, so every backward op
+// of that unit waits for it (schedule.go proves this from the graph's data dependencies and
+// keeps a unit gathered where it cannot). The first gradient of a unit prefetches the
+// re-gather of the unit before it; a unit goes again once every op reading it has run. The
+// gathered memory is anonymous mmap'd regions whose pages go back to the kernel with
+// madvise(MADV_DONTNEED). Gradients are handed over by nn's gradient sink: divided by N
+// into the unit's padded reduce-scatter input; once a unit is complete its reduce-scatter
+// to the owners is issued while backward goes on, and its result is added into the
+// gradient shard as soon as it has arrived. The tape's register that held a gradient loses
+// its pages after the sink has copied it, where the graph shows nothing else reads it.
 //
 // Offload: OffloadCPU keeps everything in host memory (on a CPU-only machine that is where
 // ZeRO keeps it anyway; the option only selects the multi-goroutine fused AdamW). OffloadDisk

@@ -23,8 +23,8 @@ type Memory struct {
 	// FileBytes is the part of the above that lives in memory-mapped files (disk offload),
 	// FileResidentBytes how much of it is in this process's memory now (mincore).
 	FileBytes, FileResidentBytes int64
-	// TransientResidentBytes is what the step's regions (gathered parameters, full-size
-	// gradients, reduce-scatter buffers) hold in memory now: 0 between steps.
+	// TransientResidentBytes is what the step's regions (gathered parameters,
+	// reduce-scatter buffers) hold in memory now: 0 between steps.
 	TransientResidentBytes int64
 	// PeakStepBytes is the peak model-state footprint of the last run (StepStats.PeakBytes).
 	PeakStepBytes int64
@@ -67,7 +67,7 @@ func (e *Engine) Memory() Memory {
 		m.FileBytes += m.MasterBytes
 		m.FileResidentBytes += e.masterR.resident()
 	}
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, e.gradR, e.scratch} {
+	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, e.leaves, e.placeholder} {
 		m.TransientResidentBytes += r.resident()
 	}
 	return m

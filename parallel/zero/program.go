@@ -10,17 +10,24 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 )
 
 // Program is a model compiled for ZeRO-3: its graph gathers each unit's parameters before
-// use and its gradient hook reduce-scatters each unit's gradients to their owners.
+// use, releases them after the unit's forward and gathers them again before its backward
+// (where the graph's dependencies allow, see schedule), and its gradient sink writes each
+// unit's gradients into the reduce-scatter to their owners.
 type Program struct {
 	e        *Engine
 	np       *nn.Program
 	training bool
-	order    []int // units in order of first use (forward order)
-	pos      []int // by unit: index in order, -1 when unused
-	needed   []int // by unit: used parameters whose gradient closes the unit
+	order    []int       // units in order of first use (forward order)
+	pos      []int       // by unit: index in order, -1 when unused
+	needed   []int       // by unit: used parameters whose gradient closes the unit
+	gathers  [][]*G.Node // by unit: its gather nodes
+	links    []*link     // by unit: its forward release point, nil when none
+	sched    *schedule
+	zerosR   *region // the barriers' zero gradients
 	st       stepState
 	stats    StepStats
 }
@@ -32,42 +39,58 @@ type StepStats struct {
 	// GatherWait is the time the forward spent blocked on all-gathers not yet complete (the
 	// part of parameter communication that prefetch did not hide).
 	GatherWait time.Duration
+	// RegatherWait is the same for the re-gathers of backward.
+	RegatherWait time.Duration
 	// ReduceWait is the time spent after the tape waiting for reduce-scatters.
 	ReduceWait time.Duration
 	// PeakBytes is the largest model-state footprint sampled during the run: persistent
-	// state plus resident gathered parameters, full-size gradients and reduce-scatter
-	// buffers (sampled at every reduce-scatter launch and at the end of the tape).
+	// state plus resident gathered parameters and reduce-scatter buffers (sampled after
+	// every gather, release and reduce-scatter launch, and at the end of the tape).
 	PeakBytes int64
+	// Released and Regathered count the unit releases and backward re-gathers of the run.
+	Released, Regathered int
 }
 
 type stepState struct {
-	ctx    context.Context
-	gw     []comm.Work // by unit: all-gather
-	waited []bool
-	rw     []comm.Work // by unit: reduce-scatter
-	count  []int
-	err    error
+	ctx      context.Context
+	gw       []comm.Work // by unit: all-gather in flight
+	resident []bool      // by unit: gathered memory valid
+	released []bool      // by unit: released once in this run
+	rw       []comm.Work // by unit: reduce-scatter
+	folded   []bool      // by unit: reduce-scatter result added into the gradient shard
+	count    []int
+	pending  []int // units whose reduce-scatter is in flight, in launch order
+	err      error
 }
 
 // Compile builds the model with build for ZeRO-3. opts are nn build options (autocast,
-// Training(false) for an evaluation program, more hooks); do not pass nn.WithGradBuffer.
-// Programs of in-process ranks may be compiled concurrently (nn.Compile serialises).
+// Training(false) for an evaluation program, more hooks); do not pass nn.WithGradBuffer,
+// nn.WithParamBacking or nn.WithGradSink (ZeRO sets them). Programs of in-process ranks
+// may be compiled concurrently (nn.Compile serialises).
 func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
 	if e.closed {
 		return nil, ErrClosed
 	}
 	nu := len(e.lay.units)
-	p := &Program{e: e, pos: make([]int, nu), needed: make([]int, nu)}
+	p := &Program{e: e, pos: make([]int, nu), needed: make([]int, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
 	for i := range p.pos {
 		p.pos[i] = -1
 	}
-	all := []nn.BuildOption{nn.WithParamHook(p.gatherHook)}
+	all := []nn.BuildOption{nn.WithParamHook(p.gatherHook), nn.WithParamBacking(e.leafBacking), nn.WithGradSink(p.sink)}
 	all = append(all, opts...)
 	all = append(all, nn.WithGradHook(p.onGrad))
 	if e.cfg.syncBN {
 		all = append(all, nn.WithStatsReducer(statsReducer{p}))
 	}
-	np, err := nn.Compile(e.Model, build, all...)
+	var fwdMax int64
+	wrapped := func(b *nn.Builder) (*G.Node, error) {
+		loss, err := build(b)
+		for _, n := range b.Graph.AllNodes() {
+			fwdMax = max(fwdMax, n.ID())
+		}
+		return loss, err
+	}
+	np, err := nn.Compile(e.Model, wrapped, all...)
 	if err != nil {
 		return nil, fmt.Errorf("zero: rank %d: compile: %w", e.rank, err)
 	}
@@ -78,21 +101,49 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 			p.needed[e.lay.unitOf[prm.Index]]++
 		}
 	}
-	p.st = stepState{gw: make([]comm.Work, nu), waited: make([]bool, nu), rw: make([]comm.Work, nu), count: make([]int, nu)}
+	p.sched = p.plan(fwdMax)
+	if err := p.allocZeros(); err != nil {
+		np.Close()
+		return nil, err
+	}
+	p.st = stepState{gw: make([]comm.Work, nu), resident: make([]bool, nu), released: make([]bool, nu),
+		rw: make([]comm.Work, nu), folded: make([]bool, nu), count: make([]int, nu)}
 	return p, nil
 }
 
 func (p *Program) gatherHook(b *nn.Builder, prm *nn.Param, n *G.Node) (*G.Node, error) {
 	e := p.e
 	u := e.lay.unitOf[prm.Index]
+	prev := -1
+	var x *G.Node
 	if p.pos[u] < 0 {
+		if k := len(p.order); k > 0 && len(prm.Shape) > 0 {
+			if x = frontier(b.Graph); x != nil {
+				prev = p.order[k-1]
+			}
+		}
 		p.pos[u] = len(p.order)
 		p.order = append(p.order, u)
 	}
 	unit := e.lay.units[u]
 	at := unit.GatherBase + prm.Offset - unit.Lo
-	op := &gatherOp{id: ops.NextID(), name: prm.Name, unit: u, shape: prm.Shape, view: e.gatherR.f[at : at+prm.Numel() : at+prm.Numel()], prog: p}
-	return G.ApplyOp(op, n)
+	op := &gatherOp{id: ops.NextID(), name: prm.Name, unit: u, shape: prm.Shape, view: e.gatherR.f[at : at+prm.Numel() : at+prm.Numel()], prog: p, prev: prev}
+	var out *G.Node
+	var err error
+	if prev >= 0 {
+		op.xShape = x.Shape().Clone()
+		out, err = G.ApplyOp(op, n, x)
+		if err == nil && p.links[prev] == nil {
+			p.links[prev] = &link{node: out, op: op}
+		}
+	} else {
+		out, err = G.ApplyOp(op, n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.gathers[u] = append(p.gathers[u], out)
+	return out, nil
 }
 
 // Units lists the units this program gathers, in forward order.
@@ -120,7 +171,34 @@ func (p *Program) Output(name string) ([]float32, error) { return p.np.Output(na
 func (p *Program) LossValue() (float32, error) { return p.np.LossValue() }
 
 // Close releases the tape machine.
-func (p *Program) Close() error { return p.np.Close() }
+func (p *Program) Close() error { return errors.Join(p.np.Close(), p.zerosR.close()) }
+
+// allocZeros maps the zero gradients the barriers return, one slot each.
+func (p *Program) allocZeros() error {
+	var bs []*barrierOp
+	n := 0
+	for _, l := range p.links {
+		if l != nil && l.op.barrier != nil {
+			b := l.op.barrier.Op().(*barrierOp)
+			bs = append(bs, b)
+			n += tensor.Shape(b.shape).TotalSize()
+		}
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	var err error
+	if p.zerosR, err = newAnon(fmt.Sprintf("rank %d re-gather barrier zeros", p.e.rank), n); err != nil {
+		return err
+	}
+	off := 0
+	for _, b := range bs {
+		k := tensor.Shape(b.shape).TotalSize()
+		b.zeros = p.zerosR.f[off : off+k : off+k]
+		off += k
+	}
+	return nil
+}
 
 // Run runs the program once. A training run adds the average over the ranks of this
 // step's gradients into the engine's gradient shard (gradients accumulate until ZeroGrad).
@@ -134,9 +212,12 @@ func (p *Program) Run(ctx context.Context) error {
 	st := &p.st
 	st.ctx, st.err = ctx, nil
 	clear(st.gw)
-	clear(st.waited)
+	clear(st.resident)
+	clear(st.released)
 	clear(st.rw)
+	clear(st.folded)
 	clear(st.count)
+	st.pending = st.pending[:0]
 	p.stats = StepStats{}
 	e.peak = 0
 	e.prefetchState()
@@ -156,33 +237,24 @@ func (p *Program) Run(ctx context.Context) error {
 			}
 		}
 	}
+	p.sample()
 	wait := time.Now()
-	var errs []error
-	errs = append(errs, runErr)
+	errs := []error{runErr}
 	for u, w := range st.rw {
-		if w == nil {
-			continue
-		}
-		if err := w.Wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("zero: rank %d: reduce-scatter of unit %s: %w", e.rank, e.lay.units[u].Name, err))
-			continue
-		}
-		un := e.lay.units[u]
-		dst, src := e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]
-		for i, v := range src {
-			dst[i] += v
+		if w != nil && !st.folded[u] {
+			errs = append(errs, p.fold(u))
 		}
 	}
 	p.stats.ReduceWait = time.Since(wait)
 	for u, w := range st.gw {
-		if w != nil && !st.waited[u] {
+		if w != nil {
 			if err := w.Wait(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("zero: rank %d: all-gather of unit %s: %w", e.rank, e.lay.units[u].Name, err))
 			}
+			st.gw[u] = nil
 		}
 	}
-	p.sample()
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, e.gradR} {
+	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, p.zerosR} {
 		errs = append(errs, r.releaseAll())
 	}
 	p.stats.PeakBytes = e.peak
@@ -201,80 +273,209 @@ func (p *Program) Step(ctx context.Context) error {
 	return p.e.Step()
 }
 
-// issueFrom issues the all-gathers of the units at forward positions k..k+prefetch.
+// issue starts the all-gather of unit u unless it is resident or in flight.
+func (p *Program) issue(u int) {
+	st, e := &p.st, p.e
+	if st.resident[u] || st.gw[u] != nil {
+		return
+	}
+	un := e.lay.units[u]
+	st.gw[u] = e.g.AllGather(comm.F32(e.gatherR.f[un.GatherBase:un.GatherBase+un.Padded]), comm.F32(e.master[un.ShardBase:un.ShardBase+un.Shard]))
+}
+
+// await makes unit u resident, adding the time blocked to *waited.
+func (p *Program) await(u int, waited *time.Duration) error {
+	st := &p.st
+	if st.resident[u] {
+		return nil
+	}
+	p.issue(u)
+	t := time.Now()
+	err := st.gw[u].Wait(st.ctx)
+	*waited += time.Since(t)
+	st.gw[u] = nil
+	if err != nil {
+		return fmt.Errorf("rank %d: all-gather of unit %s: %w", p.e.rank, p.e.lay.units[u].Name, err)
+	}
+	st.resident[u] = true
+	p.sample()
+	return nil
+}
+
+// issueFrom issues the all-gathers of the units at forward positions k..k+prefetch that
+// have not been gathered in this run.
 func (p *Program) issueFrom(k int) {
-	e := p.e
-	for j := k; j < len(p.order) && j <= k+e.cfg.prefetch; j++ {
-		u := p.order[j]
-		if p.st.gw[u] != nil {
-			continue
+	for j := k; j < len(p.order) && j <= k+p.e.cfg.prefetch; j++ {
+		if u := p.order[j]; !p.st.released[u] {
+			p.issue(u)
 		}
-		un := e.lay.units[u]
-		p.st.gw[u] = e.g.AllGather(comm.F32(e.gatherR.f[un.GatherBase:un.GatherBase+un.Padded]), comm.F32(e.master[un.ShardBase:un.ShardBase+un.Shard]))
 	}
 }
 
-// waitUnit makes unit u's parameters available (the gather op calls it on the tape).
+// waitUnit makes unit u's parameters available in forward (the gather op calls it).
 func (p *Program) waitUnit(u int) error {
-	st := &p.st
-	if st.waited[u] {
+	if p.st.resident[u] {
 		return nil
 	}
 	p.issueFrom(p.pos[u])
-	t := time.Now()
-	err := st.gw[u].Wait(st.ctx)
-	p.stats.GatherWait += time.Since(t)
-	st.waited[u] = true
-	if err != nil {
-		return fmt.Errorf("rank %d: all-gather of unit %s: %w", p.e.rank, p.e.lay.units[u].Name, err)
+	return p.await(u, &p.stats.GatherWait)
+}
+
+// forwardDone releases unit u's gathered parameters when the schedule proved its forward
+// readers done (the next unit's first gather op calls it).
+func (p *Program) forwardDone(u int) error {
+	if !p.sched.fwdRelease[u] {
+		return nil
+	}
+	return p.release(u)
+}
+
+// release returns unit u's gathered pages to the kernel.
+func (p *Program) release(u int) error {
+	st, e := &p.st, p.e
+	if !st.resident[u] {
+		return nil
+	}
+	un := e.lay.units[u]
+	if err := e.gatherR.release(un.GatherBase, un.GatherBase+un.Padded); err != nil {
+		return err
+	}
+	st.resident[u], st.released[u] = false, true
+	p.stats.Released++
+	return nil
+}
+
+// regather brings unit u back before its backward (its barrier op calls it; the prefetch
+// issued it when the next unit's first gradient arrived), then releases what the
+// schedule says is done at this point.
+func (p *Program) regather(u int) error {
+	if p.sched.regather[u] && !p.st.resident[u] {
+		if err := p.await(u, &p.stats.RegatherWait); err != nil {
+			return fmt.Errorf("zero: re-gather: %w", err)
+		}
+		p.stats.Regathered++
+	}
+	for _, v := range p.sched.atBarrier[u] {
+		if err := p.release(v); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// onGrad is the gradient hook: once every used parameter of a unit has its gradient, the
-// unit's reduce-scatter starts.
+// prefetchBackward issues the re-gathers of the units at forward positions k-1..k-prefetch.
+func (p *Program) prefetchBackward(k int) {
+	for j := k - 1; j >= 0 && j >= k-p.e.cfg.prefetch; j-- {
+		if u := p.order[j]; p.sched.regather[u] && p.st.released[u] {
+			p.issue(u)
+		}
+	}
+}
+
+// sink receives parameter prm's gradient during backward and writes it, divided by the
+// world size (as DDP's allreduce hook divides before summing), into the unit's padded
+// reduce-scatter input. Where the schedule proved that nothing else reads the tape's
+// register that holds the gradient, its pages go too: otherwise the ops would keep a
+// full-size gradient between steps.
+func (p *Program) sink(prm *nn.Param, grad []float32) error {
+	if !p.training {
+		return nil
+	}
+	e := p.e
+	u := e.lay.unitOf[prm.Index]
+	un := e.lay.units[u]
+	at := un.GatherBase + prm.Offset - un.Lo
+	dst := e.sendR.f[at : at+len(grad)]
+	if e.world == 1 {
+		copy(dst, grad)
+	} else {
+		d := float32(e.world)
+		for i, v := range grad {
+			dst[i] = v / d
+		}
+	}
+	if p.sched.dropGrad[prm.Index] {
+		dropPages(grad)
+	}
+	return nil
+}
+
+// onGrad is the gradient hook, after the sink: once every used parameter of a unit has its
+// gradient, the unit's reduce-scatter starts; then what the schedule says is done here is
+// released, and the first gradient of a unit starts the re-gather of the unit before it
+// (prefetch), so that it overlaps this unit's backward.
 func (p *Program) onGrad(prm *nn.Param) error {
 	if !p.training {
 		return nil
 	}
+	st := &p.st
 	u := p.e.lay.unitOf[prm.Index]
-	p.st.count[u]++
-	if p.st.count[u] == p.needed[u] {
+	st.count[u]++
+	if st.count[u] == p.needed[u] {
 		p.launchReduce(u)
 	}
-	return nil
-}
-
-// launchReduce divides unit u's gradients by the world size into the padded send region
-// (as DDP's allreduce hook divides before summing), releases their pages in the full-size
-// buffer, and issues the reduce-scatter to the owners.
-func (p *Program) launchReduce(u int) {
-	e := p.e
-	un := e.lay.units[u]
-	n := un.Hi - un.Lo
-	src := e.gradR.f[un.Lo:un.Hi]
-	dst := e.sendR.f[un.GatherBase : un.GatherBase+un.Padded]
-	if e.world == 1 {
-		copy(dst, src)
-	} else {
-		d := float32(e.world)
-		for i, v := range src {
-			dst[i] = v / d
+	for _, v := range p.sched.atSink[prm.Index] {
+		if err := p.release(v); err != nil {
+			return err
 		}
 	}
-	clear(dst[n:])
-	p.sample()
-	if err := e.gradR.release(un.Lo, un.Hi); err != nil && p.st.err == nil {
-		p.st.err = err
+	if st.count[u] == 1 {
+		p.prefetchBackward(p.pos[u])
 	}
-	p.st.rw[u] = e.g.ReduceScatter(comm.F32(e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
+	return p.foldDone()
+}
+
+// launchReduce issues the reduce-scatter of unit u's padded gradients to their owners.
+func (p *Program) launchReduce(u int) {
+	e, st := p.e, &p.st
+	un := e.lay.units[u]
+	dst := e.sendR.f[un.GatherBase : un.GatherBase+un.Padded]
+	clear(dst[un.Hi-un.Lo:])
+	p.sample()
+	st.rw[u] = e.g.ReduceScatter(comm.F32(e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
+	st.pending = append(st.pending, u)
+}
+
+// foldDone folds the reduce-scatters that have completed (without blocking), so that
+// their buffers go while backward goes on.
+func (p *Program) foldDone() error {
+	st := &p.st
+	k := 0
+	var errs []error
+	for _, u := range st.pending {
+		select {
+		case <-st.rw[u].Done():
+			errs = append(errs, p.fold(u))
+		default:
+			st.pending[k] = u
+			k++
+		}
+	}
+	st.pending = st.pending[:k]
+	return errors.Join(errs...)
+}
+
+// fold waits for unit u's reduce-scatter, adds the result into the gradient shard and
+// releases the unit's send and receive buffers.
+func (p *Program) fold(u int) error {
+	e, st := p.e, &p.st
+	st.folded[u] = true
+	un := e.lay.units[u]
+	if err := st.rw[u].Wait(st.ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: reduce-scatter of unit %s: %w", e.rank, un.Name, err)
+	}
+	dst, src := e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]
+	for i, v := range src {
+		dst[i] += v
+	}
+	return errors.Join(e.sendR.release(un.GatherBase, un.GatherBase+un.Padded), e.recvR.release(un.ShardBase, un.ShardBase+un.Shard))
 }
 
 // sample records the current model-state footprint for the step's peak.
 func (p *Program) sample() {
 	e := p.e
 	b := e.persistentBytes()
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, e.gradR} {
+	for _, r := range []*region{e.gatherR, e.sendR, e.recvR} {
 		b += r.resident()
 	}
 	e.peak = max(e.peak, b)

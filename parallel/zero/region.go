@@ -35,6 +35,20 @@ func newAnon(name string, n int) (*region, error) {
 	return r, nil
 }
 
+// newZeros maps n read-only float32 zeros: reading them maps the kernel's zero page (no
+// memory), writing them faults.
+func newZeros(name string, n int) (*region, error) {
+	r := &region{name: name, pageB: os.Getpagesize()}
+	size := max(n*4, r.pageB)
+	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("zero: mmap %s (%d bytes): %w", name, size, err)
+	}
+	r.raw = b
+	r.f = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	return r, nil
+}
+
 // newFile creates (or truncates) path to n float32 elements and maps it shared.
 func newFile(name, path string, n int) (*region, error) {
 	r := &region{name: name, path: path, pageB: os.Getpagesize()}
@@ -81,6 +95,23 @@ func (r *region) release(lo, hi int) error {
 		return fmt.Errorf("zero: release %s: %w", r.name, err)
 	}
 	return nil
+}
+
+// dropPages gives the pages that lie wholly inside f back to the kernel: they read as zeros
+// afterwards. f must be memory without pointers whose contents its owner will overwrite
+// before reading (a tape register).
+func dropPages(f []float32) {
+	pg := uintptr(os.Getpagesize())
+	if uintptr(len(f))*4 < 2*pg {
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
+	a := uintptr(unsafe.Pointer(&f[0]))
+	lo := (a+pg-1)/pg*pg - a
+	hi := (a+uintptr(len(b)))/pg*pg - a
+	if lo < hi {
+		_ = syscall.Madvise(b[lo:hi], syscall.MADV_DONTNEED)
+	}
 }
 
 // releaseAll releases the whole region.

@@ -94,8 +94,9 @@ func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
 // goroutine.
 type Engine struct {
 	// Model is the wrapped model. After New its ParamSet's Data and Grad (and every
-	// Param's) are views into never-touched scratch and the step's gradient region: read the
-	// parameters with GatherParams or a checkpoint, not through the model.
+	// Param's) are read-only views of zeros with the right lengths, so that sizes and names
+	// still work: the parameters live in the shards (read them with GatherParams or a
+	// checkpoint), and writing through the ParamSet faults instead of being lost silently.
 	Model *nn.Model
 
 	g           comm.Group
@@ -108,8 +109,8 @@ type Engine struct {
 	segs        []optim.Segment
 	alloc       Allocator
 	masterR     *region // DiskMaster only
-	scratch     *region // what every Param.Data points at
-	gradR       *region // nn's gradient buffer, full size, released per unit
+	leaves      *region // read-only zeros: every program's parameter leaves (never read)
+	placeholder *region // read-only zeros: the ParamSet's Data and Grad after New
 	gatherR     *region // gathered parameters, padded unit layout
 	sendR       *region // reduce-scatter sources, padded unit layout
 	recvR       *region // reduce-scatter results, shard layout
@@ -169,13 +170,12 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		return nil, fmt.Errorf("zero: rank %d: optimizer: %w", e.rank, err)
 	}
 	e.releaseState()
-	// Drop the full buffers: every Param now points at never-touched scratch (the leaves'
-	// values are read by nobody: the gather op ignores them) and at the gradient region.
-	ps.Data, ps.Grad = e.scratch.f, e.gradR.f
+	// Drop the model's full buffers: nothing may keep the arrays nn.NewModel allocated.
+	ps.Data, ps.Grad = e.placeholder.f, e.placeholder.f
 	for _, p := range ps.Params {
 		n := p.Numel()
 		p.Data = ps.Data[p.Offset : p.Offset+n : p.Offset+n]
-		p.Grad = ps.Grad[p.Offset : p.Offset+n : p.Offset+n]
+		p.Grad = p.Data
 	}
 	return e, nil
 }
@@ -203,12 +203,21 @@ func (e *Engine) allocate() error {
 		dst  **region
 		name string
 		n    int
-	}{{&e.scratch, "parameter scratch", l.psi}, {&e.gradR, "gradient buffer", l.psi},
-		{&e.gatherR, "gathered parameters", l.gatherLen}, {&e.sendR, "reduce-scatter input", l.gatherLen},
+	}{{&e.gatherR, "gathered parameters", l.gatherLen}, {&e.sendR, "reduce-scatter input", l.gatherLen},
 		{&e.recvR, "reduce-scatter output", l.shardLen}} {
 		if *r.dst, err = newAnon(fmt.Sprintf("rank %d %s", e.rank, r.name), r.n); err != nil {
 			return err
 		}
+	}
+	largest := 0
+	for _, p := range e.Model.Params.Params {
+		largest = max(largest, p.Numel())
+	}
+	if e.leaves, err = newZeros(fmt.Sprintf("rank %d parameter leaves", e.rank), largest); err != nil {
+		return err
+	}
+	if e.placeholder, err = newZeros(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
+		return err
 	}
 	return nil
 }
@@ -255,6 +264,10 @@ func (e *Engine) broadcastBuffers(ctx context.Context) error {
 	return nil
 }
 
+// leafBacking is nn.WithParamBacking's function: every leaf is bound to the same read-only
+// zeros, which nothing reads (the gather op ignores its input).
+func (e *Engine) leafBacking(p *nn.Param) []float32 { n := p.Numel(); return e.leaves.f[:n:n] }
+
 // Rank is this rank.
 func (e *Engine) Rank() int { return e.rank }
 
@@ -274,7 +287,7 @@ func (e *Engine) ShardGrad() []float32 { return e.grad }
 // ShardParams is this rank's master shard (padded unit layout, see Unit).
 func (e *Engine) ShardParams() []float32 { return e.master }
 
-// ZeroGrad clears the gradient shard (the full-size gradient buffer is clear between steps).
+// ZeroGrad clears the gradient shard.
 func (e *Engine) ZeroGrad() { clear(e.grad) }
 
 // Step runs the optimizer on the shard, then drops disk-offloaded state from memory.
@@ -345,8 +358,7 @@ func (e *Engine) Close() error {
 	for _, r := range []*region{e.masterR, e.gatherR, e.sendR, e.recvR} {
 		errs = append(errs, r.close())
 	}
-	// The scratch and gradient regions stay mapped (released, so they cost no memory):
-	// compiled graphs keep tensors over them.
-	errs = append(errs, e.scratch.releaseAll(), e.gradR.releaseAll())
+	// The leaves and the placeholder stay mapped (read-only zeros cost no memory):
+	// compiled graphs and the model keep slices of them.
 	return errors.Join(errs...)
 }
