@@ -103,16 +103,21 @@ func TestWindowAttentionMatchesSoftmax(t *testing.T) {
 
 func expf(v float64) float64 { return math.Exp(v) }
 
-// TestExp32: exp32 agrees with math.Exp within 3e-10 relative over [-700, 0] (dense near 0,
-// where softmax weights live), is 0 below and NaN for NaN.
-func TestExp32(t *testing.T) {
-	for i := 0; i <= 700000; i++ {
-		x := -float64(i) * 1e-3
-		if want, got := math.Exp(x), exp32(x); math.Abs(got-want) > 3e-10*want {
-			t.Fatalf("exp32(%v) = %v, want %v", x, got, want)
+// TestExpRow: expRow agrees with math.Exp within 3e-10 relative (before rounding to float32)
+// over [-699.9, 0], dense near 0 where softmax weights live, gives 0 below and NaN for NaN.
+func TestExpRow(t *testing.T) {
+	row := make([]float32, 1)
+	for i := 0; i <= 699900; i++ {
+		v := -float32(i) * 1e-3
+		row[0] = v
+		want := math.Exp(float64(v))
+		if got := expRow(row, 0); math.Abs(got-want) > 3e-10*want {
+			t.Fatalf("exp(%v) = %v, want %v", v, got, want)
 		}
 	}
-	if exp32(-800) != 0 || !math.IsNaN(exp32(math.NaN())) {
-		t.Errorf("exp32(-800) = %v, exp32(NaN) = %v; want 0, NaN", exp32(-800), exp32(math.NaN()))
+	row = []float32{-800, float32(math.NaN()), 2, 0.5}
+	sum := expRow(row, 2)
+	if row[0] != 0 || !math.IsNaN(float64(row[1])) || row[2] != 1 || math.Abs(float64(row[3])-math.Exp(-1.5)) > 1e-7 || !math.IsNaN(sum) {
+		t.Errorf("expRow(-800, NaN, 2, 0.5; max 2) = %v, sum %v", row, sum)
 	}
 }
