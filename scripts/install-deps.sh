@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need=()
-for pkg in libopenblas-dev libjpeg62-turbo-dev; do
+for pkg in libopenblas-dev libjpeg62-turbo-dev etcd-server; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ! command -v go >/dev/null 2>&1; then
