@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -145,10 +144,10 @@ func TestMatMulOnFake(t *testing.T) {
 	if err := d.MatMul(c, a, a, false, false, 1, 0); err == nil {
 		t.Fatal("2x3 · 2x3 accepted")
 	}
-	err := d.MatMulAutocast(c, a, b, false, false, BF16)
-	var e interface{ Error() string }
-	if err == nil || !errors.As(err, &e) || !strings.Contains(err.Error(), "NOT_SUPPORTED") {
-		t.Fatalf("fake cuBLAS has no bf16; got %v", err)
+	// The fake's 16-bit GEMM reads what the cast kernels wrote; without the kernel
+	// emulator they do not run, so only the call path is checked here.
+	if err := d.MatMulAutocast(c, a, b, false, false, BF16); err != nil {
+		t.Fatal(err)
 	}
 }
 

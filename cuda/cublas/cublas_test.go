@@ -76,9 +76,9 @@ func TestGemmRowMajorMapping(t *testing.T) {
 		})
 	}
 	var ce *Error
-	err = h.GemmEx(false, false, 2, 2, 2, 1, 0, 0, R16BF, 0, 0, R32F)
-	if !errors.As(err, &ce) || ce.Msg != "CUBLAS_STATUS_NOT_SUPPORTED" {
-		t.Fatalf("fake bf16 GemmEx: %v", err)
+	err = h.GemmEx(false, false, 2, 2, 2, 1, 0, 0, R16BF, 0, 0, R16F)
+	if !errors.As(err, &ce) || ce.Msg != "CUBLAS_STATUS_NOT_SUPPORTED" || ce.Op != "cublasGemmEx" {
+		t.Fatalf("fake GemmEx with fp16 output: %v", err)
 	}
 }
 

@@ -15,7 +15,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+
+	"github.com/gorgonia-parallel/gp/cuda/kernels"
 
 	"github.com/gorgonia-parallel/gp/cuda/internal/dl"
 )
@@ -28,6 +32,12 @@ var fakeNCCL string
 
 //go:embed testdata/fakecublas.c
 var fakeCublas string
+
+//go:embed testdata/emu.h
+var emuHeader string
+
+//go:embed testdata/emu_sched.cc
+var emuSched string
 
 // Build compiles the fake libraries into dir (libcuda.so.1, libnccl.so.2, libcublas.so.12)
 // and returns the paths of the first two. It fails when no C compiler ($CC, else cc) is
@@ -45,7 +55,7 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 		if err := os.WriteFile(src, []byte(l.src), 0o644); err != nil {
 			return "", "", fmt.Errorf("cudatest: %w", err)
 		}
-		out, err := exec.Command(cc, "-shared", "-fPIC", "-pthread", "-O1", "-o", filepath.Join(dir, l.name), src).CombinedOutput()
+		out, err := exec.Command(cc, "-shared", "-fPIC", "-pthread", "-O2", "-o", filepath.Join(dir, l.name), src, "-ldl", "-lm").CombinedOutput()
 		if err != nil {
 			return "", "", fmt.Errorf("cudatest: %s %s: %v\n%s", cc, l.name, err, out)
 		}
@@ -91,3 +101,72 @@ func Require(t testing.TB) {
 // Cgo reports whether this build has cgo, without which the CUDA packages cannot load any
 // library and report "built without cgo".
 const Cgo = dl.Available
+
+// EmulatorVar names the kernel emulator library that the fake libcuda runs launches with.
+const EmulatorVar = "GP_FAKE_KERNELS"
+
+// BuildEmulator compiles the CPU emulator of the cuda package's kernels (kernels.cu as C++
+// with testdata/emu.h: each block's threads are fibers, __syncthreads switches between them)
+// into dir and returns its path. Point $GP_FAKE_KERNELS at it before the fake libcuda's
+// first launch to have launches compute. It needs a C++ compiler ($CXX, else c++).
+func BuildEmulator(dir string) (string, error) {
+	cxx := os.Getenv("CXX")
+	if cxx == "" {
+		cxx = "c++"
+	}
+	if _, err := exec.LookPath(cxx); err != nil {
+		return "", fmt.Errorf("cudatest: no C++ compiler for the kernel emulator: %w", err)
+	}
+	files := map[string]string{"emu.h": emuHeader, "cuda_fp16.h": "", "cuda_bf16.h": "", "kernels.cu": kernels.Source,
+		"emu_sched.cc": emuSched, "emu.cc": "#include \"emu.h\"\n#include \"kernels.cu\"\n" + emuTable(kernels.Source) + "#include \"emu_sched.cc\"\n"}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			return "", fmt.Errorf("cudatest: %w", err)
+		}
+	}
+	lib := filepath.Join(dir, "libkernels_emu.so")
+	out, err := exec.Command(cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", dir, "-o", lib, filepath.Join(dir, "emu.cc")).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("cudatest: building the kernel emulator: %v\n%s", err, out)
+	}
+	return lib, nil
+}
+
+var (
+	globalRe = regexp.MustCompile(`__global__\s+void\s+(\w+)\s*\(([^)]*)\)`)
+	paramRe  = regexp.MustCompile(`^(.*?)\s*\b(\w+)$`)
+)
+
+// emuTable generates, for every kernel, a wrapper that unpacks cuLaunchKernel's parameter
+// array, and the name-to-wrapper table emu_sched.cc looks kernels up in.
+func emuTable(src string) string {
+	var b strings.Builder
+	var names []string
+	var syncs []bool
+	locs := globalRe.FindAllStringIndex(src, -1)
+	for k, m := range globalRe.FindAllStringSubmatch(src, -1) {
+		name := m[1]
+		end := len(src)
+		if k+1 < len(locs) {
+			end = locs[k+1][0]
+		}
+		body := src[locs[k][1]:end]
+		syncs = append(syncs, strings.Contains(body, "block_sum") || strings.Contains(body, "block_max") || strings.Contains(body, "__syncthreads"))
+		var args []string
+		for i, p := range strings.Split(m[2], ",") {
+			pm := paramRe.FindStringSubmatch(strings.Join(strings.Fields(p), " "))
+			if pm == nil {
+				continue
+			}
+			args = append(args, fmt.Sprintf("*(%s*)p[%d]", pm[1], i))
+		}
+		fmt.Fprintf(&b, "static void emu_w_%s(void** p) { %s(%s); }\n", name, name, strings.Join(args, ", "))
+		names = append(names, name)
+	}
+	b.WriteString("struct emu_entry { const char* name; void (*fn)(void**); bool sync; };\nstatic emu_entry emu_table[] = {\n")
+	for i, n := range names {
+		fmt.Fprintf(&b, "\t{\"%s\", emu_w_%s, %v},\n", n, n, syncs[i])
+	}
+	fmt.Fprintf(&b, "};\nstatic const int emu_table_len = %d;\n", len(names))
+	return b.String()
+}

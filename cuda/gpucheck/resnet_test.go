@@ -32,8 +32,9 @@ func TestResNet18StepVsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(19, 20))
-	shape := []int{4, 3, 64, 64}
-	x := randn(r, 4*3*64*64, 1)
+	const side = 64
+	shape := []int{4, 3, side, side}
+	x := randn(r, 4*3*side*side, 1)
 	labels := []int32{3, 7, 0, 9}
 	g, err := gpuresnet.New(d, m) // uploads before the CPU step moves the running statistics
 	if err != nil {

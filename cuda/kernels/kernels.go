@@ -20,6 +20,11 @@ import (
 //go:embed kernels.ptx
 var PTX string
 
+// Source is kernels.cu, for the CPU emulator of cuda/cudatest.
+//
+//go:embed kernels.cu
+var Source string
+
 var entry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
 
 // Names lists the kernels PTX defines, in file order.

@@ -2,23 +2,46 @@
  * column-major float32 GEMM behind the real cuBLAS signatures, so the tests check the
  * row-major-to-column-major mapping, leading dimensions and strides of the Go side. */
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
+#include <math.h>
 typedef struct { int stream; } handle;
 static handle h0;
 int cublasCreate_v2(handle** h) { *h = &h0; return 0; }
 int cublasDestroy_v2(handle* h) { return 0; }
 int cublasGetVersion_v2(handle* h, int* v) { *v = 120000; return 0; }
 int cublasSetStream_v2(handle* h, void* s) { return 0; }
-static void gemm(int ta, int tb, int m, int n, int k, float al, const float* A, int lda, const float* B, int ldb, float be, float* C, int ldc) {
-	for (int i = 0; i < m; i++) for (int j = 0; j < n; j++) {
-		float s = 0;
+/* Element i of an operand of cudaDataType t (0 float32, 2 float16, 14 bfloat16) as float. */
+static float load(const void* p, int t, long i) {
+	if (t == 0) return ((const float*)p)[i];
+	unsigned short h = ((const unsigned short*)p)[i];
+	if (t == 14) { unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
+	int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+	double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1 + m / 1024.0, e - 15);
+	return (float)(s ? -v : v);
+}
+static void gemmT(int ta, int tb, int m, int n, int k, float al, const void* A, int at, int lda, const void* B, int bt, int ldb,
+		float be, float* C, int ldc) {
+	/* Column by column of C, summing over p in order, A's column p contiguous when not transposed. */
+	float* acc = malloc(sizeof(float) * (m > 0 ? m : 1));
+	for (int j = 0; j < n; j++) {
+		for (int i = 0; i < m; i++) acc[i] = 0;
 		for (int p = 0; p < k; p++) {
-			float a = ta ? A[p + (long)i * lda] : A[i + (long)p * lda];
-			float b = tb ? B[j + (long)p * ldb] : B[p + (long)j * ldb];
-			s += a * b;
+			float b = tb ? load(B, bt, j + (long)p * ldb) : load(B, bt, p + (long)j * ldb);
+			if (at == 0 && !ta) {
+				const float* a = (const float*)A + (long)p * lda;
+				for (int i = 0; i < m; i++) acc[i] += a[i] * b;
+			} else {
+				for (int i = 0; i < m; i++) acc[i] += (ta ? load(A, at, p + (long)i * lda) : load(A, at, i + (long)p * lda)) * b;
+			}
 		}
-		C[i + (long)j * ldc] = al * s + (be != 0 ? be * C[i + (long)j * ldc] : 0);
+		for (int i = 0; i < m; i++) C[i + (long)j * ldc] = al * acc[i] + (be != 0 ? be * C[i + (long)j * ldc] : 0);
 	}
+	free(acc);
+}
+static void gemm(int ta, int tb, int m, int n, int k, float al, const float* A, int lda, const float* B, int ldb, float be, float* C, int ldc) {
+	gemmT(ta, tb, m, n, k, al, A, 0, lda, B, 0, ldb, be, C, ldc);
 }
 int cublasSgemm_v2(handle* h, int ta, int tb, int m, int n, int k, const float* al, const float* A, int lda,
 		const float* B, int ldb, const float* be, float* C, int ldc) {
@@ -26,14 +49,16 @@ int cublasSgemm_v2(handle* h, int ta, int tb, int m, int n, int k, const float* 
 	gemm(ta, tb, m, n, k, *al, A, lda, B, ldb, *be, C, ldc); return 0; }
 int cublasGemmEx(handle* h, int ta, int tb, int m, int n, int k, const float* al, const void* A, int at, int lda,
 		const void* B, int bt, int ldb, const float* be, void* C, int ct, int ldc, int compute, int algo) {
-	if (at != 0 || bt != 0 || ct != 0) return 15; /* NOT_SUPPORTED: the fake does float32 only */
+	if (ct != 0 || at != bt || (at != 0 && at != 2 && at != 14)) return 15; /* NOT_SUPPORTED: float32 output only */
 	if (compute != 68 || algo != -1) return 7;
-	return cublasSgemm_v2(h, ta, tb, m, n, k, al, A, lda, B, ldb, be, C, ldc); }
+	if (!h || m < 0 || n < 0 || k < 0 || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
+	gemmT(ta, tb, m, n, k, *al, A, at, lda, B, bt, ldb, *be, C, ldc); return 0; }
 int cublasGemmStridedBatchedEx(handle* h, int ta, int tb, int m, int n, int k, const float* al, const void* A, int at,
 		int lda, long long sa, const void* B, int bt, int ldb, long long sb, const float* be, void* C, int ct, int ldc,
 		long long sc, int batch, int compute, int algo) {
 	for (int i = 0; i < batch; i++) {
-		int r = cublasGemmEx(h, ta, tb, m, n, k, al, (const float*)A + i * sa, at, lda, (const float*)B + i * sb, bt, ldb,
+		long ea = at == 0 ? 4 : 2, eb = bt == 0 ? 4 : 2;
+		int r = cublasGemmEx(h, ta, tb, m, n, k, al, (const char*)A + i * sa * ea, at, lda, (const char*)B + i * sb * eb, bt, ldb,
 			be, (float*)C + i * sc, ct, ldc, compute, algo);
 		if (r) return r;
 	}

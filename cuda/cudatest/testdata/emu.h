@@ -1,0 +1,65 @@
+// A CPU emulator for the cuda package's kernels (cuda/kernels/kernels.cu), for tests on
+// machines without a GPU: kernels.cu is compiled as C++ after this header, each block's
+// threads run as fibers (ucontext) scheduled round-robin, and __syncthreads switches to the
+// next fiber, so block-wide reductions in shared memory behave as on a GPU (one block at a
+// time). 16-bit conversions round to nearest even with subnormals and overflow to inf, as
+// the GPU's cvt.rn instructions.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+struct dim3 { unsigned x, y, z; };
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+
+extern "C" {
+extern dim3 threadIdx, blockIdx, blockDim, gridDim;
+void __syncthreads(void);
+}
+
+#define __global__
+#define __device__
+#define __shared__
+
+static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+static inline float atomicAdd(float* p, float v) { float o = *p; *p = o + v; return o; }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+	uint32_t u = f2u(f);
+	__nv_bfloat16 r;
+	if (isnan(f)) { r.x = (uint16_t)((u >> 16) | 0x40); return r; }
+	u += 0x7fff + ((u >> 16) & 1);
+	r.x = (uint16_t)(u >> 16);
+	return r;
+}
+static inline float __bfloat162float(__nv_bfloat16 h) { return u2f((uint32_t)h.x << 16); }
+
+static inline __half __float2half_rn(float f) {
+	__half r;
+	uint16_t sign = (f2u(f) >> 16) & 0x8000;
+	double a = fabs((double)f);
+	if (isnan(f)) { r.x = sign | 0x7e00; return r; }
+	if (a >= 65520.0) { r.x = sign | 0x7c00; return r; }
+	if (a < ldexp(1.0, -14)) { r.x = sign | (uint16_t)nearbyint(a / ldexp(1.0, -24)); return r; }
+	int e;
+	double m = frexp(a, &e); // a = m * 2^e, m in [0.5, 1)
+	e -= 1;
+	m *= 2;
+	double q = nearbyint((m - 1) * 1024);
+	if (q == 1024) { q = 0; e++; }
+	if (e > 15) { r.x = sign | 0x7c00; return r; }
+	r.x = sign | (uint16_t)((e + 15) << 10) | (uint16_t)q;
+	return r;
+}
+static inline float __half2float(__half h) {
+	int sign = h.x >> 15, e = (h.x >> 10) & 0x1f, m = h.x & 0x3ff;
+	double v;
+	if (e == 0) v = ldexp((double)m, -24);
+	else if (e == 31) v = m ? NAN : INFINITY;
+	else v = ldexp(1.0 + m / 1024.0, e - 15);
+	return (float)(sign ? -v : v);
+}

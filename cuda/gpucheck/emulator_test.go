@@ -1,0 +1,54 @@
+package gpucheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+)
+
+const emulatedVar = "GPUCHECK_EMULATED"
+
+// emulated lists the checks that run on the CPU emulator (the throughput tests would only
+// time the emulator).
+const emulated = "^(TestElementwiseVsCPU|TestRoundingMatchesAmp|TestSoftmaxVsCPU|TestLayerNormVsCPU|TestBatchNormVsCPU|" +
+	"TestGemmVsCPU|TestConvVsCPU|TestMaxPoolAndCrossEntropyVsCPU|TestNCCLWorld1|TestResNet18StepVsCPU)$"
+
+// TestOnCPUEmulator runs this package's GPU checks on a machine without a GPU: the fake
+// libcuda, cuBLAS and NCCL of cuda/cudatest, with kernel launches executed by the CPU
+// emulator of kernels.cu. It proves the kernels' logic, the argument passing and the whole
+// device ResNet step against the CPU before a GPU is lent; it proves nothing about PTX
+// codegen or the real libraries, which the GPU run (REQUIRE_GPU=1) does.
+func TestOnCPUEmulator(t *testing.T) {
+	if os.Getenv(emulatedVar) == "1" {
+		t.Skip("already on the emulator")
+	}
+	if os.Getenv("REQUIRE_GPU") == "1" {
+		t.Skip("REQUIRE_GPU=1: checking the real GPU instead")
+	}
+	if !cudatest.Cgo {
+		t.Skip("built without cgo")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir := t.TempDir()
+	cudaLib, ncclLib, err := cudatest.Build(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	emu, err := cudatest.BuildEmulator(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", emulated, "-test.v", "-test.count=1", "-test.timeout=15m")
+	cmd.Env = append(os.Environ(), "CUDA_DRIVER_LIBRARY="+cudaLib, "NCCL_LIBRARY="+ncclLib,
+		"CUBLAS_LIBRARY="+filepath.Join(dir, "libcublas.so.12"), cudatest.EmulatorVar+"="+emu, "REQUIRE_GPU=1", emulatedVar+"=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("emulated run:\n%s", out)
+	if err != nil {
+		t.Fatalf("GPU checks on the CPU emulator: %v", err)
+	}
+}
