@@ -176,22 +176,24 @@ func (op *dropOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx}, nil
 }
 
-// applyMask sets y = x·mask/(1-p), one mask draw per run of row elements.
+// applyMask sets y = x·mask/(1-p), one mask draw per run of row elements; runs are split
+// across threads (each run's draw depends only on its index).
 func applyMask[T Float](x, y []T, key uint64, p float64, row int) {
 	if p >= 1 {
 		clear(y[:len(x)])
 		return
 	}
 	scale := T(1 / (1 - p))
-	for r, i := 0, 0; i < len(x); r++ {
-		end := i + row
-		if keep(key, r, p) {
-			for ; i < end; i++ {
-				y[i] = x[i] * scale
+	splitRows(len(x)/row, row, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ys := x[r*row:(r+1)*row], y[r*row:(r+1)*row]
+			if keep(key, r, p) {
+				for j, v := range xs {
+					ys[j] = v * scale
+				}
+			} else {
+				clear(ys)
 			}
-		} else {
-			clear(y[i:end])
-			i = end
 		}
-	}
+	})
 }

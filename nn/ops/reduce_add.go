@@ -185,6 +185,17 @@ func addKernel[T Float](a, b, out []T, p *bcastPlan) {
 	}
 	inner := p.size[nd-1]
 	ia, ib := p.sa[nd-1] != 0, p.sb[nd-1] != 0
+	if nd == 1 && ia && ib { // equal shapes (residual connections): split across threads
+		a, b, out = a[:p.total], b[:p.total], out[:p.total]
+		splitRun(p.total, func(lo, hi int) {
+			x, y, o := a[lo:hi], b[lo:hi], out[lo:hi]
+			y, o = y[:len(x)], o[:len(x)]
+			for j, v := range x {
+				o[j] = v + y[j]
+			}
+		})
+		return
+	}
 	idx := p.idx
 	clear(idx)
 	ao, bo := 0, 0
