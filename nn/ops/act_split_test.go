@@ -2,8 +2,11 @@ package ops
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
+
+	"gorgonia.org/tensor"
 )
 
 // TestSplitRunCovers: the chunks cover [0, n) exactly once, for sizes around the grain and
@@ -24,6 +27,38 @@ func TestSplitRunCovers(t *testing.T) {
 					t.Fatalf("GOMAXPROCS %d, n %d: element %d run %d times", procs, n, i, h)
 				}
 			}
+		}
+	}
+}
+
+// TestSplitKernelsThreadCount: the split elementwise kernels (dropout masks, equal-shape
+// Add, GELU, ReLU) give bit-identical results at 1 and 3 threads.
+func TestSplitKernelsThreadCount(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	const n = 5*splitGrain + 3
+	a, b := make([]float32, n), make([]float32, n)
+	for i := range a {
+		a[i], b[i] = float32(i%97)-48, float32(i%13)*0.25
+	}
+	var plan bcastPlan
+	plan.init(tensor.Shape{n}, tensor.Shape{n}, tensor.Shape{n})
+	run := func(procs int) [][]float32 {
+		runtime.GOMAXPROCS(procs)
+		outs := make([][]float32, 5)
+		for i := range outs {
+			outs[i] = make([]float32, n)
+		}
+		applyMask(a, outs[0], 42, 0.3, 1)
+		applyMask(a[:4*splitGrain], outs[1][:4*splitGrain], 42, 0.5, splitGrain/2)
+		addKernel(a, b, outs[2], &plan)
+		unaryFwd(actGELU, a, outs[3])
+		unaryBwd(actReLU, a, b, outs[4])
+		return outs
+	}
+	one, three := run(1), run(3)
+	for i := range one {
+		if !slices.Equal(one[i], three[i]) {
+			t.Errorf("kernel %d differs between 1 and 3 threads", i)
 		}
 	}
 }
