@@ -23,7 +23,21 @@ static float load(const void* p, int t, long i) {
 }
 static void gemmT(int ta, int tb, int m, int n, int k, float al, const void* A, int at, int lda, const void* B, int bt, int ldb,
 		float be, float* C, int ldc) {
-	/* Column by column of C, summing over p in order, A's column p contiguous when not transposed. */
+	/* 16-bit operands are widened to float32 first (exact), then column by column of C,
+	 * summing over p in order, A's column p contiguous when not transposed. */
+	float *wa = 0, *wb = 0;
+	if (at != 0 && m > 0 && k > 0) {
+		long ext = ta ? (long)lda * (m - 1) + k : (long)lda * (k - 1) + m;
+		wa = malloc(sizeof(float) * ext);
+		for (long i = 0; i < ext; i++) wa[i] = load(A, at, i);
+		A = wa, at = 0;
+	}
+	if (bt != 0 && n > 0 && k > 0) {
+		long ext = tb ? (long)ldb * (k - 1) + n : (long)ldb * (n - 1) + k;
+		wb = malloc(sizeof(float) * ext);
+		for (long i = 0; i < ext; i++) wb[i] = load(B, bt, i);
+		B = wb, bt = 0;
+	}
 	float* acc = malloc(sizeof(float) * (m > 0 ? m : 1));
 	for (int j = 0; j < n; j++) {
 		for (int i = 0; i < m; i++) acc[i] = 0;
@@ -39,6 +53,8 @@ static void gemmT(int ta, int tb, int m, int n, int k, float al, const void* A, 
 		for (int i = 0; i < m; i++) C[i + (long)j * ldc] = al * acc[i] + (be != 0 ? be * C[i + (long)j * ldc] : 0);
 	}
 	free(acc);
+	free(wa);
+	free(wb);
 }
 static void gemm(int ta, int tb, int m, int n, int k, float al, const float* A, int lda, const float* B, int ldb, float be, float* C, int ldc) {
 	gemmT(ta, tb, m, n, k, al, A, 0, lda, B, 0, ldb, be, C, ldc);
