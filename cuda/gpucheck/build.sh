@@ -10,7 +10,7 @@ mkdir -p "$out"
 # cgo is required: the GPU libraries are opened with dlopen.
 # purego: gonum's Go BLAS for the CPU references, so the binary needs only libc.
 CGO_ENABLED=1 "$go" test -c -tags purego -o "$out/gpucheck.test" ./cuda/gpucheck
-cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py "$out/"
+cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py cuda/gpucheck/README.md "$out/"
 chmod +x "$out/run.sh" "$out/gpucheck.test"
 {
   echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown) with $("$go" version)"
