@@ -7,6 +7,83 @@
 
 #define GRID_LOOP(i, n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)blockDim.x * gridDim.x)
 
+// Index arithmetic (division and remainder) in 64 bits is many times slower than in 32 bits
+// on a GPU, so the indexing kernels run their body with 32-bit indices when every index fits
+// and with 64-bit ones otherwise: DISPATCH(total, body) calls body<unsigned> or body<unsigned long long>.
+#define DISPATCH(total, fn, ...) \
+	do { if ((total) < 0x7fffffffLL) fn<unsigned>(__VA_ARGS__); else fn<unsigned long long>(__VA_ARGS__); } while (0)
+#define GRID_LOOP_T(I, i, n) for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < (I)(n); i += (I)blockDim.x * gridDim.x)
+
+template <typename I>
+__device__ void im2col_body(float* col, const float* x, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
+		int ph, int pw, int dh, int dw, int oh, int ow) {
+	I total = (I)n * c * kh * kw * oh * ow;
+	GRID_LOOP_T(I, t, total) {
+		I r = t / ow; int ox = (int)(t - r * ow);
+		I r2 = r / oh; int oy = (int)(r - r2 * oh);
+		I r3 = r2 / kw; int j = (int)(r2 - r3 * kw);
+		I r4 = r3 / kh; int i = (int)(r3 - r4 * kh);
+		I img = r4 / c; int ch = (int)(r4 - img * c);
+		int y = oy * sh - ph + i * dh, xx = ox * sw - pw + j * dw;
+		col[t] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[((img * c + ch) * h + y) * w + xx] : 0.f;
+	}
+}
+template <typename I>
+__device__ void col2im_body(float* dx, const float* col, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
+		int ph, int pw, int dh, int dw, int oh, int ow) {
+	I total = (I)n * c * h * w;
+	GRID_LOOP_T(I, t, total) {
+		I r = t / w; int xx = (int)(t - r * w);
+		I r2 = r / h; int y = (int)(r - r2 * h);
+		I img = r2 / c; int ch = (int)(r2 - img * c);
+		float s = 0.f;
+		for (int i = 0; i < kh; i++) {
+			int ty = y + ph - i * dh;
+			if (ty < 0 || ty % sh) continue;
+			int oy = ty / sh;
+			if (oy >= oh) continue;
+			for (int j = 0; j < kw; j++) {
+				int tx = xx + pw - j * dw;
+				if (tx < 0 || tx % sw) continue;
+				int ox = tx / sw;
+				if (ox >= ow) continue;
+				s += col[(((img * c + ch) * kh + i) * kw + j) * oh * ow + (I)oy * ow + ox];
+			}
+		}
+		dx[t] = s;
+	}
+}
+template <typename I>
+__device__ void batchnorm_apply_body(float* y, const float* x, const float* mean, const float* var, const float* gamma,
+		const float* beta, int n, int c, int hw, float eps) {
+	I total = (I)n * c * hw;
+	GRID_LOOP_T(I, i, total) {
+		int ch = (int)((i / hw) % c);
+		y[i] = gamma[ch] * (x[i] - mean[ch]) * rsqrtf(var[ch] + eps) + beta[ch];
+	}
+}
+template <typename I>
+__device__ void maxpool_body(float* y, int* arg, const float* x, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
+		int ph, int pw, int oh, int ow) {
+	I total = (I)n * c * oh * ow;
+	GRID_LOOP_T(I, t, total) {
+		I r = t / ow; int ox = (int)(t - r * ow);
+		I nc = r / oh; int oy = (int)(r - nc * oh);
+		float m = -INFINITY; int best = -1;
+		for (int i = 0; i < kh; i++) {
+			int yy = oy * sh - ph + i;
+			if (yy < 0 || yy >= h) continue;
+			for (int j = 0; j < kw; j++) {
+				int xx = ox * sw - pw + j;
+				if (xx < 0 || xx >= w) continue;
+				float v = x[(nc * h + yy) * w + xx];
+				if (v > m || best < 0 || isnan(v)) { m = v; best = yy * w + xx; if (isnan(v)) break; }
+			}
+		}
+		y[t] = m; arg[t] = best;
+	}
+}
+
 extern "C" {
 
 __global__ void fill_f32(float* y, float v, long long n) { GRID_LOOP(i, n) y[i] = v; }
@@ -146,23 +223,25 @@ __global__ void layernorm_bwd_params_f32(float* dgamma, float* dbeta, const floa
 __global__ void batchnorm_stats_f32(float* mean, float* var, const float* x, int n, int c, int hw) {
 	extern __shared__ float sh[];
 	int ch = blockIdx.x;
-	long long m = (long long)n * hw;
+	float m = (float)n * hw;
 	float s = 0.f;
-	for (long long k = threadIdx.x; k < m; k += blockDim.x) s += x[((k / hw) * c + ch) * hw + k % hw];
+	for (int i = 0; i < n; i++) {
+		const float* xp = x + ((long long)i * c + ch) * hw;
+		for (int k = threadIdx.x; k < hw; k += blockDim.x) s += xp[k];
+	}
 	float mu = block_sum(s, sh) / m;
 	float v = 0.f;
-	for (long long k = threadIdx.x; k < m; k += blockDim.x) { float d = x[((k / hw) * c + ch) * hw + k % hw] - mu; v += d * d; }
+	for (int i = 0; i < n; i++) {
+		const float* xp = x + ((long long)i * c + ch) * hw;
+		for (int k = threadIdx.x; k < hw; k += blockDim.x) { float d = xp[k] - mu; v += d * d; }
+	}
 	v = block_sum(v, sh) / m;
 	if (threadIdx.x == 0) { mean[ch] = mu; var[ch] = v; }
 }
 // y = gamma*(x-mean)*rsqrt(var+eps) + beta over NCHW.
 __global__ void batchnorm_apply_f32(float* y, const float* x, const float* mean, const float* var, const float* gamma,
 		const float* beta, int n, int c, int hw, float eps) {
-	long long total = (long long)n * c * hw;
-	GRID_LOOP(i, total) {
-		int ch = (i / hw) % c;
-		y[i] = gamma[ch] * (x[i] - mean[ch]) * rsqrtf(var[ch] + eps) + beta[ch];
-	}
+	DISPATCH((long long)n * c * hw, batchnorm_apply_body, y, x, mean, var, gamma, beta, n, c, hw, eps);
 }
 // running = (1-momentum)*running + momentum*batch, with the unbiased variance, as torch.
 __global__ void batchnorm_running_f32(float* rmean, float* rvar, const float* mean, const float* var, int c, float momentum,
@@ -177,20 +256,20 @@ __global__ void batchnorm_bwd_f32(float* dx, float* dgamma, float* dbeta, const 
 		const float* mean, const float* var, const float* gamma, int n, int c, int hw, float eps) {
 	extern __shared__ float sh[];
 	int ch = blockIdx.x;
-	long long m = (long long)n * hw;
+	float m = (float)n * hw;
 	float mu = mean[ch], r = rsqrtf(var[ch] + eps);
 	float sdy = 0.f, sdyh = 0.f;
-	for (long long k = threadIdx.x; k < m; k += blockDim.x) {
-		long long i = ((k / hw) * c + ch) * hw + k % hw;
-		sdy += dy[i]; sdyh += dy[i] * (x[i] - mu) * r;
+	for (int i = 0; i < n; i++) {
+		long long o = ((long long)i * c + ch) * hw;
+		for (int k = threadIdx.x; k < hw; k += blockDim.x) { sdy += dy[o + k]; sdyh += dy[o + k] * (x[o + k] - mu) * r; }
 	}
 	sdy = block_sum(sdy, sh);
 	sdyh = block_sum(sdyh, sh);
 	if (threadIdx.x == 0) { dgamma[ch] = sdyh; dbeta[ch] = sdy; }
 	float g = gamma[ch] * r / m;
-	for (long long k = threadIdx.x; k < m; k += blockDim.x) {
-		long long i = ((k / hw) * c + ch) * hw + k % hw;
-		dx[i] = g * (m * dy[i] - sdy - (x[i] - mu) * r * sdyh);
+	for (int i = 0; i < n; i++) {
+		long long o = ((long long)i * c + ch) * hw;
+		for (int k = threadIdx.x; k < hw; k += blockDim.x) dx[o + k] = g * (m * dy[o + k] - sdy - (x[o + k] - mu) * r * sdyh);
 	}
 }
 // y[i] = sum_j x[i,j]; one block per row.
@@ -227,64 +306,18 @@ __global__ void avgpool_global_bwd_f32(float* dx, const float* dy, int nc, int h
 // (0 outside), so that conv = W[oc][c*kh*kw] · col[n] for every image n.
 __global__ void im2col_f32(float* col, const float* x, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
 		int ph, int pw, int dh, int dw, int oh, int ow) {
-	long long total = (long long)n * c * kh * kw * oh * ow;
-	GRID_LOOP(t, total) {
-		int ox = t % ow; long long r = t / ow;
-		int oy = r % oh; r /= oh;
-		int j = r % kw; r /= kw;
-		int i = r % kh; r /= kh;
-		int ch = r % c; int img = r / c;
-		int y = oy * sh - ph + i * dh, xx = ox * sw - pw + j * dw;
-		col[t] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[(((long long)img * c + ch) * h + y) * w + xx] : 0.f;
-	}
+	DISPATCH((long long)n * c * kh * kw * oh * ow, im2col_body, col, x, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
 }
 // col2im, the adjoint of im2col: each input pixel sums the columns that read it (no atomics).
 __global__ void col2im_f32(float* dx, const float* col, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
 		int ph, int pw, int dh, int dw, int oh, int ow) {
-	long long total = (long long)n * c * h * w;
-	GRID_LOOP(t, total) {
-		int xx = t % w; long long r = t / w;
-		int y = r % h; r /= h;
-		int ch = r % c; int img = r / c;
-		float s = 0.f;
-		for (int i = 0; i < kh; i++) {
-			int ty = y + ph - i * dh;
-			if (ty < 0 || ty % sh) continue;
-			int oy = ty / sh;
-			if (oy >= oh) continue;
-			for (int j = 0; j < kw; j++) {
-				int tx = xx + pw - j * dw;
-				if (tx < 0 || tx % sw) continue;
-				int ox = tx / sw;
-				if (ox >= ow) continue;
-				s += col[((((long long)img * c + ch) * kh + i) * kw + j) * oh * ow + (long long)oy * ow + ox];
-			}
-		}
-		dx[t] = s;
-	}
+	DISPATCH((long long)n * c * kh * kw * oh * ow, col2im_body, dx, col, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
 }
 // Max pooling over NCHW with padding (-inf outside); arg keeps the flat input index of each
 // maximum (first one on ties, as torch) for the backward pass.
 __global__ void maxpool_f32(float* y, int* arg, const float* x, int n, int c, int h, int w, int kh, int kw, int sh, int sw,
 		int ph, int pw, int oh, int ow) {
-	long long total = (long long)n * c * oh * ow;
-	GRID_LOOP(t, total) {
-		int ox = t % ow; long long r = t / ow;
-		int oy = r % oh; long long nc = r / oh;
-		float m = -INFINITY; int best = -1;
-		for (int i = 0; i < kh; i++) {
-			int yy = oy * sh - ph + i;
-			if (yy < 0 || yy >= h) continue;
-			for (int j = 0; j < kw; j++) {
-				int xx = ox * sw - pw + j;
-				if (xx < 0 || xx >= w) continue;
-				long long k = (nc * h + yy) * w + xx;
-				float v = x[k];
-				if (v > m || best < 0 || isnan(v)) { m = v; best = (int)(k - nc * h * w); if (isnan(v)) break; }
-			}
-		}
-		y[t] = m; arg[t] = best;
-	}
+	DISPATCH((long long)n * c * h * w, maxpool_body, y, arg, x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }
 // dx (zeroed by the caller) += dy at each window's maximum.
 __global__ void maxpool_bwd_f32(float* dx, const float* dy, const int* arg, int nc, int hw, int ohw) {
