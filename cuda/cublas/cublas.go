@@ -46,6 +46,7 @@ type Error struct {
 	Msg string
 }
 
+// Error formats the failure with the function and status.
 func (e *Error) Error() string { return fmt.Sprintf("cublas: %s: %s (status %d)", e.Op, e.Msg, e.Code) }
 
 const (

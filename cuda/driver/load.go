@@ -33,6 +33,7 @@ type Error struct {
 	Msg string
 }
 
+// Error formats the failure with the function and CUresult.
 func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (CUresult %d)", e.Op, e.Msg, e.Code) }
 
 // Is matches ErrNoDevice for CUDA_ERROR_NO_DEVICE (100).

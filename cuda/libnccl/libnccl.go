@@ -61,6 +61,7 @@ type Error struct {
 	Msg string
 }
 
+// Error formats the failure with the function and ncclResult_t.
 func (e *Error) Error() string {
 	return fmt.Sprintf("nccl: %s: %s (ncclResult_t %d)", e.Op, e.Msg, e.Code)
 }

@@ -44,6 +44,7 @@ type op_ struct {
 	err      error
 }
 
+// Done is closed when the operation has completed.
 func (o *op_) Done() <-chan struct{} { return o.done }
 
 // Wait blocks until the operation completes. When ctx ends first the communicator is aborted,
