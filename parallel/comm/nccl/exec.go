@@ -8,7 +8,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-func (w *worker) validate(o *op_) error {
+func (w *worker) validate(o *task) error {
 	n := w.g.size
 	if o.kind == kAllReduce || o.kind == kReduceScatter {
 		if o.op < comm.Sum || o.op > comm.Min {
@@ -93,7 +93,7 @@ func hostBytes(b comm.Buffer) []byte {
 }
 
 // exec runs one operation to completion on the worker's thread.
-func (w *worker) exec(o *op_) error {
+func (w *worker) exec(o *task) error {
 	err := w.execInner(o)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.describe(), err)
@@ -101,7 +101,7 @@ func (w *worker) exec(o *op_) error {
 	return nil
 }
 
-func (w *worker) execInner(o *op_) error {
+func (w *worker) execInner(o *task) error {
 	c, s := w.g.ctx, uintptr(w.stream)
 	if o.dev != 0 {
 		if err := w.comm.AllReduce(uintptr(o.dev), uintptr(o.dev), o.devN, o.devType, ncclOp(o.op), s); err != nil {

@@ -175,38 +175,38 @@ func (g *Group) Context() driver.Context { return g.ctx }
 
 // AllReduce reduces buf over all ranks in place.
 func (g *Group) AllReduce(buf comm.Buffer, op comm.Op) comm.Work {
-	return g.coll.submit(&op_{kind: kAllReduce, buf: buf, op: op})
+	return g.coll.submit(&task{kind: kAllReduce, buf: buf, op: op})
 }
 
 // Broadcast copies root's buf to every rank.
 func (g *Group) Broadcast(buf comm.Buffer, root int) comm.Work {
-	return g.coll.submit(&op_{kind: kBroadcast, buf: buf, root: root})
+	return g.coll.submit(&task{kind: kBroadcast, buf: buf, root: root})
 }
 
 // AllGather concatenates the ranks' src shards into dst (see comm.ShardRange).
 func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
-	return g.coll.submit(&op_{kind: kAllGather, buf: dst, src: src})
+	return g.coll.submit(&task{kind: kAllGather, buf: dst, src: src})
 }
 
 // ReduceScatter reduces src over all ranks and leaves this rank's shard in dst.
 func (g *Group) ReduceScatter(dst, src comm.Buffer, op comm.Op) comm.Work {
-	return g.coll.submit(&op_{kind: kReduceScatter, buf: dst, src: src, op: op})
+	return g.coll.submit(&task{kind: kReduceScatter, buf: dst, src: src, op: op})
 }
 
 // Barrier completes once every rank has entered it (a one-element all-reduce).
-func (g *Group) Barrier() comm.Work { return g.coll.submit(&op_{kind: kBarrier}) }
+func (g *Group) Barrier() comm.Work { return g.coll.submit(&task{kind: kBarrier}) }
 
 // Send sends buf to peer. NCCL matches point-to-point messages in order per peer; tag is
 // checked to be >= 0 but not sent. Messages to higher ranks and to lower ranks travel on two
 // communicators with their own streams and workers, so that two ranks that each post a Recv
 // before their Send (a pairwise exchange) do not wait on each other.
 func (g *Group) Send(buf comm.Buffer, peer int, tag int) comm.Work {
-	return g.p2pWorker(g.rank, peer).submit(&op_{kind: kSend, buf: buf, root: peer, tag: tag})
+	return g.p2pWorker(g.rank, peer).submit(&task{kind: kSend, buf: buf, root: peer, tag: tag})
 }
 
 // Recv receives the next message from peer into buf.
 func (g *Group) Recv(buf comm.Buffer, peer int, tag int) comm.Work {
-	return g.p2pWorker(peer, g.rank).submit(&op_{kind: kRecv, buf: buf, root: peer, tag: tag})
+	return g.p2pWorker(peer, g.rank).submit(&task{kind: kRecv, buf: buf, root: peer, tag: tag})
 }
 
 // p2pWorker is the worker of messages from rank from to rank to.
@@ -220,7 +220,7 @@ func (g *Group) p2pWorker(from, to int) *worker {
 // AllReduceDevice all-reduces n elements of type dt at device address p in place, on the
 // group's stream; the Work completes when the stream has run it.
 func (g *Group) AllReduceDevice(p driver.DevPtr, n int, dt libnccl.DataType, op comm.Op) comm.Work {
-	return g.coll.submit(&op_{kind: kAllReduce, dev: p, devN: n, devType: dt, op: op})
+	return g.coll.submit(&task{kind: kAllReduce, dev: p, devN: n, devType: dt, op: op})
 }
 
 // Close waits for queued operations, then destroys the communicators and releases the

@@ -28,8 +28,8 @@ const (
 
 var kindNames = [...]string{"", "all-reduce", "broadcast", "all-gather", "reduce-scatter", "barrier", "send", "recv"}
 
-// op_ is one queued operation and its Work.
-type op_ struct {
+// task is one queued operation and its Work.
+type task struct {
 	kind     kind
 	buf, src comm.Buffer
 	op       comm.Op
@@ -45,11 +45,11 @@ type op_ struct {
 }
 
 // Done is closed when the operation has completed.
-func (o *op_) Done() <-chan struct{} { return o.done }
+func (o *task) Done() <-chan struct{} { return o.done }
 
 // Wait blocks until the operation completes. When ctx ends first the communicator is aborted,
 // the group poisoned, and Wait returns once the buffers are no longer in use.
-func (o *op_) Wait(ctx context.Context) error {
+func (o *task) Wait(ctx context.Context) error {
 	select {
 	case <-o.done:
 		return o.err
@@ -65,7 +65,7 @@ func (o *op_) Wait(ctx context.Context) error {
 	return o.err
 }
 
-func (o *op_) describe() string {
+func (o *task) describe() string {
 	return fmt.Sprintf("rank %d: nccl %s seq %d", o.w.g.rank, kindNames[o.kind], o.seq)
 }
 
@@ -77,7 +77,7 @@ type worker struct {
 	comm    libnccl.Comm
 	stream  driver.Stream
 	timeout time.Duration
-	queue   chan *op_
+	queue   chan *task
 	exited  chan struct{}
 	abandon chan struct{} // closed when New gave up waiting for the communicator's init
 
@@ -98,7 +98,7 @@ type worker struct {
 }
 
 func newWorker(ctx context.Context, g *Group, id libnccl.UniqueID, timeout time.Duration, name string) (*worker, error) {
-	w := &worker{g: g, name: name, timeout: timeout, queue: make(chan *op_, 1024), exited: make(chan struct{}),
+	w := &worker{g: g, name: name, timeout: timeout, queue: make(chan *task, 1024), exited: make(chan struct{}),
 		abandon: make(chan struct{})}
 	initDone := make(chan error, 1)
 	go w.run(id, initDone)
@@ -133,7 +133,7 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 		return
 	}
 	for {
-		var o *op_
+		var o *task
 		select {
 		case <-w.abandon:
 			w.mu.Lock()
@@ -166,7 +166,7 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 	}
 }
 
-func (w *worker) submit(o *op_) comm.Work {
+func (w *worker) submit(o *task) comm.Work {
 	o.w = w
 	o.done = make(chan struct{})
 	w.qmu.Lock()
@@ -241,7 +241,7 @@ func (w *worker) close(ctx context.Context) error {
 
 // wait polls the stream until the enqueued work has run, the timeout passes (abort) or an
 // asynchronous NCCL error appears.
-func (w *worker) wait(o *op_) error {
+func (w *worker) wait(o *task) error {
 	deadline := time.Now().Add(w.timeout)
 	sleep := time.Microsecond
 	for i := 0; ; i++ {
