@@ -22,20 +22,35 @@ import (
 // gradient bound covers float32 summation order through 20 layers and the batch-norm
 // backward over few elements per channel (2x2x4 at the last stage), which amplifies it.
 func TestResNet18StepVsCPU(t *testing.T) {
-	d := device(t)
 	root, err := resnet.ResNet18(10)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stepVsCPU(t, root, 64)
+}
+
+// A small Bottleneck ResNet (resnet50's block: stride on the 3x3 convolution, expansion 4,
+// downsample in every stage), with the same bounds as TestResNet18StepVsCPU.
+func TestBottleneckStepVsCPU(t *testing.T) {
+	root, err := resnet.New(resnet.Config{Block: resnet.Bottleneck, Layers: [4]int{1, 2, 1, 1}, Widths: [4]int{8, 16, 16, 32},
+		StemWidth: 16, NumClasses: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepVsCPU(t, root, 64)
+}
+
+func stepVsCPU(t *testing.T, root *resnet.ResNet, side int) {
+	d := device(t)
 	m, err := nn.NewModel(root, nn.WithSeed(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(19, 20))
-	const side = 64
 	shape := []int{4, 3, side, side}
 	x := randn(r, 4*3*side*side, 1)
-	labels := []int32{3, 7, 0, 9}
+	classes := int32(root.Config().NumClasses)
+	labels := []int32{3 % classes, 7 % classes, 0, 9 % classes}
 	g, err := gpuresnet.New(d, m) // uploads before the CPU step moves the running statistics
 	if err != nil {
 		t.Fatal(err)
