@@ -55,6 +55,10 @@ type row struct {
 	RSSBytes        int64   `json:"rss_between_steps_bytes"`
 	StepPeakBytes   int64   `json:"step_peak_model_state_bytes,omitempty"`
 	GatherWaitS     float64 `json:"gather_wait_s,omitempty"`
+	RegatherWaitS   float64 `json:"regather_wait_s,omitempty"`
+	ReduceWaitS     float64 `json:"reduce_wait_s,omitempty"`
+	MinFltPerStep   float64 `json:"minor_faults_per_step"`
+	MajFltPerStep   float64 `json:"major_faults_per_step"`
 	Rank            int     `json:"-"`
 }
 
@@ -62,6 +66,7 @@ type params struct {
 	arch                       string
 	steps, warmup, batch, size int
 	procs, unitDepth           int
+	profile                    string
 }
 
 var strategies = []string{"ddp", "zero3", "zero3+cpu", "zero3+disk"}
@@ -75,8 +80,11 @@ func main() {
 	flag.IntVar(&p.size, "size", 64, "image side")
 	flag.IntVar(&p.procs, "procs", 1, "GOMAXPROCS (and AdamW workers) of each process")
 	flag.IntVar(&p.unitDepth, "unit-depth", 2, "ZeRO gather units: name components (2: resnet blocks such as layer1.0)")
+	only := flag.String("strategies", strings.Join(strategies, ","), "comma-separated strategies to run")
+	flag.StringVar(&p.profile, "cpuprofile", "", "directory for each rank's CPU profile of the timed steps (cpu-<strategy>-<rank>.pprof)")
 	out := flag.String("out", filepath.Join("bench", "results", "zero.json"), "JSON results")
 	flag.Parse()
+	strategies = strings.Split(*only, ",")
 	if s := os.Getenv("GP_BENCH_ZERO_ROLE"); s != "" {
 		if err := child(s, p); err != nil {
 			log.Fatalf("%s rank %s: %v", s, os.Getenv("RANK"), err)
@@ -96,7 +104,7 @@ func run(p params, out string) error {
 	fmt.Printf("%s %dx%d, batch %d per rank, world 2 (processes), AdamW, %d timed steps after %d warm-up, BLAS %s, GOMAXPROCS=%d\n",
 		p.arch, p.size, p.size, p.batch, p.steps, p.warmup, blasimpl.Name(), p.procs)
 	args := []string{"-arch", p.arch, "-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
-		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-procs", strconv.Itoa(p.procs), "-unit-depth", strconv.Itoa(p.unitDepth)}
+		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-procs", strconv.Itoa(p.procs), "-unit-depth", strconv.Itoa(p.unitDepth), "-cpuprofile", p.profile}
 	var rows []row
 	for _, s := range strategies {
 		res, err := launch(self, 2, args, []string{"GP_BENCH_ZERO_ROLE=" + s, "GP_RDZV_SECRET=bench-zero",
@@ -111,19 +119,29 @@ func run(p params, out string) error {
 			r.RSSBytes = max(r.RSSBytes, o.RSSBytes)
 			r.StepS = max(r.StepS, o.StepS)
 			r.StepPeakBytes = max(r.StepPeakBytes, o.StepPeakBytes)
+			r.MinFltPerStep = max(r.MinFltPerStep, o.MinFltPerStep)
+			r.MajFltPerStep = max(r.MajFltPerStep, o.MajFltPerStep)
 		}
 		rows = append(rows, r)
 	}
 	fmt.Println()
-	fmt.Printf("%-11s %5s %10s %14s %14s %7s %12s %12s %12s %8s\n", "strategy", "world", "Ψ", "state MiB/rank", "formula MiB", "ratio", "in files MiB", "RSS MiB", "peak RSS MiB", "step s")
+	fmt.Printf("%-11s %5s %10s %14s %14s %7s %12s %12s %12s %14s %8s %12s\n", "strategy", "world", "Ψ", "state MiB/rank", "formula MiB", "ratio", "in files MiB", "RSS MiB", "peak RSS MiB", "step peak MiB", "step s", "faults/step")
 	mib := func(b float64) float64 { return b / (1 << 20) }
 	for _, r := range rows {
-		fmt.Printf("%-11s %5d %10d %14.1f %14.1f %7.3f %12.1f %12.1f %12.1f %8.2f\n", r.Strategy, r.World, r.Psi,
+		fmt.Printf("%-11s %5d %10d %14.1f %14.1f %7.3f %12.1f %12.1f %12.1f %14.1f %8.3f %12.0f\n", r.Strategy, r.World, r.Psi,
 			mib(float64(r.ModelStateBytes)), mib(r.FormulaBytes), float64(r.ModelStateBytes)/r.FormulaBytes,
-			mib(float64(r.InFilesBytes)), mib(float64(r.RSSBytes)), mib(float64(r.PeakRSSBytes)), r.StepS)
+			mib(float64(r.InFilesBytes)), mib(float64(r.RSSBytes)), mib(float64(r.PeakRSSBytes)), mib(float64(r.StepPeakBytes)), r.StepS,
+			r.MinFltPerStep+r.MajFltPerStep)
 	}
 	fmt.Println("state: model state in memory between steps (counted buffers; disk offload's files excluded), formula: 16Ψ (DDP) or 16Ψ/N (ZeRO-3),")
-	fmt.Println("RSS: VmRSS between steps after a GC, peak RSS: VmHWM over the process's life, step s: mean over timed steps, slowest rank.")
+	fmt.Println("RSS: VmRSS between steps after a GC, peak RSS: VmHWM over the process's life, step peak: ZeRO's sampled model-state peak")
+	fmt.Println("during a step (persistent state + gathered parameters + reduce-scatter buffers), step s: mean over timed steps, slowest rank,")
+	fmt.Println("faults/step: page faults (minor+major, /proc/self/stat) per timed step, worst rank.")
+	for _, r := range rows {
+		if r.Strategy != "ddp" {
+			fmt.Printf("%s: waits per step (rank 0) all-gather %.3f s, re-gather %.3f s, reduce-scatter after the tape %.3f s\n", r.Strategy, r.GatherWaitS, r.RegatherWaitS, r.ReduceWaitS)
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
@@ -280,7 +298,8 @@ func child(strategy string, p params) error {
 			r.ModelStateBytes, r.InFilesBytes = mem.InMemoryBytes(), mem.FileBytes
 			r.FormulaBytes = mem.FormulaBytes()
 			r.StepPeakBytes = mem.PeakStepBytes
-			r.GatherWaitS = zp.Stats().GatherWait.Seconds()
+			st := zp.Stats()
+			r.GatherWaitS, r.RegatherWaitS, r.ReduceWaitS = st.GatherWait.Seconds(), st.RegatherWait.Seconds(), st.ReduceWait.Seconds()
 			if dir := os.Getenv("GP_BENCH_ZERO_DEBUG"); dir != "" {
 				fmt.Fprintf(os.Stderr, "%s rank %d: %v\n", strategy, g.Rank(), mem)
 				debugMemory(dir, strategy, g.Rank())
@@ -307,6 +326,17 @@ func child(strategy string, p params) error {
 			return err
 		}
 	}
+	if p.profile != "" {
+		f, err := os.Create(filepath.Join(p.profile, fmt.Sprintf("cpu-%s-%d.pprof", strategy, g.Rank())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	min0, maj0 := faults()
 	start := time.Now()
 	for range p.steps {
 		if err := step(); err != nil {
@@ -314,6 +344,10 @@ func child(strategy string, p params) error {
 		}
 	}
 	r.StepS = time.Since(start).Seconds() / float64(max(p.steps, 1))
+	min1, maj1 := faults()
+	pprof.StopCPUProfile()
+	r.MinFltPerStep = float64(min1-min0) / float64(max(p.steps, 1))
+	r.MajFltPerStep = float64(maj1-maj0) / float64(max(p.steps, 1))
 	runtime.GC()
 	debug.FreeOSMemory()
 	account()
@@ -352,4 +386,25 @@ func debugMemory(dir, strategy string, rank int) {
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
+}
+
+// faults reads this process's minor and major page-fault counts (fields 10 and 12 of
+// /proc/self/stat); zeros when it cannot.
+func faults() (minflt, majflt int64) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, 0
+	}
+	// The command name (field 2) may hold spaces: count fields after its closing ")".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 10 {
+		return 0, 0
+	}
+	minflt, _ = strconv.ParseInt(f[7], 10, 64)
+	majflt, _ = strconv.ParseInt(f[9], 10, 64)
+	return minflt, majflt
 }

@@ -20,11 +20,19 @@
 // keeps a unit gathered where it cannot). The first gradient of a unit prefetches the
 // re-gather of the unit before it; a unit goes again once every op reading it has run. The
 // gathered memory is anonymous mmap'd regions whose pages go back to the kernel with
-// madvise(MADV_DONTNEED). Gradients are handed over by nn's gradient sink: divided by N
-// into the unit's padded reduce-scatter input; once a unit is complete its reduce-scatter
-// to the owners is issued while backward goes on, and its result is added into the
-// gradient shard as soon as it has arrived. The tape's register that held a gradient loses
-// its pages after the sink has copied it, where the graph shows nothing else reads it.
+// madvise(MADV_FREE): the kernel takes them when it needs memory, and until then the next
+// gather writes them without a page fault (with MADV_DONTNEED the zero-fill faults of every
+// gathered byte, twice a step, cost more than the rest of ZeRO's overhead). Gradients are
+// handed over by nn's gradient sink: divided by N into the unit's padded reduce-scatter
+// input; once a unit is complete its reduce-scatter to the owners is issued while backward
+// goes on, and its result is added into the gradient shard as soon as it has arrived. The
+// tape's register that held a gradient loses its pages (lazily, the same way) after the
+// sink has copied it, where the graph shows nothing else reads it. The step's peak and the
+// memory held between steps are counted from the engine's buffers (Memory); the process's
+// VmRSS also counts freed pages the kernel has not taken yet.
+//
+// After New the model's Data and Grad are placeholders of zeros: writing them is harmless
+// and does not reach the shards (see Engine.Model).
 //
 // Offload: OffloadCPU keeps everything in host memory (on a CPU-only machine that is where
 // ZeRO keeps it anyway; the option only selects the multi-goroutine fused AdamW). OffloadDisk

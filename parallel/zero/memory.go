@@ -24,9 +24,13 @@ type Memory struct {
 	// FileResidentBytes how much of it is in this process's memory now (mincore).
 	FileBytes, FileResidentBytes int64
 	// TransientResidentBytes is what the step's regions (gathered parameters,
-	// reduce-scatter buffers) hold in memory now: 0 between steps.
+	// reduce-scatter buffers) and the model's placeholders hold in memory now: 0 between
+	// steps. Pages a step freed lazily (MADV_FREE: the kernel takes them when it needs
+	// memory, and until then the next step reuses them without a page fault) are not
+	// held; the process's VmRSS counts them until the kernel takes them.
 	TransientResidentBytes int64
 	// PeakStepBytes is the peak model-state footprint of the last run (StepStats.PeakBytes).
+	// Like the persistent state it is counted from the engine's buffers.
 	PeakStepBytes int64
 }
 
@@ -67,7 +71,10 @@ func (e *Engine) Memory() Memory {
 		m.FileBytes += m.MasterBytes
 		m.FileResidentBytes += e.masterR.resident()
 	}
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, e.leaves, e.placeholder} {
+	for _, r := range []*region{e.gatherR, e.sendR, e.recvR} {
+		m.TransientResidentBytes += r.held()
+	}
+	for _, r := range []*region{e.leaves, e.placeholder, e.gradHolder} {
 		m.TransientResidentBytes += r.resident()
 	}
 	return m

@@ -43,9 +43,10 @@ type StepStats struct {
 	RegatherWait time.Duration
 	// ReduceWait is the time spent after the tape waiting for reduce-scatters.
 	ReduceWait time.Duration
-	// PeakBytes is the largest model-state footprint sampled during the run: persistent
-	// state plus resident gathered parameters and reduce-scatter buffers (sampled after
-	// every gather, release and reduce-scatter launch, and at the end of the tape).
+	// PeakBytes is the largest model-state footprint during the run, counted from the
+	// engine's buffers: persistent state plus the gathered units (from the issue of their
+	// all-gather to their release), the reduce-scatter inputs (each gradient from when it
+	// is written until its unit's result is folded) and outputs (from launch until folded).
 	PeakBytes int64
 	// Released and Regathered count the unit releases and backward re-gathers of the run.
 	Released, Regathered int
@@ -59,7 +60,10 @@ type stepState struct {
 	rw       []comm.Work // by unit: reduce-scatter
 	folded   []bool      // by unit: reduce-scatter result added into the gradient shard
 	count    []int
-	pending  []int // units whose reduce-scatter is in flight, in launch order
+	pending  []int   // units whose reduce-scatter is in flight, in launch order
+	sunk     []bool  // by Param.Index: gradient written into the reduce-scatter input
+	sent     []int64 // by unit: bytes of its reduce-scatter input written in this run
+	live     int64   // bytes of gathered units and reduce-scatter buffers in use
 	err      error
 }
 
@@ -107,7 +111,8 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 		return nil, err
 	}
 	p.st = stepState{gw: make([]comm.Work, nu), resident: make([]bool, nu), released: make([]bool, nu),
-		rw: make([]comm.Work, nu), folded: make([]bool, nu), count: make([]int, nu)}
+		rw: make([]comm.Work, nu), folded: make([]bool, nu), count: make([]int, nu),
+		sunk: make([]bool, len(e.Model.Params.Params)), sent: make([]int64, nu)}
 	return p, nil
 }
 
@@ -217,7 +222,10 @@ func (p *Program) Run(ctx context.Context) error {
 	clear(st.rw)
 	clear(st.folded)
 	clear(st.count)
+	clear(st.sunk)
+	clear(st.sent)
 	st.pending = st.pending[:0]
+	st.live = 0
 	p.stats = StepStats{}
 	e.peak = 0
 	e.prefetchState()
@@ -254,9 +262,13 @@ func (p *Program) Run(ctx context.Context) error {
 			st.gw[u] = nil
 		}
 	}
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR, p.zerosR} {
-		errs = append(errs, r.releaseAll())
+	// The step's regions are freed lazily: the next step writes the same pages again, and
+	// refaulting them cost more than the rest of the step's overhead together (region.go).
+	// The barriers' zeros must read as zeros again: released.
+	for _, r := range []*region{e.gatherR, e.sendR, e.recvR} {
+		errs = append(errs, r.freeAll())
 	}
+	errs = append(errs, p.zerosR.releaseAll())
 	p.stats.PeakBytes = e.peak
 	p.stats.Run = time.Since(start)
 	if err := errors.Join(errs...); err != nil {
@@ -280,6 +292,8 @@ func (p *Program) issue(u int) {
 		return
 	}
 	un := e.lay.units[u]
+	st.live += 4 * int64(un.Padded)
+	p.sample()
 	st.gw[u] = e.g.AllGather(comm.F32(e.gatherR.f[un.GatherBase:un.GatherBase+un.Padded]), comm.F32(e.master[un.ShardBase:un.ShardBase+un.Shard]))
 }
 
@@ -298,7 +312,6 @@ func (p *Program) await(u int, waited *time.Duration) error {
 		return fmt.Errorf("rank %d: all-gather of unit %s: %w", p.e.rank, p.e.lay.units[u].Name, err)
 	}
 	st.resident[u] = true
-	p.sample()
 	return nil
 }
 
@@ -330,16 +343,17 @@ func (p *Program) forwardDone(u int) error {
 	return p.release(u)
 }
 
-// release returns unit u's gathered pages to the kernel.
+// release returns unit u's gathered pages to the kernel (lazily, see region.free).
 func (p *Program) release(u int) error {
 	st, e := &p.st, p.e
 	if !st.resident[u] {
 		return nil
 	}
 	un := e.lay.units[u]
-	if err := e.gatherR.release(un.GatherBase, un.GatherBase+un.Padded); err != nil {
+	if err := e.gatherR.free(un.GatherBase, un.GatherBase+un.Padded); err != nil {
 		return err
 	}
+	st.live -= 4 * int64(un.Padded)
 	st.resident[u], st.released[u] = false, true
 	p.stats.Released++
 	return nil
@@ -381,19 +395,15 @@ func (p *Program) sink(prm *nn.Param, grad []float32) error {
 	if !p.training {
 		return nil
 	}
-	e := p.e
+	e, st := p.e, &p.st
 	u := e.lay.unitOf[prm.Index]
 	un := e.lay.units[u]
+	st.sent[u] += 4 * int64(len(grad))
+	st.live += 4 * int64(len(grad))
+	p.sample()
 	at := un.GatherBase + prm.Offset - un.Lo
-	dst := e.sendR.f[at : at+len(grad)]
-	if e.world == 1 {
-		copy(dst, grad)
-	} else {
-		d := float32(e.world)
-		for i, v := range grad {
-			dst[i] = v / d
-		}
-	}
+	divideInto(e.sendR.f[at:at+len(grad)], grad, e.world)
+	st.sunk[prm.Index] = true
 	if p.sched.dropGrad[prm.Index] {
 		dropPages(grad)
 	}
@@ -430,7 +440,18 @@ func (p *Program) launchReduce(u int) {
 	e, st := p.e, &p.st
 	un := e.lay.units[u]
 	dst := e.sendR.f[un.GatherBase : un.GatherBase+un.Padded]
+	// The input's pages were freed lazily by the last step: what no gradient was written
+	// into this run (padding, parameters that do not reach the loss) is cleared.
 	clear(dst[un.Hi-un.Lo:])
+	n := int64(un.Padded - (un.Hi - un.Lo))
+	for _, prm := range un.Params {
+		if !st.sunk[prm.Index] {
+			clear(dst[prm.Offset-un.Lo : prm.Offset-un.Lo+prm.Numel()])
+			n += int64(prm.Numel())
+		}
+	}
+	st.sent[u] += 4 * n
+	st.live += 4*n + 4*int64(un.Shard)
 	p.sample()
 	st.rw[u] = e.g.ReduceScatter(comm.F32(e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
 	st.pending = append(st.pending, u)
@@ -464,21 +485,56 @@ func (p *Program) fold(u int) error {
 	if err := st.rw[u].Wait(st.ctx); err != nil {
 		return fmt.Errorf("zero: rank %d: reduce-scatter of unit %s: %w", e.rank, un.Name, err)
 	}
-	dst, src := e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]
-	for i, v := range src {
-		dst[i] += v
-	}
-	return errors.Join(e.sendR.release(un.GatherBase, un.GatherBase+un.Padded), e.recvR.release(un.ShardBase, un.ShardBase+un.Shard))
+	addInto(e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.f[un.ShardBase:un.ShardBase+un.Shard])
+	st.live -= st.sent[u] + 4*int64(un.Shard)
+	return errors.Join(e.sendR.free(un.GatherBase, un.GatherBase+un.Padded), e.recvR.free(un.ShardBase, un.ShardBase+un.Shard))
 }
 
 // sample records the current model-state footprint for the step's peak.
 func (p *Program) sample() {
 	e := p.e
-	b := e.persistentBytes()
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR} {
-		b += r.resident()
+	e.peak = max(e.peak, e.persistentBytes()+p.st.live)
+}
+
+// divideInto sets dst[i] = src[i]/n. For a power of two n it multiplies by 1/n, which is
+// exact and gives the same bits as dividing.
+func divideInto(dst, src []float32, n int) {
+	dst = dst[:len(src)]
+	if n == 1 {
+		copy(dst, src)
+		return
 	}
-	e.peak = max(e.peak, b)
+	if n&(n-1) != 0 {
+		d := float32(n)
+		for i, v := range src {
+			dst[i] = v / d
+		}
+		return
+	}
+	s := 1 / float32(n)
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		d, x := dst[i:i+8:i+8], src[i:i+8:i+8]
+		d[0], d[1], d[2], d[3] = x[0]*s, x[1]*s, x[2]*s, x[3]*s
+		d[4], d[5], d[6], d[7] = x[4]*s, x[5]*s, x[6]*s, x[7]*s
+	}
+	for ; i < len(src); i++ {
+		dst[i] = src[i] * s
+	}
+}
+
+// addInto adds src into dst (same length).
+func addInto(dst, src []float32) {
+	dst = dst[:len(src)]
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		d, x := dst[i:i+8:i+8], src[i:i+8:i+8]
+		d[0], d[1], d[2], d[3] = d[0]+x[0], d[1]+x[1], d[2]+x[2], d[3]+x[3]
+		d[4], d[5], d[6], d[7] = d[4]+x[4], d[5]+x[5], d[6]+x[6], d[7]+x[7]
+	}
+	for ; i < len(src); i++ {
+		dst[i] += src[i]
+	}
 }
 
 // statsReducer is the SyncBatchNorm reducer: a blocking all-reduce over the group.

@@ -94,9 +94,11 @@ func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
 // goroutine.
 type Engine struct {
 	// Model is the wrapped model. After New its ParamSet's Data and Grad (and every
-	// Param's) are read-only views of zeros with the right lengths, so that sizes and names
-	// still work: the parameters live in the shards (read them with GatherParams or a
-	// checkpoint), and writing through the ParamSet faults instead of being lost silently.
+	// Param's) are placeholders: zeros with the right lengths, so that sizes and names still
+	// work, that cost no memory until written. The parameters live in the shards (read them
+	// with GatherParams or a checkpoint; write them with Load). Writing through the
+	// ParamSet is harmless and has no effect on training: m.Params.ZeroGrad() clears zeros,
+	// and values written are ignored (Engine.ZeroGrad gives their pages back).
 	Model *nn.Model
 
 	g           comm.Group
@@ -110,7 +112,8 @@ type Engine struct {
 	alloc       Allocator
 	masterR     *region // DiskMaster only
 	leaves      *region // read-only zeros: every program's parameter leaves (never read)
-	placeholder *region // read-only zeros: the ParamSet's Data and Grad after New
+	placeholder *region // writable zeros: the ParamSet's Data after New
+	gradHolder  *region // writable zeros: the ParamSet's Grad after New
 	gatherR     *region // gathered parameters, padded unit layout
 	sendR       *region // reduce-scatter sources, padded unit layout
 	recvR       *region // reduce-scatter results, shard layout
@@ -171,11 +174,11 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 	}
 	e.releaseState()
 	// Drop the model's full buffers: nothing may keep the arrays nn.NewModel allocated.
-	ps.Data, ps.Grad = e.placeholder.f, e.placeholder.f
+	ps.Data, ps.Grad = e.placeholder.f, e.gradHolder.f
 	for _, p := range ps.Params {
 		n := p.Numel()
 		p.Data = ps.Data[p.Offset : p.Offset+n : p.Offset+n]
-		p.Grad = p.Data
+		p.Grad = ps.Grad[p.Offset : p.Offset+n : p.Offset+n]
 	}
 	return e, nil
 }
@@ -216,7 +219,10 @@ func (e *Engine) allocate() error {
 	if e.leaves, err = newZeros(fmt.Sprintf("rank %d parameter leaves", e.rank), largest); err != nil {
 		return err
 	}
-	if e.placeholder, err = newZeros(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
+	if e.placeholder, err = newPlaceholder(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
+		return err
+	}
+	if e.gradHolder, err = newPlaceholder(fmt.Sprintf("rank %d gradient placeholder", e.rank), l.psi); err != nil {
 		return err
 	}
 	return nil
@@ -287,8 +293,15 @@ func (e *Engine) ShardGrad() []float32 { return e.grad }
 // ShardParams is this rank's master shard (padded unit layout, see Unit).
 func (e *Engine) ShardParams() []float32 { return e.master }
 
-// ZeroGrad clears the gradient shard.
-func (e *Engine) ZeroGrad() { clear(e.grad) }
+// ZeroGrad clears the gradient shard, and gives back the pages of anything written
+// through the model's placeholder Data and Grad (they read as zeros again).
+func (e *Engine) ZeroGrad() {
+	clear(e.grad)
+	if !e.closed {
+		_ = e.placeholder.releaseAll()
+		_ = e.gradHolder.releaseAll()
+	}
+}
 
 // Step runs the optimizer on the shard, then drops disk-offloaded state from memory.
 func (e *Engine) Step() error {
@@ -342,7 +355,7 @@ func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
 }
 
 // Close syncs and unmaps the engine's memory and closes its files. Programs compiled from
-// the engine fail with ErrClosed afterwards; the model's parameters point at nothing valid.
+// the engine fail with ErrClosed afterwards; the model's parameters stay placeholders.
 func (e *Engine) Close() error {
 	if e.closed {
 		return nil
@@ -358,7 +371,8 @@ func (e *Engine) Close() error {
 	for _, r := range []*region{e.masterR, e.gatherR, e.sendR, e.recvR} {
 		errs = append(errs, r.close())
 	}
-	// The leaves and the placeholder stay mapped (read-only zeros cost no memory):
-	// compiled graphs and the model keep slices of them.
+	// The leaves and the placeholders stay mapped (zeros cost no memory): compiled graphs
+	// and the model keep slices of them. What was written through the placeholders goes.
+	errs = append(errs, e.placeholder.releaseAll(), e.gradHolder.releaseAll())
 	return errors.Join(errs...)
 }
