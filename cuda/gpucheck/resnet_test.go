@@ -238,3 +238,53 @@ func normErr(got, want []float32) float64 {
 	}
 	return math.Sqrt(num / den)
 }
+
+// Evaluation mode (running statistics) after one training step, against the CPU, and
+// SetParams after a host-side change of the parameters.
+func TestResNetEvalVsCPU(t *testing.T) {
+	d := device(t)
+	root, err := resnet.New(resnet.Config{Block: resnet.Basic, Layers: [4]int{1, 1, 1, 1}, Widths: [4]int{8, 16, 16, 32}, StemWidth: 8, NumClasses: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(root, nn.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(25, 26))
+	shape := []int{4, 3, 32, 32}
+	x := randn(r, 4*3*32*32, 1)
+	ctx := context.Background()
+	g, err := gpuresnet.New(d, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free()
+	if _, err := g.Step(ctx, x, shape, []int32{0, 1, 2, 3}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := models.Run(m, x, shape, []float32{0, 1, 2, 3}, true); err != nil { // same running statistics on the CPU
+		t.Fatal(err)
+	}
+	for _, p := range m.Params.Params {
+		for i := range p.Data {
+			p.Data[i] *= 0.9
+		}
+	}
+	if err := g.SetParams(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.Eval(ctx, x, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := models.Run(m, x, shape, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relErr(got, f64(want.Logits)); !(e <= 1e-4) {
+		t.Fatalf("eval logits: relative error %.3g > 1e-4", e)
+	} else {
+		t.Logf("eval logits rel err %.2g", e)
+	}
+}

@@ -15,6 +15,7 @@ type backFn func(dy *cuda.Tensor) (*cuda.Tensor, error)
 // (returned to the device's cache) when the step ends. The first allocation error sticks.
 type tape struct {
 	d    *cuda.Device
+	eval bool // evaluation mode: batch norm uses the running statistics, no backward
 	ts   []*cuda.Tensor
 	free []func()
 	err  error
@@ -132,6 +133,13 @@ func (r *ResNet) bn(t *tape, x *cuda.Tensor, name string) (*cuda.Tensor, backFn,
 	y := t.alloc(cuda.Float32, x.Shape()...)
 	if t.err != nil {
 		return nil, nil, t.err
+	}
+	if t.eval {
+		mean, v := r.bufs[name+".running_mean"], r.bufs[name+".running_var"]
+		if err := r.d.BatchNormApply(y, x, g, b, mean, v, eps); err != nil {
+			return nil, nil, fmt.Errorf("gpuresnet: %s: %w", name, err)
+		}
+		return y, nil, nil
 	}
 	saved, err := r.d.BatchNormTrain(y, x, g, b, r.bufs[name+".running_mean"], r.bufs[name+".running_var"], momentum, eps)
 	if err != nil {

@@ -156,6 +156,37 @@ func (r *ResNet) Step(ctx context.Context, x []float32, shape []int, labels []in
 	return res, nil
 }
 
+// Eval runs the forward pass in evaluation mode (batch norm with the running statistics) on
+// images x [N,3,H,W] and returns the logits [N, classes].
+func (r *ResNet) Eval(ctx context.Context, x []float32, shape []int) ([]float32, error) {
+	if len(shape) != 4 {
+		return nil, fmt.Errorf("gpuresnet: input %v, want [N,3,H,W]", shape)
+	}
+	in, err := r.d.FromHost(x, shape...)
+	if err != nil {
+		return nil, err
+	}
+	t := &tape{d: r.d, eval: true}
+	defer t.release()
+	t.keep(in)
+	logits, _, err := r.forward(t, in)
+	if err != nil {
+		return nil, err
+	}
+	return logits.ToHost(ctx)
+}
+
+// SetParams uploads the model's parameters again (after an optimizer stepped them on the
+// host, e.g. under DDP with a host-side optimizer).
+func (r *ResNet) SetParams() error {
+	for _, p := range r.ps.Params {
+		if err := r.params[p.Name].CopyFrom(p.Data); err != nil {
+			return fmt.Errorf("gpuresnet: uploading %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
 // Grads copies the gradients into grad, laid out as the model's nn.ParamSet.Grad.
 func (r *ResNet) Grads(ctx context.Context, grad []float32) error {
 	if len(grad) != len(r.ps.Grad) {
