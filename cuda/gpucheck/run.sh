@@ -32,5 +32,29 @@ if [ -n "${py:-}" ] && "$py" -c 'import torch; assert torch.cuda.is_available()'
 else
   echo "PyTorch with CUDA not found: skipping the PyTorch comparison"
 fi
-grep '"bench"' results.txt > gp.jsonl 2>/dev/null || true
+grep '^{"bench"' results.txt > gp.jsonl 2>/dev/null || true
+if [ -n "${py:-}" ] && [ -s torch.jsonl ]; then
+  echo "== side by side (same GPU)"
+  "$py" - <<'PY'
+import json
+def load(p):
+    out = {}
+    for line in open(p):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if "bench" not in r:
+            continue
+        key = (r["bench"], r.get("dtype") or r.get("mode"))
+        out[key] = r.get("tflops") or r.get("images_per_s")
+    return out
+gp, th = load("gp.jsonl"), load("torch.jsonl")
+print(f"{'bench':10} {'dtype/mode':16} {'gp':>10} {'torch':>10} {'gp/torch':>9}   (gemm: TFLOP/s, resnet50: images/s)")
+for k in sorted(set(gp) | set(th)):
+    a, b = gp.get(k), th.get(k)
+    ratio = f"{a / b:.2f}" if a and b else "-"
+    print(f"{k[0]:10} {k[1]:16} {a or '-':>10} {b or '-':>10} {ratio:>9}")
+PY
+fi
 exit $status

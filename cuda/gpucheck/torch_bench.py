@@ -1,6 +1,7 @@
 """PyTorch side of the GPU check: the same GEMMs as gpucheck's TestGemmThroughput, and
-training images/s of torchvision's resnet50 at 224x224, batch 64, float32 and autocast
-(fp16 and bf16), one JSON line each. Run by run.sh; no arguments."""
+training images/s (forward, backward, SGD with momentum) of torchvision's resnet50 at
+224x224, batch 64: strict float32, float32 with TF32 convolutions (PyTorch's default) and
+autocast fp16/bf16, one JSON line each. Run by run.sh; no arguments."""
 import json
 import time
 
@@ -32,7 +33,11 @@ def bench_resnet50(batch=64, steps=20, warmup=5):
         print(json.dumps({"bench": "resnet50", "impl": "torch", "error": "torchvision not installed"}))
         return
     torch.backends.cudnn.benchmark = True
-    for mode in ("float32", "autocast-fp16", "autocast-bf16"):
+    # "float32" is strict float32 (TF32 off), what gp's float32 computes; "float32-tf32" is
+    # PyTorch's default for convolutions (cudnn.allow_tf32=True).
+    for mode in ("float32", "float32-tf32", "autocast-fp16", "autocast-bf16"):
+        torch.backends.cudnn.allow_tf32 = mode == "float32-tf32"
+        torch.backends.cuda.matmul.allow_tf32 = False
         model = torchvision.models.resnet50().cuda().train()
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         scaler = torch.amp.GradScaler("cuda", enabled=mode == "autocast-fp16")
@@ -42,7 +47,7 @@ def bench_resnet50(batch=64, steps=20, warmup=5):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=dtype, enabled=mode != "float32"):
+            with torch.autocast("cuda", dtype=dtype, enabled=mode.startswith("autocast")):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
             scaler.scale(loss).backward()
             scaler.step(opt)
