@@ -138,8 +138,27 @@ func TestLaunch(t *testing.T) {
 
 func TestSignalForwarded(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
-	go func() { time.Sleep(500 * time.Millisecond); sigs <- syscall.SIGINT }()
-	out, err := run(t, "signal", 2, 3, sigs)
+	var buf syncBuf
+	done := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() {
+		done <- Run(ctx, Config{NProcPerNode: 2, MaxRestarts: 3, Program: os.Args[0],
+			Args: []string{"-test.run=^$"}, Env: []string{"GP_LAUNCH_TEST_WORKER=signal"},
+			Stdout: &buf, Stderr: &buf, StopGrace: 2 * time.Second, Signals: sigs})
+	}()
+	// Signal only once both workers have installed their handler (a fixed delay flakes
+	// under load: a worker not yet listening dies of the signal instead).
+	for !strings.Contains(buf.String(), "[rank0]: ready") || !strings.Contains(buf.String(), "[rank1]: ready") {
+		select {
+		case err := <-done:
+			t.Fatalf("launcher returned before the workers were ready: %v\n%s", err, buf.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	sigs <- syscall.SIGINT
+	err := <-done
+	out := buf.String()
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("err = %v\n%s", err, out)
 	}
