@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash"
 	"math"
-	"runtime"
 	"sync"
 
 	"github.com/chewxy/hm"
@@ -92,10 +91,10 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 	}
 }
 
-// parallel runs f(worker, lo, hi) over [0, n) split into at most GOMAXPROCS contiguous
+// parallel runs f(worker, lo, hi) over [0, n) split into at most ops.Threads() contiguous
 // chunks; worker numbers are below the returned count of workers used.
 func parallel(n int, f func(worker, lo, hi int)) int {
-	w := min(runtime.GOMAXPROCS(0), n)
+	w := min(maxWorkers(), n)
 	if w <= 1 {
 		if n > 0 {
 			f(0, 0, n)
@@ -115,6 +114,6 @@ func parallel(n int, f func(worker, lo, hi int)) int {
 	return w
 }
 
-func maxWorkers() int { return runtime.GOMAXPROCS(0) }
+var maxWorkers = sync.OnceValue(ops.Threads)
 
 func float64Sqrt(n int) float64 { return math.Sqrt(float64(n)) }

@@ -189,6 +189,15 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(cfg.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+cfg.RunID, "TORCHELASTIC_USE_AGENT_STORE=False",
 			"GP_RDZV_SECRET="+cfg.Secret)
+		if n > 1 {
+			// As torchrun: several workers per node each get one compute thread unless the
+			// user chose otherwise, so that they do not oversubscribe the cores.
+			for _, v := range []string{"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"} {
+				if _, set := os.LookupEnv(v); !set {
+					cmd.Env = append(cmd.Env, v+"=1")
+				}
+			}
+		}
 		cmd.Env = append(cmd.Env, cfg.Env...)
 		// Own process group: a terminal's Ctrl-C reaches only the launcher, which forwards it.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
