@@ -162,3 +162,88 @@ func equal(a, b []float32) bool {
 	}
 	return true
 }
+
+// Conv2d and its backward through the fake cuDNN (which computes on host memory): the
+// descriptors, algorithm choice (the fake offers an over-sized algorithm first), workspace
+// and argument order give the direct convolution; SetConvImpl switches implementations.
+func TestConvCuDNNOnFake(t *testing.T) {
+	d := open(t)
+	if impl, err := d.ConvImplInUse(); impl != ConvCuDNN {
+		t.Fatalf("ConvImplInUse = %v, %v; want cudnn with the fake library", impl, err)
+	}
+	const n, c, h, w, k, kh = 2, 3, 5, 5, 4, 3
+	p := Conv2dParams{StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	oh, ow := p.OutSize(h, w, kh, kh)
+	xs, ws, dys := make([]float32, n*c*h*w), make([]float32, k*c*kh*kh), make([]float32, n*k*oh*ow)
+	for i := range xs {
+		xs[i] = float32(i%7) - 3
+	}
+	for i := range ws {
+		ws[i] = float32(i%5) * 0.5
+	}
+	for i := range dys {
+		dys[i] = float32(i%3) - 1
+	}
+	x, _ := d.FromHost(xs, n, c, h, w)
+	wt, _ := d.FromHost(ws, k, c, kh, kh)
+	dy, _ := d.FromHost(dys, n, k, oh, ow)
+	y, _ := d.Alloc(Float32, n, k, oh, ow)
+	dx, _ := d.Alloc(Float32, n, c, h, w)
+	dw, _ := d.Alloc(Float32, k, c, kh, kh)
+	if err := d.Conv2d(y, x, wt, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Conv2dBackward(dx, dw, dy, x, wt, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	wy, wdx, wdw := make([]float32, len(dys)), make([]float32, len(xs)), make([]float32, len(ws))
+	for b := range n {
+		for o := range k {
+			for oy := range oh {
+				for ox := range ow {
+					yi := ((b*k+o)*oh+oy)*ow + ox
+					for ch := range c {
+						for i := range kh {
+							for j := range kh {
+								iy, ix := oy*2-1+i, ox*2-1+j
+								if iy < 0 || iy >= h || ix < 0 || ix >= w {
+									continue
+								}
+								xi, wi := ((b*c+ch)*h+iy)*w+ix, ((o*c+ch)*kh+i)*kh+j
+								wy[yi] += xs[xi] * ws[wi]
+								wdx[xi] += dys[yi] * ws[wi]
+								wdw[wi] += dys[yi] * xs[xi]
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	host := func(x *Tensor) []float32 {
+		v, err := x.ToHost(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for name, pair := range map[string][2][]float32{"y": {host(y), wy}, "dx": {host(dx), wdx}, "dw": {host(dw), wdw}} {
+		if !equal(pair[0], pair[1]) {
+			t.Errorf("%s = %v\nwant %v", name, pair[0], pair[1])
+		}
+	}
+	if err := d.SetConvImpl(ConvIm2col); err != nil {
+		t.Fatal(err)
+	}
+	if impl, _ := d.ConvImplInUse(); impl != ConvIm2col {
+		t.Fatalf("after SetConvImpl(ConvIm2col): %v", impl)
+	}
+	if err := d.Conv2d(y, x, wt, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.SetConvImpl(ConvAuto)
+	bad, _ := d.Alloc(Float32, n, k, oh+1, ow)
+	if err := d.Conv2d(bad, x, wt, p, 0); err == nil {
+		t.Fatal("wrong output shape accepted")
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda/cublas"
+	"github.com/gorgonia-parallel/gp/cuda/cudnn"
 	"github.com/gorgonia-parallel/gp/cuda/driver"
 	"github.com/gorgonia-parallel/gp/cuda/kernels"
 	"github.com/gorgonia-parallel/gp/cuda/memory"
@@ -26,6 +28,12 @@ type Device struct {
 	pinned  *memory.Cache
 	blas    cublas.Handle
 	hasBLAS bool
+	dnn     cudnn.Handle
+	hasDNN  bool
+	dnnErr  error // why cuDNN is not used, when it is not
+	conv    ConvImpl
+	convMu  sync.Mutex
+	convs   map[cudnn.ConvSpec]*cudnn.Conv
 	mod     driver.Module
 	fns     map[string]driver.Function
 	sms     int
@@ -35,16 +43,20 @@ type Device struct {
 // Option configures Open.
 type Option func(*options)
 
-type options struct{ blas bool }
+type options struct{ blas, dnn bool }
 
 // WithoutBLAS opens the device without cuBLAS (GEMM then fails): for machines with the
 // driver but no cuBLAS.
 func WithoutBLAS() Option { return func(o *options) { o.blas = false } }
 
+// WithoutCuDNN opens the device without cuDNN: convolutions then use im2col and cuBLAS.
+func WithoutCuDNN() Option { return func(o *options) { o.dnn = false } }
+
 // Open opens device ordinal: retains its primary context, creates the stream, loads the
-// kernels (JIT from PTX) and, unless WithoutBLAS, cuBLAS.
+// kernels (JIT from PTX), unless WithoutBLAS cuBLAS, and unless WithoutCuDNN cuDNN when it
+// can be loaded (otherwise convolutions use im2col; ConvImplInUse says which, and why).
 func Open(ordinal int, opts ...Option) (*Device, error) {
-	o := options{blas: true}
+	o := options{blas: true, dnn: true}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -56,7 +68,7 @@ func Open(ordinal int, opts ...Option) (*Device, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]driver.Function{}}
+	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]driver.Function{}, convs: map[cudnn.ConvSpec]*cudnn.Conv{}}
 	d.name, _ = dev.Name()
 	d.sms, _ = dev.Attribute(driver.AttrMultiprocessorCount)
 	if d.ctx, err = dev.RetainPrimaryContext(); err != nil {
@@ -98,7 +110,25 @@ func (d *Device) init(o options) error {
 		return err
 	}
 	d.hasBLAS = true
-	return d.blas.SetStream(uintptr(d.stream))
+	if err := d.blas.SetStream(uintptr(d.stream)); err != nil {
+		return err
+	}
+	if !o.dnn {
+		d.dnnErr = fmt.Errorf("cuda: device %d opened WithoutCuDNN", d.ordinal)
+		return nil
+	}
+	// cuDNN is optional: without it convolutions use im2col (ConvImplInUse says why).
+	d.dnnErr = cudnn.Load()
+	if d.dnnErr == nil {
+		d.dnn, d.dnnErr = cudnn.Create()
+		if d.dnnErr == nil {
+			if d.dnnErr = d.dnn.SetStream(uintptr(d.stream)); d.dnnErr != nil {
+				_ = d.dnn.Destroy()
+			}
+		}
+	}
+	d.hasDNN = d.dnnErr == nil
+	return nil
 }
 
 // Close waits for the device's work and releases everything Open made.
@@ -109,6 +139,13 @@ func (d *Device) Close() error {
 	}
 	if d.hasBLAS {
 		errs = append(errs, d.withContext(d.blas.Destroy))
+	}
+	for k, c := range d.convs {
+		c.Destroy()
+		delete(d.convs, k)
+	}
+	if d.hasDNN {
+		errs = append(errs, d.withContext(d.dnn.Destroy))
 	}
 	if d.mem != nil {
 		errs = append(errs, d.mem.Close(), d.pinned.Close())

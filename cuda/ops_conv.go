@@ -59,13 +59,17 @@ func (d *Device) im2col(name string, col, x *Tensor, cd convDims, p Conv2dParams
 }
 
 // Conv2d computes y = conv2d(x, w) for NCHW x [N,C,H,W], weight w [OC,C,KH,KW] and y
-// [N,OC,OH,OW], without bias and with one group: im2col of the whole batch, then one strided
-// batched GEMM (the weight shared by every image) that writes NCHW directly. dtype16 selects
-// autocast: 0 for float32, else Float16/BFloat16 operands with float32 accumulation.
+// [N,OC,OH,OW], without bias and with one group, through cuDNN (see SetConvImpl) or else
+// im2col of the whole batch and one strided batched GEMM (the weight shared by every image)
+// that writes NCHW directly. dtype16 selects autocast: 0 for float32, else Float16/BFloat16
+// operands with float32 accumulation (cuDNN stores the 16-bit result, which is then widened).
 func (d *Device) Conv2d(y, x, w *Tensor, p Conv2dParams, dtype16 DType) error {
 	cd, err := d.convDims("conv2d", x, w, y, p)
 	if err != nil {
 		return err
+	}
+	if d.useDNN() {
+		return d.conv2dDNN(y, x, w, cd, p, dtype16)
 	}
 	k, pix := cd.c*cd.kh*cd.kw, cd.oh*cd.ow
 	col, err := d.Alloc(Float32, cd.n, k, pix)
@@ -98,6 +102,9 @@ func (d *Device) Conv2dBackward(dx, dw, dy, x, w *Tensor, p Conv2dParams, dtype1
 	cd, err := d.convDims("conv2d backward", x, w, dy, p)
 	if err != nil {
 		return err
+	}
+	if d.useDNN() {
+		return d.conv2dBackwardDNN(dx, dw, dy, x, w, cd, p, dtype16)
 	}
 	k, pix := cd.c*cd.kh*cd.kw, cd.oh*cd.ow
 	col, err := d.Alloc(Float32, cd.n, k, pix)

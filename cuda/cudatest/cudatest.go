@@ -33,13 +33,16 @@ var fakeNCCL string
 //go:embed testdata/fakecublas.c
 var fakeCublas string
 
+//go:embed testdata/fakecudnn.c
+var fakeCudnn string
+
 //go:embed testdata/emu.h
 var emuHeader string
 
 //go:embed testdata/emu_sched.cc
 var emuSched string
 
-// Build compiles the fake libraries into dir (libcuda.so.1, libnccl.so.2, libcublas.so.12)
+// Build compiles the fake libraries into dir (libcuda.so.1, libnccl.so.2, libcublas.so.12, libcudnn.so.9)
 // and returns the paths of the first two. It fails when no C compiler ($CC, else cc) is
 // found.
 func Build(dir string) (cudaLib, ncclLib string, err error) {
@@ -50,7 +53,7 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", "", fmt.Errorf("cudatest: no C compiler to build the fake GPU libraries: %w", err)
 	}
-	for _, l := range []struct{ name, src string }{{"libcuda.so.1", fakeCuda}, {"libnccl.so.2", fakeNCCL}, {"libcublas.so.12", fakeCublas}} {
+	for _, l := range []struct{ name, src string }{{"libcuda.so.1", fakeCuda}, {"libnccl.so.2", fakeNCCL}, {"libcublas.so.12", fakeCublas}, {"libcudnn.so.9", fakeCudnn}} {
 		src := filepath.Join(dir, l.name+".c")
 		if err := os.WriteFile(src, []byte(l.src), 0o644); err != nil {
 			return "", "", fmt.Errorf("cudatest: %w", err)
@@ -63,8 +66,8 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 	return filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "libnccl.so.2"), nil
 }
 
-// Main builds the fakes into a temporary folder, points CUDA_DRIVER_LIBRARY, NCCL_LIBRARY and
-// CUBLAS_LIBRARY at them and runs the tests. Without a C compiler or without cgo it runs the tests with the
+// Main builds the fakes into a temporary folder, points CUDA_DRIVER_LIBRARY, NCCL_LIBRARY,
+// CUBLAS_LIBRARY and CUDNN_LIBRARY at them and runs the tests. Without a C compiler or without cgo it runs the tests with the
 // variables unset; tests then call Require to skip.
 func Main(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "cudatest")
@@ -79,6 +82,7 @@ func Main(m *testing.M) int {
 		os.Setenv("CUDA_DRIVER_LIBRARY", c)
 		os.Setenv("NCCL_LIBRARY", n)
 		os.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
+		os.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
 		os.Setenv(readyVar, "1")
 	} else {
 		reason = err.Error()

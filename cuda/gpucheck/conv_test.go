@@ -42,8 +42,21 @@ func convRef(x, w, dy []float32, n, c, h, wd, oc, kh, kw int, p cuda.Conv2dParam
 	return y, dx, dw
 }
 
+// TestConvVsCPU checks both implementations: cuDNN (when it loads; it is optional) and
+// im2col with cuBLAS.
 func TestConvVsCPU(t *testing.T) {
 	d := device(t)
+	defer d.SetConvImpl(cuda.ConvAuto)
+	for _, impl := range []cuda.ConvImpl{cuda.ConvCuDNN, cuda.ConvIm2col} {
+		if err := d.SetConvImpl(impl); err != nil {
+			t.Logf("skipping %v: %v", impl, err)
+			continue
+		}
+		t.Run(impl.String(), func(t *testing.T) { convVsCPU(t, d) })
+	}
+}
+
+func convVsCPU(t *testing.T, d *cuda.Device) {
 	r := rand.New(rand.NewPCG(15, 16))
 	cases := []struct {
 		n, c, h, w, oc, k int

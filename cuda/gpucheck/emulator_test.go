@@ -17,7 +17,7 @@ const emulated = "^(TestElementwiseVsCPU|TestRoundingMatchesAmp|TestSoftmaxVsCPU
 	"TestGemmVsCPU|TestConvVsCPU|TestMaxPoolAndCrossEntropyVsCPU|TestNCCLWorld1|TestResNet18StepVsCPU|TestBottleneckStepVsCPU|TestResNetEvalVsCPU)$"
 
 // TestOnCPUEmulator runs this package's GPU checks on a machine without a GPU: the fake
-// libcuda, cuBLAS and NCCL of cuda/cudatest, with kernel launches executed by the CPU
+// libcuda, cuBLAS, cuDNN and NCCL of cuda/cudatest, with kernel launches executed by the CPU
 // emulator of kernels.cu. It proves the kernels' logic, the argument passing and the whole
 // device ResNet step against the CPU before a GPU is lent; it proves nothing about PTX
 // codegen or the real libraries, which the GPU run (REQUIRE_GPU=1) does.
@@ -45,7 +45,8 @@ func TestOnCPUEmulator(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", emulated, "-test.v", "-test.count=1", "-test.timeout=15m")
 	cmd.Env = append(os.Environ(), "CUDA_DRIVER_LIBRARY="+cudaLib, "NCCL_LIBRARY="+ncclLib,
-		"CUBLAS_LIBRARY="+filepath.Join(dir, "libcublas.so.12"), cudatest.EmulatorVar+"="+emu, "REQUIRE_GPU=1", emulatedVar+"=1")
+		"CUBLAS_LIBRARY="+filepath.Join(dir, "libcublas.so.12"),
+		"CUDNN_LIBRARY="+filepath.Join(dir, "libcudnn.so.9"), cudatest.EmulatorVar+"="+emu, "REQUIRE_GPU=1", emulatedVar+"=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("emulated run:\n%s", out)
 	if err != nil {

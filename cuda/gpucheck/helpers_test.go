@@ -30,7 +30,8 @@ func device(t *testing.T) *cuda.Device {
 		d, err := cuda.Open(0)
 		need(t, "opening device 0", err)
 		shared = d
-		t.Logf("device 0: %s", d.Name())
+		impl, why := d.ConvImplInUse()
+		t.Logf("device 0: %s; convolution: %v (%v)", d.Name(), impl, why)
 	}
 	return shared
 }

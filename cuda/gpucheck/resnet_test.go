@@ -171,9 +171,11 @@ func TestResNet50Throughput(t *testing.T) {
 		g.Free()
 		ips := float64(batch*steps) / el.Seconds()
 		st := d.MemoryStats()
-		t.Logf("resnet50 224x224 batch %d %s: %.1f images/s (input copy included), peak device memory %.1f GiB",
-			batch, mode.name, ips, float64(st.PeakInUse)/(1<<30))
-		fmt.Printf("{\"bench\":\"resnet50\",\"impl\":\"gp\",\"mode\":%q,\"batch\":%d,\"image\":224,\"images_per_s\":%.1f}\n", mode.name, batch, ips)
+		impl, _ := d.ConvImplInUse()
+		t.Logf("resnet50 224x224 batch %d %s: %.1f images/s (input copy included, convolution by %v), peak device memory %.1f GiB",
+			batch, mode.name, ips, impl, float64(st.PeakInUse)/(1<<30))
+		fmt.Printf("{\"bench\":\"resnet50\",\"impl\":\"gp\",\"mode\":%q,\"batch\":%d,\"image\":224,\"images_per_s\":%.1f,\"conv\":%q}\n",
+			mode.name, batch, ips, impl.String())
 	}
 }
 

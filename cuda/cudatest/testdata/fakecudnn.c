@@ -1,0 +1,104 @@
+/* A fake libcudnn for CPU tests with fakecuda.c (device memory is host memory): the legacy
+ * convolution API with naive loops (float, half and bfloat16 data, float accumulation), so
+ * the tests check descriptors, argument order, algorithm and workspace plumbing. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+typedef struct { int n, c, h, w, dt; } tdesc;
+typedef struct { int pad_h, pad_w, u, v, dh, dw, mode, ct, math; } cdesc;
+static int handle;
+int cudnnCreate(void** h) { *h = &handle; return 0; }
+int cudnnDestroy(void* h) { return 0; }
+int cudnnSetStream(void* h, void* s) { return 0; }
+size_t cudnnGetVersion(void) { return 90100; }
+int cudnnCreateTensorDescriptor(tdesc** d) { *d = calloc(1, sizeof(tdesc)); return 0; }
+int cudnnCreateFilterDescriptor(tdesc** d) { *d = calloc(1, sizeof(tdesc)); return 0; }
+int cudnnCreateConvolutionDescriptor(cdesc** d) { *d = calloc(1, sizeof(cdesc)); return 0; }
+int cudnnDestroyTensorDescriptor(tdesc* d) { free(d); return 0; }
+int cudnnDestroyFilterDescriptor(tdesc* d) { free(d); return 0; }
+int cudnnDestroyConvolutionDescriptor(cdesc* d) { free(d); return 0; }
+static int okType(int dt) { return dt == 0 || dt == 2 || dt == 9; }
+int cudnnSetTensor4dDescriptor(tdesc* d, int format, int dt, int n, int c, int h, int w) {
+	if (format != 0 || !okType(dt) || n <= 0 || c <= 0 || h <= 0 || w <= 0) return 3; /* BAD_PARAM */
+	d->n = n, d->c = c, d->h = h, d->w = w, d->dt = dt; return 0; }
+int cudnnSetFilter4dDescriptor(tdesc* d, int dt, int format, int k, int c, int h, int w) {
+	if (format != 0 || !okType(dt) || k <= 0 || c <= 0 || h <= 0 || w <= 0) return 3;
+	d->n = k, d->c = c, d->h = h, d->w = w, d->dt = dt; return 0; }
+int cudnnSetConvolution2dDescriptor(cdesc* d, int ph, int pw, int u, int v, int dh, int dw, int mode, int ct) {
+	if (u <= 0 || v <= 0 || dh <= 0 || dw <= 0 || mode != 1 || ct != 0) return 3;
+	d->pad_h = ph, d->pad_w = pw, d->u = u, d->v = v, d->dh = dh, d->dw = dw, d->mode = mode, d->ct = ct; return 0; }
+int cudnnSetConvolutionMathType(cdesc* d, int m) { if (m < 0 || m > 3) return 3; d->math = m; return 0; }
+static int shapesOK(tdesc* x, tdesc* w, cdesc* c, tdesc* y) {
+	int oh = (x->h + 2 * c->pad_h - c->dh * (w->h - 1) - 1) / c->u + 1, ow = (x->w + 2 * c->pad_w - c->dw * (w->w - 1) - 1) / c->v + 1;
+	return x->c == w->c && y->n == x->n && y->c == w->n && y->h == oh && y->w == ow && x->dt == w->dt && w->dt == y->dt;
+}
+typedef struct { int algo, status; float time; size_t memory; int determinism, mathType, reserved[3]; } perf;
+static int algos(tdesc* x, tdesc* w, cdesc* c, tdesc* y, int want, int* n, perf* p) {
+	if (!shapesOK(x, w, c, y) || want < 1) return 3;
+	memset(p, 0, sizeof(perf) * want);
+	p[0].algo = 1, p[0].status = 0, p[0].memory = (size_t)1 << 40; /* too big: must be skipped */
+	if (want > 1) p[1].algo = 0, p[1].status = 0, p[1].memory = 4096;
+	*n = want > 1 ? 2 : 1; return 0; }
+int cudnnGetConvolutionForwardAlgorithm_v7(void* h, tdesc* x, tdesc* w, cdesc* c, tdesc* y, int want, int* n, perf* p) { return algos(x, w, c, y, want, n, p); }
+int cudnnGetConvolutionBackwardDataAlgorithm_v7(void* h, tdesc* w, tdesc* dy, cdesc* c, tdesc* dx, int want, int* n, perf* p) { return algos(dx, w, c, dy, want, n, p); }
+int cudnnGetConvolutionBackwardFilterAlgorithm_v7(void* h, tdesc* x, tdesc* dy, cdesc* c, tdesc* dw, int want, int* n, perf* p) { return algos(x, dw, c, dy, want, n, p); }
+static int wsSize(int algo, size_t* s) { if (algo != 0) return 3; *s = 4096; return 0; }
+int cudnnGetConvolutionForwardWorkspaceSize(void* h, tdesc* x, tdesc* w, cdesc* c, tdesc* y, int algo, size_t* s) { return wsSize(algo, s); }
+int cudnnGetConvolutionBackwardDataWorkspaceSize(void* h, tdesc* w, tdesc* dy, cdesc* c, tdesc* dx, int algo, size_t* s) { return wsSize(algo, s); }
+int cudnnGetConvolutionBackwardFilterWorkspaceSize(void* h, tdesc* x, tdesc* dy, cdesc* c, tdesc* dw, int algo, size_t* s) { return wsSize(algo, s); }
+
+static float ld(const void* p, int dt, long i) {
+	if (dt == 0) return ((const float*)p)[i];
+	uint16_t h = ((const uint16_t*)p)[i];
+	if (dt == 9) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+	int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+	double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1 + m / 1024.0, e - 15);
+	return (float)(s ? -v : v);
+}
+static void st(void* p, int dt, long i, float f) {
+	if (dt == 0) { ((float*)p)[i] = f; return; }
+	uint32_t u; memcpy(&u, &f, 4);
+	if (dt == 9) { u += 0x7fff + ((u >> 16) & 1); ((uint16_t*)p)[i] = (uint16_t)(u >> 16); return; }
+	uint16_t sign = (u >> 16) & 0x8000; double a = fabs((double)f); uint16_t r;
+	if (a >= 65520.0) r = 0x7c00;
+	else if (a < ldexp(1.0, -14)) r = (uint16_t)nearbyint(a / ldexp(1.0, -24));
+	else { int e; double m = frexp(a, &e) * 2; e -= 1; double q = nearbyint((m - 1) * 1024); if (q == 1024) { q = 0; e++; }
+		r = e > 15 ? 0x7c00 : (uint16_t)(((e + 15) << 10) | (int)q); }
+	((uint16_t*)p)[i] = sign | r;
+}
+/* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w). */
+static int conv(int which, const float* al, const float* be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
+		tdesc* yd, const void* y, void* out, void* ws, size_t wsBytes) {
+	if (!shapesOK(xd, wd, c, yd)) return 3;
+	if (wsBytes < 4096 || !ws) return 3;
+	memset(ws, 0xab, 4096); /* the workspace must be writable device memory */
+	int N = xd->n, C = xd->c, H = xd->h, W = xd->w, K = wd->n, KH = wd->h, KW = wd->w, OH = yd->h, OW = yd->w, dt = xd->dt;
+	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
+	long total = (long)od->n * od->c * od->h * od->w;
+	float* acc = calloc(total, sizeof(float));
+	for (int n = 0; n < N; n++) for (int k = 0; k < K; k++) for (int oy = 0; oy < OH; oy++) for (int ox = 0; ox < OW; ox++) {
+		long yi = (((long)n * K + k) * OH + oy) * OW + ox;
+		for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
+			int iy = oy * c->u - c->pad_h + i * c->dh, ix = ox * c->v - c->pad_w + j * c->dw;
+			if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+			long xi = (((long)n * C + ch) * H + iy) * W + ix, wi = (((long)k * C + ch) * KH + i) * KW + j;
+			if (which == 0) acc[yi] += ld(x, dt, xi) * ld(w, dt, wi);
+			else if (which == 1) acc[xi] += ld(y, dt, yi) * ld(w, dt, wi);
+			else acc[wi] += ld(y, dt, yi) * ld(x, dt, xi);
+		}
+	}
+	for (long i = 0; i < total; i++) st(out, dt, i, *al * acc[i] + (*be != 0 ? *be * ld(out, dt, i) : 0));
+	free(acc);
+	return 0;
+}
+int cudnnConvolutionForward(void* h, const float* al, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c, int algo,
+		void* ws, size_t wsb, const float* be, tdesc* yd, void* y) {
+	return algo != 0 ? 3 : conv(0, al, be, xd, x, wd, w, c, yd, 0, y, ws, wsb); }
+int cudnnConvolutionBackwardData(void* h, const float* al, tdesc* wd, const void* w, tdesc* dyd, const void* dy, cdesc* c, int algo,
+		void* ws, size_t wsb, const float* be, tdesc* dxd, void* dx) {
+	return algo != 0 ? 3 : conv(1, al, be, dxd, 0, wd, w, c, dyd, dy, dx, ws, wsb); }
+int cudnnConvolutionBackwardFilter(void* h, const float* al, tdesc* xd, const void* x, tdesc* dyd, const void* dy, cdesc* c, int algo,
+		void* ws, size_t wsb, const float* be, tdesc* dwd, void* dw) {
+	return algo != 0 ? 3 : conv(2, al, be, xd, x, dwd, 0, c, dyd, dy, dw, ws, wsb); }
+const char* cudnnGetErrorString(int s) { return s == 3 ? "CUDNN_STATUS_BAD_PARAM" : "CUDNN_STATUS_INTERNAL_ERROR"; }
