@@ -7,7 +7,8 @@
 //
 // A [Device] owns one CUDA context (the device's primary context, shared with NCCL and
 // PyTorch), one non-blocking stream, a caching allocator of device memory and one of pinned
-// host memory (cuda/memory), a cuBLAS handle bound to the stream and the loaded kernels.
+// host memory (cuda/memory), cuBLAS and (optional) cuDNN handles bound to the stream and the
+// loaded kernels.
 // Device values are [Tensor]s: a block of device memory with a shape and a dtype (float32,
 // float16, bfloat16), contiguous, NCHW for images. Every operation enqueues on the device's
 // stream and returns at once; because all work of a device is on one stream, ordering is
@@ -33,9 +34,11 @@
 //     to fp16/bf16 on the device and multiplied by cuBLAS with float32 accumulation, while
 //     norms, softmax and losses stay float32, as torch.autocast's lists.
 //
-// Convolution is im2col plus one strided batched GEMM per layer (weight gradients: one GEMM
-// per image, accumulated), not cuDNN: it needs no further library and is exact against the
-// CPU, at a cost in speed that cuda/gpucheck measures next to PyTorch. Groups must be 1.
+// Convolution runs through cuDNN when it loads (cuda/cudnn: PyTorch's wheels ship it; float32
+// without TF32, as PyTorch with allow_tf32 off), and otherwise, or by SetConvImpl, as im2col
+// plus one strided batched cuBLAS GEMM per layer (weight gradients: one GEMM per image,
+// accumulated), which needs no further library. Both are checked against the CPU; groups
+// must be 1.
 //
 // Multi-GPU: one process per GPU, each with its Device and an NCCL process group
 // (parallel/comm/nccl), whose AllReduceDevice reduces device-resident buffers in place.
