@@ -17,10 +17,11 @@ import (
 )
 
 // One resnet18 training step (batch 4, 64x64, 10 classes) on the GPU against the CPU tape
-// (models.Run) from identical parameters: logits and loss to 1e-4 of their scale, every
-// parameter gradient and BatchNorm running statistic to 2e-3 of its scale. The looser
-// gradient bound covers float32 summation order through 20 layers and the batch-norm
-// backward over few elements per channel (2x2x4 at the last stage), which amplifies it.
+// (models.Run) from identical parameters: logits and loss to 5e-4 of their scale, every
+// parameter gradient and BatchNorm running statistic to 5e-3 of its scale. The bounds cover
+// cuDNN's Winograd/FFT convolutions (1e-4 each) and float32 summation order through 20
+// layers, amplified by the batch-norm backward over few elements per channel (2x2x4 at the
+// last stage); with im2col the emulator measures 4e-6 and 1.3e-5.
 func TestResNet18StepVsCPU(t *testing.T) {
 	root, err := resnet.ResNet18(10)
 	if err != nil {
@@ -77,12 +78,12 @@ func stepVsCPU(t *testing.T, root *resnet.ResNet, side int) {
 		t.Fatal(err)
 	}
 	t.Logf("step: GPU %v (first, includes JIT and allocation), CPU %v", gpuTime, time.Since(start))
-	if e := relErr(res.Logits, f64(cpu.Logits)); e > 1e-4 {
-		t.Errorf("logits: relative error %.3g > 1e-4", e)
+	if e := relErr(res.Logits, f64(cpu.Logits)); !(e <= 5e-4) {
+		t.Errorf("logits: relative error %.3g > 5e-4", e)
 	} else {
 		t.Logf("logits rel err %.2g; loss GPU %.6f CPU %.6f", e, res.Loss, cpu.Loss)
 	}
-	if math.Abs(float64(res.Loss-cpu.Loss)) > 1e-4*math.Max(1, math.Abs(float64(cpu.Loss))) {
+	if !(math.Abs(float64(res.Loss-cpu.Loss)) <= 5e-4*math.Max(1, math.Abs(float64(cpu.Loss)))) {
 		t.Errorf("loss GPU %v, CPU %v", res.Loss, cpu.Loss)
 	}
 	type row struct {
@@ -106,8 +107,8 @@ func stepVsCPU(t *testing.T, root *resnet.ResNet, side int) {
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].err > rows[j].err })
 	for i, rw := range rows {
-		if rw.err > 2e-3 || math.IsNaN(rw.err) {
-			t.Errorf("%s: relative error %.3g > 2e-3", rw.name, rw.err)
+		if !(rw.err <= 5e-3) {
+			t.Errorf("%s: relative error %.3g > 5e-3", rw.name, rw.err)
 		} else if i < 5 {
 			t.Logf("worst: %s rel err %.2g", rw.name, rw.err)
 		}
@@ -284,8 +285,8 @@ func TestResNetEvalVsCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := relErr(got, f64(want.Logits)); !(e <= 1e-4) {
-		t.Fatalf("eval logits: relative error %.3g > 1e-4", e)
+	if e := relErr(got, f64(want.Logits)); !(e <= 5e-4) {
+		t.Fatalf("eval logits: relative error %.3g > 5e-4", e)
 	} else {
 		t.Logf("eval logits rel err %.2g", e)
 	}
