@@ -8,7 +8,7 @@ PKGS    ?= ./...
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: all deps test test-cgo test-purego vet demo bench bench-ops bench-models bench-comm \
-        bench-ddp bench-dp bench-data bench-zero bench-amp fixtures clean
+        bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check fixtures clean
 
 all: test
 
@@ -68,6 +68,12 @@ bench-zero: deps
 
 bench-amp: deps
 	$(GO) run ./bench/amp
+
+## gpu-check: build the GPU check (a self-contained test binary, a run script and the PyTorch
+## side) into build/gpu-check; copy that folder to a GPU machine (no Go needed there) and run
+## build/gpu-check/run.sh. Nothing here needs CUDA.
+gpu-check:
+	bash cuda/gpucheck/build.sh build/gpu-check
 
 ## fixtures: regenerate the committed PyTorch fixtures (needs Debian's python3-torch).
 fixtures:
