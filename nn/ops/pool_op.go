@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"hash"
+	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -42,7 +43,10 @@ func MaxPool2d(x *G.Node, kernel, stride, padding [2]int) (*G.Node, error) {
 	if g.OH < 1 || g.OW < 1 {
 		return nil, fmt.Errorf("%s: x %v: kernel %v with padding %v gives an empty output", name, xs, kernel, padding)
 	}
-	op := &maxPoolOp{kernBase: newKernBase(name, 1), g: g, n: xs[0]}
+	if g.H*g.W > math.MaxInt32 {
+		return nil, fmt.Errorf("%s: x %v: a plane of more than 2^31 elements", name, xs)
+	}
+	op := &maxPoolOp{kernBase: newKernBase(name, 1), g: g, n: xs[0], sc: new(maxPoolScratch)}
 	y, err := G.ApplyOp(op, x)
 	if err != nil {
 		return nil, fmt.Errorf("%s: x %v: %w", name, xs, err)
@@ -94,6 +98,7 @@ type maxPoolOp struct {
 	g    convGeom
 	n    int
 	grad bool
+	sc   *maxPoolScratch // shared by the forward and its gradient
 }
 
 func (op *maxPoolOp) outShape() tensor.Shape {
@@ -141,7 +146,7 @@ func (op *maxPoolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, err
 	if op.grad {
 		return nil, fmt.Errorf("%s: no second derivative", op.name)
 	}
-	dx, err := G.ApplyOp(&maxPoolOp{kernBase: newKernBase("ops.MaxPool2d.grad", 2), g: op.g, n: op.n, grad: true}, inputs[0], grad)
+	dx, err := G.ApplyOp(&maxPoolOp{kernBase: newKernBase("ops.MaxPool2d.grad", 2), g: op.g, n: op.n, grad: true, sc: op.sc}, inputs[0], grad)
 	if err != nil {
 		return nil, fmt.Errorf("%s: gradient: %w", op.name, err)
 	}
@@ -153,51 +158,6 @@ func (op *maxPoolOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) erro
 		return maxPool(op, in, out.Data().([]float32))
 	}
 	return maxPool(op, in, out.Data().([]float64))
-}
-
-// maxPool computes the forward (y) or, with op.grad, scatters dy to the first maximum of
-// each window (dst is dx).
-func maxPool[T Float](op *maxPoolOp, in []G.Value, dst []T) error {
-	g := &op.g
-	hw, P := g.H*g.W, g.OH*g.OW
-	x, err := kernData[T](op.name, in[0], "x", op.n*g.C*hw)
-	if err != nil {
-		return err
-	}
-	var dy []T
-	if op.grad {
-		if dy, err = kernData[T](op.name, in[1], "dy", op.n*g.C*P); err != nil {
-			return err
-		}
-		clear(dst)
-	}
-	for pl := 0; pl < op.n*g.C; pl++ {
-		xp := x[pl*hw : (pl+1)*hw]
-		for oh := 0; oh < g.OH; oh++ {
-			h0 := oh*g.SH - g.PH
-			ih0, ih1 := max(h0, 0), min(h0+g.KH, g.H)
-			for ow := 0; ow < g.OW; ow++ {
-				w0 := ow*g.SW - g.PW
-				iw0, iw1 := max(w0, 0), min(w0+g.KW, g.W)
-				best := ih0*g.W + iw0
-				m := xp[best]
-				for ih := ih0; ih < ih1; ih++ {
-					for iw := iw0; iw < iw1; iw++ {
-						if v := xp[ih*g.W+iw]; v > m || v != v {
-							m, best = v, ih*g.W+iw
-						}
-					}
-				}
-				o := pl*P + oh*g.OW + ow
-				if op.grad {
-					dst[pl*hw+best] += dy[o]
-				} else {
-					dst[o] = m
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // avgPoolOp is the global average over H and W (forward: x -> [N,C,1,1]) or its gradient
