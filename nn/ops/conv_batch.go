@@ -26,9 +26,11 @@ const (
 // convScratch is the memory a convolution layer keeps between runs, shared by its forward,
 // data-gradient and filter-gradient ops (which never run at the same time).
 type convScratch struct {
-	col gemmScratch // im2col columns: [C*kh*kw, Ho*Wo] per image, [C*kh*kw, nb*Ho*Wo] batched
-	mat gemmScratch // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
-	idx []int32     // batched only: the gather table of colIndex
+	col  gemmScratch   // batched: im2col columns [C*kh*kw, nb*Ho*Wo]
+	cols []gemmScratch // per image: each worker's columns [C*kh*kw, Ho*Wo]
+	dws  []gemmScratch // per image: workers' partial filter gradients (worker 0 writes dw)
+	mat  gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
+	idx  []int32       // batched only: the gather table of colIndex
 }
 
 // colIndex returns the table, built on first use, that maps each element of one image's
@@ -68,23 +70,54 @@ func (sc *convScratch) colIndex(g *convGeom) []int32 {
 const convIndexPixels = 64
 
 // convIm2col is im2col (image x into col, rows ld apart) by whichever way is faster at g's
-// output size.
+// output size, its channels split across Threads(): the per-image path's GEMMs use every
+// thread, and im2col on one core would leave the others idle in between.
 func convIm2col[T Float](g *convGeom, sc *convScratch, x, col []T, ld int) {
-	if P := g.OH * g.OW; P <= convIndexPixels && g.C*g.H*g.W <= math.MaxInt32 {
-		im2colIndexed(sc.colIndex(g), P, x, col, ld)
-		return
+	indexed := convIndexed(g)
+	if indexed {
+		sc.colIndex(g) // built before the goroutines share it
 	}
-	im2col(g, x, col, ld)
+	kk := g.KH * g.KW
+	splitRows(g.C, kk*g.OH*g.OW, func(lo, hi int) { convIm2colRange(g, sc, indexed, x, col, ld, lo, hi) })
 }
 
 // convCol2im is col2im (columns col, rows ld apart, summed into image dx) by whichever way
-// is faster at g's output size.
+// is faster at g's output size, its channels split across Threads() as in convIm2col.
 func convCol2im[T Float](g *convGeom, sc *convScratch, col, dx []T, ld int) {
-	if P := g.OH * g.OW; P <= convIndexPixels && g.C*g.H*g.W <= math.MaxInt32 {
-		col2imIndexed(sc.colIndex(g), P, col, dx, ld)
+	indexed := convIndexed(g)
+	if indexed {
+		sc.colIndex(g)
+	}
+	kk := g.KH * g.KW
+	splitRows(g.C, kk*g.OH*g.OW, func(lo, hi int) { convCol2imRange(g, sc, indexed, col, dx, ld, lo, hi) })
+}
+
+// convIndexed reports whether im2col and col2im go through colIndex's table at g's size.
+func convIndexed(g *convGeom) bool {
+	return g.OH*g.OW <= convIndexPixels && g.C*g.H*g.W <= math.MaxInt32
+}
+
+// convIm2colRange is convIm2col for channels [lo, hi), on the calling goroutine; with
+// indexed the table must already be built.
+func convIm2colRange[T Float](g *convGeom, sc *convScratch, indexed bool, x, col []T, ld, lo, hi int) {
+	if !indexed {
+		im2colRange(g, x, col, ld, lo, hi)
 		return
 	}
-	col2im(g, col, dx, ld)
+	P, kk := g.OH*g.OW, g.KH*g.KW
+	im2colIndexed(sc.idx[lo*kk*P:hi*kk*P], P, x, col[lo*kk*ld:], ld)
+}
+
+// convCol2imRange is convCol2im for channels [lo, hi), on the calling goroutine; with
+// indexed the table must already be built. Only those channels' planes of dx are written.
+func convCol2imRange[T Float](g *convGeom, sc *convScratch, indexed bool, col, dx []T, ld, lo, hi int) {
+	if !indexed {
+		col2imRange(g, col, dx, ld, lo, hi)
+		return
+	}
+	P, kk, hw := g.OH*g.OW, g.KH*g.KW, g.H*g.W
+	clear(dx[lo*hw : hi*hw])
+	col2imIndexedAdd(sc.idx[lo*kk*P:hi*kk*P], P, col[lo*kk*ld:], dx, ld)
 }
 
 // im2colIndexed is im2col through the table idx of colIndex: image x into col, whose rows
@@ -106,6 +139,11 @@ func im2colIndexed[T Float](idx []int32, P int, x, col []T, ld int) {
 // apart) are summed into image dx, which is overwritten.
 func col2imIndexed[T Float](idx []int32, P int, col, dx []T, ld int) {
 	clear(dx)
+	col2imIndexedAdd(idx, P, col, dx, ld)
+}
+
+// col2imIndexedAdd is col2imIndexed without clearing dx first.
+func col2imIndexedAdd[T Float](idx []int32, P int, col, dx []T, ld int) {
 	for r := 0; r*P < len(idx); r++ {
 		s := col[r*ld : r*ld+P]
 		for k, j := range idx[r*P : (r+1)*P] {
@@ -157,26 +195,26 @@ func convForwardBatched[T Float](op *conv2dOp, nb int, x, w, b, y []T) {
 	for n0 := 0; n0 < op.n; n0 += nb {
 		m := min(nb, op.n-n0)
 		ld := m * P
-		for i := range m {
-			convIm2col(g, op.sc, x[(n0+i)*chw:(n0+i+1)*chw], col[i*P:], ld)
-		}
+		batchIm2col(g, op.sc, x[n0*chw:(n0+m)*chw], col, m, ld)
 		for gr := 0; gr < g.Groups; gr++ {
-			gemm(false, false, Og, ld, Kg, 1, w[gr*Og*Kg:], Kg, col[gr*Kg*ld:], ld, 0, mat[gr*Og*ld:], ld)
+			gemmPar(false, false, Og, ld, Kg, 1, w[gr*Og*Kg:], Kg, col[gr*Kg*ld:], ld, 0, mat[gr*Og*ld:], ld)
 		}
-		for i := range m {
-			yn := y[(n0+i)*g.Out*P : (n0+i+1)*g.Out*P]
-			for o := 0; o < g.Out; o++ {
-				dst, src := yn[o*P:(o+1)*P], mat[o*ld+i*P:o*ld+(i+1)*P]
-				if b == nil {
-					copy(dst, src)
-					continue
-				}
-				bo := b[o]
-				for k, v := range src {
-					dst[k] = v + bo
+		splitRows(m, g.Out*P, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				yn := y[(n0+i)*g.Out*P : (n0+i+1)*g.Out*P]
+				for o := 0; o < g.Out; o++ {
+					dst, src := yn[o*P:(o+1)*P], mat[o*ld+i*P:o*ld+(i+1)*P]
+					if b == nil {
+						copy(dst, src)
+						continue
+					}
+					bo := b[o]
+					for k, v := range src {
+						dst[k] = v + bo
+					}
 				}
 			}
-		}
+		})
 	}
 }
 
@@ -184,12 +222,29 @@ func convForwardBatched[T Float](op *conv2dOp, nb int, x, w, b, y []T) {
 // o holds dy[n0, o, :], dy[n0+1, o, :], ...
 func gatherDy[T Float](dy, mat []T, n0, m, O, P int) {
 	ld := m * P
-	for i := range m {
-		dyn := dy[(n0+i)*O*P : (n0+i+1)*O*P]
-		for o := 0; o < O; o++ {
-			copy(mat[o*ld+i*P:o*ld+(i+1)*P], dyn[o*P:(o+1)*P])
+	splitRows(m, O*P, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dyn := dy[(n0+i)*O*P : (n0+i+1)*O*P]
+			for o := 0; o < O; o++ {
+				copy(mat[o*ld+i*P:o*ld+(i+1)*P], dyn[o*P:(o+1)*P])
+			}
 		}
+	})
+}
+
+// batchIm2col writes the columns of the m images of x (m×C×H×W) side by side into col,
+// rows ld = m*Ho*Wo apart, the images split across Threads().
+func batchIm2col[T Float](g *convGeom, sc *convScratch, x, col []T, m, ld int) {
+	indexed := convIndexed(g)
+	if indexed {
+		sc.colIndex(g)
 	}
+	chw, P := g.C*g.H*g.W, g.OH*g.OW
+	splitRows(m, g.colRows()*P, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			convIm2colRange(g, sc, indexed, x[i*chw:(i+1)*chw], col[i*P:], ld, 0, g.C)
+		}
+	})
 }
 
 // convDataGradBatched is the data gradient for chunks of nb images: the columns' gradient
@@ -206,11 +261,17 @@ func convDataGradBatched[T Float](op *convDataGradOp, nb int, w, dy, dx []T) {
 		ld := m * P
 		gatherDy(dy, mat, n0, m, g.Out, P)
 		for gr := 0; gr < g.Groups; gr++ {
-			gemm(true, false, Kg, ld, Og, 1, w[gr*Og*Kg:], Kg, mat[gr*Og*ld:], ld, 0, col[gr*Kg*ld:], ld)
+			gemmPar(true, false, Kg, ld, Og, 1, w[gr*Og*Kg:], Kg, mat[gr*Og*ld:], ld, 0, col[gr*Kg*ld:], ld)
 		}
-		for i := range m {
-			convCol2im(g, op.sc, col[i*P:], dx[(n0+i)*chw:(n0+i+1)*chw], ld)
+		indexed := convIndexed(g)
+		if indexed {
+			op.sc.colIndex(g)
 		}
+		splitRows(m, g.colRows()*P, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				convCol2imRange(g, op.sc, indexed, col[i*P:], dx[(n0+i)*chw:(n0+i+1)*chw], ld, 0, g.C)
+			}
+		})
 	}
 }
 
@@ -226,16 +287,14 @@ func convFilterGradBatched[T Float](op *convFilterGradOp, nb int, x, dy, dw []T)
 	for n0 := 0; n0 < op.n; n0 += nb {
 		m := min(nb, op.n-n0)
 		ld := m * P
-		for i := range m {
-			convIm2col(g, op.sc, x[(n0+i)*chw:(n0+i+1)*chw], col[i*P:], ld)
-		}
+		batchIm2col(g, op.sc, x[n0*chw:(n0+m)*chw], col, m, ld)
 		gatherDy(dy, mat, n0, m, g.Out, P)
 		var beta T
 		if n0 > 0 {
 			beta = 1
 		}
 		for gr := 0; gr < g.Groups; gr++ {
-			gemm(false, true, Og, Kg, ld, 1, mat[gr*Og*ld:], ld, col[gr*Kg*ld:], ld, beta, dw[gr*Og*Kg:], Kg)
+			gemmPar(false, true, Og, Kg, ld, 1, mat[gr*Og*ld:], ld, col[gr*Kg*ld:], ld, beta, dw[gr*Og*Kg:], Kg)
 		}
 	}
 }

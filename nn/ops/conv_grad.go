@@ -68,25 +68,23 @@ func convDataGrad[T Float](op *convDataGradOp, in []G.Value, dx []T) error {
 		convDataGradBatched(op, nb, w, dy, dx)
 		return nil
 	}
-	var col []T
-	if !g.directCols {
-		col = gemmScratchOf[T](&op.sc.col, g.colRows()*P)
-	}
 	chw := g.C * g.H * g.W
-	for n := 0; n < op.n; n++ {
-		dyn := dy[n*g.Out*P:]
-		dxn := dx[n*chw : (n+1)*chw]
-		dst := col
-		if g.directCols {
-			dst = dxn
+	convImages(g, op.sc, op.n, func(_, lo, hi int, col []T, par bool) {
+		for n := lo; n < hi; n++ {
+			dyn := dy[n*g.Out*P:]
+			dxn := dx[n*chw : (n+1)*chw]
+			dst := col
+			if g.directCols {
+				dst = dxn
+			}
+			for gr := 0; gr < g.Groups; gr++ {
+				gemm(true, false, Kg, P, Og, 1, w[gr*Og*Kg:], Kg, dyn[gr*Og*P:], P, 0, dst[gr*Kg*P:], P)
+			}
+			if !g.directCols {
+				convCol2imOne(g, op.sc, col, dxn, par)
+			}
 		}
-		for gr := 0; gr < g.Groups; gr++ {
-			gemm(true, false, Kg, P, Og, 1, w[gr*Og*Kg:], Kg, dyn[gr*Og*P:], P, 0, dst[gr*Kg*P:], P)
-		}
-		if !g.directCols {
-			convCol2im(g, op.sc, col, dxn, P)
-		}
-	}
+	})
 	return nil
 }
 
@@ -151,25 +149,37 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 		convFilterGradBatched(op, nb, x, dy, dw)
 		return nil
 	}
-	var col []T
-	if !g.directCols {
-		col = gemmScratchOf[T](&op.sc.col, g.colRows()*P)
-	}
 	chw := g.C * g.H * g.W
-	for n := 0; n < op.n; n++ {
-		var beta T
-		if n > 0 {
-			beta = 1
+	w := convImageWorkers(op.n)
+	// Worker 0 accumulates into dw, the others into their own partial sums, added at the end.
+	parts := append([][]T{dw}, workerBufs[T](&op.sc.dws, w, len(dw))[1:]...)
+	convImages(g, op.sc, op.n, func(wi, lo, hi int, col []T, par bool) {
+		acc := parts[wi]
+		for n := lo; n < hi; n++ {
+			var beta T
+			if n > lo {
+				beta = 1
+			}
+			dyn := dy[n*g.Out*P:]
+			src := x[n*chw : (n+1)*chw]
+			if !g.directCols {
+				convIm2colOne(g, op.sc, src, col, par)
+				src = col
+			}
+			for gr := 0; gr < g.Groups; gr++ {
+				gemm(false, true, Og, Kg, P, 1, dyn[gr*Og*P:], P, src[gr*Kg*P:], P, beta, acc[gr*Og*Kg:], Kg)
+			}
 		}
-		dyn := dy[n*g.Out*P:]
-		src := x[n*chw : (n+1)*chw]
-		if !g.directCols {
-			convIm2col(g, op.sc, src, col, P)
-			src = col
-		}
-		for gr := 0; gr < g.Groups; gr++ {
-			gemm(false, true, Og, Kg, P, 1, dyn[gr*Og*P:], P, src[gr*Kg*P:], P, beta, dw[gr*Og*Kg:], Kg)
-		}
+	})
+	if len(parts) > 1 {
+		splitRun(len(dw), func(lo, hi int) {
+			for _, p := range parts[1:] {
+				d, s := dw[lo:hi], p[lo:hi]
+				for i := range d {
+					d[i] += s[i]
+				}
+			}
+		})
 	}
 	return nil
 }

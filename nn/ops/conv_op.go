@@ -200,31 +200,29 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 		convForwardBatched(op, nb, x, w, b, y)
 		return nil
 	}
-	var col []T
-	if !g.directCols {
-		col = gemmScratchOf[T](&op.sc.col, g.colRows()*P)
-	}
 	chw := g.C * g.H * g.W
-	for n := 0; n < op.n; n++ {
-		yn := y[n*g.Out*P : (n+1)*g.Out*P]
-		var beta T
-		if b != nil {
-			for o, bo := range b {
-				row := yn[o*P : (o+1)*P]
-				for i := range row {
-					row[i] = bo
+	convImages(g, op.sc, op.n, func(_, lo, hi int, col []T, par bool) {
+		for n := lo; n < hi; n++ {
+			yn := y[n*g.Out*P : (n+1)*g.Out*P]
+			var beta T
+			if b != nil {
+				for o, bo := range b {
+					row := yn[o*P : (o+1)*P]
+					for i := range row {
+						row[i] = bo
+					}
 				}
+				beta = 1
 			}
-			beta = 1
+			src := x[n*chw : (n+1)*chw]
+			if !g.directCols {
+				convIm2colOne(g, op.sc, src, col, par)
+				src = col
+			}
+			for gr := 0; gr < g.Groups; gr++ {
+				gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*P:], P, beta, yn[gr*Og*P:], P)
+			}
 		}
-		src := x[n*chw : (n+1)*chw]
-		if !g.directCols {
-			convIm2col(g, op.sc, src, col, P)
-			src = col
-		}
-		for gr := 0; gr < g.Groups; gr++ {
-			gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*P:], P, beta, yn[gr*Og*P:], P)
-		}
-	}
+	})
 	return nil
 }

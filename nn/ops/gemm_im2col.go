@@ -81,10 +81,13 @@ func convValidRange(n, out, s, p, off int) (lo, hi int) {
 // starting at col[r*ld]; ld >= OH*OW), row (c, i, j) holding
 // x[c, oh*SH-PH+i*DH, ow*SW-PW+j*DW] (0 outside the image). ld > OH*OW places one image's
 // columns inside the column matrix of a batch.
-func im2col[T Float](g *convGeom, x, col []T, ld int) {
+func im2col[T Float](g *convGeom, x, col []T, ld int) { im2colRange(g, x, col, ld, 0, g.C) }
+
+// im2colRange is im2col for channels [lo, hi) only: their rows of col, from x's channels.
+func im2colRange[T Float](g *convGeom, x, col []T, ld, lo, hi int) {
 	P := g.OH * g.OW
-	row := 0
-	for c := 0; c < g.C; c++ {
+	row := lo * g.KH * g.KW
+	for c := lo; c < hi; c++ {
 		xc := x[c*g.H*g.W : (c+1)*g.H*g.W]
 		for i := 0; i < g.KH; i++ {
 			for j := 0; j < g.KW; j++ {
@@ -117,11 +120,15 @@ func im2col[T Float](g *convGeom, x, col []T, ld int) {
 
 // col2im adds the columns col (C*KH*KW rows of OH*OW, row r starting at col[r*ld]) back
 // into image dx (C×H×W); dx is overwritten (zeroed first).
-func col2im[T Float](g *convGeom, col, dx []T, ld int) {
-	clear(dx[:g.C*g.H*g.W])
+func col2im[T Float](g *convGeom, col, dx []T, ld int) { col2imRange(g, col, dx, ld, 0, g.C) }
+
+// col2imRange is col2im for channels [lo, hi) only: the rows of those channels into their
+// planes of dx, which alone are overwritten.
+func col2imRange[T Float](g *convGeom, col, dx []T, ld, lo, hi int) {
+	clear(dx[lo*g.H*g.W : hi*g.H*g.W])
 	P := g.OH * g.OW
-	row := 0
-	for c := 0; c < g.C; c++ {
+	row := lo * g.KH * g.KW
+	for c := lo; c < hi; c++ {
 		xc := dx[c*g.H*g.W : (c+1)*g.H*g.W]
 		for i := 0; i < g.KH; i++ {
 			for j := 0; j < g.KW; j++ {
