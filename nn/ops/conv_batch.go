@@ -26,11 +26,13 @@ const (
 // convScratch is the memory a convolution layer keeps between runs, shared by its forward,
 // data-gradient and filter-gradient ops (which never run at the same time).
 type convScratch struct {
-	col  gemmScratch   // batched: im2col columns [C*kh*kw, nb*Ho*Wo]
-	cols []gemmScratch // per image: each worker's columns [C*kh*kw, Ho*Wo]
-	dws  []gemmScratch // per image: workers' partial filter gradients (worker 0 writes dw)
-	mat  gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
-	idx  []int32       // batched only: the gather table of colIndex
+	col   gemmScratch   // batched: im2col columns [C*kh*kw, nb*Ho*Wo]
+	cols  []gemmScratch // per image: each worker's columns [C*kh*kw, Ho*Wo]
+	dws   []gemmScratch // per image: workers' partial filter gradients (worker 0 writes dw)
+	keep  gemmScratch   // the forward's columns of the whole batch, for the filter gradient
+	keepX any           // the x ([]T) whose columns keep holds; nil when none (conv_keep.go)
+	mat   gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
+	idx   []int32       // batched only: the gather table of colIndex
 }
 
 // colIndex returns the table, built on first use, that maps each element of one image's
@@ -189,7 +191,16 @@ func convForwardBatched[T Float](op *conv2dOp, nb int, x, w, b, y []T) {
 	g := &op.g
 	Cg, Og := g.C/g.Groups, g.Out/g.Groups
 	Kg, P := Cg*g.KH*g.KW, g.OH*g.OW
-	col := gemmScratchOf[T](&op.sc.col, g.colRows()*nb*P)
+	var col []T
+	if nb >= op.n {
+		col = convKeepBuf[T](g, op.sc, op.n)
+	} else {
+		op.sc.keepX = nil
+	}
+	kept := col != nil
+	if !kept {
+		col = gemmScratchOf[T](&op.sc.col, g.colRows()*nb*P)
+	}
 	mat := gemmScratchOf[T](&op.sc.mat, g.Out*nb*P)
 	chw := g.C * g.H * g.W
 	for n0 := 0; n0 < op.n; n0 += nb {
@@ -215,6 +226,9 @@ func convForwardBatched[T Float](op *conv2dOp, nb int, x, w, b, y []T) {
 				}
 			}
 		})
+	}
+	if kept {
+		op.sc.keepX = x
 	}
 }
 
@@ -281,13 +295,22 @@ func convFilterGradBatched[T Float](op *convFilterGradOp, nb int, x, dy, dw []T)
 	g := &op.g
 	Cg, Og := g.C/g.Groups, g.Out/g.Groups
 	Kg, P := Cg*g.KH*g.KW, g.OH*g.OW
-	col := gemmScratchOf[T](&op.sc.col, g.colRows()*nb*P)
+	var kept []T
+	if nb >= op.n {
+		kept = convKept(g, op.sc, op.n, x)
+	}
+	col := kept
+	if col == nil {
+		col = gemmScratchOf[T](&op.sc.col, g.colRows()*nb*P)
+	}
 	mat := gemmScratchOf[T](&op.sc.mat, g.Out*nb*P)
 	chw := g.C * g.H * g.W
 	for n0 := 0; n0 < op.n; n0 += nb {
 		m := min(nb, op.n-n0)
 		ld := m * P
-		batchIm2col(g, op.sc, x[n0*chw:(n0+m)*chw], col, m, ld)
+		if kept == nil {
+			batchIm2col(g, op.sc, x[n0*chw:(n0+m)*chw], col, m, ld)
+		}
 		gatherDy(dy, mat, n0, m, g.Out, P)
 		var beta T
 		if n0 > 0 {

@@ -69,7 +69,7 @@ func convDataGrad[T Float](op *convDataGradOp, in []G.Value, dx []T) error {
 		return nil
 	}
 	chw := g.C * g.H * g.W
-	convImages(g, op.sc, op.n, func(_, lo, hi int, col []T, par bool) {
+	convImages(g, op.sc, op.n, true, func(_, lo, hi int, col []T, par bool) {
 		for n := lo; n < hi; n++ {
 			dyn := dy[n*g.Out*P:]
 			dxn := dx[n*chw : (n+1)*chw]
@@ -153,7 +153,8 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 	w := convImageWorkers(op.n)
 	// Worker 0 accumulates into dw, the others into their own partial sums, added at the end.
 	parts := append([][]T{dw}, workerBufs[T](&op.sc.dws, w, len(dw))[1:]...)
-	convImages(g, op.sc, op.n, func(wi, lo, hi int, col []T, par bool) {
+	kept, cs := convKept(g, op.sc, op.n, x), g.colRows()*P
+	convImages(g, op.sc, op.n, kept == nil, func(wi, lo, hi int, col []T, par bool) {
 		acc := parts[wi]
 		for n := lo; n < hi; n++ {
 			var beta T
@@ -162,7 +163,10 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 			}
 			dyn := dy[n*g.Out*P:]
 			src := x[n*chw : (n+1)*chw]
-			if !g.directCols {
+			switch {
+			case kept != nil:
+				src = kept[n*cs : (n+1)*cs]
+			case !g.directCols:
 				convIm2colOne(g, op.sc, src, col, par)
 				src = col
 			}

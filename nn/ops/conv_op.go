@@ -200,8 +200,9 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 		convForwardBatched(op, nb, x, w, b, y)
 		return nil
 	}
-	chw := g.C * g.H * g.W
-	convImages(g, op.sc, op.n, func(_, lo, hi int, col []T, par bool) {
+	chw, cs := g.C*g.H*g.W, g.colRows()*P
+	kept := convKeepBuf[T](g, op.sc, op.n)
+	convImages(g, op.sc, op.n, kept == nil, func(_, lo, hi int, col []T, par bool) {
 		for n := lo; n < hi; n++ {
 			yn := y[n*g.Out*P : (n+1)*g.Out*P]
 			var beta T
@@ -216,13 +217,20 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 			}
 			src := x[n*chw : (n+1)*chw]
 			if !g.directCols {
-				convIm2colOne(g, op.sc, src, col, par)
-				src = col
+				c := col
+				if kept != nil {
+					c = kept[n*cs : (n+1)*cs]
+				}
+				convIm2colOne(g, op.sc, src, c, par)
+				src = c
 			}
 			for gr := 0; gr < g.Groups; gr++ {
 				gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*P:], P, beta, yn[gr*Og*P:], P)
 			}
 		}
 	})
+	if kept != nil {
+		op.sc.keepX = x
+	}
 	return nil
 }

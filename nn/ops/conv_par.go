@@ -123,11 +123,11 @@ func workerBufs[T Float](list *[]gemmScratch, w, n int) [][]T {
 // convImages runs f over the images [0, n) of a per-image convolution path: on the calling
 // goroutine with im2col and col2im split by channels (par) when there is one worker, else
 // over whole images per worker with the BLAS serial. col is worker wi's column buffer (nil
-// for directCols).
-func convImages[T Float](g *convGeom, sc *convScratch, n int, f func(wi, lo, hi int, col []T, par bool)) {
+// for directCols or without needCol).
+func convImages[T Float](g *convGeom, sc *convScratch, n int, needCol bool, f func(wi, lo, hi int, col []T, par bool)) {
 	w := convImageWorkers(n)
 	var cols [][]T
-	if !g.directCols {
+	if !g.directCols && needCol {
 		cols = workerBufs[T](&sc.cols, w, g.colRows()*g.OH*g.OW)
 	} else {
 		cols = make([][]T, w)
