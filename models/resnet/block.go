@@ -60,13 +60,12 @@ func (b *block) Forward(bd *nn.Builder, x *G.Node) (*G.Node, error) {
 		if y, err = b.convs[i].Forward(bd, y); err != nil {
 			return nil, err
 		}
-		if y, err = b.bns[i].Forward(bd, y); err != nil {
-			return nil, err
-		}
-		if i < len(b.convs)-1 {
-			if y, err = ops.ReLU(y); err != nil {
-				return nil, fmt.Errorf("%s.relu: %w", b.path, err)
+		if i == len(b.convs)-1 {
+			if y, err = b.bns[i].Forward(bd, y); err != nil {
+				return nil, err
 			}
+		} else if y, err = bnReLU(bd, b.bns[i], y); err != nil {
+			return nil, fmt.Errorf("%s.bn%d+relu: %w", b.path, i+1, err)
 		}
 	}
 	id := x
@@ -75,14 +74,31 @@ func (b *block) Forward(bd *nn.Builder, x *G.Node) (*G.Node, error) {
 			return nil, err
 		}
 	}
-	sum, err := ops.Add(y, id)
-	if err != nil {
-		return nil, fmt.Errorf("%s: residual add %v + %v: %w", b.path, y.Shape(), id.Shape(), err)
-	}
-	if y, err = ops.ReLU(sum); err != nil {
-		return nil, fmt.Errorf("%s.relu: %w", b.path, err)
+	if y, err = ops.AddReLU(y, id); err != nil {
+		return nil, fmt.Errorf("%s: residual add and relu %v + %v: %w", b.path, y.Shape(), id.Shape(), err)
 	}
 	return y, nil
+}
+
+// bnReLU is relu(bn(x)) as the one op ops.BatchNormReLU, with the parameters and state
+// nn.BatchNorm2d.Forward would use (the same defaults for Eps and Momentum).
+func bnReLU(bd *nn.Builder, bn *nn.BatchNorm2d, x *G.Node) (*G.Node, error) {
+	w, err := bd.Param(bn.W)
+	if err != nil {
+		return nil, err
+	}
+	bias, err := bd.Param(bn.B)
+	if err != nil {
+		return nil, err
+	}
+	eps, mom := bn.Eps, bn.Momentum
+	if eps == 0 {
+		eps = 1e-5
+	}
+	if mom == 0 {
+		mom = 0.1
+	}
+	return ops.BatchNormReLU(x, w, bias, bd.BNState(bn.Mean, bn.Var, bn.NumBatches, mom, eps))
 }
 
 // checkInput validates images [N, 3, H, W] against the network before any op is built, so

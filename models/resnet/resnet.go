@@ -188,11 +188,8 @@ func (r *ResNet) Forward(b *nn.Builder, x *G.Node) (*G.Node, error) {
 	if x, err = r.conv1.Forward(b, x); err != nil {
 		return nil, err
 	}
-	if x, err = r.bn1.Forward(b, x); err != nil {
-		return nil, err
-	}
-	if x, err = ops.ReLU(x); err != nil {
-		return nil, fmt.Errorf("relu: %w", err)
+	if x, err = bnReLU(b, r.bn1, x); err != nil {
+		return nil, fmt.Errorf("bn1+relu: %w", err)
 	}
 	if x, err = r.maxpool.Forward(b, x); err != nil {
 		return nil, err

@@ -42,7 +42,11 @@ type StatsReducer interface {
 // the batch statistics and updates st's running statistics once per forward run; in eval it
 // uses the running statistics, and its backward is that of the fixed affine map.
 func BatchNorm2d(x, gamma, beta *G.Node, st *BNState) (*G.Node, error) {
-	const name = "BatchNorm2d"
+	return batchNorm("BatchNorm2d", x, gamma, beta, st, false)
+}
+
+// batchNorm builds BatchNorm2d, followed by ReLU in the same op when relu is set.
+func batchNorm(name string, x, gamma, beta *G.Node, st *BNState, relu bool) (*G.Node, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%s: nil state", name)
 	}
@@ -68,7 +72,7 @@ func BatchNorm2d(x, gamma, beta *G.Node, st *BNState) (*G.Node, error) {
 		return nil, fmt.Errorf("%s: input %v wants running mean and var [%d] and num_batches_tracked [1], got %d, %d, %d",
 			name, xs, c, len(st.RunningMean), len(st.RunningVar), len(st.NumBatchesTracked))
 	}
-	op := &bnOp{nop: newNop(name), st: st, shape: xs.Clone(), c: c, affine: gamma != nil}
+	op := &bnOp{nop: newNop(name), st: st, shape: xs.Clone(), c: c, affine: gamma != nil, relu: relu}
 	y, err := G.ApplyOp(op, nodes...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: input %v: %w", name, xs, err)
@@ -85,6 +89,7 @@ type bnOp struct {
 	shape  tensor.Shape
 	c      int
 	affine bool
+	relu   bool // BatchNormReLU: ReLU applied to the output, its mask to the gradient
 
 	training    bool
 	count       float64 // elements per channel, over all ranks when synchronised
@@ -214,9 +219,9 @@ func (op *bnOp) do(p G.Value, in []G.Value) (G.Value, error) {
 		}
 	}
 	if x.Dtype() == tensor.Float32 {
-		bnApply(flat[float32](x), flat[float32](out), n, c, hw, op.mean, op.istd, op.gamma, beta)
+		bnApply(flat[float32](x), flat[float32](out), n, c, hw, op.mean, op.istd, op.gamma, beta, op.relu)
 	} else {
-		bnApply(flat[float64](x), flat[float64](out), n, c, hw, op.mean, op.istd, op.gamma, beta)
+		bnApply(flat[float64](x), flat[float64](out), n, c, hw, op.mean, op.istd, op.gamma, beta, op.relu)
 	}
 	return out, nil
 }
@@ -231,7 +236,11 @@ func (op *bnOp) DiffWRT(n int) []bool {
 
 func (op *bnOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	d := op.shape.Dims()
-	dx, err := G.ApplyOp(&bnGradOp{nop: newNop(op.name + "Grad"), fwd: op}, in[0], grad)
+	gin := G.Nodes{in[0], grad}
+	if op.relu {
+		gin = G.Nodes{in[0], out, grad}
+	}
+	dx, err := G.ApplyOp(&bnGradOp{nop: newNop(op.name + "Grad"), fwd: op}, gin...)
 	if err != nil {
 		return nil, fmt.Errorf("%s backward: %w", op.name, err)
 	}
@@ -249,29 +258,41 @@ func (op *bnOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx, dg, db}, nil
 }
 
-// bnGradOp computes dx from (x, dy) and leaves dgamma and dbeta in the forward op.
+// bnGradOp computes dx from (x, dy), or (x, y, dy) after BatchNormReLU, and leaves dgamma
+// and dbeta in the forward op.
 type bnGradOp struct {
 	nop
-	fwd  *bnOp
-	k    []float64 // per-channel coefficients k1, k2, k3
-	sums []float64 // [sum dy | sum dy·(x-mean)], the buffer handed to the reducer
-	out  *tensor.Dense
+	fwd    *bnOp
+	k      []float64 // per-channel coefficients k1, k2, k3
+	sums   []float64 // [sum dy | sum dy·(x-mean)], the buffer handed to the reducer
+	out    *tensor.Dense
+	masked *tensor.Dense // BatchNormReLU: dy where y > 0, else 0
 }
 
-func (op *bnGradOp) Arity() int { return 2 }
+func (op *bnGradOp) Arity() int {
+	if op.fwd.relu {
+		return 3
+	}
+	return 2
+}
+
 func (op *bnGradOp) Type() hm.Type {
 	d := op.fwd.shape.Dims()
+	if op.fwd.relu {
+		return fnT(d, d, d, d)
+	}
 	return fnT(d, d, d)
 }
+
 func (op *bnGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if _, err := inShapes(op.name, in, 2); err != nil {
+	if _, err := inShapes(op.name, in, op.Arity()); err != nil {
 		return nil, err
 	}
 	return op.fwd.shape.Clone(), nil
 }
 
 func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) {
-	if err := nArity(op.name, len(in), 2); err != nil {
+	if err := nArity(op.name, len(in), op.Arity()); err != nil {
 		return nil, err
 	}
 	f := op.fwd
@@ -279,12 +300,17 @@ func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	dy, err := denseIn(op.name, in[1])
+	dy, err := denseIn(op.name, in[len(in)-1])
 	if err != nil {
 		return nil, err
 	}
 	if !x.Shape().Eq(f.shape) || !dy.Shape().Eq(f.shape) || x.Dtype() != dy.Dtype() {
 		return nil, fmt.Errorf("%s: x %v and dy %v, built for %v", op.name, x.Shape(), dy.Shape(), f.shape)
+	}
+	if f.relu {
+		if dy, err = op.reluMask(in[1], dy); err != nil {
+			return nil, err
+		}
 	}
 	if f.mean == nil {
 		return nil, fmt.Errorf("%s: backward before forward", op.name)

@@ -31,9 +31,10 @@ func bnSums[T Float](x []T, n, c, hw int, sum, sq []float64) {
 	})
 }
 
-// bnApply sets y = (x-mean)·istd·gamma + beta per channel, as one multiply-add; rows
-// (image, channel) are split across threads.
-func bnApply[T Float](x, y []T, n, c, hw int, mean, istd, gamma, beta []float64) {
+// bnApply sets y = (x-mean)·istd·gamma + beta per channel, as one multiply-add, then with
+// relu ReLU as ops.ReLU computes it, on each row while it is in the cache; rows (image,
+// channel) are split across threads.
+func bnApply[T Float](x, y []T, n, c, hw int, mean, istd, gamma, beta []float64, relu bool) {
 	splitRows(n*c, hw, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			ch := r % c
@@ -43,8 +44,21 @@ func bnApply[T Float](x, y []T, n, c, hw int, mean, istd, gamma, beta []float64)
 			for j, v := range row {
 				out[j] = v*sa + sb
 			}
+			if relu {
+				reluRow(out)
+			}
 		}
 	})
+}
+
+// reluRow is ReLU in place, bit for bit ops.ReLU's.
+func reluRow[T Float](y []T) {
+	switch s := any(y).(type) {
+	case []float32:
+		reluBits32(s, s, nil)
+	case []float64:
+		reluBits64(s, s, nil)
+	}
 }
 
 // bnGradSums sets sdy[c] = Σ dy and sdyx[c] = Σ dy·(x-mean[c]) over channel c, channels

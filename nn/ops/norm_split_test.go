@@ -32,7 +32,7 @@ func TestNormKernelsThreadCount(t *testing.T) {
 		sum, sq, sdy, sdyx := make([]float64, c), make([]float64, c), make([]float64, c), make([]float64, c)
 		y, dx := make([]float32, len(x)), make([]float32, len(x))
 		bnSums(x, n, c, hw, sum, sq)
-		bnApply(x, y, n, c, hw, mean, istd, gamma, beta)
+		bnApply(x, y, n, c, hw, mean, istd, gamma, beta, false)
 		bnGradSums(x, dy, n, c, hw, mean, sdy, sdyx)
 		bnGradApply(x, dy, dx, n, c, hw, gamma, istd, beta)
 		// LayerNorm over rows of 96 (Swin-T's width).
