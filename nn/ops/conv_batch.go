@@ -32,7 +32,11 @@ type convScratch struct {
 	keep  gemmScratch   // the forward's columns of the whole batch, for the filter gradient
 	keepX any           // the x ([]T) whose columns keep holds; nil when none (conv_keep.go)
 	mat   gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
-	idx   []int32       // batched only: the gather table of colIndex
+	idx   []int32       // the gather and scatter table of colIndex
+	// im2col's gather by kernel offset q = (i, j), built with idx: gat[q*P+k] is the offset
+	// in a channel plane of output pixel k's input (0 where it falls in the padding), and
+	// padPos[padOff[q]:padOff[q+1]] the pixels k that do.
+	gat, padPos, padOff []int32
 }
 
 // colIndex returns the table, built on first use, that maps each element of one image's
@@ -46,6 +50,24 @@ func (sc *convScratch) colIndex(g *convGeom) []int32 {
 		return sc.idx
 	}
 	sc.idx = make([]int32, 0, g.colRows()*P)
+	sc.gat, sc.padPos, sc.padOff = make([]int32, 0, g.KH*g.KW*P), nil, []int32{0}
+	for i := 0; i < g.KH; i++ {
+		for j := 0; j < g.KW; j++ {
+			for oh := 0; oh < g.OH; oh++ {
+				ih := oh*g.SH - g.PH + i*g.DH
+				for ow := 0; ow < g.OW; ow++ {
+					iw := ow*g.SW - g.PW + j*g.DW
+					if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
+						sc.gat = append(sc.gat, int32(ih*g.W+iw))
+						continue
+					}
+					sc.padPos = append(sc.padPos, int32(oh*g.OW+ow))
+					sc.gat = append(sc.gat, 0)
+				}
+			}
+			sc.padOff = append(sc.padOff, int32(len(sc.padPos)))
+		}
+	}
 	for c := 0; c < g.C; c++ {
 		for i := 0; i < g.KH; i++ {
 			for j := 0; j < g.KW; j++ {
@@ -106,8 +128,29 @@ func convIm2colRange[T Float](g *convGeom, sc *convScratch, indexed bool, x, col
 		im2colRange(g, x, col, ld, lo, hi)
 		return
 	}
-	P, kk := g.OH*g.OW, g.KH*g.KW
-	im2colIndexed(sc.idx[lo*kk*P:hi*kk*P], P, x, col[lo*kk*ld:], ld)
+	im2colGather(g, sc, x, col, ld, lo, hi)
+}
+
+// im2colGather is im2col for channels [lo, hi) through colIndex's per-offset tables (which
+// must be built): each row gathers from its channel plane without a test per element, then
+// the pixels in the padding are zeroed; im2colIndexed's test per element mispredicts at the
+// borders.
+func im2colGather[T Float](g *convGeom, sc *convScratch, x, col []T, ld, lo, hi int) {
+	P, kk, hw := g.OH*g.OW, g.KH*g.KW, g.H*g.W
+	for c := lo; c < hi; c++ {
+		xc := x[c*hw : (c+1)*hw]
+		for q := 0; q < kk; q++ {
+			r := c*kk + q
+			src := sc.gat[q*P : (q+1)*P]
+			d := col[r*ld : r*ld+len(src)]
+			for k, j := range src {
+				d[k] = xc[j]
+			}
+			for _, k := range sc.padPos[sc.padOff[q]:sc.padOff[q+1]] {
+				d[k] = 0
+			}
+		}
+	}
 }
 
 // convCol2imRange is convCol2im for channels [lo, hi), on the calling goroutine; with

@@ -204,9 +204,16 @@ func TestIm2colIndexedMatchesLoops(t *testing.T) {
 				b[i] = a[i]
 			}
 			im2col(&g, x, a[P:], ld)
+			e := slices.Clone(b)
 			im2colIndexed(idx, P, x, b[P:], ld)
 			if !slices.Equal(a, b) {
 				t.Errorf("%s, ld %d: indexed im2col differs from the loops", c.name, ld)
+			}
+			sc := new(convScratch)
+			sc.colIndex(&g)
+			im2colGather(&g, sc, x, e[P:], ld, 0, g.C)
+			if !slices.Equal(a, e) {
+				t.Errorf("%s, ld %d: im2colGather differs from the loops", c.name, ld)
 			}
 			da, db := make([]float64, chw), make([]float64, chw)
 			for i := range da {
