@@ -1,6 +1,10 @@
 package ops
 
-import G "gorgonia.org/gorgonia"
+import (
+	"math/bits"
+
+	G "gorgonia.org/gorgonia"
+)
 
 // maxPoolScratch is what MaxPool2d's forward leaves for its gradient: the position of each
 // window's first maximum, so that the backward is a scatter instead of a second search.
@@ -78,30 +82,29 @@ func maxPoolSearch[T Float](g *convGeom, x, y []T, arg []int32, lo, hi int) {
 					// A tree, not a chain: the builtin's NaN handling makes each max slow,
 					// and independent ones overlap.
 					m := max(max(max(r0[0], r0[1]), max(r0[2], r1[0])), max(max(r1[1], r1[2]), max(r2[0], max(r2[1], r2[2]))))
-					k := 0
-					switch {
-					case r0[0] == m || r0[0] != r0[0]:
-					case r0[1] == m || r0[1] != r0[1]:
-						k = 1
-					case r0[2] == m || r0[2] != r0[2]:
-						k = 2
-					case r1[0] == m || r1[0] != r1[0]:
-						k = g.W
-					case r1[1] == m || r1[1] != r1[1]:
-						k = g.W + 1
-					case r1[2] == m || r1[2] != r1[2]:
-						k = g.W + 2
-					case r2[0] == m || r2[0] != r2[0]:
-						k = 2 * g.W
-					case r2[1] == m || r2[1] != r2[1]:
-						k = 2*g.W + 1
-					default:
-						k = 2*g.W + 2
+					// The first maximum's position from a bit mask of the positions equal to
+					// it, without branches (its position is random: a chain of tests
+					// mispredicts about once per window). A NaN maximum equals nothing and
+					// takes the first NaN instead.
+					var k int
+					if m == m {
+						mask := b2u(r0[0] == m) | b2u(r0[1] == m)<<1 | b2u(r0[2] == m)<<2 |
+							b2u(r1[0] == m)<<3 | b2u(r1[1] == m)<<4 | b2u(r1[2] == m)<<5 |
+							b2u(r2[0] == m)<<6 | b2u(r2[1] == m)<<7 | b2u(r2[2] == m)<<8
+						p := bits.TrailingZeros32(mask)
+						k = p/3*g.W + p%3
+					} else {
+						for p, v := range [9]T{r0[0], r0[1], r0[2], r1[0], r1[1], r1[2], r2[0], r2[1], r2[2]} {
+							if v != v {
+								k = p/3*g.W + p%3
+								break
+							}
+						}
 					}
 					o := oh*g.OW + ow
 					ap[o] = int32(b + k)
 					if yp != nil {
-						yp[o] = m
+						yp[o] = xp[b+k] // m, but -0 where the first maximum is -0
 					}
 					continue
 				}
@@ -127,9 +130,18 @@ func maxPoolSearch[T Float](g *convGeom, x, y []T, arg []int32, lo, hi int) {
 				o := oh*g.OW + ow
 				ap[o] = int32(best)
 				if yp != nil {
-					yp[o] = m
+					yp[o] = xp[best]
 				}
 			}
 		}
 	}
+}
+
+// b2u is 1 for true and 0 for false, compiled without a branch.
+func b2u(b bool) uint32 {
+	var u uint32
+	if b {
+		u = 1
+	}
+	return u
 }
