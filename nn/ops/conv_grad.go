@@ -149,12 +149,22 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 		convFilterGradBatched(op, nb, x, dy, dw)
 		return nil
 	}
+	if kept := convKept(g, op.sc, op.n, x); kept != nil {
+		// The forward kept the batch's columns side by side: dw = dy·colsᵀ is one GEMM
+		// with the batch in its inner dimension, instead of one per image accumulating.
+		ld := op.n * P
+		mat := gemmScratchOf[T](&op.sc.mat, g.Out*ld)
+		gatherDy(dy, mat, 0, op.n, g.Out, P)
+		for gr := 0; gr < g.Groups; gr++ {
+			gemmPar(false, true, Og, Kg, ld, 1, mat[gr*Og*ld:], ld, kept[gr*Kg*ld:], ld, 0, dw[gr*Og*Kg:], Kg)
+		}
+		return nil
+	}
 	chw := g.C * g.H * g.W
 	w := convImageWorkers(op.n)
 	// Worker 0 accumulates into dw, the others into their own partial sums, added at the end.
 	parts := append([][]T{dw}, workerBufs[T](&op.sc.dws, w, len(dw))[1:]...)
-	kept, cs := convKept(g, op.sc, op.n, x), g.colRows()*P
-	convImages(g, op.sc, op.n, kept == nil, func(wi, lo, hi int, col []T, par bool) {
+	convImages(g, op.sc, op.n, true, func(wi, lo, hi int, col []T, par bool) {
 		acc := parts[wi]
 		for n := lo; n < hi; n++ {
 			var beta T
@@ -163,11 +173,8 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 			}
 			dyn := dy[n*g.Out*P:]
 			src := x[n*chw : (n+1)*chw]
-			switch {
-			case kept != nil:
-				src = kept[n*cs : (n+1)*cs]
-			case !g.directCols:
-				convIm2colOne(g, op.sc, src, col, par)
+			if !g.directCols {
+				convIm2colOne(g, op.sc, src, col, P, par)
 				src = col
 			}
 			for gr := 0; gr < g.Groups; gr++ {

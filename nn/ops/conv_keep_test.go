@@ -12,14 +12,18 @@ import (
 // TestConv2dKeptColumns: the filter gradient uses the forward's kept columns only for the
 // very x the forward read. For the per-image and the batched path, float64: dw after a
 // forward on x equals dw of a fresh op that never ran the forward (which runs im2col
-// itself), and dw of another x after a forward on x equals that other x's fresh dw. Both
-// compute the same sums in the same order, so they must agree to the last bit (bound 0).
+// itself), and dw of another x after a forward on x equals that other x's fresh dw. On the
+// batched path, and for another x, both compute the same sums in the same order (bound 0);
+// on the per-image path the kept columns make dw one GEMM over the batch where the fresh op
+// accumulates one GEMM per image, a different order of the same sums (bound 1e-13, a few
+// hundred float64 roundings).
 func TestConv2dKeptColumns(t *testing.T) {
 	for _, c := range convCases {
 		for _, mode := range []struct {
-			name string
-			pix  int
-		}{{"per-image", 0}, {"batched", 1 << 20}} {
+			name  string
+			pix   int
+			bound float64 // for the same x
+		}{{"per-image", 0, 1e-13}, {"batched", 1 << 20, 0}} {
 			t.Run(c.name+"/"+mode.name, func(t *testing.T) {
 				rng := rand.New(rand.NewSource(3))
 				xs := append([]int{4}, c.x[1:]...)
@@ -51,12 +55,13 @@ func TestConv2dKeptColumns(t *testing.T) {
 					t.Fatal("the forward kept no columns")
 				}
 				for _, r := range []struct {
-					what string
-					xv   G.Value
-				}{{"same x", x.Value()}, {"another x", other}} {
+					what  string
+					xv    G.Value
+					bound float64
+				}{{"same x", x.Value(), mode.bound}, {"another x", other, 0}} {
 					got, want := dw(sc, r.xv), dw(new(convScratch), r.xv)
-					if e := maxRelDiff(got, want); e != 0 {
-						t.Errorf("%s: dw after the forward differs from a fresh op's by %.3g", r.what, e)
+					if e := maxRelDiff(got, want); e > r.bound {
+						t.Errorf("%s: dw after the forward differs from a fresh op's by %.3g (bound %g)", r.what, e, r.bound)
 					}
 				}
 			})

@@ -200,7 +200,9 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 		convForwardBatched(op, nb, x, w, b, y)
 		return nil
 	}
-	chw, cs := g.C*g.H*g.W, g.colRows()*P
+	// Kept columns are laid out as the batched path's, [C*kh*kw, N*Ho*Wo], so that the filter
+	// gradient is one GEMM over the whole batch (see convFilterGrad).
+	chw, ldk := g.C*g.H*g.W, op.n*P
 	kept := convKeepBuf[T](g, op.sc, op.n)
 	convImages(g, op.sc, op.n, kept == nil, func(_, lo, hi int, col []T, par bool) {
 		for n := lo; n < hi; n++ {
@@ -215,17 +217,17 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 				}
 				beta = 1
 			}
-			src := x[n*chw : (n+1)*chw]
-			if !g.directCols {
-				c := col
-				if kept != nil {
-					c = kept[n*cs : (n+1)*cs]
-				}
-				convIm2colOne(g, op.sc, src, c, par)
-				src = c
+			src, ld := x[n*chw:(n+1)*chw], P
+			switch {
+			case kept != nil:
+				src, ld = kept[n*P:], ldk
+				convIm2colOne(g, op.sc, x[n*chw:(n+1)*chw], src, ld, par)
+			case !g.directCols:
+				convIm2colOne(g, op.sc, src, col, P, par)
+				src = col
 			}
 			for gr := 0; gr < g.Groups; gr++ {
-				gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*P:], P, beta, yn[gr*Og*P:], P)
+				gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*ld:], ld, beta, yn[gr*Og*P:], P)
 			}
 		}
 	})

@@ -144,13 +144,14 @@ func convImages[T Float](g *convGeom, sc *convScratch, n int, needCol bool, f fu
 	})
 }
 
-// convIm2colOne is im2col of one image for the per-image path: split by channels when par.
-func convIm2colOne[T Float](g *convGeom, sc *convScratch, x, col []T, par bool) {
+// convIm2colOne is im2col of one image for the per-image path (rows ld apart): split by
+// channels when par.
+func convIm2colOne[T Float](g *convGeom, sc *convScratch, x, col []T, ld int, par bool) {
 	if par {
-		convIm2col(g, sc, x, col, g.OH*g.OW)
+		convIm2col(g, sc, x, col, ld)
 		return
 	}
-	convIm2colRange(g, sc, convIndexed(g), x, col, g.OH*g.OW, 0, g.C)
+	convIm2colRange(g, sc, convIndexed(g), x, col, ld, 0, g.C)
 }
 
 // convCol2imOne is col2im of one image for the per-image path: split by channels when par.
