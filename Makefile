@@ -32,7 +32,7 @@ test-purego:
 ## demo: the main job: generate (once) a 10-class ImageFolder of JPEGs, then train resnet18
 ## with DDP on 2 processes (gprun) and report validation accuracy, plot, metrics, timelines.
 DEMO_FLAGS ?= -data-format synthetic -data .cache/synthetic-10 -arch resnet18 -image-size 32 \
-	-b 64 -epochs 8 -sched cosine -warmup-epochs 1 -lr 0.2 -wd 5e-4 -j 1 -print-freq 5 \
+	-b 64 -epochs 10 -sched cosine -warmup-epochs 1 -lr 0.2 -wd 5e-4 -j 1 -print-freq 5 \
 	-out runs/demo -resume none
 demo: deps
 	$(GO) build -o bin/gprun ./cmd/gprun
