@@ -356,7 +356,9 @@ func writeTrace(ctx context.Context, d *ddp.DDP, merged string) error {
 	}
 	// Per-rank traces go to the temporary folder (shared by the ranks of one machine).
 	port := os.Getenv("MASTER_PORT")
-	name := func(r int) string { return filepath.Join(os.TempDir(), fmt.Sprintf("gp_ddp_trace_%s_rank%d.json", port, r)) }
+	name := func(r int) string {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("gp_ddp_trace_%s_rank%d.json", port, r))
+	}
 	var buf bytes.Buffer
 	if err := d.Timeline().WriteChromeTrace(&buf); err != nil {
 		return err

@@ -7,10 +7,10 @@ package blasimpl
 import "C"
 
 import (
-	G "gorgonia.org/gorgonia"
 	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/netlib/blas/netlib"
+	G "gorgonia.org/gorgonia"
 )
 
 const name = "openblas"
