@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -26,27 +25,7 @@ func smallNet() *Sequential {
 	}
 }
 
-func classify(batch, h, w int) BuildFunc {
-	return func(b *Builder) (*G.Node, error) {
-		x, err := b.Input("images", batch, 3, h, w)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", batch)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		b.Output("logits", logits)
-		if !b.Training() {
-			return nil, nil
-		}
-		return ops.CrossEntropy(logits, y, 0)
-	}
-}
+func classify(batch, h, w int) BuildFunc { return Classify(batch, []int{3, h, w}, 0) }
 
 func fill(t *testing.T, p *Program, seed int64) {
 	t.Helper()

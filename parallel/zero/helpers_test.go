@@ -3,88 +3,36 @@ package zero
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/rand"
 	"sync"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
-	G "gorgonia.org/gorgonia"
+)
+
+// The network, graph and comparison shared with DDP's tests; with BatchNorm the ranks use
+// SyncBatchNorm, so that every configuration sees the global batch.
+var (
+	convNet  = testnet.ConvNet
+	classify = testnet.Classify
+	rel      = testnet.Rel
 )
 
 const (
-	side     = 6 // input images are 3×side×side
-	classes  = 5
+	side     = testnet.Side // input images are 3×side×side
+	classes  = testnet.Classes
 	lr       = 1e-2
 	wd       = 1e-2
 	equivTol = 1e-5
 )
 
-// convNet is conv-[BN]-ReLU-conv-[BN]-ReLU-pool-flatten-linear (the DDP tests' net); with
-// BatchNorm the ranks use SyncBatchNorm, so that every configuration sees the global batch.
-func convNet(bn bool) nn.Module {
-	var names []string
-	var layers []nn.Module
-	add := func(n string, m nn.Module) { names, layers = append(names, n), append(layers, m) }
-	add("conv1", &nn.Conv2d{In: 3, Out: 4, Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Bias: !bn})
-	if bn {
-		add("bn1", &nn.BatchNorm2d{C: 4})
-	}
-	add("relu1", &nn.ReLU{})
-	add("conv2", &nn.Conv2d{In: 4, Out: 6, Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, Bias: !bn})
-	if bn {
-		add("bn2", &nn.BatchNorm2d{C: 6})
-	}
-	add("relu2", &nn.ReLU{})
-	add("pool", &nn.AdaptiveAvgPool2d{})
-	add("flat", &nn.Flatten{})
-	add("fc", &nn.Linear{In: 6, Out: classes})
-	return &nn.Sequential{Names: names, Layers: layers}
-}
-
-func classify(batch int) nn.BuildFunc {
-	return func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", batch, 3, side, side)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", batch)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		b.Output("logits", logits)
-		if !b.Training() {
-			return nil, nil
-		}
-		return ops.CrossEntropy(logits, y, 0)
-	}
-}
-
-// globalBatch is the data of step, samples [lo,hi) of the global batch.
-func globalBatch(step, lo, hi int) (x, y []float32) {
-	per := 3 * side * side
-	for i := lo; i < hi; i++ {
-		rng := rand.New(rand.NewSource(int64(step*1_000_003 + i)))
-		for range per {
-			x = append(x, float32(rng.NormFloat64()+0.3))
-		}
-		y = append(y, float32(rng.Intn(classes)))
-	}
-	return x, y
-}
-
 func feed(p interface {
 	SetInput(string, []float32) error
 }, step, lo, hi int) error {
-	x, y := globalBatch(step, lo, hi)
+	x, y := testnet.Batch(step, 0, lo, hi)
 	if err := p.SetInput("images", x); err != nil {
 		return err
 	}
@@ -253,18 +201,6 @@ func closeAll(groups []comm.Group) {
 }
 
 // rel is ‖a−b‖/‖b‖.
-func rel(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	if den == 0 {
-		return math.Sqrt(num)
-	}
-	return math.Sqrt(num / den)
-}
 
 // compareParams checks every parameter of flat (ParamSet layout of want) and the float
 // buffers of got against want.

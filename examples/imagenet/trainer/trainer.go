@@ -255,25 +255,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 // [n,c,h,w] and "labels" [n], output "logits", and in train mode the cross-entropy loss,
 // multiplied by the loss scale when a scaler is given.
 func buildFor(n, c, h, w int, smoothing float64, scaler *amp.GradScaler) nn.BuildFunc {
+	classify := nn.Classify(n, []int{c, h, w}, smoothing)
+	if scaler == nil {
+		return classify
+	}
 	return func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", n, c, h, w)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", n)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		b.Output("logits", logits)
-		if !b.Training() {
-			return nil, nil
-		}
-		loss, err := ops.CrossEntropy(logits, y, smoothing)
-		if err != nil || scaler == nil {
+		loss, err := classify(b)
+		if err != nil || loss == nil {
 			return loss, err
 		}
 		return scaler.ScaleLoss(b, loss)

@@ -1,0 +1,71 @@
+// Package testnet holds the small network, the deterministic data and the comparison that
+// the equivalence tests of the parallel strategies (ddp, zero, ...) share, so that they check
+// the same thing the same way.
+package testnet
+
+import (
+	"math"
+	"math/rand"
+
+	"github.com/gorgonia-parallel/gp/nn"
+)
+
+// Side is the images' height and width (3×Side×Side); Classes the number of classes.
+const (
+	Side    = 6
+	Classes = 5
+)
+
+// ConvNet is conv-[BN]-ReLU-conv-[BN]-ReLU-pool-flatten-linear, small enough for 2 cores;
+// without BatchNorm the convolutions have biases.
+func ConvNet(bn bool) nn.Module {
+	var names []string
+	var layers []nn.Module
+	add := func(n string, m nn.Module) { names, layers = append(names, n), append(layers, m) }
+	add("conv1", &nn.Conv2d{In: 3, Out: 4, Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Bias: !bn})
+	if bn {
+		add("bn1", &nn.BatchNorm2d{C: 4})
+	}
+	add("relu1", &nn.ReLU{})
+	add("conv2", &nn.Conv2d{In: 4, Out: 6, Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, Bias: !bn})
+	if bn {
+		add("bn2", &nn.BatchNorm2d{C: 6})
+	}
+	add("relu2", &nn.ReLU{})
+	add("pool", &nn.AdaptiveAvgPool2d{})
+	add("flat", &nn.Flatten{})
+	add("fc", &nn.Linear{In: 6, Out: Classes})
+	return &nn.Sequential{Names: names, Layers: layers}
+}
+
+// Classify is the graph of ConvNet on a batch: nn.Classify over 3×Side×Side images.
+func Classify(batch int) nn.BuildFunc { return nn.Classify(batch, []int{3, Side, Side}, 0) }
+
+// Batch is samples [lo,hi) of micro-batch micro of step's global batch: images (NCHW) and
+// labels. Every sample is a pure function of (step, micro, index), so any split of the
+// global batch over ranks sees the same data.
+func Batch(step, micro, lo, hi int) (x, y []float32) {
+	per := 3 * Side * Side
+	for i := lo; i < hi; i++ {
+		rng := rand.New(rand.NewSource(int64(step*1_000_003 + micro*10_007 + i)))
+		for range per {
+			x = append(x, float32(rng.NormFloat64()+0.3))
+		}
+		y = append(y, float32(rng.Intn(Classes)))
+	}
+	return x, y
+}
+
+// Rel is the norm-wise relative difference ||a-b|| / ||b|| (||a-b|| when b is zero).
+func Rel(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
