@@ -40,6 +40,13 @@ type Timeline struct {
 	events []Event
 }
 
+// NewTimeline returns an empty timeline of rank, for training loops that record their own
+// events (a ZeRO-3 step, evaluation) in the same format.
+func NewTimeline(rank int) *Timeline { return &Timeline{rank: rank} }
+
+// Add records e as an event of the timeline's rank.
+func (t *Timeline) Add(e Event) { t.add(e) }
+
 func (t *Timeline) add(e Event) {
 	t.mu.Lock()
 	e.Rank = t.rank

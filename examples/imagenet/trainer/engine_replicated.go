@@ -3,9 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
@@ -153,13 +151,6 @@ func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.S
 }
 
 func (r *replicated) report(ctx context.Context, cfg *Config, res *Result) error {
-	tl := filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r.g.Rank()))
-	if err := writeFileAtomic(tl, func(w io.Writer) error { return r.d.Timeline().WriteChromeTrace(w) }); err != nil {
-		return err
-	}
 	res.OverlapFrac = r.d.Timeline().Summary().OverlapFraction
-	for k := 0; k < r.g.Size(); k++ {
-		res.TimelinePaths = append(res.TimelinePaths, filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", k)))
-	}
-	return nil
+	return writeTimelines(ctx, r.g, cfg, r.d.Timeline(), res)
 }

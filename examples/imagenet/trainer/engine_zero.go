@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
@@ -15,6 +16,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
@@ -34,6 +36,8 @@ type sharded struct {
 	shape   [3]int
 	dir     string
 	log     *slog.Logger
+	tl      *ddp.Timeline
+	steps   int
 }
 
 func newSharded(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (*sharded, error) {
@@ -72,7 +76,7 @@ func newSharded(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model,
 	}
 	return &sharded{cfg: cfg, g: g, e: e, prog: prog, scaler: scaler, evals: map[int]*zero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
-		dir: filepath.Join(cfg.Out, "zero"), log: log}, nil
+		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank())}, nil
 }
 
 func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
@@ -80,9 +84,13 @@ func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error)
 	if err := fillInputs(s.prog.Input, b); err != nil {
 		return 0, err
 	}
+	start := time.Now()
 	if err := s.prog.Run(ctx); err != nil {
 		return 0, err
 	}
+	// One event for forward and backward with their gathers and reduce-scatters (ZeRO-3's
+	// collectives run inside the tape, so the step is not split further here).
+	s.tl.Add(ddp.Event{Name: "forward+backward", Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
 	lv, err := s.prog.LossValue()
 	if s.scaler != nil {
 		lv /= s.scaler.Scale()
@@ -91,6 +99,11 @@ func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error)
 }
 
 func (s *sharded) update(ctx context.Context) error {
+	start := time.Now()
+	defer func() {
+		s.tl.Add(ddp.Event{Name: ddp.EvOptimizer, Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
+		s.steps++
+	}()
 	grads := s.e.ShardGrad()
 	if s.scaler != nil {
 		s.scaler.Unscale(grads)
@@ -231,5 +244,5 @@ func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.Stat
 func (s *sharded) report(ctx context.Context, cfg *Config, res *Result) error {
 	m := s.e.Memory()
 	res.ModelStateBytes = m.MasterBytes + m.GradBytes + m.StateBytes
-	return nil
+	return writeTimelines(ctx, s.g, cfg, s.tl, res)
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 )
 
 // finishReport writes the per-rank timelines and prints the end-of-run summary on rank 0:
@@ -29,7 +30,7 @@ func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, o
 	}
 	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks, final train loss %.4f, val top-1 %.2f%% top-5 %.2f%%\n",
 		res.Steps, res.ImgsPerS, world, res.FinalLoss, res.Top1, res.Top5)
-	if res.TimelinePaths != nil {
+	if cfg.Strategy != "zero3" {
 		fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%\n", 100*res.OverlapFrac)
 	}
 	if res.ModelStateBytes > 0 {
@@ -44,6 +45,40 @@ func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, o
 	if res.TimelinePaths != nil {
 		fmt.Fprintf(out, "         timelines  %s\n", strings.Join(res.TimelinePaths, ", "))
 	}
+	return nil
+}
+
+// writeTimelines writes this rank's timeline as OUT/timeline-rankN.json (Chrome trace) and,
+// once every rank has, rank 0 merges them into OUT/timeline.json.
+func writeTimelines(ctx context.Context, g comm.Group, cfg *Config, tl *ddp.Timeline, res *Result) error {
+	rank, world := g.Rank(), g.Size()
+	path := func(r int) string { return filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r)) }
+	if err := writeFileAtomic(path(rank), tl.WriteChromeTrace); err != nil {
+		return err
+	}
+	for r := range world {
+		res.TimelinePaths = append(res.TimelinePaths, path(r))
+	}
+	if err := g.Barrier().Wait(ctx); err != nil {
+		return fmt.Errorf("trainer: waiting for every rank's timeline: %w", err)
+	}
+	if rank != 0 {
+		return nil
+	}
+	var files []io.Reader
+	for r := range world {
+		f, err := os.Open(path(r))
+		if err != nil {
+			return fmt.Errorf("trainer: merging timelines: %w", err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+	merged := filepath.Join(cfg.Out, "timeline.json")
+	if err := writeFileAtomic(merged, func(w io.Writer) error { return ddp.MergeChromeTraces(w, files...) }); err != nil {
+		return err
+	}
+	res.TimelinePaths = append(res.TimelinePaths, merged)
 	return nil
 }
 

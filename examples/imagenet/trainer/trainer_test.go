@@ -89,7 +89,10 @@ func TestDDPWorld2TrainsAndWritesArtifacts(t *testing.T) {
 			t.Fatalf("loss %v", r.LossHistory)
 		}
 	}
-	for _, p := range []string{r.Checkpoint, r.MetricsPath, r.PlotPath, r.TimelinePaths[0], r.TimelinePaths[1]} {
+	if len(r.TimelinePaths) != 3 || !strings.HasSuffix(r.TimelinePaths[2], "timeline.json") {
+		t.Fatalf("timelines %v: want one per rank and the merged one", r.TimelinePaths)
+	}
+	for _, p := range []string{r.Checkpoint, r.MetricsPath, r.PlotPath, r.TimelinePaths[0], r.TimelinePaths[1], r.TimelinePaths[2]} {
 		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 			t.Fatalf("artifact %q missing or empty: %v", p, err)
 		}
@@ -243,6 +246,9 @@ func TestStrategiesWorld2(t *testing.T) {
 				world, cfg.DPReplicas = 1, 2
 			}
 			r := runWorld(t, world, cfg)[0]
+			if tc.strategy == "zero3" && len(r.TimelinePaths) != 3 {
+				t.Fatalf("timelines %v: want one per rank and the merged one", r.TimelinePaths)
+			}
 			if len(r.LossHistory) != 3 {
 				t.Fatalf("%d steps, want 3", len(r.LossHistory))
 			}
