@@ -97,8 +97,14 @@ func run(p params, procs int, py, out string) error {
 	if err != nil {
 		return fmt.Errorf("DDP world 2: %w", err)
 	}
-	thrPlain, thrDDP := throughput(plain), throughput(dist)
-	eff := thrDDP / (2 * thrPlain)
+	// Two plain processes at once, without any communication: what two ranks sharing this
+	// machine's cores, caches and memory bandwidth can reach at best.
+	pair, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+	if err != nil {
+		return fmt.Errorf("two plain processes: %w", err)
+	}
+	thrPlain, thrDDP, thrPair := throughput(plain), throughput(dist), throughput(pair)
+	eff, ceiling := thrDDP/(2*thrPlain), thrPair/(2*thrPlain)
 	script := filepath.Join("bench", "ddp", "torch_ddp.py")
 	targs := []string{"--steps", strconv.Itoa(p.steps), "--warmup", strconv.Itoa(p.warmup), "--batch", strconv.Itoa(p.batch), "--size", strconv.Itoa(p.size)}
 	var torchEff any
@@ -121,6 +127,8 @@ func run(p params, procs int, py, out string) error {
 	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", thrPlain, num(tPlain, torchNote))
 	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", thrDDP, num(tDDP, torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", thrPair, "")
+	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, "")
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
 	fmt.Printf("rank 0 per step: backward %.3f s, all-reduce %.3f s, wait after backward %.3f s\n",
@@ -128,7 +136,7 @@ func run(p params, procs int, py, out string) error {
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
-	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
+	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": thrPair, "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": thrPlain, "imgs_per_s_ddp2": thrDDP, "torch_imgs_per_s_plain": tPlain, "torch_imgs_per_s_ddp2": tDDP,
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
 	if torchNote != "" {
