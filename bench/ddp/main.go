@@ -54,6 +54,7 @@ type result struct {
 
 type params struct {
 	steps, warmup, batch, size int
+	bucketMB                   float64
 	trace                      string
 }
 
@@ -63,6 +64,7 @@ func main() {
 	flag.IntVar(&p.warmup, "warmup", 2, "untimed steps before timing (the bucket rebuild happens there)")
 	flag.IntVar(&p.batch, "batch", 16, "batch per rank")
 	flag.IntVar(&p.size, "size", 64, "image side")
+	flag.Float64Var(&p.bucketMB, "bucket-mb", 0, "DDP bucket cap in MiB (0: DDP's default)")
 	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
 	py := flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision")
 	out := flag.String("out", filepath.Join("bench", "results", "ddp.json"), "JSON results")
@@ -81,7 +83,8 @@ func main() {
 
 func run(p params, procs int, py, out string) error {
 	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
-		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace}
+		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace,
+		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64)}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -292,7 +295,11 @@ func child(role string, p params) error {
 		}
 		defer g.Close(ctx)
 		rank = g.Rank()
-		if d, err = ddp.New(ctx, m, g); err != nil {
+		var opts []ddp.Option
+		if p.bucketMB > 0 {
+			opts = append(opts, ddp.BucketCapBytes(int(p.bucketMB*(1<<20))))
+		}
+		if d, err = ddp.New(ctx, m, g, opts...); err != nil {
 			return err
 		}
 		dp, err := d.Compile(build)
