@@ -17,7 +17,8 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     plan = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]]
-    for op in ["all-reduce", "reduce-scatter", "all-gather", "broadcast"]:
+    ops = os.environ.get("GP_BENCH_OPS", "all-reduce,reduce-scatter,all-gather,broadcast")
+    for op in ops.split(","):
         for nbytes, iters in plan:
             count = nbytes // 4
             count -= count % world

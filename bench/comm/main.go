@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,7 @@ var (
 	worlds   = flag.String("worlds", "2,4", "world sizes")
 	noGloo   = flag.Bool("no-gloo", false, "skip torch.distributed gloo (tuning runs)")
 	noTCP    = flag.Bool("no-tcp", false, "skip the same-run TCP comparison")
+	opsFlag  = flag.String("ops", strings.Join(ops, ","), "collectives to run (comma-separated)")
 	out      = flag.String("o", filepath.Join("bench", "results", "comm.json"), "JSON output")
 )
 
@@ -94,7 +96,12 @@ func parent() error {
 	for _, p := range plan() {
 		args = append(args, fmt.Sprintf("%d:%d", p[0], p[1]))
 	}
-	wargs := []string{"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes)}
+	for _, op := range strings.Split(*opsFlag, ",") {
+		if !slices.Contains(ops, op) {
+			return fmt.Errorf("-ops: unknown collective %q (want some of %s)", op, strings.Join(ops, ","))
+		}
+	}
+	wargs := []string{"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes), "-ops", *opsFlag}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -128,7 +135,7 @@ func parent() error {
 		note := "python3-torch not installed (/usr/bin/python3 cannot import torch.distributed)"
 		if haveTorch {
 			fmt.Fprintf(os.Stderr, "world %d: gloo...\n", world)
-			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1"})
+			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1", "GP_BENCH_OPS=" + *opsFlag})
 			if err != nil {
 				note = "gloo run failed: " + err.Error()
 			}
@@ -225,7 +232,7 @@ func worker() error {
 	defer g.Close(ctx)
 	n, r := g.Size(), g.Rank()
 	transport := comm.TransportOf(g)
-	for _, op := range ops {
+	for _, op := range strings.Split(*opsFlag, ",") {
 		for _, p := range plan() {
 			nbytes, iters := p[0], p[1]
 			count := nbytes / 4
