@@ -19,6 +19,13 @@ type Rendezvous interface {
 	Fail(ctx context.Context, r Round) error
 }
 
+// Finisher is implemented by rendezvous backends with an exit barrier: Done reports that this
+// node's workers all succeeded in round r and returns once every node's have (or the round
+// ended), so that a node that finishes first does not leave while the others still run.
+type Finisher interface {
+	Done(ctx context.Context, r Round) error
+}
+
 // Round is one completed rendezvous round as this node sees it.
 type Round struct {
 	// Version numbers the rounds of a run, increasing.
@@ -71,6 +78,11 @@ func runRounds(ctx context.Context, cfg Config) error {
 		case err != nil:
 			return err
 		case werr == nil:
+			if f, ok := cfg.Rendezvous.(Finisher); ok {
+				if err := f.Done(ctx, rd); err != nil {
+					return fmt.Errorf("launch: rendezvous exit barrier: %w", err)
+				}
+			}
 			return nil
 		}
 		werr.Restarts = restart

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -222,6 +223,10 @@ func (r *region) resident() int64 {
 // kernel cannot take back without asking: the mapping's Rss minus its LazyFree in
 // /proc/self/smaps (pages freed with MADV_FREE and not written since are the kernel's to
 // take). A file region's is its resident bytes.
+//
+// The kernel marks pages lazily free in per-CPU batches (a pagevec of 15 pages): up to 15
+// pages per CPU freed last can still count as Rss without LazyFree when smaps is read. That
+// much is not counted as held, so that a region released in full reads as 0.
 func (r *region) held() int64 {
 	if r == nil || r.raw == nil {
 		return 0
@@ -233,8 +238,11 @@ func (r *region) held() int64 {
 	if v[0] < 0 {
 		return r.resident()
 	}
-	return v[0] - max(v[1], 0)
+	return max(0, v[0]-max(v[1], 0)-lazyFreeBatch)
 }
+
+// lazyFreeBatch is the most the kernel's per-CPU batching of MADV_FREE can leave unaccounted.
+var lazyFreeBatch = int64(15 * runtime.NumCPU() * os.Getpagesize())
 
 // sync writes a file region's dirty pages back to its file.
 func (r *region) sync() error {

@@ -289,6 +289,38 @@ func (r *Rendezvous) Fail(ctx context.Context, rd launch.Round) error {
 	return r.bump(ctx, rd.Version)
 }
 
+// Done is the exit barrier (launch.Finisher): it records that this node's workers all
+// succeeded in round rd and returns once every node of the round has, or once the round
+// has ended (another node failed after this one finished). Until then this node keeps its
+// registration, so its leaving cannot end the round while other nodes' workers still run.
+func (r *Rendezvous) Done(ctx context.Context, rd launch.Round) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	rp := r.prefix + "r" + strconv.FormatInt(rd.Version, 10) + "/"
+	if _, err := r.cli.Put(ctx, rp+"done/"+r.id, "ok"); err != nil {
+		return r.wrap(err)
+	}
+	for {
+		resp, err := r.cli.Get(ctx, rp+"done/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return r.wrap(err)
+		}
+		if int(resp.Count) >= rd.NNodes {
+			return nil
+		}
+		if ver, err := r.current(ctx); err != nil {
+			return err
+		} else if ver != rd.Version {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcdrdzv: run %s round %d: %d of %d nodes finished: %w", r.cfg.RunID, rd.Version, resp.Count, rd.NNodes, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // current returns the round number, creating it (0) on the run's first node.
 func (r *Rendezvous) current(ctx context.Context) (int64, error) {
 	key := r.prefix + "round"
