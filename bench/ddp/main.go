@@ -60,7 +60,7 @@ type params struct {
 
 func main() {
 	var p params
-	flag.IntVar(&p.steps, "steps", 8, "timed training steps per configuration")
+	flag.IntVar(&p.steps, "steps", 16, "timed training steps per configuration")
 	flag.IntVar(&p.warmup, "warmup", 2, "untimed steps before timing (the bucket rebuild happens there)")
 	flag.IntVar(&p.batch, "batch", 16, "batch per rank")
 	flag.IntVar(&p.size, "size", 64, "image side")
