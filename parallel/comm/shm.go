@@ -78,6 +78,7 @@ type shmTransport struct {
 	k             int
 	in, out       [][]*shmRing // [peer][stream]; in: rings this rank consumes, out: produces into
 	maps          [][]byte
+	smallBytes    int // frames up to this size wait with OS yields (see wait)
 
 	aborted  atomic.Bool
 	mu       sync.RWMutex // guards the mappings against a late abort during Close
@@ -90,7 +91,16 @@ func round8(n uint64) uint64 { return (n + 7) &^ 7 }
 // (a frame usually follows within microseconds), then yields, then sleeps on the futex word,
 // which the other side wakes after publishing. The sleep is bounded, so even a lost wake-up
 // only delays; aborts wake every word at once.
-func (t *shmTransport) wait(word *uint32, ready func() bool) error {
+//
+// small says the frame waited for is a small one (at most the small-message threshold):
+// then each yield, after runtime.Gosched has let this process's own goroutines run, also
+// yields the thread to the operating system (sched_yield), so that with more ranks than
+// cores the peer process about to publish gets the core at once. Measured on two cores: a
+// 4 KiB all-reduce is about 30% faster at world 2 and 4 (64-256 KiB at world 4 about 45%).
+// Large frames (ring chunks) keep runtime.Gosched alone: OS yields slowed large messages
+// down, and a sched_yield without the Gosched first, which holds this process's P, made the
+// 64-256 KiB all-reduce at world 4 about five times slower.
+func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
 	for i := 0; ; i++ {
 		if ready() {
 			return nil
@@ -101,7 +111,10 @@ func (t *shmTransport) wait(word *uint32, ready func() bool) error {
 		switch {
 		case i < shmSpin:
 		case i < shmSpin+shmYield:
-			osYield()
+			runtime.Gosched()
+			if small && !ready() {
+				osYield()
+			}
 		default:
 			atomic.StoreUint32(word, 1)
 			if ready() {
@@ -129,10 +142,10 @@ func wake(word *uint32) {
 }
 
 // write appends src to the ring, waiting for space; the last piece is padded to 8 bytes.
-func (t *shmTransport) write(r *shmRing, src []byte) error {
+func (t *shmTransport) write(r *shmRing, small bool, src []byte) error {
 	for len(src) > 0 {
 		var free uint64
-		if err := t.wait(r.pwait, func() bool {
+		if err := t.wait(r.pwait, small, func() bool {
 			free = r.capacity - (r.pos - atomic.LoadUint64(r.tail))
 			return free > 0
 		}); err != nil {
@@ -151,10 +164,10 @@ func (t *shmTransport) write(r *shmRing, src []byte) error {
 
 // read consumes n bytes of the ring, handing them to fn in place as they become available
 // (several pieces when the frame wraps or is still being written).
-func (t *shmTransport) read(r *shmRing, n int, fn func(off int, p []byte)) error {
+func (t *shmTransport) read(r *shmRing, small bool, n int, fn func(off int, p []byte)) error {
 	for done := 0; done < n; {
 		var avail uint64
-		if err := t.wait(r.cwait, func() bool {
+		if err := t.wait(r.cwait, small, func() bool {
 			avail = atomic.LoadUint64(r.head) - r.pos
 			return avail > 0
 		}); err != nil {
@@ -182,10 +195,11 @@ func (t *shmTransport) Send(peer, s int, h *Header, b []byte) error {
 	hh := *h
 	hh.Len = uint32(len(b))
 	hh.put(hdr[:])
-	if err := t.write(r, hdr[:]); err != nil {
+	small := len(b) <= t.smallBytes
+	if err := t.write(r, small, hdr[:]); err != nil {
 		return err
 	}
-	return t.write(r, b)
+	return t.write(r, small, b)
 }
 
 func (t *shmTransport) Recv(peer, s int, h *Header, b []byte) error {
@@ -202,7 +216,8 @@ func (t *shmTransport) RecvView(peer, s int, h *Header, n int, check func(*Heade
 	}
 	r := t.in[peer][s]
 	var hdr [headerSize]byte
-	if err := t.read(r, headerSize, func(off int, p []byte) { copy(hdr[off:], p) }); err != nil {
+	small := n <= t.smallBytes // the expected frame's size: the header's wait is as the payload's
+	if err := t.read(r, small, headerSize, func(off int, p []byte) { copy(hdr[off:], p) }); err != nil {
 		return err
 	}
 	if err := h.get(hdr[:]); err != nil {
@@ -216,7 +231,7 @@ func (t *shmTransport) RecvView(peer, s int, h *Header, n int, check func(*Heade
 	if int(h.Len) != n {
 		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
 	}
-	return t.read(r, n, fn)
+	return t.read(r, small, n, fn)
 }
 
 // wakeAll runs when the transport aborts (the control plane's hook): pending waits return.
@@ -279,7 +294,7 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 		return nil, err
 	}
 	prefix := fmt.Sprintf("comm/shm%d/", gen)
-	t := &shmTransport{k: k, in: make([][]*shmRing, size), out: make([][]*shmRing, size)}
+	t := &shmTransport{k: k, in: make([][]*shmRing, size), out: make([][]*shmRing, size), smallBytes: cfg.smallBytes}
 	for p := range size {
 		t.in[p], t.out[p] = make([]*shmRing, k), make([]*shmRing, k)
 	}
@@ -454,7 +469,8 @@ func futexWake(word *uint32) {
 	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 1, 1<<30, 0, 0, 0)
 }
 
-func osYield() { runtime.Gosched() }
+// osYield gives the core to another thread of any process (sched_yield).
+func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 func readRandom(b []byte) (int, error) { return rand.Read(b) }
 
