@@ -1,36 +1,25 @@
 package comm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/proctest"
 )
 
 // The test binary doubles as the worker of the multi-process tests: with GP_COMM_TEST_WORKER
 // set it runs that scenario as one rank (configured by the torchrun variables) and exits.
-func TestMain(m *testing.M) {
-	if sc := os.Getenv("GP_COMM_TEST_WORKER"); sc != "" {
-		if err := worker(sc); err != nil {
-			fmt.Fprintln(os.Stderr, "worker error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { proctest.Main(m, "GP_COMM_TEST_WORKER", worker) }
 
 func worker(scenario string) error {
 	ctx := context.Background()
@@ -139,53 +128,25 @@ func ShardOf(total, n, i int) int {
 	return -1
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // spawn runs n worker processes of scenario and returns their outputs and errors.
 func spawn(t *testing.T, n int, scenario string, env func(rank int) []string) ([]string, []error) {
 	t.Helper()
-	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GP_COMM_TEST_WORKER="+scenario, "RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GP_RDZV_SECRET=test-secret")
+	job := proctest.Spawn(t, n, "GP_COMM_TEST_WORKER", scenario, func(r int) []string {
+		e := []string{"GP_RDZV_SECRET=test-secret"}
 		if env != nil {
-			cmd.Env = append(cmd.Env, env(r)...)
+			e = append(e, env(r)...)
 		}
-		outs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	res := make([]string, n)
-	errs := make([]error, n)
-	for r, cmd := range cmds {
-		errs[r] = cmd.Wait()
-		res[r] = outs[r].String()
-	}
+		return e
+	})
 	// No shared-memory file may outlive the job, whatever happened to it (files are named
 	// after the pid of the rank that created them).
-	for r, cmd := range cmds {
-		left, _ := filepath.Glob(fmt.Sprintf("%s/%s%d-*", shmDir, shmFilePrefix, cmd.Process.Pid))
+	for r, pid := range job.Pids {
+		left, _ := filepath.Glob(fmt.Sprintf("%s/%s%d-*", shmDir, shmFilePrefix, pid))
 		if len(left) > 0 {
 			t.Errorf("rank %d left %v behind", r, left)
 		}
 	}
-	return res, errs
+	return job.Outputs, job.Errs
 }
 
 // transports are the values of GP_COMM_TRANSPORT the process tests run under.

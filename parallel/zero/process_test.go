@@ -1,37 +1,25 @@
 package zero
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // The test binary doubles as the worker of the multi-process tests: with GP_ZERO_TEST_WORKER
 // set it runs that scenario as one rank (configured by the torchrun variables) and exits.
-func TestMain(m *testing.M) {
-	if sc := os.Getenv("GP_ZERO_TEST_WORKER"); sc != "" {
-		if err := worker(sc); err != nil {
-			fmt.Fprintln(os.Stderr, "worker error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { proctest.Main(m, "GP_ZERO_TEST_WORKER", worker) }
 
 const procPer = 2
 
@@ -120,44 +108,14 @@ func worker(scenario string) error {
 	return fmt.Errorf("unknown scenario %q", scenario)
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// spawn runs n worker processes of scenario over loopback TCP and returns their outputs and
-// exit errors. The workers stop by themselves (deadlines); the context kills stragglers.
+// spawn runs n worker processes of scenario over loopback and returns their outputs and
+// exit errors; env is added to every rank's environment.
 func spawn(t *testing.T, n int, scenario string, env ...string) ([]string, []error) {
 	t.Helper()
-	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GP_ZERO_TEST_WORKER="+scenario, "RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GP_RDZV_SECRET=zero-test", "OPENBLAS_NUM_THREADS=1")
-		cmd.Env = append(cmd.Env, env...)
-		outs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	res := make([]string, n)
-	errs := make([]error, n)
-	for r, cmd := range cmds {
-		errs[r] = cmd.Wait()
-		res[r] = outs[r].String()
-	}
-	return res, errs
+	job := proctest.Spawn(t, n, "GP_ZERO_TEST_WORKER", scenario, func(int) []string {
+		return append([]string{"GP_RDZV_SECRET=zero-test", "OPENBLAS_NUM_THREADS=1"}, env...)
+	})
+	return job.Outputs, job.Errs
 }
 
 // Real processes over loopback TCP, world 2 and 3: 5 AdamW steps, each rank checks the
