@@ -27,6 +27,7 @@ import (
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 )
@@ -175,10 +176,10 @@ func writeInputs(dir string, w workload) (string, string, error) {
 		y[i] = float32(rng.Intn(1000))
 	}
 	xp, yp := filepath.Join(dir, w.arch+"_x.npy"), filepath.Join(dir, w.arch+"_y.npy")
-	if err := writeNpy(xp, x, []int{w.batch, 3, w.size, w.size}); err != nil {
+	if err := checkpoint.SaveArray(xp, nn.StateEntry{Shape: []int{w.batch, 3, w.size, w.size}, F32: x}); err != nil {
 		return "", "", err
 	}
-	return xp, yp, writeNpy(yp, y, []int{w.batch})
+	return xp, yp, checkpoint.SaveArray(yp, nn.StateEntry{Shape: []int{w.batch}, F32: y})
 }
 
 // runChild runs a measuring process and parses its last line: images/s, then CPU seconds

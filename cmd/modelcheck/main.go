@@ -78,12 +78,12 @@ func run(args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	if err := writeNpy(filepath.Join(*out, "logits.npy"), res.Logits, res.Shape); err != nil {
+	if err := checkpoint.SaveArray(filepath.Join(*out, "logits.npy"), nn.StateEntry{Shape: res.Shape, F32: res.Logits}); err != nil {
 		return err
 	}
 	written := []string{"logits.npy"}
 	if y != nil {
-		if err := writeNpy(filepath.Join(*out, "loss.npy"), []float32{res.Loss}, []int{}); err != nil {
+		if err := checkpoint.SaveArray(filepath.Join(*out, "loss.npy"), nn.StateEntry{Shape: []int{}, F32: []float32{res.Loss}}); err != nil {
 			return err
 		}
 		if err := checkpoint.Save(filepath.Join(*out, "grads.npz"), res.Grads); err != nil {

@@ -34,10 +34,10 @@ func TestModelcheck(t *testing.T) {
 		x[i] = float32(rng.NormFloat64())
 	}
 	xp, yp := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
-	if err := writeNpy(xp, x, shape); err != nil {
+	if err := checkpoint.SaveArray(xp, nn.StateEntry{Shape: shape, F32: x}); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeNpy(yp, []float32{1, 4}, []int{2}); err != nil {
+	if err := checkpoint.SaveArray(yp, nn.StateEntry{Shape: []int{2}, F32: []float32{1, 4}}); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {

@@ -30,7 +30,21 @@ var testHookWriter func(io.Writer) io.Writer
 // data goes to a temporary file in the same directory, which is synced, renamed over path,
 // and the directory synced. On any error the previous file at path is left intact and the
 // error names path.
-func Save(path string, entries []nn.StateEntry) (err error) {
+func Save(path string, entries []nn.StateEntry) error {
+	return writeAtomic(path, func(w io.Writer) error { return Write(w, entries) })
+}
+
+// SaveArray writes one entry as a .npy file (format 1.0, like numpy.save), atomically as
+// Save does. Its name is not stored.
+func SaveArray(path string, e nn.StateEntry) error {
+	if err := checkEntry(e); err != nil {
+		return fmt.Errorf("checkpoint: save %s: %w", path, err)
+	}
+	return writeAtomic(path, func(w io.Writer) error { return writeNpy(w, e) })
+}
+
+// writeAtomic writes path through a synced temporary file in its directory and a rename.
+func writeAtomic(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -48,7 +62,7 @@ func Save(path string, entries []nn.StateEntry) (err error) {
 		w = testHookWriter(w)
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
-	if err = Write(bw, entries); err != nil {
+	if err = write(bw); err != nil {
 		return err
 	}
 	if err = bw.Flush(); err != nil {
