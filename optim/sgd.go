@@ -60,6 +60,10 @@ func (o *SGD) Step() error {
 			o.momInit[si] = true
 		}
 		o.parallel(len(p), func(lo, hi int) {
+			if buf != nil && !first && !c.nesterov && !c.maximize {
+				sgdMomentum(p[lo:hi], g[lo:hi], buf[lo:hi], negLR, mom, damp, wd)
+				return
+			}
 			for i := lo; i < hi; i++ {
 				d := g[i]
 				if c.maximize {
@@ -119,4 +123,25 @@ func (o *SGD) LoadStateDict(entries []nn.StateEntry) error {
 		o.momInit[si] = found
 	}
 	return nil
+}
+
+// sgdMomentum is Step's loop for the common case (momentum after the first step, no
+// Nesterov, not maximising), without the per-element branches and bounds checks: the same
+// operations in the same order, so the same bits.
+func sgdMomentum(p, g, buf []float32, negLR, mom, damp, wd float32) {
+	g, buf = g[:len(p)], buf[:len(p)]
+	if wd == 0 {
+		for i, d := range g {
+			b := buf[i]*mom + damp*d
+			buf[i] = b
+			p[i] += negLR * b
+		}
+		return
+	}
+	for i, d := range g {
+		d += wd * p[i]
+		b := buf[i]*mom + damp*d
+		buf[i] = b
+		p[i] += negLR * b
+	}
 }
