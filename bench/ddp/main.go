@@ -26,8 +26,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
@@ -50,11 +52,14 @@ type result struct {
 	Backward float64 `json:"backward_s,omitempty"`
 	AllRed   float64 `json:"allreduce_s,omitempty"`
 	Wait     float64 `json:"wait_s,omitempty"`
+	CPU      float64 `json:"cpu_s"` // user+system CPU seconds of the process over the timed steps
+	// BucketList is the bucket sizes after the rebuild, launch order, e.g. "1.95 MiB, 25.00 MiB, ...".
+	BucketList string `json:"bucket_list,omitempty"`
 }
 
 type params struct {
 	steps, warmup, batch, size int
-	bucketMB                   float64
+	bucketMB, lastMB           float64
 	trace                      string
 }
 
@@ -65,6 +70,8 @@ func main() {
 	flag.IntVar(&p.batch, "batch", 16, "batch per rank")
 	flag.IntVar(&p.size, "size", 64, "image side")
 	flag.Float64Var(&p.bucketMB, "bucket-mb", 0, "DDP bucket cap in MiB (0: DDP's default)")
+	flag.Float64Var(&p.lastMB, "last-bucket-mb", -1, "DDP last bucket size in MiB (-1: DDP's default; 0: PyTorch's layout)")
+	reps := flag.Int("reps", 3, "repetitions of the whole measurement; the table shows medians")
 	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
 	py := flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision")
 	out := flag.String("out", filepath.Join("bench", "results", "ddp.json"), "JSON results")
@@ -76,71 +83,98 @@ func main() {
 		}
 		return
 	}
-	if err := run(p, *procs, *py, *out); err != nil {
+	if err := run(p, *procs, *reps, *py, *out); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(p params, procs int, py, out string) error {
+func run(p params, procs, reps int, py, out string) error {
 	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
 		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace,
-		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64)}
+		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64)}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	env := []string{"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "GOMAXPROCS=" + strconv.Itoa(procs)}
-	fmt.Printf("resnet18 %dx%d, batch %d per rank, %d timed steps after %d warm-up, BLAS %s, GOMAXPROCS=%d per process\n",
-		p.size, p.size, p.batch, p.steps, p.warmup, blasimpl.Name(), procs)
-	plain, err := launch(1, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
-	if err != nil {
-		return fmt.Errorf("plain process: %w", err)
-	}
-	dist, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=ddp", "GP_RDZV_SECRET=bench-ddp"))
-	if err != nil {
-		return fmt.Errorf("DDP world 2: %w", err)
-	}
-	// Two plain processes at once, without any communication: what two ranks sharing this
-	// machine's cores, caches and memory bandwidth can reach at best.
-	pair, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
-	if err != nil {
-		return fmt.Errorf("two plain processes: %w", err)
-	}
-	thrPlain, thrDDP, thrPair := throughput(plain), throughput(dist), throughput(pair)
-	eff, ceiling := thrDDP/(2*thrPlain), thrPair/(2*thrPlain)
+	fmt.Printf("resnet18 %dx%d, batch %d per rank, %d timed steps after %d warm-up, BLAS %s, GOMAXPROCS=%d per process, %d repetitions\n",
+		p.size, p.size, p.batch, p.steps, p.warmup, blasimpl.Name(), procs, reps)
 	script := filepath.Join("bench", "ddp", "torch_ddp.py")
 	targs := []string{"--steps", strconv.Itoa(p.steps), "--warmup", strconv.Itoa(p.warmup), "--batch", strconv.Itoa(p.batch), "--size", strconv.Itoa(p.size)}
-	var torchEff any
-	var tPlain, tDDP float64
 	torchNote := ""
-	tp, err := launch(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
-	if err == nil {
-		var td []result
-		if td, err = launch(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo")); err == nil {
-			tPlain, tDDP = throughput(tp), throughput(td)
-			torchEff = tDDP / (2 * tPlain)
+	// One repetition measures every configuration once, ours and PyTorch's interleaved, so
+	// that a disturbance of this shared machine hits one repetition, not one column; the
+	// table reports each configuration's median over the repetitions and the median of the
+	// per-repetition efficiencies.
+	var plains, dists, pairs, tPlains, tDists, effs, ceilings, tEffs []float64
+	var r0 result
+	var cpu [3]float64
+	for rep := range reps {
+		plain, err := launch(1, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+		if err != nil {
+			return fmt.Errorf("plain process: %w", err)
+		}
+		dist, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=ddp", "GP_RDZV_SECRET=bench-ddp"))
+		if err != nil {
+			return fmt.Errorf("DDP world 2: %w", err)
+		}
+		// Two plain processes at once, without any communication: what two ranks sharing
+		// this machine's cores, caches and memory bandwidth can reach at best.
+		pair, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+		if err != nil {
+			return fmt.Errorf("two plain processes: %w", err)
+		}
+		thrPlain, thrDDP, thrPair := throughput(plain), throughput(dist), throughput(pair)
+		plains, dists, pairs = append(plains, thrPlain), append(dists, thrDDP), append(pairs, thrPair)
+		effs, ceilings = append(effs, thrDDP/(2*thrPlain)), append(ceilings, thrPair/(2*thrPlain))
+		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f)", rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep])
+		if torchNote == "" {
+			tp, err := launch(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
+			var td []result
+			if err == nil {
+				td, err = launch(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo"))
+			}
+			if err != nil {
+				torchNote = "PyTorch unavailable: " + firstLine(err.Error())
+			} else {
+				tPlain, tDDP := throughput(tp), throughput(td)
+				tPlains, tDists, tEffs = append(tPlains, tPlain), append(tDists, tDDP), append(tEffs, tDDP/(2*tPlain))
+				line += fmt.Sprintf("; PyTorch plain %.2f, DDP %.2f img/s, efficiency %.3f", tPlain, tDDP, tEffs[len(tEffs)-1])
+			}
+		}
+		fmt.Println(line)
+		if rep == reps/2 || rep == 0 {
+			r0 = dist[0]
+			for i, rs := range [][]result{plain, dist, pair} {
+				cpu[i] = rs[0].CPU / float64(p.steps)
+			}
 		}
 	}
-	if err != nil {
-		torchNote = "PyTorch unavailable: " + firstLine(err.Error())
+	eff, ceiling := median(effs), median(ceilings)
+	var torchEff any
+	if torchNote == "" {
+		torchEff = median(tEffs)
 	}
-	r0 := dist[0]
 	fmt.Println()
-	fmt.Printf("%-34s %14s %14s\n", "", "ours (Go)", "PyTorch (gloo)")
-	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", thrPlain, num(tPlain, torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", thrDDP, num(tDDP, torchNote))
+	fmt.Printf("%-34s %14s %14s\n", fmt.Sprintf("median of %d repetitions", reps), "ours (Go)", "PyTorch (gloo)")
+	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", median(plains), num(median(tPlains), torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", median(dists), num(median(tDists), torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", thrPair, "")
+	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", median(pairs), "")
 	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, "")
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
-	fmt.Printf("rank 0 per step: backward %.3f s, all-reduce %.3f s, wait after backward %.3f s\n",
+	fmt.Printf("buckets: %s\n", r0.BucketList)
+	fmt.Printf("rank 0 per step (middle repetition): backward %.3f s, all-reduce %.3f s, wait after backward %.3f s\n",
 		r0.Backward/float64(p.steps), r0.AllRed/float64(p.steps), r0.Wait/float64(p.steps))
+	fmt.Printf("CPU per step (rank 0): plain %.3f s, DDP %.3f s, two plain %.3f s\n", cpu[0], cpu[1], cpu[2])
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
-	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": thrPair, "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
-		"imgs_per_s_plain": thrPlain, "imgs_per_s_ddp2": thrDDP, "torch_imgs_per_s_plain": tPlain, "torch_imgs_per_s_ddp2": tDDP,
+	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
+		"imgs_per_s_plain": median(plains), "imgs_per_s_ddp2": median(dists), "torch_imgs_per_s_plain": median(tPlains), "torch_imgs_per_s_ddp2": median(tDists),
+		"efficiency_per_repetition": effs, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
+		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
 	if torchNote != "" {
 		res["torch_note"] = torchNote
@@ -151,6 +185,20 @@ func run(p params, procs int, py, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// median is the middle value of xs (the mean of the two middle ones for an even count), 0
+// for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func throughput(rs []result) float64 {
@@ -299,6 +347,9 @@ func child(role string, p params) error {
 		if p.bucketMB > 0 {
 			opts = append(opts, ddp.BucketCapBytes(int(p.bucketMB*(1<<20))))
 		}
+		if p.lastMB >= 0 {
+			opts = append(opts, ddp.LastBucketBytes(int(p.lastMB*(1<<20))))
+		}
 		if d, err = ddp.New(ctx, m, g, opts...); err != nil {
 			return err
 		}
@@ -340,16 +391,22 @@ func child(role string, p params) error {
 		}
 		d.Timeline().Reset()
 	}
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	for range p.steps {
 		if err := step(); err != nil {
 			return err
 		}
 	}
-	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps}
+	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps, CPU: cpuSeconds() - cpu0}
 	if d != nil {
 		s := d.Timeline().Summary()
 		res.Buckets, res.Overlap = len(d.Buckets()), s.OverlapFraction
+		var sizes []string
+		for _, b := range d.Buckets() {
+			sizes = append(sizes, fmt.Sprintf("%.2f MiB", float64(b.Bytes())/(1<<20)))
+		}
+		res.BucketList = strings.Join(sizes, ", ")
 		res.Backward, res.AllRed, res.Wait = s.Backward.Seconds(), s.AllReduce.Seconds(), s.Wait.Seconds()
 		if err := writeTrace(ctx, d, p.trace); err != nil {
 			return err
@@ -405,4 +462,13 @@ func writeTrace(ctx context.Context, d *ddp.DDP, merged string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// cpuSeconds is the user+system CPU time this process has used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

@@ -43,9 +43,10 @@ func flatOrder(ps *nn.ParamSet) []*nn.Param {
 
 // sizeCuts cuts flat into buckets by size as PyTorch does: parameters are added to the
 // current bucket until it holds at least limit bytes (first for the first bucket, then
-// capBytes). A cut i means a bucket starts at flat[i].
-func sizeCuts(flat []*nn.Param, first, capBytes int) []int {
-	var cuts []int
+// capBytes); then the tail gets a bucket of about last bytes (tailCut). A cut i means a
+// bucket starts at flat[i].
+func sizeCuts(flat []*nn.Param, first, capBytes, last int) (cuts []int) {
+	defer func() { cuts = tailCut(flat, nil, cuts, last) }()
 	bytes, limit := 0, first
 	for i, p := range flat {
 		bytes += 4 * p.Numel()
@@ -62,7 +63,7 @@ func sizeCuts(flat []*nn.Param, first, capBytes int) []int {
 // order). A bucket is closed once it holds at least its limit and the cut falls on a closure
 // point (every gradient before it arrived before every gradient after it); without a
 // closure point within twice the limit it is cut by size alone.
-func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes int) []int {
+func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes, last int) (cuts []int) {
 	n := len(flat)
 	rank := make([]int, n)
 	for i := range rank {
@@ -81,7 +82,7 @@ func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes int) []int {
 			next++
 		}
 	}
-	var cuts []int
+	defer func() { cuts = tailCut(flat, rank, cuts, last) }()
 	bytes, limit, prefixMax := 0, first, -1
 	for i, p := range flat {
 		bytes += 4 * p.Numel()
@@ -92,6 +93,43 @@ func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes int) []int {
 		if prefixMax == i || bytes >= 2*limit {
 			cuts = append(cuts, i+1)
 			bytes, limit = 0, capBytes
+		}
+	}
+	return cuts
+}
+
+// tailCut adds a cut that gives the gradients arriving last a bucket of about last bytes
+// (see LastBucketBytes). rank is each flat position's arrival rank (nil: buffer order). The
+// cut is the first position from the end at which at least last bytes are collected and the
+// suffix arrived after the prefix, or where 2·last bytes are collected; it is added only when
+// it falls after the last cut, so that it splits the last bucket.
+func tailCut(flat []*nn.Param, rank []int, cuts []int, last int) []int {
+	n := len(flat)
+	if last <= 0 || n < 2 {
+		return cuts
+	}
+	r := func(i int) int {
+		if rank == nil {
+			return i
+		}
+		return rank[i]
+	}
+	prefixMax := make([]int, n) // prefixMax[i]: latest arrival among flat[:i]
+	m := -1
+	for i := range n {
+		prefixMax[i] = m
+		m = max(m, r(i))
+	}
+	lastCut := 0
+	if len(cuts) > 0 {
+		lastCut = cuts[len(cuts)-1]
+	}
+	bytes, suffixMin := 0, n
+	for i := n - 1; i > lastCut; i-- {
+		bytes += 4 * flat[i].Numel()
+		suffixMin = min(suffixMin, r(i))
+		if bytes >= last && (prefixMax[i] < suffixMin || bytes >= 2*last) {
+			return append(cuts, i)
 		}
 	}
 	return cuts

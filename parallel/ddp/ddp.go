@@ -40,6 +40,7 @@ type DDP struct {
 	staticSeen bool
 	st         stepState
 	join       *joinState
+	prescale   bool // the default hook: markReady divides each gradient, launch all-reduces
 
 	bufF32 []float32
 	bufI64 []int64
@@ -55,6 +56,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 	}
 	d := &DDP{Model: model, g: g, cfg: newConfig(opts), rank: g.Rank(), size: g.Size()}
 	d.tl = &Timeline{rank: d.rank}
+	_, d.prescale = d.cfg.hook.(allReduceHook)
 	ps := model.Params
 	if err := checkModels(ctx, g, ps); err != nil {
 		return nil, err
@@ -70,7 +72,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 	for i, p := range d.flat {
 		d.flatPos[p.Index] = i
 	}
-	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(d.flat, d.cfg.firstBucket, d.cfg.bucketCap))
+	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(d.flat, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket))
 	return d, nil
 }
 

@@ -6,6 +6,7 @@ type Option func(*config)
 type config struct {
 	bucketCap        int
 	firstBucket      int
+	lastBucket       int
 	findUnused       bool
 	staticGraph      bool
 	broadcastBuffers bool
@@ -18,6 +19,7 @@ func newConfig(opts []Option) config {
 	c := config{
 		bucketCap:        25 << 20,
 		firstBucket:      1 << 20,
+		lastBucket:       1 << 20,
 		broadcastBuffers: true,
 		rebuild:          true,
 		hook:             AllReduceHook(),
@@ -44,6 +46,16 @@ func BucketCapBytes(n int) Option { return func(c *config) { c.bucketCap = n } }
 // FirstBucketBytes sets the cap of the first bucket, the one holding the first gradients of
 // backward (default 1 MiB, as PyTorch), so that communication starts early.
 func FirstBucketBytes(n int) Option { return func(c *config) { c.firstBucket = n } }
+
+// LastBucketBytes sets the size of the last bucket, the one holding the gradients that
+// arrive last in backward (default 1 MiB; 0 gives PyTorch's layout, where the last bucket is
+// whatever the caps leave over). Its all-reduce cannot overlap backward, since it starts when
+// backward ends: with PyTorch's layout that last remainder was 20 MB for resnet18, all of it
+// on the critical path, while a small last bucket lets the one before it start during the
+// backward of the first layers. The cut falls on the first parameter boundary from the end
+// of backward at which at least n bytes are collected and every gradient after the cut
+// arrived after every gradient before it (or, failing that, at 2n bytes).
+func LastBucketBytes(n int) Option { return func(c *config) { c.lastBucket = n } }
 
 // FindUnusedParameters makes parameters that get no gradient in a step (not used by the
 // graph, or not reaching the loss) count as ready with a zero contribution, instead of

@@ -71,6 +71,9 @@ func (d *DDP) markReady(p *nn.Param) error {
 		return err
 	}
 	st.ready[p.Index] = true
+	if d.prescale {
+		scale(d.Model.Params.Grad[p.Offset:p.Offset+p.Numel()], d.size)
+	}
 	st.pending[d.byParam[p.Index]]--
 	for st.next < len(d.buckets) && st.pending[st.next] == 0 {
 		d.launch(st.next)
@@ -82,7 +85,12 @@ func (d *DDP) markReady(p *nn.Param) error {
 func (d *DDP) launch(i int) {
 	b := d.buckets[i]
 	start := time.Now()
-	w := d.cfg.hook.Reduce(d.g, b)
+	var w comm.Work
+	if d.prescale {
+		w = d.g.AllReduce(comm.F32(b.Grad), comm.Sum) // divided in markReady
+	} else {
+		w = d.cfg.hook.Reduce(d.g, b)
+	}
 	if w == nil {
 		w = failed(errors.New("communication hook returned no Work"))
 	}
@@ -164,7 +172,7 @@ func (d *DDP) rebuild(ctx context.Context) error {
 	var cuts []int
 	keep := len(arrived) == 0
 	if !keep {
-		cuts = arrivalCuts(d.flat, arrived, d.cfg.firstBucket, d.cfg.bucketCap)
+		cuts = arrivalCuts(d.flat, arrived, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket)
 	}
 	cuts, keep, err := shareCuts(ctx, d.g, len(d.flat), cuts, keep)
 	if err != nil {
