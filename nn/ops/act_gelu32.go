@@ -29,6 +29,24 @@ const (
 	geluClamp = 30.0
 )
 
+// gelu32FwdFast is gelu32Fwd, on AVX-512 where the CPU has it (simd_cgo.go).
+func gelu32FwdFast(x, y []float32) {
+	if simdOK {
+		simdGELUFwd(x, y)
+		return
+	}
+	gelu32Fwd(x, y)
+}
+
+// gelu32BwdFast is gelu32Bwd, on AVX-512 where the CPU has it (simd_cgo.go).
+func gelu32BwdFast(x, dy, dx []float32) {
+	if simdOK {
+		simdGELUBwd(x, dy, dx)
+		return
+	}
+	gelu32Bwd(x, dy, dx)
+}
+
 // gelu32Fwd sets y[i] = x[i]·Φ(x[i]).
 func gelu32Fwd(x, y []float32) {
 	y = y[:len(x)]

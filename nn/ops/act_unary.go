@@ -170,7 +170,7 @@ func unaryFwd[T Float](k actKind, x, y []T) {
 	case actGELU:
 		if xs, ok := any(x).([]float32); ok {
 			ys := any(y).([]float32)
-			splitRun(len(xs), func(lo, hi int) { gelu32Fwd(xs[lo:hi], ys[lo:hi]) })
+			splitRun(len(xs), func(lo, hi int) { gelu32FwdFast(xs[lo:hi], ys[lo:hi]) })
 			return
 		}
 		for i, v := range x {
@@ -194,7 +194,7 @@ func unaryBwd[T Float](k actKind, x, dy, dx []T) {
 	case actGELU:
 		if xs, ok := any(x).([]float32); ok {
 			dys, dxs := any(dy).([]float32), any(dx).([]float32)
-			splitRun(len(xs), func(lo, hi int) { gelu32Bwd(xs[lo:hi], dys[lo:hi], dxs[lo:hi]) })
+			splitRun(len(xs), func(lo, hi int) { gelu32BwdFast(xs[lo:hi], dys[lo:hi], dxs[lo:hi]) })
 			return
 		}
 		for i, v := range x {

@@ -124,6 +124,15 @@ func convIndexed(g *convGeom) bool {
 // convIm2colRange is convIm2col for channels [lo, hi), on the calling goroutine; with
 // indexed the table must already be built.
 func convIm2colRange[T Float](g *convGeom, sc *convScratch, indexed bool, x, col []T, ld, lo, hi int) {
+	if xs, ok := any(x).([]float32); ok && simdOK {
+		cs := any(col).([]float32)
+		if indexed {
+			simdIm2colGather(g, sc, xs, cs, ld, lo, hi)
+		} else {
+			simdIm2colRange(g, xs, cs, ld, lo, hi)
+		}
+		return
+	}
 	if !indexed {
 		im2colRange(g, x, col, ld, lo, hi)
 		return
@@ -156,12 +165,22 @@ func im2colGather[T Float](g *convGeom, sc *convScratch, x, col []T, ld, lo, hi 
 // convCol2imRange is convCol2im for channels [lo, hi), on the calling goroutine; with
 // indexed the table must already be built. Only those channels' planes of dx are written.
 func convCol2imRange[T Float](g *convGeom, sc *convScratch, indexed bool, col, dx []T, ld, lo, hi int) {
+	cs, c32 := any(col).([]float32)
+	c32 = c32 && simdOK
 	if !indexed {
+		if c32 {
+			simdCol2imRange(g, cs, any(dx).([]float32), ld, lo, hi)
+			return
+		}
 		col2imRange(g, col, dx, ld, lo, hi)
 		return
 	}
 	P, kk, hw := g.OH*g.OW, g.KH*g.KW, g.H*g.W
 	clear(dx[lo*hw : hi*hw])
+	if c32 {
+		simdCol2imIndexedAdd(sc.idx[lo*kk*P:hi*kk*P], P, cs[lo*kk*ld:], any(dx).([]float32), ld)
+		return
+	}
 	col2imIndexedAdd(sc.idx[lo*kk*P:hi*kk*P], P, col[lo*kk*ld:], dx, ld)
 }
 

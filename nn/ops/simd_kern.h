@@ -1,0 +1,265 @@
+// AVX-512 float32 kernels for simd_cgo.go; each mirrors the Go function named in its
+// comment (same algorithm, same layout). Compiled for AVX-512 by the pragma below and
+// called only when gp_simd_ok() says the CPU has it.
+
+#include <immintrin.h>
+#include <string.h>
+
+static int gp_simd_ok(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("fma");
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
+
+typedef struct {
+	int C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW;
+} gp_geom;
+
+static inline __mmask16 gp_mask16(long n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
+
+static inline void gp_copy(float *d, const float *s, long n) {
+	long k = 0;
+	for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, _mm512_loadu_ps(s + k));
+	if (k < n) {
+		__mmask16 m = gp_mask16(n - k);
+		_mm512_mask_storeu_ps(d + k, m, _mm512_maskz_loadu_ps(m, s + k));
+	}
+}
+
+static inline void gp_zero(float *d, long n) {
+	long k = 0;
+	__m512 z = _mm512_setzero_ps();
+	for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, z);
+	if (k < n) _mm512_mask_storeu_ps(d + k, gp_mask16(n - k), z);
+}
+
+static inline void gp_add(float *d, const float *s, long n) {
+	long k = 0;
+	for (; k + 16 <= n; k += 16)
+		_mm512_storeu_ps(d + k, _mm512_add_ps(_mm512_loadu_ps(d + k), _mm512_loadu_ps(s + k)));
+	if (k < n) {
+		__mmask16 m = gp_mask16(n - k);
+		_mm512_mask_storeu_ps(d + k, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + k), _mm512_maskz_loadu_ps(m, s + k)));
+	}
+}
+
+// gp_valid_range is convValidRange.
+static inline void gp_valid_range(int n, int out, int s, int p, int off, int *lo, int *hi) {
+	int a = p - off, b = n - 1 + p - off;
+	*lo = 0;
+	if (a > 0) *lo = (a + s - 1) / s;
+	if (b < 0) {
+		*lo = *hi = 0;
+		return;
+	}
+	*hi = b / s + 1;
+	if (*hi > out) *hi = out;
+	if (*lo > *hi) *lo = *hi;
+}
+
+// gp_im2col is im2colRange.
+static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int lo, int hi) {
+	long row = (long)lo * g->KH * g->KW, hw = (long)g->H * g->W;
+	for (int c = lo; c < hi; c++) {
+		const float *xc = x + c * hw;
+		for (int i = 0; i < g->KH; i++) {
+			for (int j = 0; j < g->KW; j++) {
+				float *dst = col + row * ld;
+				row++;
+				int wlo, whi;
+				gp_valid_range(g->W, g->OW, g->SW, g->PW, j * g->DW, &wlo, &whi);
+				for (int oh = 0; oh < g->OH; oh++) {
+					float *d = dst + (long)oh * g->OW;
+					int ih = oh * g->SH - g->PH + i * g->DH;
+					if (ih < 0 || ih >= g->H) {
+						gp_zero(d, g->OW);
+						continue;
+					}
+					gp_zero(d, wlo);
+					gp_zero(d + whi, g->OW - whi);
+					const float *src = xc + (long)ih * g->W;
+					int iw0 = wlo * g->SW - g->PW + j * g->DW;
+					if (g->SW == 1) {
+						gp_copy(d + wlo, src + iw0, whi - wlo);
+						continue;
+					}
+					for (int ow = wlo, iw = iw0; ow < whi; ow++, iw += g->SW) d[ow] = src[iw];
+				}
+			}
+		}
+	}
+}
+
+// gp_col2im is col2imRange: channels [lo, hi) of dx are overwritten.
+static void gp_col2im(const gp_geom *g, const float *col, float *dx, long ld, int lo, int hi) {
+	long hw = (long)g->H * g->W, row = (long)lo * g->KH * g->KW;
+	gp_zero(dx + lo * hw, (hi - lo) * hw);
+	for (int c = lo; c < hi; c++) {
+		float *xc = dx + c * hw;
+		for (int i = 0; i < g->KH; i++) {
+			for (int j = 0; j < g->KW; j++) {
+				const float *src = col + row * ld;
+				row++;
+				int wlo, whi;
+				gp_valid_range(g->W, g->OW, g->SW, g->PW, j * g->DW, &wlo, &whi);
+				for (int oh = 0; oh < g->OH; oh++) {
+					int ih = oh * g->SH - g->PH + i * g->DH;
+					if (ih < 0 || ih >= g->H) continue;
+					const float *s = src + (long)oh * g->OW;
+					float *d = xc + (long)ih * g->W;
+					int iw = wlo * g->SW - g->PW + j * g->DW;
+					if (g->SW == 1) {
+						gp_add(d + iw, s + wlo, whi - wlo);
+						continue;
+					}
+					for (int ow = wlo; ow < whi; ow++, iw += g->SW) d[iw] += s[ow];
+				}
+			}
+		}
+	}
+}
+
+// gp_im2col_gather is im2colGather: kk kernel offsets, P output pixels, hw = H*W.
+static void gp_im2col_gather(const float *x, float *col, long ld, int lo, int hi, int kk, int P, long hw,
+                             const int *gat, const int *padPos, const int *padOff) {
+	for (int c = lo; c < hi; c++) {
+		const float *xc = x + c * hw;
+		for (int q = 0; q < kk; q++) {
+			long r = (long)c * kk + q;
+			const int *src = gat + (long)q * P;
+			float *d = col + r * ld;
+			int k = 0;
+			for (; k + 16 <= P; k += 16)
+				_mm512_storeu_ps(d + k, _mm512_i32gather_ps(_mm512_loadu_si512(src + k), xc, 4));
+			if (k < P) {
+				__mmask16 m = gp_mask16(P - k);
+				__m512i ix = _mm512_maskz_loadu_epi32(m, src + k);
+				_mm512_mask_storeu_ps(d + k, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ix, xc, 4));
+			}
+			for (int t = padOff[q]; t < padOff[q + 1]; t++) d[padPos[t]] = 0;
+		}
+	}
+}
+
+// gp_col2im_indexed_add is col2imIndexedAdd: rows of P columns (ld apart) summed into dx
+// through idx (-1: padding). Within one row the offsets are distinct, so scalar order does
+// not matter; the loop is scalar (AVX-512 scatters are slow on AMD).
+static void gp_col2im_indexed_add(const int *idx, long rows, int P, const float *col, float *dx, long ndx, long ld) {
+	(void)ndx;
+	for (long r = 0; r < rows; r++) {
+		const float *s = col + r * ld;
+		const int *ix = idx + r * P;
+		for (int k = 0; k < P; k++) {
+			int j = ix[k];
+			if (j >= 0) dx[j] += s[k];
+		}
+	}
+}
+
+// The GELU kernels are gelu32Fwd and gelu32Bwd (act_gelu32.go) eight lanes at a time, in
+// double precision with the same polynomials; fused multiply-adds may change the double
+// result in its last bits, which rounding to float32 almost always absorbs.
+
+static inline __m512d gp_fma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+
+static inline __m512d gp_gelu_poly(__m512d u) {
+	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2);
+	__m512d p01 = gp_fma(u, _mm512_set1_pd(-0.06649037987713213), _mm512_set1_pd(0.3989422804013786));
+	__m512d p23 = gp_fma(u, _mm512_set1_pd(-0.0011873223202541689), _mm512_set1_pd(0.00997355525382231));
+	__m512d p45 = gp_fma(u, _mm512_set1_pd(-9.435153868314686e-06), _mm512_set1_pd(0.00011542480041751897));
+	__m512d p67 = gp_fma(u, _mm512_set1_pd(-3.9158593879525236e-08), _mm512_set1_pd(6.603772544188632e-07));
+	__m512d p89 = gp_fma(u, _mm512_set1_pd(-4.672666658935073e-11), _mm512_set1_pd(1.7957230044053015e-09));
+	return gp_fma(u4, gp_fma(u4, p89, gp_fma(u2, p67, p45)), gp_fma(u2, p23, p01));
+}
+
+static inline __m512d gp_gelu_dpoly(__m512d u) {
+	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2);
+	__m512d p01 = gp_fma(u, _mm512_set1_pd(-0.26596151545700153), _mm512_set1_pd(0.7978845607431796));
+	__m512d p23 = gp_fma(u, _mm512_set1_pd(-0.009498489502811883), _mm512_set1_pd(0.059841300018136034));
+	__m512d p45 = gp_fma(u, _mm512_set1_pd(-0.0001131268168009257), _mm512_set1_pd(0.001154124579625546));
+	__m512d p67 = gp_fma(u, _mm512_set1_pd(-6.154134653083462e-07), _mm512_set1_pd(9.202592375111175e-06));
+	__m512d p89 = gp_fma(u, _mm512_set1_pd(-8.439169063758657e-10), _mm512_set1_pd(3.076539733247762e-08));
+	return gp_fma(u4, gp_fma(u4, p89, gp_fma(u2, p67, p45)), gp_fma(u2, p23, p01));
+}
+
+// gp_mills is geluMills.
+static inline __m512d gp_mills(__m512d a) {
+	__m512d p = _mm512_set1_pd(0.02515635315459589);
+	p = gp_fma(p, a, _mm512_set1_pd(0.1721106885180427));
+	p = gp_fma(p, a, _mm512_set1_pd(0.6470467359482944));
+	p = gp_fma(p, a, _mm512_set1_pd(1.311793834303858));
+	p = gp_fma(p, a, _mm512_set1_pd(1.2542274946584864));
+	__m512d q = _mm512_set1_pd(0.02515635084346288);
+	q = gp_fma(q, a, _mm512_set1_pd(0.1721109201404783));
+	q = gp_fma(q, a, _mm512_set1_pd(0.6721933477294133));
+	q = gp_fma(q, a, _mm512_set1_pd(1.4841329201743));
+	q = gp_fma(q, a, _mm512_set1_pd(1.847614733022324));
+	q = gp_fma(q, a, _mm512_set1_pd(1.0));
+	return _mm512_div_pd(p, q);
+}
+
+// gp_exp_neg_half_sq is expNegHalfSq: exp(-a²/2) for 0 <= a <= 30.
+static inline __m512d gp_exp_neg_half_sq(__m512d a) {
+	__m512d s = _mm512_mul_pd(_mm512_mul_pd(_mm512_set1_pd(-0.5), a), a);
+	__m512d k = _mm512_roundscale_pd(_mm512_mul_pd(s, _mm512_set1_pd(1.4426950408889634)),
+	                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), s);
+	r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
+	__m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2);
+	__m512d a0 = _mm512_add_pd(_mm512_set1_pd(1), r);
+	__m512d a1 = gp_fma(r, _mm512_set1_pd(1.0 / 6), _mm512_set1_pd(1.0 / 2));
+	__m512d b0 = gp_fma(r, _mm512_set1_pd(1.0 / 120), _mm512_set1_pd(1.0 / 24));
+	__m512d b1 = gp_fma(r, _mm512_set1_pd(1.0 / 5040), _mm512_set1_pd(1.0 / 720));
+	__m512d e = gp_fma(r4, gp_fma(r4, _mm512_set1_pd(1.0 / 40320), gp_fma(r2, b1, b0)), gp_fma(r2, a1, a0));
+	return _mm512_scalef_pd(e, k);
+}
+
+static const double gp_inv_sqrt_2pi = 0.3989422804014327;
+
+static inline __m512d gp_abs(__m512d v) { return _mm512_abs_pd(v); }
+
+static void gp_gelu_fwd(const float *x, float *y, long n) {
+	for (long i = 0; i < n; i += 8) {
+		__mmask8 m = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+		__m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + i));
+		__m512d a = gp_abs(v);
+		__m512d p = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp_gelu_poly(_mm512_mul_pd(v, v))));
+		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(2.0), _CMP_NLT_UQ);
+		if (tail) {
+			__m512d ac = _mm512_min_pd(_mm512_set1_pd(30.0), a);
+			__m512d t = _mm512_mul_pd(_mm512_mul_pd(gp_exp_neg_half_sq(ac), _mm512_set1_pd(gp_inv_sqrt_2pi)), gp_mills(ac));
+			__mmask8 neg = _mm512_movepi64_mask(_mm512_castpd_si512(v));
+			__m512d sel = _mm512_mask_blend_pd(neg, _mm512_sub_pd(_mm512_set1_pd(1), t), t);
+			p = _mm512_mask_blend_pd(tail, p, sel);
+		}
+		_mm256_mask_storeu_ps(y + i, m, _mm512_cvtpd_ps(_mm512_mul_pd(v, p)));
+	}
+}
+
+static void gp_gelu_bwd(const float *x, const float *dy, float *dx, long n) {
+	for (long i = 0; i < n; i += 8) {
+		__mmask8 m = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+		__m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + i));
+		__m512d g = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, dy + i));
+		__m512d a = gp_abs(v);
+		__m512d d = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp_gelu_dpoly(_mm512_mul_pd(v, v))));
+		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(2.0), _CMP_NLT_UQ);
+		if (tail) {
+			__m512d ac = _mm512_min_pd(_mm512_set1_pd(30.0), a);
+			__m512d pdf = _mm512_mul_pd(gp_exp_neg_half_sq(ac), _mm512_set1_pd(gp_inv_sqrt_2pi));
+			__m512d t = _mm512_mul_pd(pdf, gp_mills(ac));
+			__mmask8 neg = _mm512_movepi64_mask(_mm512_castpd_si512(v));
+			__m512d sel = _mm512_mask_blend_pd(neg, _mm512_sub_pd(_mm512_set1_pd(1), t), t);
+			__m512d sa = _mm512_mask_blend_pd(neg, ac, _mm512_sub_pd(_mm512_setzero_pd(), ac));
+			__m512d dt = _mm512_add_pd(sel, _mm512_mul_pd(sa, pdf));
+			d = _mm512_mask_blend_pd(tail, d, dt);
+		}
+		_mm256_mask_storeu_ps(dx + i, m, _mm512_cvtpd_ps(_mm512_mul_pd(g, d)));
+	}
+}
+
+#pragma GCC pop_options
