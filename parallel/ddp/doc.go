@@ -18,12 +18,20 @@
 // Gradients live in nn.ParamSet.Grad, one flat buffer laid out in reverse registration
 // order. A Bucket is a contiguous range of that buffer, so reducing it needs no copy. The
 // first bucket is small (1 MiB) so that communication starts early; the others are capped at
-// 25 MiB. After the first synchronised step the buckets are rebuilt once from the order in
+// 25 MiB, as in PyTorch. Unlike PyTorch, the last bucket is small too (1 MiB,
+// LastBucketBytes): its all-reduce can only start when backward ends, so everything in it is
+// on the critical path; with PyTorch's layout resnet18's last bucket holds 20 MB (the rest of
+// layer4, layer3, layer2, layer1), with a small one the bucket before it reduces while the
+// first layers' backward still runs. After the first synchronised step the buckets are rebuilt once from the order in
 // which gradients actually arrived; because a bucket must stay a contiguous range, the
 // rebuild can only move the cuts: each cut is moved to the nearest point at which every
 // gradient before it has arrived before every gradient after it (a "closure point"), so no
 // bucket waits for a gradient that arrives late while holding many that arrived early.
 // Rank 0 decides the cuts and broadcasts them, so every rank has the same buckets.
+//
+// The default hook divides by the world size before summing, as PyTorch's; DDP does the
+// division per parameter as each gradient becomes ready (while it is still in the cache)
+// rather than as a pass over the whole bucket at launch.
 //
 // Buckets are launched strictly in index order, whatever order they fill in, so every rank
 // issues the same collectives in the same order (comm matches them by sequence number).
