@@ -213,6 +213,10 @@ func reluBits32(v, y, sel []float32) {
 		sel = v
 	}
 	y, sel = y[:len(v)], sel[:len(v)]
+	if simdOK && len(v) >= simdMinLen {
+		simdReLU(v, y, sel)
+		return
+	}
 	for i, a := range v {
 		s := int32(math.Float32bits(sel[i]))
 		// keep when s > 0 as an integer (positive floats order like their bits; -0 and

@@ -13,19 +13,31 @@ package ops
 /*
 #cgo CFLAGS: -O3
 #include "simd_kern.h"
+#include "simd_norm.h"
 */
 import "C"
 
 import "unsafe"
 
+// simdMinLen is the shortest slice worth a cgo call for the elementwise kernels (a call
+// costs about as much as 50 elements of the Go loop).
+const simdMinLen = 64
+
 // simdOK reports whether the CPU runs the AVX-512 kernels (checked once, at start-up).
-var simdOK = C.gp_simd_ok() != 0
+var simdOK = C.gp_simd_ok() != 0 // a variable so that tests can compare with the Go code
 
 func f32p(s []float32) *C.float {
 	if len(s) == 0 {
 		return nil
 	}
 	return (*C.float)(unsafe.Pointer(unsafe.SliceData(s)))
+}
+
+func f64p(s []float64) *C.double {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.double)(unsafe.Pointer(unsafe.SliceData(s)))
 }
 
 func i32p(s []int32) *C.int {
@@ -97,4 +109,82 @@ func simdCol2imIndexedAdd(idx []int32, P int, col, dx []float32, ld int) {
 	rows := len(idx) / P
 	_ = col[(rows-1)*ld+P-1]
 	C.gp_col2im_indexed_add(i32p(idx), C.long(rows), C.int(P), f32p(col), f32p(dx), C.long(len(dx)), C.long(ld))
+}
+
+// simdBNSums is bnSums's loop for channels [lo, hi) of x [n, c, hw].
+func simdBNSums(x []float32, n, c, hw, lo, hi int, sum, sq []float64) {
+	if lo >= hi {
+		return
+	}
+	_, _ = sum[hi-1], sq[hi-1]
+	if hw > 0 {
+		_ = x[n*c*hw-1]
+	}
+	C.gp_bn_sums(f32p(x), C.long(n), C.long(c), C.long(hw), C.long(lo), C.long(hi), f64p(sum), f64p(sq))
+}
+
+// simdBNGradSums is bnGradSums's loop for channels [lo, hi).
+func simdBNGradSums(x, dy []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) {
+	if lo >= hi {
+		return
+	}
+	_, _, _ = mean[hi-1], sdy[hi-1], sdyx[hi-1]
+	if hw > 0 {
+		_, _ = x[n*c*hw-1], dy[n*c*hw-1]
+	}
+	C.gp_bn_grad_sums(f32p(x), f32p(dy), C.long(n), C.long(c), C.long(hw), C.long(lo), C.long(hi),
+		f64p(mean), f64p(sdy), f64p(sdyx))
+}
+
+// simdBNApply is bnApply's loop for rows [lo, hi) (row r is channel r % c).
+func simdBNApply(x, y []float32, c, hw, lo, hi int, mean, istd, gamma, beta []float64, relu bool) {
+	if lo >= hi || hw == 0 {
+		return
+	}
+	_, _ = x[hi*hw-1], y[hi*hw-1]
+	_, _, _, _ = mean[c-1], istd[c-1], gamma[c-1], beta[c-1]
+	r := 0
+	if relu {
+		r = 1
+	}
+	C.gp_bn_apply(f32p(x), f32p(y), C.long(c), C.long(hw), C.long(lo), C.long(hi), f64p(mean), f64p(istd),
+		f64p(gamma), f64p(beta), C.int(r))
+}
+
+// simdBNGradApply is bnGradApply's loop for rows [lo, hi).
+func simdBNGradApply(x, dy, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) {
+	if lo >= hi || hw == 0 {
+		return
+	}
+	_, _, _ = x[hi*hw-1], dy[hi*hw-1], dx[hi*hw-1]
+	_, _, _ = k1[c-1], k2[c-1], k3[c-1]
+	C.gp_bn_grad_apply(f32p(x), f32p(dy), f32p(dx), C.long(c), C.long(hw), C.long(lo), C.long(hi),
+		f64p(k1), f64p(k2), f64p(k3))
+}
+
+// simdReLU is reluBits32: y = v where sel's bits are positive as an int32, else +0.
+func simdReLU(v, y, sel []float32) {
+	y, sel = y[:len(v)], sel[:len(v)]
+	C.gp_relu_sel(f32p(v), f32p(y), f32p(sel), C.long(len(v)))
+}
+
+// simdLNForward is lnForward's loop for rows [lo, hi) of m elements.
+func simdLNForward(x, y []float32, lo, hi, m int, gamma, beta []float64, eps float64, mean, istd []float64) {
+	if lo >= hi || m == 0 {
+		return
+	}
+	_, _, _, _, _, _ = x[hi*m-1], y[hi*m-1], gamma[m-1], beta[m-1], mean[hi-1], istd[hi-1]
+	C.gp_ln_fwd(f32p(x), f32p(y), C.long(lo), C.long(hi), C.long(m), f64p(gamma), f64p(beta), C.double(eps),
+		f64p(mean), f64p(istd))
+}
+
+// simdLNBackward is one block of lnBackward: rows [r0, r1), gamma and beta gradients added
+// into dgamma and dbeta.
+func simdLNBackward(x, dy, dx []float32, r0, r1, m int, gamma, mean, istd, dgamma, dbeta []float64) {
+	if r0 >= r1 || m == 0 {
+		return
+	}
+	_, _, _, _, _, _, _, _ = x[r1*m-1], dy[r1*m-1], dx[r1*m-1], gamma[m-1], mean[r1-1], istd[r1-1], dgamma[m-1], dbeta[m-1]
+	C.gp_ln_bwd(f32p(x), f32p(dy), f32p(dx), C.long(r0), C.long(r1), C.long(m), f64p(gamma), f64p(mean),
+		f64p(istd), f64p(dgamma), f64p(dbeta))
 }

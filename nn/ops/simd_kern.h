@@ -14,6 +14,7 @@ static int gp_simd_ok(void) {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
+#pragma GCC optimize("fp-contract=off")
 
 typedef struct {
 	int C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW;

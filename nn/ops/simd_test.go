@@ -133,3 +133,127 @@ func eqCheck(t *testing.T, gi int, what string, want, got []float32) {
 		}
 	}
 }
+
+// withGo runs f with the C kernels off (the Go code), then restores simdOK.
+func withGo(f func()) {
+	prev := simdOK
+	simdOK = false
+	defer func() { simdOK = prev }()
+	f()
+}
+
+func randF32(rng *rand.Rand, n int, scale float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64()*scale + 0.3)
+	}
+	return x
+}
+
+func randF64(rng *rand.Rand, n int) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = rng.NormFloat64()
+	}
+	return x
+}
+
+// closeF64: the C reductions add in eight lanes, Go in four or one, so float64 sums differ
+// in their last bits; 1e-12 relative to the largest magnitude is far above that and far
+// below anything a float32 result could show.
+func closeF64(t *testing.T, what string, want, got []float64) {
+	t.Helper()
+	scale := 1e-300
+	for _, v := range want {
+		scale = max(scale, math.Abs(v))
+	}
+	for i := range want {
+		if math.Abs(want[i]-got[i]) > 1e-12*scale {
+			t.Errorf("%s[%d] = %.17g, want %.17g", what, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+// closeF32: float32 results computed from those float64s (or with the same formulas in
+// another order) may round differently by an ulp, or a little more where a difference
+// cancels: 4e-7 of the largest magnitude.
+func closeF32(t *testing.T, what string, want, got []float32) {
+	t.Helper()
+	scale := float32(1e-30)
+	for _, v := range want {
+		scale = max(scale, float32(math.Abs(float64(v))))
+	}
+	for i := range want {
+		if math.Abs(float64(want[i]-got[i])) > 4e-7*float64(scale) || math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
+			t.Errorf("%s[%d] = %g, want %g", what, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+// TestSimdNormMatchesGo compares the batch-norm, layer-norm and ReLU kernels with the Go
+// code on odd sizes, including empty and single-element rows.
+func TestSimdNormMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	for _, sz := range [][3]int{{1, 1, 1}, {2, 3, 0}, {3, 5, 1}, {2, 4, 7}, {3, 3, 17}, {2, 2, 100}, {1, 1, 257}} {
+		n, c, hw := sz[0], sz[1], sz[2]
+		x, dy := randF32(rng, n*c*hw, 2), randF32(rng, n*c*hw, 1)
+		mean, istd, gamma, beta := randF64(rng, c), randF64(rng, c), randF64(rng, c), randF64(rng, c)
+		k1, k2, k3 := randF64(rng, c), randF64(rng, c), randF64(rng, c)
+		k2[0], k3[0] = 0, 0 // the k1·dy-only path
+		type out struct {
+			sum, sq, sdy, sdyx []float64
+			y, yr, dx, relu    []float32
+		}
+		run := func() out {
+			o := out{sum: make([]float64, c), sq: make([]float64, c), sdy: make([]float64, c), sdyx: make([]float64, c),
+				y: make([]float32, len(x)), yr: make([]float32, len(x)), dx: make([]float32, len(x)), relu: make([]float32, len(x))}
+			bnSums(x, n, c, hw, o.sum, o.sq)
+			bnGradSums(x, dy, n, c, hw, mean, o.sdy, o.sdyx)
+			bnApply(x, o.y, n, c, hw, mean, istd, gamma, beta, false)
+			bnApply(x, o.yr, n, c, hw, mean, istd, gamma, beta, true)
+			bnGradApply(x, dy, o.dx, n, c, hw, k1, k2, k3)
+			reluBits32(x, o.relu, dy)
+			return o
+		}
+		got := run()
+		var want out
+		withGo(func() { want = run() })
+		closeF64(t, "bn sum", want.sum, got.sum)
+		closeF64(t, "bn sq", want.sq, got.sq)
+		closeF64(t, "bn sdy", want.sdy, got.sdy)
+		closeF64(t, "bn sdyx", want.sdyx, got.sdyx)
+		// The elementwise kernels round exactly like the Go code: no fused multiply-adds.
+		eqCheck(t, n*100+c*10+hw, "bn apply", want.y, got.y)
+		eqCheck(t, n*100+c*10+hw, "bn apply relu", want.yr, got.yr)
+		eqCheck(t, n*100+c*10+hw, "bn grad apply", want.dx, got.dx)
+		eqCheck(t, n*100+c*10+hw, "relu", want.relu, got.relu)
+	}
+	for _, sz := range [][2]int{{1, 1}, {3, 7}, {5, 8}, {4, 9}, {3, 96}, {2, 100}, {7, 385}} {
+		rows, m := sz[0], sz[1]
+		x, dy := randF32(rng, rows*m, 3), randF32(rng, rows*m, 1)
+		mk := func() *lnOp {
+			return &lnOp{rows: rows, m: m, eps: 1e-5, gamma: randF64(rand.New(rand.NewSource(6)), m),
+				beta: randF64(rand.New(rand.NewSource(7)), m), mean: make([]float64, rows), istd: make([]float64, rows),
+				dgamma: make([]float64, m), dbeta: make([]float64, m)}
+		}
+		run := func() (*lnOp, []float32, []float32) {
+			op := mk()
+			y, dx := make([]float32, rows*m), make([]float32, rows*m)
+			lnForward(x, y, op)
+			lnBackward(x, dy, dx, op)
+			return op, y, dx
+		}
+		gop, gy, gdx := run()
+		var wop *lnOp
+		var wy, wdx []float32
+		withGo(func() { wop, wy, wdx = run() })
+		closeF64(t, "ln mean", wop.mean, gop.mean)
+		closeF64(t, "ln istd", wop.istd, gop.istd)
+		closeF64(t, "ln dgamma", wop.dgamma, gop.dgamma)
+		closeF64(t, "ln dbeta", wop.dbeta, gop.dbeta)
+		closeF32(t, "ln y", wy, gy)
+		closeF32(t, "ln dx", wdx, gdx)
+	}
+}
