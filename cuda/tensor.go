@@ -62,6 +62,7 @@ type Tensor struct {
 	shape []int
 	dtype DType
 	n     int
+	view  bool // shares another tensor's memory: Free does nothing
 }
 
 // Alloc allocates an uninitialised tensor.
@@ -178,10 +179,30 @@ func (t *Tensor) ToHost(ctx context.Context) ([]float32, error) {
 	return out, nil
 }
 
+// View returns a tensor of the given shape over t's elements from offset on (a reshape
+// when offset is 0 and the shape has t's size; a slice otherwise). It shares t's memory, is
+// valid while t is, and its Free does nothing.
+func (t *Tensor) View(offset int, shape ...int) (*Tensor, error) {
+	n := 1
+	for _, s := range shape {
+		if s < 0 {
+			return nil, fmt.Errorf("cuda: view: negative dimension in %v", shape)
+		}
+		n *= s
+	}
+	if offset < 0 || offset+n > t.n {
+		return nil, fmt.Errorf("cuda: view %v at offset %d of a %v tensor %v: out of range", shape, offset, t.dtype, t.shape)
+	}
+	blk := t.blk
+	blk.Ptr += uintptr(offset * t.dtype.Size())
+	blk.Size = n * t.dtype.Size()
+	return &Tensor{d: t.d, blk: blk, shape: append([]int(nil), shape...), dtype: t.dtype, n: n, view: true}, nil
+}
+
 // Free returns the tensor's memory to the device's cache. Work already enqueued that reads
-// it still runs correctly (stream order).
+// it still runs correctly (stream order). It does nothing for a View.
 func (t *Tensor) Free() {
-	if t != nil && t.blk.Ptr != 0 {
+	if t != nil && !t.view && t.blk.Ptr != 0 {
 		_ = t.d.mem.Free(t.blk)
 		t.blk = memory.Block{}
 	}

@@ -84,6 +84,47 @@ __device__ void maxpool_body(float* y, int* arg, const float* x, int n, int c, i
 	}
 }
 
+template <typename I>
+__device__ void gather_rows_body(float* y, const float* x, const int* idx, long long rows, int row, long long xrows) {
+	I total = (I)rows * row;
+	GRID_LOOP_T(I, t, total) {
+		I i = t / row; int k = (int)(t - i * row);
+		int j = idx[i];
+		y[t] = (j >= 0 && j < xrows) ? x[(I)j * row + k] : 0.f;
+	}
+}
+template <typename I>
+__device__ void scatter_add_rows_body(float* dx, const float* dy, const int* idx, long long rows, int row, long long xrows) {
+	I total = (I)rows * row;
+	GRID_LOOP_T(I, t, total) {
+		I i = t / row; int k = (int)(t - i * row);
+		int j = idx[i];
+		if (j >= 0 && j < xrows) atomicAdd(&dx[(I)j * row + k], dy[t]);
+	}
+}
+template <typename I>
+__device__ void permute_body(float* y, const float* x, long long n, int d0, int d1, int d2, int d3, int d4,
+		long long s0, long long s1, long long s2, long long s3, long long s4) {
+	GRID_LOOP_T(I, t, n) {
+		I r = t;
+		I i4 = r % d4; r /= d4;
+		I i3 = r % d3; r /= d3;
+		I i2 = r % d2; r /= d2;
+		I i1 = r % d1; r /= d1;
+		y[t] = x[r * (I)s0 + i1 * (I)s1 + i2 * (I)s2 + i3 * (I)s3 + i4 * (I)s4];
+	}
+}
+// Broadcast index: y viewed as [..., d1, d2, d3] and b as [d1, d3].
+template <typename I>
+__device__ void bcast_body(float* y, const float* x, const float* b, long long n, int d1, int d2, int d3, bool mul) {
+	GRID_LOOP_T(I, e, n) {
+		I q = e / d3; int k = (int)(e - q * d3);
+		int j = (int)((q / d2) % d1);
+		float v = b[j * d3 + k];
+		y[e] = mul ? x[e] * v : x[e] + v;
+	}
+}
+
 extern "C" {
 
 __global__ void fill_f32(float* y, float v, long long n) { GRID_LOOP(i, n) y[i] = v; }
@@ -352,6 +393,31 @@ __global__ void cross_entropy_bwd_f32(float* dx, const float* prob, const int* l
 __global__ void add_bias_rows_f32(float* y, const float* b, int rows, int cols) {
 	long long total = (long long)rows * cols;
 	GRID_LOOP(t, total) y[t] += b[t % cols];
+}
+
+// y[i, :] = x[idx[i], :] for rows of row elements, zero where idx[i] < 0 (or past x's
+// xrows rows): Swin's padding, cyclic shift and window partition in one pass, its window
+// reverse and PatchMerging's strided concatenation, and the relative-position bias lookup.
+__global__ void gather_rows_f32(float* y, const float* x, const int* idx, long long rows, int row, long long xrows) {
+	DISPATCH((long long)rows * row, gather_rows_body, y, x, idx, rows, row, xrows);
+}
+// dx[idx[i], :] += dy[i, :], the adjoint of gather_rows (dx is not cleared; atomics, since
+// an index may repeat, as in the bias-table gradient).
+__global__ void scatter_add_rows_f32(float* dx, const float* dy, const int* idx, long long rows, int row, long long xrows) {
+	DISPATCH((long long)rows * row, scatter_add_rows_body, dx, dy, idx, rows, row, xrows);
+}
+// y (contiguous, dims d0..d4) = x read with strides s0..s4 per output dimension: torch's
+// x.permute(...).contiguous() for up to five dimensions.
+__global__ void permute_f32(float* y, const float* x, long long n, int d0, int d1, int d2, int d3, int d4,
+		long long s0, long long s1, long long s2, long long s3, long long s4) {
+	DISPATCH(n, permute_body, y, x, n, d0, d1, d2, d3, d4, s0, s1, s2, s3, s4);
+}
+// y = x + b and y = x * b with b [d1, d3] broadcast over y's leading dimensions and d2.
+__global__ void add_bcast_f32(float* y, const float* x, const float* b, long long n, int d1, int d2, int d3) {
+	DISPATCH(n, bcast_body, y, x, b, n, d1, d2, d3, false);
+}
+__global__ void mul_bcast_f32(float* y, const float* x, const float* b, long long n, int d1, int d2, int d3) {
+	DISPATCH(n, bcast_body, y, x, b, n, d1, d2, d3, true);
 }
 
 } // extern "C"
