@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -57,6 +59,7 @@ type row struct {
 	Transport    string   `json:"transport"`
 	BusBW        float64  `json:"busbw_gbps"`
 	Latency      float64  `json:"latency_s"`
+	CPU          float64  `json:"cpu_s,omitempty"`
 	TCPBusBW     *float64 `json:"tcp_busbw_gbps,omitempty"`
 	TCPLatency   *float64 `json:"tcp_latency_s,omitempty"`
 	GlooBusBW    *float64 `json:"gloo_busbw_gbps"`
@@ -72,6 +75,7 @@ type sample struct {
 	Bytes     int     `json:"bytes"`
 	Transport string  `json:"transport,omitempty"`
 	Latency   float64 `json:"latency_s"`
+	CPU       float64 `json:"cpu_s,omitempty"`
 	Error     string  `json:"error"`
 }
 
@@ -144,7 +148,7 @@ func parent() error {
 			}
 		}
 		for _, s := range gp {
-			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Transport: s.Transport, Latency: s.Latency, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
+			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Transport: s.Transport, Latency: s.Latency, CPU: s.CPU, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
 			if ts, ok := tcp[fmt.Sprint(s.Op, s.Bytes)]; ok {
 				bw := busbw(s.Op, world, s.Bytes, ts.Latency)
 				r.TCPBusBW, r.TCPLatency = &bw, &ts.Latency
@@ -208,7 +212,7 @@ func runJob(ctx context.Context, world int, program string, args, env []string) 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
 func printTable(rows []row) {
-	fmt.Printf("%-15s %5s %10s %5s %12s %12s %12s %12s %12s %7s\n", "op", "world", "bytes", "via", "busbw GB/s", "latency ms", "tcp GB/s", "gloo GB/s", "gloo ms", "ratio")
+	fmt.Printf("%-15s %5s %10s %5s %12s %12s %8s %12s %12s %12s %7s\n", "op", "world", "bytes", "via", "busbw GB/s", "latency ms", "cpu ms", "tcp GB/s", "gloo GB/s", "gloo ms", "ratio")
 	for _, r := range rows {
 		g, gl, ra, tc := "n/a", "n/a", "n/a", "n/a"
 		if r.GlooBusBW != nil {
@@ -217,9 +221,9 @@ func printTable(rows []row) {
 		if r.TCPBusBW != nil {
 			tc = fmt.Sprintf("%.3f", *r.TCPBusBW)
 		}
-		fmt.Printf("%-15s %5d %10d %5s %12.3f %12.3f %12s %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.Transport, r.BusBW, r.Latency*1e3, tc, g, gl, ra)
+		fmt.Printf("%-15s %5d %10d %5s %12.3f %12.3f %8.3f %12s %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.Transport, r.BusBW, r.Latency*1e3, r.CPU*1e3, tc, g, gl, ra)
 	}
-	fmt.Println("busbw: nccl-tests definition, GB/s = 1e9 bytes/s; via: gp's transport (shm: shared memory, chosen by default on one host); " +
+	fmt.Println("busbw: nccl-tests definition, GB/s = 1e9 bytes/s; cpu ms: CPU time (user+system) of all gp ranks together per operation; via: gp's transport (shm: shared memory, chosen by default on one host); " +
 		"tcp: gp forced to loopback TCP (GP_COMM_TRANSPORT=tcp) in the same run; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
 }
 
@@ -259,24 +263,34 @@ func worker() error {
 			if err := g.Barrier().Wait(ctx); err != nil {
 				return err
 			}
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			for range iters {
 				if err := fn().Wait(ctx); err != nil {
 					return err
 				}
 			}
 			lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
-			if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
+			cpu := comm.F64{(cpuTime() - cpu0) / float64(iters)}
+			if err := errors.Join(g.AllReduce(lat, comm.Max).Wait(ctx), g.AllReduce(cpu, comm.Sum).Wait(ctx)); err != nil {
 				return err
 			}
 			if r == 0 {
-				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0], Transport: transport})
+				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0], CPU: cpu[0], Transport: transport})
 				fmt.Println(string(b))
 			}
 		}
 	}
 
 	return nil
+}
+
+// cpuTime is the CPU time (user and system) this process has used, in seconds.
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // benchOptions are the group options; GP_BENCH_STREAMS and GP_BENCH_CHUNK override the

@@ -27,9 +27,13 @@ func (g *group) run(w *work) (string, error) {
 		}
 		var err error
 		algo := "ring"
+		sc, staged := g.t.(stagedComms)
 		if len(b)*(n-1) <= g.cfg.smallBytes || w.buf.Len() < n {
 			algo = "direct"
 			err = g.directAllReduce(&h, w.buf.DType(), w.op, b)
+		} else if staged && n >= stagedMinWorld {
+			algo = "staged"
+			err = sc.stagedAllReduce(&h, w.buf.DType(), w.op, w.buf.Len(), b)
 		} else {
 			err = g.ring(&h, w.buf.DType(), w.op, w.buf.Len(), 0, 2*n-3,
 				func(int) []byte { return b },
@@ -52,6 +56,9 @@ func (g *group) run(w *work) (string, error) {
 		}
 		if len(w.buf.bytes()) <= g.cfg.smallBytes {
 			return "direct", g.directBroadcast(&h, w.root, w.buf.bytes())
+		}
+		if sc, ok := g.t.(stagedComms); ok && n >= stagedMinWorld {
+			return "staged", sc.stagedBroadcast(&h, w.root, w.buf.bytes())
 		}
 		return "chain", g.chainBroadcast(&h, w.root, w.buf.bytes())
 	case kindAllGather:
@@ -122,6 +129,19 @@ func (g *group) tmpBytes(stream, n int) []byte {
 }
 
 func mod(a, n int) int { return ((a % n) + n) % n }
+
+// stagedComms is a transport that runs large all-reduces and broadcasts itself, through
+// memory every rank can read (the shared-memory transport; see shmstage.go). Both block
+// until done and fail with the transport's error (naming a dead peer) or ErrMismatch when
+// the peers run a different collective.
+type stagedComms interface {
+	stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) error
+	stagedBroadcast(h *Header, root int, b []byte) error
+}
+
+// stagedMinWorld is the smallest world that uses stagedComms. At world 2 the ring has as few
+// synchronisation points as staging, and measured as fast.
+const stagedMinWorld = 3
 
 // recv receives one frame of the collective described by want from peer and checks that the
 // sender runs the same collective (the desync check).

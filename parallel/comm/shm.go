@@ -80,9 +80,16 @@ type shmTransport struct {
 	maps          [][]byte
 	smallBytes    int // frames up to this size wait with OS yields (see wait)
 
-	aborted  atomic.Bool
-	mu       sync.RWMutex // guards the mappings against a late abort during Close
-	unmapped bool
+	stages    []*shmStage // [rank]: every rank's staging area (shmstage.go)
+	own       *shmStage   // this rank's
+	slotBytes int         // bytes per staging slot
+	staged    uint64      // chunks staged so far, identical on every rank
+	stageTmp  []byte      // reduceN's block accumulator
+
+	raceToken byte // see shm_race.go
+	aborted   atomic.Bool
+	mu        sync.RWMutex // guards the mappings against a late abort during Close
+	unmapped  bool
 }
 
 func round8(n uint64) uint64 { return (n + 7) &^ 7 }
@@ -156,6 +163,7 @@ func (t *shmTransport) write(r *shmRing, small bool, src []byte) error {
 		copy(r.data[off:off+n], src[:n])
 		src = src[n:]
 		r.pos += round8(n)
+		t.raceRelease()
 		atomic.StoreUint64(r.head, r.pos)
 		wake(r.cwait)
 	}
@@ -173,6 +181,7 @@ func (t *shmTransport) read(r *shmRing, small bool, n int, fn func(off int, p []
 		}); err != nil {
 			return err
 		}
+		t.raceAcquire()
 		off := r.pos & r.mask
 		m := min(avail, r.capacity-off, uint64(n-done))
 		fn(done, r.data[off:off+m])
@@ -242,6 +251,10 @@ func (t *shmTransport) wakeAll() {
 	if t.unmapped {
 		return
 	}
+	if s := t.own; s != nil {
+		atomic.StoreUint32(s.word, 0)
+		futexWake(s.word)
+	}
 	for p := range t.in {
 		for s := range t.in[p] {
 			if r := t.in[p][s]; r != nil {
@@ -308,7 +321,14 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 	if ring == 0 {
 		ring = shmDefaultRing
 	}
-	fileSize := (size - 1) * k * (shmCtl + ring)
+	slotBytes := stageSlotBytes(cfg)
+	ringsSize := (size - 1) * k * (shmCtl + ring)
+	fileSize := ringsSize
+	staging := size >= stagedMinWorld
+	if staging {
+		fileSize += stageBytes(slotBytes)
+	}
+	t.stages, t.slotBytes, t.stageTmp = make([]*shmStage, size), slotBytes, make([]byte, 4096)
 
 	// Phase 1: create and publish this rank's file (or why it could not).
 	name, mem, cerr := createSHM(fileSize)
@@ -326,6 +346,10 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 	}
 	if cerr == nil {
 		t.maps = append(t.maps, mem)
+		if staging {
+			t.stages[rank] = newSHMStage(mem[ringsSize:], slotBytes)
+			t.own = t.stages[rank]
+		}
 		for p := range size {
 			if p != rank {
 				for s := range k {
@@ -371,6 +395,9 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 			continue
 		}
 		t.maps = append(t.maps, pm)
+		if staging {
+			t.stages[p] = newSHMStage(pm[ringsSize:], slotBytes)
+		}
 		for s := range k {
 			i := slot(rank, p) + s
 			t.out[p][s] = newSHMRing(pm[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
@@ -474,4 +501,7 @@ func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 func readRandom(b []byte) (int, error) { return rand.Read(b) }
 
-var _ viewRecver = (*shmTransport)(nil)
+var (
+	_ viewRecver  = (*shmTransport)(nil)
+	_ stagedComms = (*shmTransport)(nil)
+)

@@ -1,0 +1,330 @@
+//go:build linux
+
+package comm
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Staged collectives: shared-memory all-reduce and broadcast for world >= 3.
+//
+// With more ranks than cores every synchronisation point waits for the OS to schedule a
+// peer, so the ring's 2(n-1) steps per chunk (each a copy into a ring and a reduce or copy
+// out of it) cost more in waiting than in copying. Here every rank owns a staging area in
+// its shared-memory file: a control page with three counters and shmStageSlots slots of one
+// chunk each. Chunks of a collective are numbered by a counter that runs on across
+// collectives (every rank stages the same chunks in the same order), so a counter value
+// says how far its rank got:
+//
+//   - in: the rank has copied chunk G of its input into its slot G%slots (header included),
+//     all but its own 1/n slice of the chunk, which only it reads;
+//   - red: the rank has reduced its slice of chunk G (its own input from its buffer, the
+//     peers' read in place from their slots, in rank order) and stored the result in its
+//     buffer and over that slice of its slot;
+//   - done: the rank has copied every peer's reduced slice of chunk G into its buffer.
+//
+// All-reduce of one chunk therefore has two waits (all in, all red) instead of 2(n-1), and
+// each rank copies its input in once and the result out once. A slot is refilled only after
+// every rank is done with the chunk it held. Every element is reduced by one rank in rank
+// order, so results are bit-identical on every rank and every run for a given world size.
+// Broadcast: the root copies each chunk into its slot once and the n-1 others copy it out;
+// the root runs up to shmStageSlots chunks ahead.
+
+const (
+	shmStageSlots = 3
+	shmStageIn    = 0
+	shmStageRed   = 128
+	shmStageDone  = 256
+	shmStageWait  = 384 // the owner sleeps here waiting for peers' counters
+	shmStageHdr   = 512 // slot i's header at shmStageHdr + 64*i
+)
+
+// shmStage is one rank's view of a staging area (its own or a peer's).
+type shmStage struct {
+	in, red, done *uint64
+	word          *uint32
+	hdr, data     [][]byte // per slot
+}
+
+// stageBytes is the size of a staging area of slot bytes per slot.
+func stageBytes(slot int) int { return shmCtl + shmStageSlots*slot }
+
+// stageSlotBytes is the chunk size of staged collectives: the ring chunk, in whole pages.
+func stageSlotBytes(cfg config) int { return (cfg.chunkBytes + 4095) &^ 4095 }
+
+func newSHMStage(mem []byte, slot int) *shmStage {
+	s := &shmStage{
+		in:   (*uint64)(unsafe.Pointer(&mem[shmStageIn])),
+		red:  (*uint64)(unsafe.Pointer(&mem[shmStageRed])),
+		done: (*uint64)(unsafe.Pointer(&mem[shmStageDone])),
+		word: (*uint32)(unsafe.Pointer(&mem[shmStageWait])),
+	}
+	for i := range shmStageSlots {
+		s.hdr = append(s.hdr, mem[shmStageHdr+64*i:shmStageHdr+64*i+headerSize])
+		s.data = append(s.data, mem[shmCtl+i*slot:shmCtl+(i+1)*slot])
+	}
+	return s
+}
+
+// stagedAllReduce all-reduces the count elements of b (see the comment above).
+func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) error {
+	n, r, es := t.size, t.rank, dt.Size()
+	per := t.slotBytes / es // elements per chunk
+	nc := (count + per - 1) / per
+	g0 := t.staged // chunk G = g0+1+c
+	t.staged += uint64(nc)
+	me := t.stages[r]
+	ins := make([][]byte, n)
+	// put copies chunk c of b into this rank's slot, but for this rank's own slice, which
+	// it reduces straight from b.
+	put := func(c int) {
+		G := g0 + 1 + uint64(c)
+		clo := c * per
+		m := min(count, clo+per) - clo
+		slot := int(G % shmStageSlots)
+		h.put(me.hdr[slot])
+		for p := range n {
+			if p != r {
+				plo, phi := ShardRange(m, n, p)
+				copyCached(me.data[slot][plo*es:phi*es], b[(clo+plo)*es:(clo+phi)*es])
+			}
+		}
+		t.publish(me.in, G)
+	}
+	// reduce reduces this rank's slice of chunk c (every input staged) into its slot and b.
+	reduce := func(c int) error {
+		G := g0 + 1 + uint64(c)
+		slot := int(G % shmStageSlots)
+		if err := t.checkStaged(h, slot, -1); err != nil {
+			return err
+		}
+		clo := c * per
+		m := min(count, clo+per) - clo // elements in this chunk
+		lo, hi := ShardRange(m, n, r)
+		for p := range n {
+			ins[p] = t.stages[p].data[slot][lo*es : hi*es]
+		}
+		own := b[(clo+lo)*es : (clo+hi)*es]
+		out := ins[r]
+		ins[r] = own
+		reduceN(dt, op, out, ins, t.stageTmp)
+		copy(own, out)
+		t.publish(me.red, G)
+		return nil
+	}
+	// gather copies the peers' reduced slices of chunk c into b.
+	gather := func(c int) {
+		G := g0 + 1 + uint64(c)
+		slot := int(G % shmStageSlots)
+		clo := c * per
+		m := min(count, clo+per) - clo
+		for p := range n {
+			if p != r {
+				plo, phi := ShardRange(m, n, p)
+				copy(b[(clo+plo)*es:(clo+phi)*es], t.stages[p].data[slot][plo*es:phi*es])
+			}
+		}
+		t.publish(me.done, G)
+	}
+	// Whenever it runs, a rank does whatever its peers have made possible (reduce a chunk
+	// all have staged, stage the next chunk into a free slot, gather a chunk all have
+	// reduced) and waits only when nothing is: with more ranks than cores, each turn on a
+	// core then does as much work as it can.
+	all := func(counter func(*shmStage) *uint64, v uint64) bool {
+		for _, s := range t.stages {
+			if atomic.LoadUint64(counter(s)) < v {
+				return false
+			}
+		}
+		return true
+	}
+	in := func(s *shmStage) *uint64 { return s.in }
+	red := func(s *shmStage) *uint64 { return s.red }
+	done := func(s *shmStage) *uint64 { return s.done }
+	var puts, reds, outs int // chunks staged, reduced, gathered by this rank
+	canReduce := func() bool { return reds < puts && all(in, g0+1+uint64(reds)) }
+	canPut := func() bool {
+		G := g0 + 1 + uint64(puts)
+		return puts < nc && all(done, G-min(G, shmStageSlots))
+	}
+	canGather := func() bool { return outs < reds && all(red, g0+1+uint64(outs)) }
+	for outs < nc {
+		switch {
+		case canReduce():
+			if err := reduce(reds); err != nil {
+				return err
+			}
+			reds++
+		case canPut():
+			put(puts)
+			puts++
+		case canGather():
+			gather(outs)
+			outs++
+		default:
+			if err := t.waitStaged(func() bool { return canReduce() || canPut() || canGather() }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stagedBroadcast copies root's b to every rank through root's staging slots.
+func (t *shmTransport) stagedBroadcast(h *Header, root int, b []byte) error {
+	per := t.slotBytes
+	nc := max(1, (len(b)+per-1)/per)
+	g0 := t.staged
+	t.staged += uint64(nc)
+	me, src := t.stages[t.rank], t.stages[root]
+	for c := range nc {
+		G := g0 + 1 + uint64(c)
+		slot := int(G % shmStageSlots)
+		lo, hi := c*per, min(len(b), (c+1)*per)
+		if t.rank == root {
+			if err := t.waitStage(func(s *shmStage) *uint64 { return s.done }, G-min(G, shmStageSlots), -1); err != nil {
+				return err
+			}
+			h.put(me.hdr[slot])
+			copyCached(me.data[slot], b[lo:hi])
+			t.publish(me.in, G)
+		} else {
+			if err := t.waitStage(func(s *shmStage) *uint64 { return s.in }, G, root); err != nil {
+				return err
+			}
+			if err := t.checkStaged(h, slot, root); err != nil {
+				return err
+			}
+			copy(b[lo:hi], src.data[slot][:hi-lo])
+		}
+		t.publish(me.done, G)
+	}
+	return nil
+}
+
+// waitStage waits until counter(rank) >= v for rank only (rank >= 0) or for every rank.
+func (t *shmTransport) waitStage(counter func(*shmStage) *uint64, v uint64, rank int) error {
+	return t.waitStaged(func() bool {
+		if rank >= 0 {
+			return atomic.LoadUint64(counter(t.stages[rank])) >= v
+		}
+		for _, s := range t.stages {
+			if atomic.LoadUint64(counter(s)) < v {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitStaged waits until ready holds, as the transport's other waits (spin, yield, sleep),
+// on this rank's staging word, which every publish wakes. Its yields go to the OS, as those
+// of small frames: the peer that will publish is often waiting for this core.
+func (t *shmTransport) waitStaged(ready func() bool) error {
+	return t.wait(t.own.word, true, ready)
+}
+
+// publish stores v into this rank's counter c and wakes the peers that sleep.
+func (t *shmTransport) publish(c *uint64, v uint64) {
+	atomic.StoreUint64(c, v)
+	for p, s := range t.stages {
+		if p != t.rank {
+			wake(s.word)
+		}
+	}
+}
+
+// checkStaged is the desync check: the headers the peers (or only rank from, when >= 0)
+// wrote with their chunk in slot must describe the same collective as want.
+func (t *shmTransport) checkStaged(want *Header, slot, from int) error {
+	for p, s := range t.stages {
+		if p == t.rank || (from >= 0 && p != from) {
+			continue
+		}
+		var got Header
+		if err := got.get(s.hdr[slot]); err != nil {
+			return fmt.Errorf("staged chunk from rank %d: %w", p, err)
+		}
+		if !got.sameOp(want) {
+			return fmt.Errorf("%w: desync: rank %d runs %s, rank %d staged %s", ErrMismatch, t.rank, want, p, &got)
+		}
+	}
+	return nil
+}
+
+// copyCached copies src to dst in pieces below the size from which Go's memmove uses
+// non-temporal stores (1 MiB on amd64): staged chunks are read by the peers next, from the
+// cache they share, instead of from memory.
+func copyCached(dst, src []byte) {
+	const piece = 512 << 10
+	for len(src) > piece {
+		copy(dst[:piece], src[:piece])
+		dst, src = dst[piece:], src[piece:]
+	}
+	copy(dst, src)
+}
+
+// reduceN stores ins[0] op ins[1] op ... op ins[n-1] (in that order) in out, which may alias
+// one of ins element for element. Sums of up to four inputs are fused (one pass, one store
+// per element, the same order of additions); the rest works in blocks that stay in L1,
+// through tmp.
+func reduceN(dt DType, op Op, out []byte, ins [][]byte, tmp []byte) {
+	n := len(ins)
+	if (op == Sum || op == Avg) && n <= 4 {
+		switch dt {
+		case Float32:
+			sumN(asSlice[float32](out), ins)
+		case Float64:
+			sumN(asSlice[float64](out), ins)
+		case Int64:
+			sumN(asSlice[int64](out), ins)
+		}
+		return
+	}
+	const blk = 4096
+	for lo := 0; lo < len(out); lo += blk {
+		hi := min(lo+blk, len(out))
+		if n == 2 {
+			reduceInto(dt, op, out[lo:hi], ins[0][lo:hi], ins[1][lo:hi])
+			continue
+		}
+		acc := tmp[:hi-lo]
+		reduceInto(dt, op, acc, ins[0][lo:hi], ins[1][lo:hi])
+		for p := 2; p < n-1; p++ {
+			reduceInto(dt, op, acc, acc, ins[p][lo:hi])
+		}
+		reduceInto(dt, op, out[lo:hi], acc, ins[n-1][lo:hi])
+	}
+}
+
+// sumN is reduceN's fused sum of two to four inputs: o[i] = ((x0[i]+x1[i])+x2[i])+x3[i].
+func sumN[T number](o []T, ins [][]byte) {
+	x0, x1 := asSlice[T](ins[0])[:len(o)], asSlice[T](ins[1])[:len(o)]
+	switch len(ins) {
+	case 2:
+		for i := range o {
+			o[i] = x0[i] + x1[i]
+		}
+	case 3:
+		x2 := asSlice[T](ins[2])[:len(o)]
+		for i := range o {
+			o[i] = x0[i] + x1[i] + x2[i]
+		}
+	case 4:
+		x2, x3 := asSlice[T](ins[2])[:len(o)], asSlice[T](ins[3])[:len(o)]
+		for i := range o {
+			o[i] = x0[i] + x1[i] + x2[i] + x3[i]
+		}
+	}
+}
+
+// asSlice views b as elements of type T (len(b) a multiple of T's size).
+func asSlice[T number](b []byte) []T {
+	if len(b) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
+}
