@@ -85,11 +85,19 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 	}
 	switch av := any(a).(type) {
 	case []float32:
+		if simdOK && beta == 0 && m > 0 && n > 0 && k > 0 && m*n*k <= smallGemmMax && k*n <= smallGemmMax/16 {
+			smallGemm32(tA, tB, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, any(c).([]float32), ldc)
+			return
+		}
 		blas32.Implementation().Sgemm(ta, tb, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
 	case []float64:
 		blas64.Implementation().Dgemm(ta, tb, m, n, k, float64(alpha), av, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
 	}
 }
+
+// smallGemmMax is the largest m·n·k that gemm computes with the C kernel (simd_cgo.go)
+// instead of the BLAS: window attention's products at 7×7 windows are 49·49·32.
+const smallGemmMax = 1 << 18
 
 // parallel runs f(worker, lo, hi) over [0, n) split into at most ops.Threads() contiguous
 // chunks; worker numbers are below the returned count of workers used.
