@@ -2,13 +2,15 @@
 
 package swin
 
-// The small GEMMs of window attention in C (simd_gemm.h): OpenBLAS reached 20-45 GFLOP/s
-// on them against 80-100 on the Linear layers' products, its per-call packing and dispatch
-// costing as much as the arithmetic of a 49×49×32 product.
+// Window attention's inner loops in C: its small GEMMs (simd_gemm.h), on which OpenBLAS
+// reached 20-45 GFLOP/s against 80-100 on the Linear layers' products, its per-call packing
+// and dispatch costing as much as the arithmetic of a 49×49×32 product; and its softmax
+// (simd_softmax.h), whose float64 exponential Go runs one element at a time.
 
 /*
 #cgo CFLAGS: -O3
 #include "simd_gemm.h"
+#include "simd_softmax.h"
 */
 import "C"
 
@@ -43,4 +45,18 @@ func cbool(b bool) C.int {
 		return 1
 	}
 	return 0
+}
+
+// simdSoftmaxRows32 is softmaxRows32 on AVX-512: s and bias n×n, mask n×n or nil.
+func simdSoftmaxRows32(s []float32, bias []float64, mask []float32, n int) {
+	if n == 0 {
+		return
+	}
+	_, _ = s[n*n-1], bias[n*n-1]
+	var mp *C.float
+	if mask != nil {
+		_ = mask[n*n-1]
+		mp = (*C.float)(unsafe.Pointer(&mask[0]))
+	}
+	C.gp_softmax_rows((*C.float)(unsafe.Pointer(&s[0])), (*C.double)(unsafe.Pointer(&bias[0])), mp, C.int(n))
 }

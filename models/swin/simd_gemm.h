@@ -7,7 +7,8 @@
 
 static int gp_swin_simd_ok(void) {
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
 }
 
 #pragma GCC push_options

@@ -7,6 +7,10 @@ import "math"
 // softmaxRows64; the exponential is exp32 (relative error ≲ 2e-10), since math.Exp and
 // math.Max were half of the attention op's own time.
 func softmaxRows32(s []float32, bias []float64, mask []float32, n int) {
+	if simdOK {
+		simdSoftmaxRows32(s, bias, mask, n)
+		return
+	}
 	for i := range n {
 		row, br := s[i*n:(i+1)*n], bias[i*n:(i+1)*n]
 		mx := math.Inf(-1)
