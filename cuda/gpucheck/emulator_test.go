@@ -14,7 +14,7 @@ const emulatedVar = "GPUCHECK_EMULATED"
 // emulated lists the checks that run on the CPU emulator (the throughput tests would only
 // time the emulator).
 const emulated = "^(TestElementwiseVsCPU|TestRoundingMatchesAmp|TestSoftmaxVsCPU|TestLayerNormVsCPU|TestBatchNormVsCPU|" +
-	"TestGemmVsCPU|TestIndexOpsVsCPU|TestConvVsCPU|TestMaxPoolAndCrossEntropyVsCPU|TestNCCLWorld1|TestResNet18StepVsCPU|TestBottleneckStepVsCPU|TestResNetEvalVsCPU)$"
+	"TestGemmVsCPU|TestIndexOpsVsCPU|TestConvVsCPU|TestMaxPoolAndCrossEntropyVsCPU|TestNCCLWorld1|TestResNet18StepVsCPU|TestBottleneckStepVsCPU|TestResNetEvalVsCPU|TestSwinStepVsCPU|TestSwinEvalVsCPU)$"
 
 // TestOnCPUEmulator runs this package's GPU checks on a machine without a GPU: the fake
 // libcuda, cuBLAS, cuDNN and NCCL of cuda/cudatest, with kernel launches executed by the CPU

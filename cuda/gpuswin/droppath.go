@@ -1,0 +1,79 @@
+package gpuswin
+
+import (
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/nn/ops"
+)
+
+// Stochastic depth with the CPU op's counter-based RNG (nn/ops.RNG): each forward run of a
+// DropPath takes the next counter value as its stream, and sample i is kept when the uniform
+// drawn from (seed, stream, i) is at least p; kept samples are scaled by float32(1/(1-p)).
+// The keep decision below is the same arithmetic as nn/ops (SplitMix64's finaliser over the
+// seed, the stream and the index), which ops does not export; TestStepVsCPU in cuda/gpucheck
+// compares whole training steps with drop paths against the CPU.
+
+// dropStreams hands out the streams of one forward pass and advances the model's RNG.
+type dropStreams struct {
+	rng           *ops.RNG
+	seed, counter uint64
+}
+
+func newDropStreams(r *ops.RNG) *dropStreams {
+	d := &dropStreams{rng: r}
+	if r != nil {
+		d.seed, d.counter = r.State()
+	}
+	return d
+}
+
+// next returns the per-sample scales of the next DropPath with probability p over batch
+// samples: 0 for a dropped sample, 1/(1-p) for a kept one.
+func (d *dropStreams) next(batch int, p float64) ([]float32, error) {
+	if !(p >= 0 && p <= 1) {
+		return nil, fmt.Errorf("drop-path probability %v, want it in [0,1]", p)
+	}
+	if d.rng == nil {
+		return nil, fmt.Errorf("drop-path probability %v with a nil RNG (nn.Model.RNG)", p)
+	}
+	key := maskKey(d.seed, d.counter)
+	d.counter++
+	out := make([]float32, batch)
+	if p >= 1 {
+		return out, nil
+	}
+	scale := float32(1 / (1 - p))
+	for i := range out {
+		if keep(key, i, p) {
+			out[i] = scale
+		}
+	}
+	return out, nil
+}
+
+// commit stores the advanced counter in the model's RNG.
+func (d *dropStreams) commit() {
+	if d.rng != nil {
+		d.rng.SetState(d.seed, d.counter)
+	}
+}
+
+const golden = 0x9e3779b97f4a7c15
+
+// mix64 is SplitMix64's finaliser.
+func mix64(z uint64) uint64 {
+	z ^= z >> 30
+	z *= 0xbf58476d1ce4e5b9
+	z ^= z >> 27
+	z *= 0x94d049bb133111eb
+	z ^= z >> 31
+	return z
+}
+
+func maskKey(seed, stream uint64) uint64 { return mix64(seed ^ mix64(stream+golden)) }
+
+// keep: a uniform in [0,1) from 53 bits, kept when >= p.
+func keep(key uint64, i int, p float64) bool {
+	u := float64(mix64(key+uint64(i)*golden)>>11) * (1.0 / (1 << 53))
+	return u >= p
+}

@@ -1,0 +1,256 @@
+// Package gpuswin runs a torchvision Swin Transformer v1's training step (models/swin:
+// swin_t, swin_s, swin_b and smaller configurations) on a GPU with the cuda package's ops,
+// driven by the model's configuration, with one gradient per named parameter copied into the
+// layout of the model's flat gradient buffer (nn.ParamSet.Grad), as cuda/gpuresnet does.
+//
+// It computes what models/swin computes: the 4x4 stride-4 patch embedding and its LayerNorm;
+// window attention with the relative-position bias gathered through each block's
+// relative_position_index buffer; shifted windows with torchvision's attention mask; zero
+// padding of maps that are not window multiples (and the rule that a window covering the
+// padded map does not shift); PatchMerging with padding to even sizes; the GELU MLP;
+// stochastic depth; the final LayerNorm, average pool, head and cross-entropy. Window
+// partition, cyclic shift, padding, reverse and cropping are each one row gather
+// (cuda.GatherRows) whose backward is the scatter-add.
+//
+// Stochastic depth in training draws from the model's counter-based RNG (nn.Model.RNG)
+// exactly as the CPU op does: one stream per DropPath with a non-zero probability, in
+// forward order, and the same per-sample keep decision, so a step on the GPU and one on the
+// CPU from the same RNG state drop the same samples, and the RNG advances as a CPU step
+// advances it. (A frozen RNG, ops.RNG.Freeze, is not honoured: the step always advances.)
+//
+// Limits: float32 only (no autocast); gradients are for a training-mode step (Eval gives
+// logits only).
+package gpuswin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/models/swin"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+)
+
+// Swin is a Swin Transformer's parameters and gradients on one device.
+type Swin struct {
+	d      *cuda.Device
+	cfg    swin.Config
+	drop   []float64 // stochastic-depth probability of each block, in order
+	ps     *nn.ParamSet
+	rng    *ops.RNG
+	params map[string]*cuda.Tensor
+	grads  map[string]*cuda.Tensor
+	rel    map[string]*cuda.Tensor // Int32 relative_position_index of each attention layer
+	geom   map[geomKey]*cuda.Tensor
+	mom    map[string]*cuda.Tensor
+}
+
+// New uploads m's parameters and relative-position index buffers to d. m.Root must be a
+// *swin.Swin.
+func New(d *cuda.Device, m *nn.Model) (*Swin, error) {
+	root, ok := m.Root.(*swin.Swin)
+	if !ok {
+		return nil, fmt.Errorf("gpuswin: model root is %T, want *swin.Swin", m.Root)
+	}
+	s := &Swin{d: d, cfg: root.Config(), drop: root.DropPathProbs(), ps: m.Params, rng: m.RNG,
+		params: map[string]*cuda.Tensor{}, grads: map[string]*cuda.Tensor{}, rel: map[string]*cuda.Tensor{},
+		geom: map[geomKey]*cuda.Tensor{}, mom: map[string]*cuda.Tensor{}}
+	for _, p := range m.Params.Params {
+		t, err := d.FromHost(p.Data, p.Shape...)
+		if err != nil {
+			s.Free()
+			return nil, fmt.Errorf("gpuswin: uploading %s: %w", p.Name, err)
+		}
+		s.params[p.Name] = t
+		g, err := d.Alloc(cuda.Float32, p.Shape...)
+		if err != nil {
+			s.Free()
+			return nil, fmt.Errorf("gpuswin: gradient of %s: %w", p.Name, err)
+		}
+		s.grads[p.Name] = g
+	}
+	for _, b := range m.Params.Buffers {
+		if b.Int64 == nil {
+			continue
+		}
+		idx, err := s.uploadIndex(b)
+		if err != nil {
+			s.Free()
+			return nil, err
+		}
+		s.rel[b.Name] = idx
+	}
+	return s, nil
+}
+
+// uploadIndex checks a relative_position_index buffer against its bias table, as the CPU
+// op does, and uploads it as Int32.
+func (s *Swin) uploadIndex(b *nn.Buffer) (*cuda.Tensor, error) {
+	const suffix = "relative_position_index"
+	if len(b.Name) < len(suffix) || b.Name[len(b.Name)-len(suffix):] != suffix {
+		return nil, fmt.Errorf("gpuswin: unexpected int64 buffer %s", b.Name)
+	}
+	table := s.ps.Param(b.Name[:len(b.Name)-len(suffix)] + "relative_position_bias_table")
+	if table == nil || len(table.Shape) != 2 {
+		return nil, fmt.Errorf("gpuswin: %s has no bias table beside it", b.Name)
+	}
+	v := make([]int32, len(b.Int64))
+	for i, j := range b.Int64 {
+		if j < 0 || j >= int64(table.Shape[0]) {
+			return nil, fmt.Errorf("gpuswin: %s[%d] = %d is outside the bias table %v", b.Name, i, j, table.Shape)
+		}
+		v[i] = int32(j)
+	}
+	t, err := s.d.FromHostInt32(v, len(v))
+	if err != nil {
+		return nil, fmt.Errorf("gpuswin: uploading %s: %w", b.Name, err)
+	}
+	return t, nil
+}
+
+// Free releases the device tensors.
+func (s *Swin) Free() {
+	for _, m := range []map[string]*cuda.Tensor{s.params, s.grads, s.rel, s.mom} {
+		for k, t := range m {
+			t.Free()
+			delete(m, k)
+		}
+	}
+	for k, t := range s.geom {
+		t.Free()
+		delete(s.geom, k)
+	}
+}
+
+// Result is what a step returns to the host.
+type Result struct {
+	// Loss is the mean cross-entropy of the batch.
+	Loss float32
+	// Logits [N, classes], when the step was asked for them.
+	Logits []float32
+}
+
+// Step runs a training-mode forward and backward on images x (NCHW float32, shape
+// [N,3,H,W]) with class labels, leaving the gradients on the device (see Grads, SGD). It
+// waits for the device to return the loss. withLogits also copies the logits back.
+func (s *Swin) Step(ctx context.Context, x []float32, shape []int, labels []int32, withLogits bool) (*Result, error) {
+	if len(shape) != 4 || len(labels) != shape[0] {
+		return nil, fmt.Errorf("gpuswin: input %v with %d labels", shape, len(labels))
+	}
+	d := s.d
+	t := &tape{d: d, train: true}
+	defer t.release()
+	in, err := t.upload(x, shape...)
+	if err != nil {
+		return nil, err
+	}
+	lab, err := d.FromHostInt32(labels, len(labels))
+	if err != nil {
+		return nil, err
+	}
+	t.keep(lab)
+	logits, back, err := s.forward(t, in)
+	if err != nil {
+		return nil, err
+	}
+	n := shape[0]
+	loss := t.alloc(cuda.Float32, n)
+	dlogits := t.alloc(cuda.Float32, logits.Shape()...)
+	if t.err != nil {
+		return nil, t.err
+	}
+	prob, err := d.CrossEntropy(loss, logits, lab)
+	if err != nil {
+		return nil, fmt.Errorf("gpuswin: loss on logits %v: %w", logits.Shape(), err)
+	}
+	t.keep(prob)
+	if err := d.CrossEntropyBackward(dlogits, prob, lab, 1/float32(n)); err != nil {
+		return nil, fmt.Errorf("gpuswin: loss backward: %w", err)
+	}
+	if _, err := back(dlogits); err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	ls, err := loss.ToHost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range ls {
+		res.Loss += v / float32(n)
+	}
+	if withLogits {
+		if res.Logits, err = logits.ToHost(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// Eval runs the forward pass in evaluation mode (no stochastic depth) on images x
+// [N,3,H,W] and returns the logits [N, classes].
+func (s *Swin) Eval(ctx context.Context, x []float32, shape []int) ([]float32, error) {
+	if len(shape) != 4 {
+		return nil, fmt.Errorf("gpuswin: input %v, want [N,3,H,W]", shape)
+	}
+	t := &tape{d: s.d}
+	defer t.release()
+	in, err := t.upload(x, shape...)
+	if err != nil {
+		return nil, err
+	}
+	logits, _, err := s.forward(t, in)
+	if err != nil {
+		return nil, err
+	}
+	return logits.ToHost(ctx)
+}
+
+// SetParams uploads the model's parameters again (after an optimizer stepped them on the
+// host, e.g. under DDP with a host-side optimizer).
+func (s *Swin) SetParams() error {
+	for _, p := range s.ps.Params {
+		if err := s.params[p.Name].CopyFrom(p.Data); err != nil {
+			return fmt.Errorf("gpuswin: uploading %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// Grads copies the gradients into grad, laid out as the model's nn.ParamSet.Grad.
+func (s *Swin) Grads(ctx context.Context, grad []float32) error {
+	if len(grad) != len(s.ps.Grad) {
+		return fmt.Errorf("gpuswin: gradient buffer of %d, want %d", len(grad), len(s.ps.Grad))
+	}
+	for _, p := range s.ps.Params {
+		g, err := s.grads[p.Name].ToHost(ctx)
+		if err != nil {
+			return fmt.Errorf("gpuswin: gradient of %s: %w", p.Name, err)
+		}
+		copy(grad[p.Offset:p.Offset+len(p.Data)], g)
+	}
+	return nil
+}
+
+// SGD updates the parameters on the device as torch.optim.SGD with momentum (no weight
+// decay): buf = momentum*buf + grad; param -= lr*buf.
+func (s *Swin) SGD(lr, momentum float32) error {
+	var errs []error
+	for _, p := range s.ps.Params {
+		g := s.grads[p.Name]
+		buf, ok := s.mom[p.Name]
+		if !ok {
+			var err error
+			if buf, err = s.d.Alloc(cuda.Float32, p.Shape...); err != nil {
+				return err
+			}
+			if err := s.d.Fill(buf, 0); err != nil {
+				return err
+			}
+			s.mom[p.Name] = buf
+		}
+		errs = append(errs, s.d.Axpby(buf, g, 1, momentum), s.d.Axpby(s.params[p.Name], buf, -lr, 1))
+	}
+	return errors.Join(errs...)
+}
