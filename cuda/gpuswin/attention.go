@@ -119,7 +119,7 @@ func (s *Swin) windowCore(t *tape, qkv, table, rel, mask *cuda.Tensor, prefix, t
 			func() error { return d.Fill(dtable, 0) },
 			func() error { return d.ScatterAddRows(dtable, drows, rel, heads) },
 			func() error { return d.MatMulBatched(dq, ds, k, false, false, scale, 0) }, // dQ = s·dS·K
-			func() error { return d.MatMulBatched(dk, ds, q, true, false, scale, 0) }) // dK = s·dSᵀ·Q
+			func() error { return d.MatMulBatched(dk, ds, q, true, false, scale, 0) })  // dK = s·dSᵀ·Q
 		if err != nil {
 			return nil, fmt.Errorf("gpuswin: %s attention backward: %w", prefix, err)
 		}
