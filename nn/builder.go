@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -144,24 +145,9 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 				return err
 			}
 		} else {
-			// Unrolled by 8 on bounds-checked-once slices: 2x the plain loop (13 vs
-			// 26 GB/s on a 2.4M-element layer), and resnet adds 11.7M elements a step.
-			dst := b.cfg.gradBuf[p.Offset : p.Offset+len(g)]
-			i := 0
-			for ; i+8 <= len(g); i += 8 {
-				d, s := dst[i:i+8:i+8], g[i:i+8:i+8]
-				d[0] += s[0]
-				d[1] += s[1]
-				d[2] += s[2]
-				d[3] += s[3]
-				d[4] += s[4]
-				d[5] += s[5]
-				d[6] += s[6]
-				d[7] += s[7]
-			}
-			for ; i < len(g); i++ {
-				dst[i] += g[i]
-			}
+			// AVX-512 where the CPU has it, else a Go loop unrolled by 8: resnet18 adds
+			// 11.7M elements a step.
+			simd.AddTo(b.cfg.gradBuf[p.Offset:p.Offset+len(g)], g)
 		}
 		b.fired[idx] = true
 		for _, h := range b.cfg.gradHooks {
