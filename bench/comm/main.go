@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 
@@ -49,6 +48,7 @@ var (
 	noGloo   = flag.Bool("no-gloo", false, "skip torch.distributed gloo (tuning runs)")
 	noTCP    = flag.Bool("no-tcp", false, "skip the same-run TCP comparison")
 	opsFlag  = flag.String("ops", strings.Join(ops, ","), "collectives to run (comma-separated)")
+	reps     = flag.Int("reps", 5, "timed runs per row (the median is reported), for gp and gloo alike")
 	out      = flag.String("o", filepath.Join("bench", "results", "comm.json"), "JSON output")
 )
 
@@ -105,7 +105,10 @@ func parent() error {
 			return fmt.Errorf("-ops: unknown collective %q (want some of %s)", op, strings.Join(ops, ","))
 		}
 	}
-	wargs := []string{"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes), "-ops", *opsFlag}
+	if *reps < 1 {
+		return fmt.Errorf("-reps %d: want at least 1", *reps)
+	}
+	wargs := []string{"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes), "-ops", *opsFlag, "-reps", strconv.Itoa(*reps)}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -139,7 +142,7 @@ func parent() error {
 		note := "python3-torch not installed (/usr/bin/python3 cannot import torch.distributed)"
 		if haveTorch {
 			fmt.Fprintf(os.Stderr, "world %d: gloo...\n", world)
-			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1", "GP_BENCH_OPS=" + *opsFlag})
+			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1", "GP_BENCH_OPS=" + *opsFlag, "GP_BENCH_REPS=" + strconv.Itoa(*reps)})
 			if err != nil {
 				note = "gloo run failed: " + err.Error()
 			}
@@ -260,20 +263,33 @@ func worker() error {
 			if err := fn().Wait(ctx); err != nil {
 				return err
 			}
-			if err := g.Barrier().Wait(ctx); err != nil {
-				return err
-			}
-			start, cpu0 := time.Now(), cpuTime()
-			for range iters {
-				if err := fn().Wait(ctx); err != nil {
+			// reps timed runs of iters operations each; the row is the median run (the
+			// slowest rank's time per operation), so that a burst of load on this shared
+			// machine moves one run, not the row.
+			lats := make([]float64, *reps)
+			cpu := comm.F64{0}
+			for i := range lats {
+				if err := g.Barrier().Wait(ctx); err != nil {
 					return err
 				}
+				start, cpu0 := time.Now(), cpuTime()
+				for range iters {
+					if err := fn().Wait(ctx); err != nil {
+						return err
+					}
+				}
+				lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
+				cpu[0] += (cpuTime() - cpu0) / float64(iters*len(lats))
+				if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
+					return err
+				}
+				lats[i] = lat[0]
 			}
-			lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
-			cpu := comm.F64{(cpuTime() - cpu0) / float64(iters)}
-			if err := errors.Join(g.AllReduce(lat, comm.Max).Wait(ctx), g.AllReduce(cpu, comm.Sum).Wait(ctx)); err != nil {
+			if err := g.AllReduce(cpu, comm.Sum).Wait(ctx); err != nil {
 				return err
 			}
+			slices.Sort(lats)
+			lat := comm.F64{lats[len(lats)/2]}
 			if r == 0 {
 				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0], CPU: cpu[0], Transport: transport})
 				fmt.Println(string(b))

@@ -32,6 +32,14 @@ import (
 // Broadcast: the root copies each chunk into its slot once and the n-1 others copy it out;
 // the root runs up to shmStageSlots chunks ahead.
 
+// stageNTBytes is the all-reduce size from which results are written to the caller's buffer
+// with stores that bypass the cache (copyNT): from there the buffers of four ranks and the
+// staging areas no longer fit a typical last-level cache, and a normal store would first
+// read every destination line from memory. Smaller results stay in the cache, where the
+// caller reads them next. Measured on 2 cores (world 4, 64-256 MiB): about a third less CPU
+// time per all-reduce.
+const stageNTBytes = 8 << 20
+
 const (
 	shmStageSlots = 3
 	shmStageIn    = 0
@@ -77,6 +85,10 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 	t.staged += uint64(nc)
 	me := t.stages[r]
 	ins := make([][]byte, n)
+	out := func(dst, src []byte) { copy(dst, src) }
+	if len(b) >= stageNTBytes {
+		out = copyNT
+	}
 	// put copies chunk c of b into this rank's slot, but for this rank's own slice, which
 	// it reduces straight from b.
 	put := func(c int) {
@@ -107,10 +119,10 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 			ins[p] = t.stages[p].data[slot][lo*es : hi*es]
 		}
 		own := b[(clo+lo)*es : (clo+hi)*es]
-		out := ins[r]
+		res := ins[r]
 		ins[r] = own
-		reduceN(dt, op, out, ins, t.stageTmp)
-		copy(own, out)
+		reduceN(dt, op, res, ins, t.stageTmp)
+		out(own, res)
 		t.publish(me.red, G)
 		return nil
 	}
@@ -123,7 +135,7 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 		for p := range n {
 			if p != r {
 				plo, phi := ShardRange(m, n, p)
-				copy(b[(clo+plo)*es:(clo+phi)*es], t.stages[p].data[slot][plo*es:phi*es])
+				out(b[(clo+plo)*es:(clo+phi)*es], t.stages[p].data[slot][plo*es:phi*es])
 			}
 		}
 		t.publish(me.done, G)
@@ -266,65 +278,3 @@ func copyCached(dst, src []byte) {
 	copy(dst, src)
 }
 
-// reduceN stores ins[0] op ins[1] op ... op ins[n-1] (in that order) in out, which may alias
-// one of ins element for element. Sums of up to four inputs are fused (one pass, one store
-// per element, the same order of additions); the rest works in blocks that stay in L1,
-// through tmp.
-func reduceN(dt DType, op Op, out []byte, ins [][]byte, tmp []byte) {
-	n := len(ins)
-	if (op == Sum || op == Avg) && n <= 4 {
-		switch dt {
-		case Float32:
-			sumN(asSlice[float32](out), ins)
-		case Float64:
-			sumN(asSlice[float64](out), ins)
-		case Int64:
-			sumN(asSlice[int64](out), ins)
-		}
-		return
-	}
-	const blk = 4096
-	for lo := 0; lo < len(out); lo += blk {
-		hi := min(lo+blk, len(out))
-		if n == 2 {
-			reduceInto(dt, op, out[lo:hi], ins[0][lo:hi], ins[1][lo:hi])
-			continue
-		}
-		acc := tmp[:hi-lo]
-		reduceInto(dt, op, acc, ins[0][lo:hi], ins[1][lo:hi])
-		for p := 2; p < n-1; p++ {
-			reduceInto(dt, op, acc, acc, ins[p][lo:hi])
-		}
-		reduceInto(dt, op, out[lo:hi], acc, ins[n-1][lo:hi])
-	}
-}
-
-// sumN is reduceN's fused sum of two to four inputs: o[i] = ((x0[i]+x1[i])+x2[i])+x3[i].
-func sumN[T number](o []T, ins [][]byte) {
-	x0, x1 := asSlice[T](ins[0])[:len(o)], asSlice[T](ins[1])[:len(o)]
-	switch len(ins) {
-	case 2:
-		for i := range o {
-			o[i] = x0[i] + x1[i]
-		}
-	case 3:
-		x2 := asSlice[T](ins[2])[:len(o)]
-		for i := range o {
-			o[i] = x0[i] + x1[i] + x2[i]
-		}
-	case 4:
-		x2, x3 := asSlice[T](ins[2])[:len(o)], asSlice[T](ins[3])[:len(o)]
-		for i := range o {
-			o[i] = x0[i] + x1[i] + x2[i] + x3[i]
-		}
-	}
-}
-
-// asSlice views b as elements of type T (len(b) a multiple of T's size).
-func asSlice[T number](b []byte) []T {
-	if len(b) == 0 {
-		return nil
-	}
-	var z T
-	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
-}
