@@ -277,4 +277,3 @@ func copyCached(dst, src []byte) {
 	}
 	copy(dst, src)
 }
-
