@@ -20,16 +20,19 @@
 // (broadcasting, reductions, its own BatchNorm), so routing a graph through it with device
 // memory would fault wherever an op is not device-aware. The design is therefore (DESIGN §9):
 //
-//   - ops are device-aware functions on Tensors here (forward and backward of GEMM,
-//     convolution, elementwise, activations, softmax, layer norm, batch norm, pooling,
-//     cross-entropy, reductions and the autocast rounding/casts), each documented with its
-//     layout and compared with the CPU in cuda/gpucheck;
+//   - ops are device-aware functions on Tensors here (forward and backward of GEMM and
+//     batched GEMM, convolution, elementwise, activations, softmax, layer norm, batch norm,
+//     pooling, cross-entropy, reductions, row gather and scatter-add, permutations,
+//     broadcasts and the autocast rounding/casts), each documented with its layout and
+//     compared with the CPU in cuda/gpucheck;
 //   - a model's training step on the GPU is driven by the same module tree that builds the
 //     CPU graph: its structure (names, shapes, strides) selects device ops in forward order,
 //     each recording a backward closure, and the backward pass writes one gradient per named
 //     parameter, copied into the layout of the flat gradient buffer (nn.ParamSet.Grad), so
-//     DDP buckets and ZeRO shards are unchanged. cuda/gpuresnet does this for ResNet; Swin
-//     needs the same for its layers (the ops exist: LayerNorm, GELU, softmax, batched GEMM);
+//     DDP buckets and ZeRO shards are unchanged. cuda/gpuresnet does this for ResNet and
+//     cuda/gpuswin for the Swin Transformer (window partition, shift, padding and reverse as
+//     row gathers, the relative-position bias and mask as broadcasts, attention as batched
+//     GEMMs, stochastic depth from the model's RNG);
 //   - parameters stay float32 masters; with autocast, GEMM and convolution operands are cast
 //     to fp16/bf16 on the device and multiplied by cuBLAS with float32 accumulation, while
 //     norms, softmax and losses stay float32, as torch.autocast's lists.

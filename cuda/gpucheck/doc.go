@@ -1,5 +1,6 @@
 // Package gpucheck holds the checks that need a real NVIDIA GPU: kernels and GEMM against
-// the CPU, NCCL collectives at world 1, and throughput next to PyTorch. Its tests skip where
+// the CPU, ResNet and Swin training steps against the CPU model, NCCL collectives at world
+// 1, and throughput next to PyTorch. Its tests skip where
 // there is no GPU, and fail instead when REQUIRE_GPU=1 (set by run.sh on the GPU machine, so
 // that a silent skip cannot pass).
 //
