@@ -3,6 +3,7 @@ package gpuswin
 import (
 	"fmt"
 
+	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 )
 
@@ -12,6 +13,45 @@ import (
 // The keep decision below is the same arithmetic as nn/ops (SplitMix64's finaliser over the
 // seed, the stream and the index), which ops does not export; TestStepVsCPU in cuda/gpucheck
 // compares whole training steps with drop paths against the CPU.
+
+// dropScales draws the stochastic-depth scales of a training forward pass, in the CPU's
+// order (per block with p > 0: the attention branch's DropPath, then the MLP's), uploads them
+// in one copy and advances the model's RNG. Entry 2k and 2k+1 are block k's [batch] scales,
+// nil for a block with p = 0.
+func (s *Swin) dropScales(t *tape, batch int) ([]*cuda.Tensor, error) {
+	out := make([]*cuda.Tensor, 2*len(s.drop))
+	st := newDropStreams(s.rng)
+	var host []float32
+	var slots []int
+	for k, p := range s.drop {
+		if p == 0 {
+			continue
+		}
+		for j := range 2 {
+			v, err := st.next(batch, p)
+			if err != nil {
+				return nil, fmt.Errorf("gpuswin: block %d stochastic depth: %w", k, err)
+			}
+			slots = append(slots, 2*k+j)
+			host = append(host, v...)
+		}
+	}
+	if len(slots) == 0 {
+		return out, nil
+	}
+	all, err := t.upload(host, len(slots), batch)
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range slots {
+		out[k] = t.view(all, i*batch, batch)
+	}
+	if t.err != nil {
+		return nil, t.err
+	}
+	st.commit()
+	return out, nil
+}
 
 // dropStreams hands out the streams of one forward pass and advances the model's RNG.
 type dropStreams struct {

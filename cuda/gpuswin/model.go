@@ -23,10 +23,12 @@ func (s *Swin) forward(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
 		return nil, nil, fmt.Errorf("gpuswin: %d stochastic-depth probabilities for depths %v", len(s.drop), c.Depths)
 	}
 	batch, h, w := xs[0], xs[2]/c.PatchSize, xs[3]/c.PatchSize
-	var streams *dropStreams
+	scales := make([]*cuda.Tensor, 2*len(s.drop))
 	if t.train {
-		streams = newDropStreams(s.rng)
-		defer streams.commit()
+		var err error
+		if scales, err = s.dropScales(t, batch); err != nil {
+			return nil, nil, err
+		}
 	}
 	ls := []layer{func(x *cuda.Tensor) (*cuda.Tensor, backFn, error) { return s.patchEmbed(t, x) }}
 	k := 0
@@ -35,11 +37,11 @@ func (s *Swin) forward(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
 		for j := range depth {
 			prefix := fmt.Sprintf("features.%d.%d", 2*i+1, j)
 			shift := (j % 2) * (c.Window / 2)
-			p := s.drop[k]
+			drop := scales[2*k : 2*k+2]
 			k++
 			bh, bw := h, w
 			ls = append(ls, func(x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
-				return s.block(t, x, streams, prefix, batch, bh, bw, dim, heads, shift, p)
+				return s.block(t, x, drop, prefix, batch, bh, bw, dim, heads, shift)
 			})
 		}
 		if i < len(c.Depths)-1 {
@@ -125,8 +127,9 @@ func (s *Swin) patchEmbed(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error)
 }
 
 // block is SwinTransformerBlock: x + drop(attn(norm1(x))), then x + drop(mlp(norm2(x))),
-// the MLP being Linear, GELU, Linear (its dropouts have p = 0).
-func (s *Swin) block(t *tape, x *cuda.Tensor, streams *dropStreams, prefix string, batch, h, w, dim, heads, shift int, p float64) (*cuda.Tensor, backFn, error) {
+// the MLP being Linear, GELU, Linear (its dropouts have p = 0). drop holds the two
+// stochastic-depth scales [batch] (nil: no drop).
+func (s *Swin) block(t *tape, x *cuda.Tensor, drop []*cuda.Tensor, prefix string, batch, h, w, dim, heads, shift int) (*cuda.Tensor, backFn, error) {
 	if xs := x.Shape(); len(xs) != 2 || xs[0] != batch*h*w || xs[1] != dim {
 		return nil, nil, fmt.Errorf("gpuswin: %s: input %v, want [%d*%d*%d, %d]", prefix, xs, batch, h, w, dim)
 	}
@@ -152,28 +155,21 @@ func (s *Swin) block(t *tape, x *cuda.Tensor, streams *dropStreams, prefix strin
 	}
 	return chain(x,
 		func(x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
-			return s.residual(t, x, attn, streams, prefix+".stochastic_depth", batch, p)
+			return s.residual(t, x, attn, drop[0], prefix+".stochastic_depth", batch)
 		},
 		func(x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
-			return s.residual(t, x, mlp, streams, prefix+".stochastic_depth", batch, p)
+			return s.residual(t, x, mlp, drop[1], prefix+".stochastic_depth", batch)
 		})
 }
 
-// residual is x + drop(f(x)), drop being stochastic depth per sample in training.
-func (s *Swin) residual(t *tape, x *cuda.Tensor, f layer, streams *dropStreams, name string, batch int, p float64) (*cuda.Tensor, backFn, error) {
+// residual is x + drop(f(x)), drop being stochastic depth per sample in training: y scaled
+// by scale [batch] (0 or 1/(1-p)) when scale is not nil.
+func (s *Swin) residual(t *tape, x *cuda.Tensor, f layer, scale *cuda.Tensor, name string, batch int) (*cuda.Tensor, backFn, error) {
 	y, fback, err := f(x)
 	if err != nil {
 		return nil, nil, err
 	}
-	var scale *cuda.Tensor
-	if streams != nil && p > 0 {
-		sv, err := streams.next(batch, p)
-		if err != nil {
-			return nil, nil, fmt.Errorf("gpuswin: %s: %w", name, err)
-		}
-		if scale, err = t.upload(sv, batch); err != nil {
-			return nil, nil, err
-		}
+	if scale != nil {
 		if err := s.d.MulBroadcast(y, y, scale, batch, y.Len()/batch, 1); err != nil {
 			return nil, nil, fmt.Errorf("gpuswin: %s on %v: %w", name, y.Shape(), err)
 		}
