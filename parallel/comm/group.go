@@ -102,8 +102,9 @@ func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.con
 // (default 2). All ranks must use the same value.
 func WithStreams(n int) Option { return func(c *config) { c.streams = max(1, n) } }
 
-// WithChunkBytes sets the pipelining chunk of ring algorithms (default 1 MiB). All ranks
-// must use the same value.
+// WithChunkBytes sets the pipelining chunk of ring algorithms and of the shared-memory
+// transport's staged all-reduce and broadcast (default 1 MiB). All ranks must use the same
+// value.
 func WithChunkBytes(n int) Option { return func(c *config) { c.chunkBytes = max(64, n) } }
 
 // WithSmallBytes sets the size up to which collectives use the direct (one-step,
