@@ -188,3 +188,15 @@ func simdLNBackward(x, dy, dx []float32, r0, r1, m int, gamma, mean, istd, dgamm
 	C.gp_ln_bwd(f32p(x), f32p(dy), f32p(dx), C.long(r0), C.long(r1), C.long(m), f64p(gamma), f64p(mean),
 		f64p(istd), f64p(dgamma), f64p(dbeta))
 }
+
+// simdColSums sets db[o] = Σ_r dy[r·c+o] over rows r in order (biasGrad with inner == 1).
+func simdColSums(dy []float32, rows, c int, db []float32) {
+	if c == 0 {
+		return
+	}
+	_ = db[c-1]
+	if rows > 0 {
+		_ = dy[rows*c-1]
+	}
+	C.gp_col_sums(f32p(dy), C.long(rows), C.long(c), f32p(db))
+}

@@ -161,6 +161,13 @@ static void gp_col2im_indexed_add(const int *idx, long rows, int P, const float 
 	}
 }
 
+// gp_col_sums is biasGrad's inner == 1 loop: db[o] = Σ over rows r of dy[r*c + o], rows
+// added in order (as the Go loop does, so the float32 sums are the same).
+static void gp_col_sums(const float *dy, long rows, long c, float *db) {
+	gp_zero(db, c);
+	for (long r = 0; r < rows; r++) gp_add(db, dy + r * c, c);
+}
+
 // The GELU kernels are gelu32Fwd and gelu32Bwd (act_gelu32.go) eight lanes at a time, in
 // double precision with the same polynomials; fused multiply-adds may change the double
 // result in its last bits, which rounding to float32 almost always absorbs.
