@@ -23,7 +23,7 @@ PY
   [ -n "$extra" ] && export GPU_LIB_DIRS="${GPU_LIB_DIRS:+$GPU_LIB_DIRS:}$extra"
 fi
 status=0
-echo "== go: kernels, GEMM, NCCL world 1 (gpucheck.test)"
+echo "== go: kernels, GEMM, ResNet and Swin steps, NCCL world 1 (gpucheck.test)"
 ./gpucheck.test -test.v -test.count=1 -test.timeout=8m 2>&1 | tee results.txt || status=1
 grep -E '^(--- FAIL|FAIL|ok|PASS)' results.txt | tail -20
 echo "== PyTorch on the same GPU (torch_bench.py)"
