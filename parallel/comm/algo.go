@@ -72,6 +72,9 @@ func (g *group) run(w *work) (string, error) {
 		if len(dst) <= g.cfg.smallBytes {
 			return "direct", g.directAllGather(&h, es, w.buf.Len(), dst)
 		}
+		if sc, ok := g.t.(stagedComms); ok && n >= stagedMinWorld {
+			return "staged", sc.stagedAllGather(&h, es, w.buf.Len(), dst)
+		}
 		return "ring", g.ring(&h, w.buf.DType(), 0, w.buf.Len(), n-1, 2*n-3,
 			func(int) []byte { return dst },
 			func(int) ([]byte, int) { return dst, 0 },
@@ -130,13 +133,14 @@ func (g *group) tmpBytes(stream, n int) []byte {
 
 func mod(a, n int) int { return ((a % n) + n) % n }
 
-// stagedComms is a transport that runs large all-reduces and broadcasts itself, through
+// stagedComms is a transport that runs large all-reduces, all-gathers and broadcasts itself, through
 // memory every rank can read (the shared-memory transport; see shmstage.go). Both block
 // until done and fail with the transport's error (naming a dead peer) or ErrMismatch when
 // the peers run a different collective.
 type stagedComms interface {
 	stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) error
 	stagedBroadcast(h *Header, root int, b []byte) error
+	stagedAllGather(h *Header, es, count int, dst []byte) error
 }
 
 // stagedMinWorld is the smallest world that uses stagedComms. At world 2 the ring has as few

@@ -8,7 +8,7 @@ import (
 	"unsafe"
 )
 
-// Staged collectives: shared-memory all-reduce and broadcast for world >= 3.
+// Staged collectives: shared-memory all-reduce, all-gather and broadcast for world >= 3.
 //
 // With more ranks than cores every synchronisation point waits for the OS to schedule a
 // peer, so the ring's 2(n-1) steps per chunk (each a copy into a ring and a reduce or copy
@@ -30,7 +30,8 @@ import (
 // every rank is done with the chunk it held. Every element is reduced by one rank in rank
 // order, so results are bit-identical on every rank and every run for a given world size.
 // Broadcast: the root copies each chunk into its slot once and the n-1 others copy it out;
-// the root runs up to shmStageSlots chunks ahead.
+// the root runs up to shmStageSlots chunks ahead. All-gather: every rank stages a piece of
+// its shard per chunk, and every rank copies the others' pieces out (one wait per chunk).
 
 // stageNTBytes is the all-reduce size from which results are written to the caller's buffer
 // with stores that bypass the cache (copyNT): from there the buffers of four ranks and the
@@ -144,24 +145,13 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 	// all have staged, stage the next chunk into a free slot, gather a chunk all have
 	// reduced) and waits only when nothing is: with more ranks than cores, each turn on a
 	// core then does as much work as it can.
-	all := func(counter func(*shmStage) *uint64, v uint64) bool {
-		for _, s := range t.stages {
-			if atomic.LoadUint64(counter(s)) < v {
-				return false
-			}
-		}
-		return true
-	}
-	in := func(s *shmStage) *uint64 { return s.in }
-	red := func(s *shmStage) *uint64 { return s.red }
-	done := func(s *shmStage) *uint64 { return s.done }
 	var puts, reds, outs int // chunks staged, reduced, gathered by this rank
-	canReduce := func() bool { return reds < puts && all(in, g0+1+uint64(reds)) }
+	canReduce := func() bool { return reds < puts && t.all(stageIn, g0+1+uint64(reds)) }
 	canPut := func() bool {
 		G := g0 + 1 + uint64(puts)
-		return puts < nc && all(done, G-min(G, shmStageSlots))
+		return puts < nc && t.all(stageDone, G-min(G, shmStageSlots))
 	}
-	canGather := func() bool { return outs < reds && all(red, g0+1+uint64(outs)) }
+	canGather := func() bool { return outs < reds && t.all(stageRed, g0+1+uint64(outs)) }
 	for outs < nc {
 		switch {
 		case canReduce():
@@ -183,6 +173,78 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 	}
 	return nil
 }
+
+// stagedAllGather gathers every rank's shard of the count elements of dst (this rank's is
+// in place already) through the staging slots: chunk c of the collective is piece c of
+// every rank's shard, which its owner copies in once and every other rank copies out.
+func (t *shmTransport) stagedAllGather(h *Header, es, count int, dst []byte) error {
+	n, r := t.size, t.rank
+	per := t.slotBytes / es
+	nc := max(1, ((count+n-1)/n+per-1)/per)
+	g0 := t.staged
+	t.staged += uint64(nc)
+	me := t.stages[r]
+	out := func(dst, src []byte) { copy(dst, src) }
+	if len(dst) >= stageNTBytes {
+		out = copyNT
+	}
+	// piece is the byte range of chunk c of rank p's shard in dst.
+	piece := func(p, c int) (int, int) {
+		lo, hi := ShardRange(count, n, p)
+		return min(hi, lo+c*per) * es, min(hi, lo+(c+1)*per) * es
+	}
+	var puts, outs int
+	canPut := func() bool {
+		G := g0 + 1 + uint64(puts)
+		return puts < nc && t.all(stageDone, G-min(G, shmStageSlots))
+	}
+	canGather := func() bool { return outs < puts && t.all(stageIn, g0+1+uint64(outs)) }
+	for outs < nc {
+		switch {
+		case canPut():
+			G := g0 + 1 + uint64(puts)
+			slot := int(G % shmStageSlots)
+			lo, hi := piece(r, puts)
+			h.put(me.hdr[slot])
+			copyCached(me.data[slot], dst[lo:hi])
+			t.publish(me.in, G)
+			puts++
+		case canGather():
+			G := g0 + 1 + uint64(outs)
+			slot := int(G % shmStageSlots)
+			if err := t.checkStaged(h, slot, -1); err != nil {
+				return err
+			}
+			for p := range n {
+				if p != r {
+					lo, hi := piece(p, outs)
+					out(dst[lo:hi], t.stages[p].data[slot][:hi-lo])
+				}
+			}
+			t.publish(me.done, G)
+			outs++
+		default:
+			if err := t.waitStaged(func() bool { return canPut() || canGather() }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// all reports whether counter c of every rank is at least v.
+func (t *shmTransport) all(c func(*shmStage) *uint64, v uint64) bool {
+	for _, s := range t.stages {
+		if atomic.LoadUint64(c(s)) < v {
+			return false
+		}
+	}
+	return true
+}
+
+func stageIn(s *shmStage) *uint64   { return s.in }
+func stageRed(s *shmStage) *uint64  { return s.red }
+func stageDone(s *shmStage) *uint64 { return s.done }
 
 // stagedBroadcast copies root's b to every rank through root's staging slots.
 func (t *shmTransport) stagedBroadcast(h *Header, root int, b []byte) error {

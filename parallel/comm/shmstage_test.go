@@ -34,11 +34,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestStagedCollectives runs the shared-memory staged all-reduce and broadcast (world >= 3)
-// with the default chunk on sizes from 0 to several chunks, in every dtype: sums of small
-// integers are exact, random floats within 1e-5 relative of the float64 reference (at most
-// five float32 terms in [-1,1]); every rank and a second run agree bit for bit. Worlds 1 and
-// 2 take the other algorithms and are checked the same way.
+// TestStagedCollectives runs the shared-memory staged all-reduce, all-gather and broadcast
+// (world >= 3) with the default chunk on sizes from 0 to several chunks, in every dtype:
+// sums of small integers are exact, random floats within 1e-5 relative of the float64
+// reference (at most five float32 terms in [-1,1]); every rank and a second run agree bit
+// for bit; moving data is exact. Worlds 1 and 2 take the other algorithms and are checked
+// the same way.
 func TestStagedCollectives(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector cannot see shared memory's synchronisation")
@@ -83,6 +84,17 @@ func TestStagedCollectives(t *testing.T) {
 				}
 				checkStagedDTypes(t, gs, count)
 				full := input(99, count, false)
+				ag := make([][]float32, n)
+				noErrors(t, onAll(gs, func(g Group) error {
+					lo, hi := ShardRange(count, n, g.Rank())
+					ag[g.Rank()] = make([]float32, count)
+					return g.AllGather(F32(ag[g.Rank()]), F32(slices.Clone(full[lo:hi]))).Wait(ctx)
+				}))
+				for r := range n {
+					if !slices.Equal(ag[r], full) {
+						t.Fatalf("n%d count%d: rank %d all-gather wrong", n, count, r)
+					}
+				}
 				for _, root := range []int{0, n - 1} {
 					bc := make([][]float32, n)
 					noErrors(t, onAll(gs, func(g Group) error {
@@ -140,12 +152,12 @@ func checkStagedDTypes(t *testing.T, gs []Group, count int) {
 }
 
 // TestStagedKilledRank kills a rank while the survivors wait for it inside a staged
-// all-reduce or broadcast: every survivor fails naming it, promptly.
+// all-reduce, all-gather or broadcast: every survivor fails naming it, promptly.
 func TestStagedKilledRank(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector cannot see shared memory's synchronisation")
 	}
-	for _, op := range []string{"all-reduce", "broadcast"} {
+	for _, op := range []string{"all-reduce", "all-gather", "broadcast"} {
 		t.Run(op, func(t *testing.T) {
 			const n, victim = 4, 2
 			gs := shmMaker(t, n, WithTimeout(10*time.Second))
@@ -161,9 +173,12 @@ func TestStagedKilledRank(t *testing.T) {
 					return nil
 				}
 				var w Work
-				if op == "all-reduce" {
+				switch op {
+				case "all-reduce":
 					w = g.AllReduce(F32(buf), Sum)
-				} else {
+				case "all-gather":
+					w = g.AllGather(F32(buf), F32(make([]float32, len(buf)/n)))
+				default:
 					w = g.Broadcast(F32(buf), 0)
 				}
 				return w.Wait(context.Background())
