@@ -30,8 +30,16 @@ func maxPool[T Float](op *maxPoolOp, in []G.Value, dst []T) error {
 	if len(sc.arg) != planes*P {
 		sc.arg = make([]int32, planes*P)
 	}
+	x32, c32 := any(x).([]float32)
+	c32 = c32 && simdOK
 	if !op.grad {
-		splitRows(planes, hw, func(lo, hi int) { maxPoolSearch(g, x, dst, sc.arg, lo, hi) })
+		splitRows(planes, hw, func(lo, hi int) {
+			if c32 {
+				simdMaxPoolSearch(g, x32, any(dst).([]float32), sc.arg, lo, hi)
+				return
+			}
+			maxPoolSearch(g, x, dst, sc.arg, lo, hi)
+		})
 		sc.x = x
 		return nil
 	}
@@ -42,6 +50,13 @@ func maxPool[T Float](op *maxPoolOp, in []G.Value, dst []T) error {
 	prev, ok := sc.x.([]T)
 	fresh := ok && len(prev) == len(x) && len(x) > 0 && &prev[0] == &x[0]
 	splitRows(planes, hw, func(lo, hi int) {
+		if c32 {
+			if !fresh {
+				simdMaxPoolSearch(g, x32, nil, sc.arg, lo, hi)
+			}
+			simdMaxPoolScatter(sc.arg, any(dy).([]float32), any(dst).([]float32), lo, hi, P, hw)
+			return
+		}
 		if !fresh {
 			maxPoolSearch(g, x, nil, sc.arg, lo, hi)
 		}

@@ -200,3 +200,30 @@ func simdColSums(dy []float32, rows, c int, db []float32) {
 	}
 	C.gp_col_sums(f32p(dy), C.long(rows), C.long(c), f32p(db))
 }
+
+// simdMaxPoolSearch is maxPoolSearch for float32 on planes [lo, hi); y may be nil.
+func simdMaxPoolSearch(g *convGeom, x, y []float32, arg []int32, lo, hi int) {
+	hw, P := g.H*g.W, g.OH*g.OW
+	if lo >= hi || P == 0 {
+		return
+	}
+	_, _ = x[hi*hw-1], arg[hi*P-1]
+	if y != nil {
+		_ = y[hi*P-1]
+	}
+	cg := cGeom(g)
+	C.gp_maxpool(&cg, f32p(x), f32p(y), i32p(arg), C.long(lo), C.long(hi))
+}
+
+// simdMaxPoolScatter is maxPool's gradient scatter for float32 on planes [lo, hi): every
+// arg must lie in [0, hw) (maxPoolSearch's offsets do).
+func simdMaxPoolScatter(arg []int32, dy, dx []float32, lo, hi, P, hw int) {
+	if lo >= hi || hw == 0 {
+		return
+	}
+	_ = dx[hi*hw-1]
+	if P > 0 {
+		_, _ = arg[hi*P-1], dy[hi*P-1]
+	}
+	C.gp_maxpool_scatter(i32p(arg), f32p(dy), f32p(dx), C.long(lo), C.long(hi), C.long(P), C.long(hw))
+}

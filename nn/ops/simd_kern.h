@@ -168,6 +168,62 @@ static void gp_col_sums(const float *dy, long rows, long c, float *db) {
 	for (long r = 0; r < rows; r++) gp_add(db, dy + r * c, c);
 }
 
+// gp_maxpool is maxPoolSearch for planes [lo, hi): each window's first maximum (or first
+// NaN) into arg, its value into y unless y is NULL. Equal values keep the first (so of -0
+// and +0 the first, as the Go search, which compares against the maximum with ==, finds).
+static void gp_maxpool(const gp_geom *g, const float *x, float *y, int *arg, long lo, long hi) {
+	long hw = (long)g->H * g->W, P = (long)g->OH * g->OW;
+	for (long pl = lo; pl < hi; pl++) {
+		const float *xp = x + pl * hw;
+		int *ap = arg + pl * P;
+		float *yp = y ? y + pl * P : 0;
+		for (int oh = 0; oh < g->OH; oh++) {
+			int h0 = oh * g->SH - g->PH;
+			int ih0 = h0 > 0 ? h0 : 0, ih1 = h0 + g->KH < g->H ? h0 + g->KH : g->H;
+			for (int ow = 0; ow < g->OW; ow++) {
+				int w0 = ow * g->SW - g->PW;
+				int iw0 = w0 > 0 ? w0 : 0, iw1 = w0 + g->KW < g->W ? w0 + g->KW : g->W;
+				int best = ih0 * g->W + iw0;
+				float bv = xp[best];
+				int nan = bv != bv;
+				for (int ih = ih0; ih < ih1; ih++) {
+					for (int iw = iw0; iw < iw1; iw++) {
+						int i = ih * g->W + iw;
+						float v = xp[i];
+						nan |= v != v;
+						int gt = v > bv;
+						best = gt ? i : best;
+						bv = gt ? v : bv;
+					}
+				}
+				if (nan) {
+					for (int ih = ih0; ih < ih1; ih++)
+						for (int iw = iw0; iw < iw1; iw++)
+							if (xp[ih * g->W + iw] != xp[ih * g->W + iw]) {
+								best = ih * g->W + iw;
+								goto found;
+							}
+				}
+			found:
+				ap[oh * g->OW + ow] = best;
+				if (yp) yp[oh * g->OW + ow] = xp[best];
+			}
+		}
+	}
+}
+
+// gp_maxpool_scatter is maxPool's gradient for planes [lo, hi): dx (hw per plane) cleared,
+// then dy (P per plane) added at each window's arg.
+static void gp_maxpool_scatter(const int *arg, const float *dy, float *dx, long lo, long hi, long P, long hw) {
+	gp_zero(dx + lo * hw, (hi - lo) * hw);
+	for (long pl = lo; pl < hi; pl++) {
+		const int *ap = arg + pl * P;
+		const float *dp = dy + pl * P;
+		float *xp = dx + pl * hw;
+		for (long o = 0; o < P; o++) xp[ap[o]] += dp[o];
+	}
+}
+
 // The GELU kernels are gelu32Fwd and gelu32Bwd (act_gelu32.go) eight lanes at a time, in
 // double precision with the same polynomials; fused multiply-adds may change the double
 // result in its last bits, which rounding to float32 almost always absorbs.

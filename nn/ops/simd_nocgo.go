@@ -41,3 +41,9 @@ func simdLNForward(x, y []float32, lo, hi, m int, gamma, beta []float64, eps flo
 func simdLNBackward(x, dy, dx []float32, r0, r1, m int, gamma, mean, istd, dgamma, dbeta []float64) {}
 
 func simdColSums(dy []float32, rows, c int, db []float32) {}
+
+func simdMaxPoolSearch(g *convGeom, x, y []float32, arg []int32, lo, hi int) {
+	maxPoolSearch(g, x, y, arg, lo, hi)
+}
+
+func simdMaxPoolScatter(arg []int32, dy, dx []float32, lo, hi, P, hw int) {}

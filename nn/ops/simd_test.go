@@ -291,3 +291,62 @@ func TestSimdColSumsMatchesGo(t *testing.T) {
 		eqCheck(t, 0, "col sums of no rows", []float32{0, 0, 0}, db)
 	}
 }
+
+// TestSimdMaxPoolMatchesGo: the C max-pool search gives the Go search's positions and
+// values bit for bit on inputs full of ties, NaNs and signed zeros, for 3x3 and other
+// windows, strides and paddings (so border windows too), on a range of planes; the C
+// gradient scatter equals the Go one.
+func TestSimdMaxPoolMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	vals := []float32{-1, 0, 2, float32(math.NaN()), float32(math.Copysign(0, -1))}
+	for gi, c := range []struct{ k, s, p, h, w int }{{3, 2, 1, 9, 8}, {3, 1, 1, 7, 7}, {3, 1, 0, 5, 6}, {2, 2, 0, 8, 9}, {2, 1, 1, 3, 3}, {3, 2, 1, 1, 1}, {5, 3, 2, 11, 13}} {
+		g := convGeom{C: 3, H: c.h, W: c.w, KH: c.k, KW: c.k, SH: c.s, SW: c.s, PH: c.p, PW: c.p, DH: 1, DW: 1}
+		g.OH, g.OW = convOutSize(g.H, c.k, c.s, c.p, 1), convOutSize(g.W, c.k, c.s, c.p, 1)
+		planes, P, hw := 2*g.C, g.OH*g.OW, g.H*g.W
+		x := make([]float32, planes*hw)
+		for i := range x {
+			n := 3
+			if rng.Intn(15) == 0 {
+				n = len(vals)
+			}
+			x[i] = vals[rng.Intn(n)]
+		}
+		for _, r := range [][2]int{{0, planes}, {1, planes - 1}} {
+			yw, yg := make([]float32, planes*P), make([]float32, planes*P)
+			aw, ag := make([]int32, planes*P), make([]int32, planes*P)
+			maxPoolSearch(&g, x, yw, aw, r[0], r[1])
+			simdMaxPoolSearch(&g, x, yg, ag, r[0], r[1])
+			eqCheck(t, gi, "max-pool values", yw, yg)
+			for i := range aw {
+				if aw[i] != ag[i] {
+					t.Fatalf("geometry %d: arg[%d] = %d, want %d", gi, i, ag[i], aw[i])
+				}
+			}
+			ag2 := make([]int32, planes*P)
+			simdMaxPoolSearch(&g, x, nil, ag2, r[0], r[1])
+			for i := range aw {
+				if aw[i] != ag2[i] {
+					t.Fatalf("geometry %d, no y: arg[%d] = %d, want %d", gi, i, ag2[i], aw[i])
+				}
+			}
+		}
+		if !simdOK {
+			continue
+		}
+		dy := randF32(rng, planes*P, 1)
+		arg := make([]int32, planes*P)
+		maxPoolSearch(&g, x, nil, arg, 0, planes)
+		dw, dg := make([]float32, planes*hw), make([]float32, planes*hw)
+		for i := range dw {
+			dw[i], dg[i] = 5, 5
+		}
+		for pl := 1; pl < planes; pl++ { // planes [1, planes): plane 0 untouched
+			clear(dw[pl*hw : (pl+1)*hw])
+			for o, a := range arg[pl*P : (pl+1)*P] {
+				dw[pl*hw+int(a)] += dy[pl*P+o]
+			}
+		}
+		simdMaxPoolScatter(arg, dy, dg, 1, planes, P, hw)
+		eqCheck(t, gi, "max-pool scatter", dw, dg)
+	}
+}
