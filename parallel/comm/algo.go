@@ -87,9 +87,13 @@ func (g *group) run(w *work) (string, error) {
 		}
 		var err error
 		algo := "ring"
+		sc, staged := g.t.(stagedComms)
 		if len(src) <= g.cfg.smallBytes {
 			algo = "direct"
 			err = g.directReduceScatter(&h, w.src.DType(), w.op, w.src.Len(), dst, src)
+		} else if staged && n >= stagedMinWorld {
+			algo = "staged"
+			err = sc.stagedReduceScatter(&h, w.src.DType(), w.op, w.src.Len(), dst, src)
 		} else {
 			es := w.src.DType().Size()
 			scratch := g.scratchBytes(len(src))
@@ -133,14 +137,14 @@ func (g *group) tmpBytes(stream, n int) []byte {
 
 func mod(a, n int) int { return ((a % n) + n) % n }
 
-// stagedComms is a transport that runs large all-reduces, all-gathers and broadcasts itself, through
-// memory every rank can read (the shared-memory transport; see shmstage.go). Both block
-// until done and fail with the transport's error (naming a dead peer) or ErrMismatch when
+// stagedComms is a transport that runs large collectives itself, through memory every rank
+// can read (the shared-memory transport; see shmstage.go). They block until done and fail with the transport's error (naming a dead peer) or ErrMismatch when
 // the peers run a different collective.
 type stagedComms interface {
 	stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) error
 	stagedBroadcast(h *Header, root int, b []byte) error
 	stagedAllGather(h *Header, es, count int, dst []byte) error
+	stagedReduceScatter(h *Header, dt DType, op Op, count int, dst, src []byte) error
 }
 
 // stagedMinWorld is the smallest world that uses stagedComms. At world 2 the ring has as few

@@ -8,7 +8,8 @@ import (
 	"unsafe"
 )
 
-// Staged collectives: shared-memory all-reduce, all-gather and broadcast for world >= 3.
+// Staged collectives: shared-memory all-reduce, reduce-scatter, all-gather and broadcast for
+// world >= 3.
 //
 // With more ranks than cores every synchronisation point waits for the OS to schedule a
 // peer, so the ring's 2(n-1) steps per chunk (each a copy into a ring and a reduce or copy
@@ -32,6 +33,7 @@ import (
 // Broadcast: the root copies each chunk into its slot once and the n-1 others copy it out;
 // the root runs up to shmStageSlots chunks ahead. All-gather: every rank stages a piece of
 // its shard per chunk, and every rank copies the others' pieces out (one wait per chunk).
+// Reduce-scatter: the all-reduce without the copy out, one piece of every shard per chunk.
 
 // stageNTBytes is the all-reduce size from which results are written to the caller's buffer
 // with stores that bypass the cache (copyNT): from there the buffers of four ranks and the
@@ -167,6 +169,67 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 			outs++
 		default:
 			if err := t.waitStaged(func() bool { return canReduce() || canPut() || canGather() }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stagedReduceScatter reduces src over all ranks into this rank's shard dst: chunk c of the
+// collective is piece c of every shard; each rank stages its pieces of the others' shards
+// in its slot (one sub-area per shard) and reduces its own from every slot and its src, in
+// rank order (one wait per chunk).
+func (t *shmTransport) stagedReduceScatter(h *Header, dt DType, op Op, count int, dst, src []byte) error {
+	n, r, es := t.size, t.rank, dt.Size()
+	per := max(1, t.slotBytes/(n*es)) // elements per piece
+	nc := max(1, ((count+n-1)/n+per-1)/per)
+	g0 := t.staged
+	t.staged += uint64(nc)
+	me := t.stages[r]
+	ins := make([][]byte, n)
+	mylo, _ := ShardRange(count, n, r)
+	// piece is the element range of chunk c of shard p.
+	piece := func(p, c int) (int, int) {
+		lo, hi := ShardRange(count, n, p)
+		return min(hi, lo+c*per), min(hi, lo+(c+1)*per)
+	}
+	var puts, reds int
+	canPut := func() bool {
+		G := g0 + 1 + uint64(puts)
+		return puts < nc && t.all(stageDone, G-min(G, shmStageSlots))
+	}
+	canReduce := func() bool { return reds < puts && t.all(stageIn, g0+1+uint64(reds)) }
+	for reds < nc {
+		switch {
+		case canReduce():
+			G := g0 + 1 + uint64(reds)
+			slot := int(G % shmStageSlots)
+			if err := t.checkStaged(h, slot, -1); err != nil {
+				return err
+			}
+			lo, hi := piece(r, reds)
+			for p := range n {
+				ins[p] = t.stages[p].data[slot][r*per*es : (r*per+hi-lo)*es]
+			}
+			ins[r] = src[lo*es : hi*es]
+			reduceN(dt, op, dst[(lo-mylo)*es:(hi-mylo)*es], ins, t.stageTmp)
+			t.publish(me.done, G)
+			reds++
+		case canPut():
+			G := g0 + 1 + uint64(puts)
+			slot := int(G % shmStageSlots)
+			h.put(me.hdr[slot])
+			for q := range n {
+				if q != r {
+					lo, hi := piece(q, puts)
+					copyCached(me.data[slot][q*per*es:(q*per+hi-lo)*es], src[lo*es:hi*es])
+				}
+			}
+			t.publish(me.in, G)
+			puts++
+		default:
+			if err := t.waitStaged(func() bool { return canReduce() || canPut() }); err != nil {
 				return err
 			}
 		}

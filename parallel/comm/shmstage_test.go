@@ -34,8 +34,8 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestStagedCollectives runs the shared-memory staged all-reduce, all-gather and broadcast
-// (world >= 3) with the default chunk on sizes from 0 to several chunks, in every dtype:
+// TestStagedCollectives runs the shared-memory staged all-reduce, reduce-scatter, all-gather
+// and broadcast (world >= 3) with the default chunk on sizes from 0 to several chunks, in every dtype:
 // sums of small integers are exact, random floats within 1e-5 relative of the float64
 // reference (at most five float32 terms in [-1,1]); every rank and a second run agree bit
 // for bit; moving data is exact. Worlds 1 and 2 take the other algorithms and are checked
@@ -64,12 +64,16 @@ func TestStagedCollectives(t *testing.T) {
 						if integers && op != Avg {
 							tol = 0
 						}
-						var runs [2][][]float32
+						var runs, rss [2][][]float32
 						for i := range runs {
-							runs[i] = make([][]float32, n)
+							runs[i], rss[i] = make([][]float32, n), make([][]float32, n)
 							noErrors(t, onAll(gs, func(g Group) error {
-								runs[i][g.Rank()] = slices.Clone(ins[g.Rank()])
-								return g.AllReduce(F32(runs[i][g.Rank()]), op).Wait(ctx)
+								r := g.Rank()
+								runs[i][r] = slices.Clone(ins[r])
+								lo, hi := ShardRange(count, n, r)
+								rss[i][r] = make([]float32, hi-lo)
+								return errors.Join(g.AllReduce(F32(runs[i][r]), op).Wait(ctx),
+									g.ReduceScatter(F32(rss[i][r]), F32(ins[r]), op).Wait(ctx))
 							}))
 						}
 						for r := range n {
@@ -77,6 +81,13 @@ func TestStagedCollectives(t *testing.T) {
 							for i, v := range runs[0][r] {
 								if b := math.Float32bits(v); b != math.Float32bits(runs[0][0][i]) || b != math.Float32bits(runs[1][r][i]) {
 									t.Fatalf("%s: rank %d [%d] not bit-identical across ranks and runs", name, r, i)
+								}
+							}
+							lo, hi := ShardRange(count, n, r)
+							compare(t, name+"/reducescatter", r, rss[0][r], want[lo:hi], tol)
+							for i, v := range rss[0][r] {
+								if math.Float32bits(v) != math.Float32bits(rss[1][r][i]) {
+									t.Fatalf("%s: rank %d reduce-scatter [%d] not bit-identical across runs", name, r, i)
 								}
 							}
 						}
@@ -152,12 +163,12 @@ func checkStagedDTypes(t *testing.T, gs []Group, count int) {
 }
 
 // TestStagedKilledRank kills a rank while the survivors wait for it inside a staged
-// all-reduce, all-gather or broadcast: every survivor fails naming it, promptly.
+// collective of each kind: every survivor fails naming it, promptly.
 func TestStagedKilledRank(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector cannot see shared memory's synchronisation")
 	}
-	for _, op := range []string{"all-reduce", "all-gather", "broadcast"} {
+	for _, op := range []string{"all-reduce", "reduce-scatter", "all-gather", "broadcast"} {
 		t.Run(op, func(t *testing.T) {
 			const n, victim = 4, 2
 			gs := shmMaker(t, n, WithTimeout(10*time.Second))
@@ -176,6 +187,8 @@ func TestStagedKilledRank(t *testing.T) {
 				switch op {
 				case "all-reduce":
 					w = g.AllReduce(F32(buf), Sum)
+				case "reduce-scatter":
+					w = g.ReduceScatter(F32(make([]float32, len(buf)/n)), F32(buf), Sum)
 				case "all-gather":
 					w = g.AllGather(F32(buf), F32(make([]float32, len(buf)/n)))
 				default:
