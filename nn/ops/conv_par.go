@@ -70,7 +70,8 @@ func splitWorkers(n, w, align int, f func(wi, lo, hi int)) {
 }
 
 // gemmPar is gemm split across Threads() goroutines when it is big enough: into column
-// blocks of op(b) and c when n >= m, else into row blocks of op(a) and c.
+// blocks of op(b) and c when n >= m, else into row blocks of op(a) and c. The BLAS always
+// runs at one thread per call inside it.
 func gemmPar[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	w := min(threads(), m*n*k/gemmGrain)
 	if n >= m {
@@ -79,7 +80,10 @@ func gemmPar[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, 
 		w = min(w, m/16)
 	}
 	if w <= 1 {
-		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		// Serial too: a call with the BLAS's threads wakes them, and OpenBLAS's idle threads
+		// then spin (sched_yield) for a while against the goroutines of the ops that follow;
+		// measured 10-12% more CPU per resnet18 step at 2 threads.
+		serialBLAS(func() { gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) })
 		return
 	}
 	serialBLAS(func() {

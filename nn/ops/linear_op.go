@@ -142,7 +142,7 @@ func linearForward[T Float](op *linearOp, in []G.Value, y []T) error {
 		}
 		beta = 1
 	}
-	gemm(false, true, op.rows, op.out, op.in, 1, x, op.in, w, op.in, beta, y, op.out)
+	gemmPar(false, true, op.rows, op.out, op.in, 1, x, op.in, w, op.in, beta, y, op.out)
 	return nil
 }
 
@@ -210,13 +210,13 @@ func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
 		if err != nil {
 			return err
 		}
-		gemm(true, false, f.out, f.in, f.rows, 1, dy, f.out, x, f.in, 0, dst, f.in)
+		gemmPar(true, false, f.out, f.in, f.rows, 1, dy, f.out, x, f.in, 0, dst, f.in)
 		return nil
 	}
 	w, err := kernData[T](op.name, in[0], "w", f.out*f.in)
 	if err != nil {
 		return err
 	}
-	gemm(false, false, f.rows, f.in, f.out, 1, dy, f.out, w, f.in, 0, dst, f.in)
+	gemmPar(false, false, f.rows, f.in, f.out, 1, dy, f.out, w, f.in, 0, dst, f.in)
 	return nil
 }
