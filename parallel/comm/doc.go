@@ -19,9 +19,9 @@
 // which is what ZeRO's padding guarantees.
 //
 // Results are deterministic for a given world size, buffer length and transport: every run
-// reduces elements in the same order, and every rank receives bit-identical results. (From
-// world 3 up, shared memory reduces large buffers in rank order through a staging area, TCP
-// along the ring: float sums may differ in the last bits between the two.)
+// reduces elements in the same order, and every rank receives bit-identical results. (Shared
+// memory reduces large buffers in rank order through a staging area, TCP along the ring: from
+// world 3 up, float sums may differ in the last bits between the two.)
 //
 // Transports: between processes, InitFromEnv uses shared memory when every rank runs on
 // one host (rings under /dev/shm, with TCP control connections that detect a dead peer) and

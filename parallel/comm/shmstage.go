@@ -9,7 +9,7 @@ import (
 )
 
 // Staged collectives: shared-memory all-reduce, reduce-scatter, all-gather and broadcast for
-// world >= 3.
+// world >= 2.
 //
 // With more ranks than cores every synchronisation point waits for the OS to schedule a
 // peer, so the ring's 2(n-1) steps per chunk (each a copy into a ring and a reduce or copy
