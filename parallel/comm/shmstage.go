@@ -310,9 +310,14 @@ func stageRed(s *shmStage) *uint64  { return s.red }
 func stageDone(s *shmStage) *uint64 { return s.done }
 
 // stagedBroadcast copies root's b to every rank through root's staging slots.
+// Results of stageNTBytes and more are written with copyNT, smaller ones stay in the cache.
 func (t *shmTransport) stagedBroadcast(h *Header, root int, b []byte) error {
 	per := t.slotBytes
 	nc := max(1, (len(b)+per-1)/per)
+	out := copyCached
+	if len(b) >= stageNTBytes {
+		out = copyNT
+	}
 	g0 := t.staged
 	t.staged += uint64(nc)
 	me, src := t.stages[t.rank], t.stages[root]
@@ -334,7 +339,7 @@ func (t *shmTransport) stagedBroadcast(h *Header, root int, b []byte) error {
 			if err := t.checkStaged(h, slot, root); err != nil {
 				return err
 			}
-			copy(b[lo:hi], src.data[slot][:hi-lo])
+			out(b[lo:hi], src.data[slot][:hi-lo])
 		}
 		t.publish(me.done, G)
 	}
