@@ -227,3 +227,9 @@ func simdMaxPoolScatter(arg []int32, dy, dx []float32, lo, hi, P, hw int) {
 	}
 	C.gp_maxpool_scatter(i32p(arg), f32p(dy), f32p(dx), C.long(lo), C.long(hi), C.long(P), C.long(hw))
 }
+
+// simdScale sets y[i] = x[i]·s, len(y) >= len(x).
+func simdScale(x, y []float32, s float32) {
+	y = y[:len(x)]
+	C.gp_scale(f32p(x), f32p(y), C.long(len(x)), C.float(s))
+}

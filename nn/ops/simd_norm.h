@@ -78,6 +78,15 @@ static inline void gp_relu_sel(const float *v, float *y, const float *sel, long 
 	}
 }
 
+// gp_scale is applyMask's kept run: y = x·s (one rounding, as the Go loop).
+static void gp_scale(const float *x, float *y, long n, float s) {
+	__m512 sv = _mm512_set1_ps(s);
+	for (long i = 0; i < n; i += 16) {
+		__mmask16 m = gp_mask16(n - i);
+		_mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
+	}
+}
+
 // gp_bn_apply is bnApply for rows [lo, hi) (row r is channel r % c): y = x·sa + sb, then
 // ReLU when relu.
 static void gp_bn_apply(const float *x, float *y, long c, long hw, long lo, long hi, const double *mean,

@@ -350,3 +350,16 @@ func TestSimdMaxPoolMatchesGo(t *testing.T) {
 		eqCheck(t, gi, "max-pool scatter", dw, dg)
 	}
 }
+
+// TestSimdScaleMatchesGo: drop-path's kept runs scaled in C equal the Go loop bit for bit,
+// for run lengths around the vector width (and below simdMinLen, where Go runs).
+func TestSimdScaleMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(12))
+	for _, row := range []int{1, 17, 64, 65, 100} {
+		x := randF32(rng, 7*row, 1)
+		got, want := make([]float32, len(x)), make([]float32, len(x))
+		applyMask(x, got, 99, 0.3, row)
+		withGo(func() { applyMask(x, want, 99, 0.3, row) })
+		eqCheck(t, row, "drop-path scale", want, got)
+	}
+}
