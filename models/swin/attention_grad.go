@@ -77,19 +77,7 @@ func attnBackward[T float](op *attnGradOp, qkv, dy, dq, p []T, scratch *[][]T) {
 				do := dy[b*n*c+h*hd:]
 				gemm(true, false, n, hd, n, 1, pr, n, do, c, 0, dbase[2*c+h*hd:], 3*c) // dV = Pᵀ dO
 				gemm(false, true, n, n, hd, 1, do, c, v, 3*c, 0, ds, n)                // dP = dO Vᵀ
-				a := acc[h*nn : (h+1)*nn]
-				for i := range n {
-					pi, di := pr[i*n:(i+1)*n], ds[i*n:(i+1)*n]
-					var dot float64
-					for j := range pi {
-						dot += float64(pi[j]) * float64(di[j])
-					}
-					for j := range pi {
-						g := float64(pi[j]) * (float64(di[j]) - dot)
-						di[j] = T(g)
-						a[i*n+j] += g
-					}
-				}
+				softmaxBwd(pr, ds, acc[h*nn:(h+1)*nn], n)
 				gemm(false, false, n, hd, n, scale, ds, n, k, 3*c, 0, dbase[h*hd:], 3*c)  // dQ = s dS K
 				gemm(true, false, n, hd, n, scale, ds, n, q, 3*c, 0, dbase[c+h*hd:], 3*c) // dK = s dSᵀ Q
 			}
@@ -150,5 +138,28 @@ func scatterTable[T float](f *attnOp, dt []T) {
 	}
 	for i, v := range acc {
 		dt[i] = T(v)
+	}
+}
+
+// softmaxBwd turns d, the gradient of the probabilities p (n×n, one window and head), into
+// that of the scores, dS[i,j] = P[i,j]·(dP[i,j] - Σ_k P[i,k]·dP[i,k]) in float64, and adds
+// dS into a (the relative-position bias table's gradient, before its scatter). float32 goes
+// to the C kernel when there is one (simd_cgo.go).
+func softmaxBwd[T float](p, d []T, a []float64, n int) {
+	if p32, ok := any(p).([]float32); ok && simdOK {
+		simdSoftmaxBwd(p32, any(d).([]float32), a, n)
+		return
+	}
+	for i := range n {
+		pi, di := p[i*n:(i+1)*n], d[i*n:(i+1)*n]
+		var dot float64
+		for j := range pi {
+			dot += float64(pi[j]) * float64(di[j])
+		}
+		for j := range pi {
+			g := float64(pi[j]) * (float64(di[j]) - dot)
+			di[j] = T(g)
+			a[i*n+j] += g
+		}
 	}
 }

@@ -60,3 +60,14 @@ func simdSoftmaxRows32(s []float32, bias []float64, mask []float32, n int) {
 	}
 	C.gp_softmax_rows((*C.float)(unsafe.Pointer(&s[0])), (*C.double)(unsafe.Pointer(&bias[0])), mp, C.int(n))
 }
+
+// simdSoftmaxBwd is attnBackward's softmax gradient for one window and head (p, d n×n,
+// float32; acc n×n float64): d becomes dS, and dS is added into acc.
+func simdSoftmaxBwd(p, d []float32, acc []float64, n int) {
+	if n == 0 {
+		return
+	}
+	_, _, _ = p[n*n-1], d[n*n-1], acc[n*n-1]
+	C.gp_softmax_bwd((*C.float)(unsafe.Pointer(&p[0])), (*C.float)(unsafe.Pointer(&d[0])),
+		(*C.double)(unsafe.Pointer(&acc[0])), C.int(n))
+}

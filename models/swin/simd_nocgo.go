@@ -13,3 +13,5 @@ func smallGemm32(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, 
 func simdSoftmaxRows32(s []float32, bias []float64, mask []float32, n int) {
 	softmaxRows32(s, bias, mask, n)
 }
+
+func simdSoftmaxBwd(p, d []float32, acc []float64, n int) {}

@@ -58,4 +58,29 @@ static void gp_softmax_rows(float *s, const double *bias, const float *mask, int
 	}
 }
 
+// gp_softmax_bwd is attnBackward's softmax gradient for one window and head: with P the
+// probabilities and dP their gradient (n×n each), dS[i,j] = P[i,j]·(dP[i,j] - Σ_k P[i,k]
+// dP[i,k]) in float64, written over dP as float32 and added into acc (float64, n×n).
+static void gp_softmax_bwd(const float *p, float *d, double *acc, int n) {
+	for (int i = 0; i < n; i++) {
+		const float *pi = p + (long)i * n;
+		float *di = d + (long)i * n;
+		double *ai = acc + (long)i * n;
+		__m512d s = _mm512_setzero_pd();
+		for (int j = 0; j < n; j += 8) {
+			__mmask8 m = gp_sx_mask(n - j);
+			s = _mm512_add_pd(s, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, pi + j)),
+			                                   _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, di + j))));
+		}
+		__m512d dot = _mm512_set1_pd(_mm512_reduce_add_pd(s));
+		for (int j = 0; j < n; j += 8) {
+			__mmask8 m = gp_sx_mask(n - j);
+			__m512d g = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, pi + j)),
+			                          _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, di + j)), dot));
+			_mm256_mask_storeu_ps(di + j, m, _mm512_cvtpd_ps(g));
+			_mm512_mask_storeu_pd(ai + j, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, ai + j), g));
+		}
+	}
+}
+
 #pragma GCC pop_options

@@ -116,3 +116,39 @@ func TestSoftmaxRows32MatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxBwdMatchesGo compares the C softmax gradient with the Go loop: the same float64
+// formula per element, only Σ P·dP is added in another order, which moves dS by a few
+// float64 ulps of the row's scale (so at most an ulp or so in float32: 4e-7 of the largest
+// |dS|) and the float64 accumulator by about 1e-15 of its scale (1e-12 allowed).
+func TestSoftmaxBwdMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(13))
+	for _, n := range []int{1, 2, 7, 8, 9, 49, 50} {
+		p, d := make([]float32, n*n), make([]float32, n*n)
+		for i := range p {
+			p[i] = float32(rng.Float64())
+			d[i] = float32(rng.NormFloat64())
+		}
+		acc0 := make([]float64, n*n)
+		for i := range acc0 {
+			acc0[i] = rng.NormFloat64()
+		}
+		dg, ag := append([]float32(nil), d...), append([]float64(nil), acc0...)
+		dw, aw := append([]float32(nil), d...), append([]float64(nil), acc0...)
+		softmaxBwd(p, dg, ag, n)
+		prev := simdOK
+		simdOK = false
+		softmaxBwd(p, dw, aw, n)
+		simdOK = prev
+		var ds, as float64
+		for i := range dw {
+			ds = max(ds, math.Abs(float64(dw[i])))
+			as = max(as, math.Abs(aw[i]))
+		}
+		for i := range dw {
+			if math.Abs(float64(dg[i]-dw[i])) > 4e-7*ds || math.Abs(ag[i]-aw[i]) > 1e-12*as {
+				t.Fatalf("n=%d [%d]: dS %g acc %g, want %g %g", n, i, dg[i], ag[i], dw[i], aw[i])
+			}
+		}
+	}
+}
