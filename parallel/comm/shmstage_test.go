@@ -238,3 +238,24 @@ func TestStagedDesync(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// TestStagedTimeout: a rank that never joins leaves the others waiting inside the staged
+// all-reduce until the group's timeout, which ends it with ErrTimeout.
+func TestStagedTimeout(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector cannot see shared memory's synchronisation")
+	}
+	gs := shmMaker(t, 3, WithTimeout(300*time.Millisecond))
+	start := time.Now()
+	errs := onAll(gs[:2], func(g Group) error {
+		return g.AllReduce(F32(make([]float32, 1<<20)), Sum).Wait(context.Background())
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrTimeout) {
+			t.Errorf("rank %d: %v, want ErrTimeout", r, err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
