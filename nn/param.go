@@ -3,6 +3,9 @@ package nn
 import (
 	"fmt"
 	"math/rand"
+	"sync"
+
+	"github.com/gorgonia-parallel/gp/nn/ops"
 )
 
 // Initializer fills a freshly allocated parameter or buffer. rng is seeded by the model, so a
@@ -140,8 +143,34 @@ func (ps *ParamSet) Buffer(name string) *Buffer { return ps.bufs[name] }
 // NumParams is the total number of parameter elements (Ψ in the ZeRO paper).
 func (ps *ParamSet) NumParams() int { return len(ps.Data) }
 
-// ZeroGrad sets every gradient to zero.
-func (ps *ParamSet) ZeroGrad() { clear(ps.Grad) }
+// ZeroGrad sets every gradient to zero, split across ops.Threads() goroutines (as
+// PyTorch's zero_grad fills in parallel): one pass over resnet18's 11.7M gradients is 2% of
+// a training step.
+func (ps *ParamSet) ZeroGrad() { splitChunks(len(ps.Grad), func(lo, hi int) { clear(ps.Grad[lo:hi]) }) }
+
+// splitGrain is the fewest elements worth a goroutine in splitChunks (a memory-bound pass
+// over 1M floats takes about 100 µs, a goroutine's start-up about 1 µs).
+const splitGrain = 1 << 20
+
+// splitChunks runs f over [0, n) in up to ops.Threads() contiguous chunks of at least
+// splitGrain elements, the first on the calling goroutine.
+func splitChunks(n int, f func(lo, hi int)) {
+	w := min(ops.Threads(), n/splitGrain)
+	if w <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < w; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i*n/w, (i+1)*n/w)
+		}()
+	}
+	f(0, n/w)
+	wg.Wait()
+}
 
 func numel(shape []int) (int, error) {
 	n := 1
