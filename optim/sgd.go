@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn"
 )
 
@@ -130,6 +131,12 @@ func (o *SGD) LoadStateDict(entries []nn.StateEntry) error {
 // operations in the same order, so the same bits.
 func sgdMomentum(p, g, buf []float32, negLR, mom, damp, wd float32) {
 	g, buf = g[:len(p)], buf[:len(p)]
+	if wd == 0 && damp == 1 {
+		// buf·mom + 1·d and p + (−lr)·b are mom·buf + d and p − lr·b exactly: the
+		// vectorised kernel computes the same bits.
+		simd.SGDMomentum(p, g, buf, -negLR, mom)
+		return
+	}
 	if wd == 0 {
 		for i, d := range g {
 			b := buf[i]*mom + damp*d
