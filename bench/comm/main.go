@@ -29,13 +29,14 @@ import (
 
 var ops = []string{"all-reduce", "reduce-scatter", "all-gather", "broadcast"}
 
-// plan is the sizes (bytes) and iteration counts: fewer iterations for larger sizes keep the
-// whole run (both systems, both worlds) within about ten minutes.
+// plan is the sizes (bytes) and iteration counts per timed run: about 128 MiB per run, at
+// least 5 and at most 300 operations, which keeps the whole bench (gp over shared memory and
+// TCP and gloo, worlds 2 and 4, -reps 5) within about five minutes on the 2-core machine.
 func plan() [][2]int {
 	var p [][2]int
 	for b := 4 << 10; b <= 256<<20; b *= 4 {
 		if b >= *minBytes && b <= *maxBytes {
-			p = append(p, [2]int{b, max(3, min(300, (64<<20)/b))})
+			p = append(p, [2]int{b, max(5, min(300, (128<<20)/b))})
 		}
 	}
 	return p
@@ -66,6 +67,8 @@ type row struct {
 	GlooLatency  *float64 `json:"gloo_latency_s"`
 	Ratio        *float64 `json:"ratio"`
 	GlooNote     string   `json:"gloo_note,omitempty"`
+	Load         float64  `json:"loadavg"`                // before gp's job: the machine is shared
+	GlooLoad     float64  `json:"gloo_loadavg,omitempty"` // before gloo's job
 	measuredGloo bool
 }
 
@@ -123,6 +126,7 @@ func parent() error {
 		}
 		// The default transport (shared memory here: every rank on one host), then TCP.
 		fmt.Fprintf(os.Stderr, "world %d: gp...\n", world)
+		gpLoad := loadavg()
 		gp, err := runJob(ctx, world, self, wargs, []string{"GP_BENCH_WORKER=1", "OPENBLAS_NUM_THREADS=1"})
 		if err != nil {
 			return fmt.Errorf("gp workers: %w", err)
@@ -139,9 +143,11 @@ func parent() error {
 			}
 		}
 		gloo := map[string]sample{}
+		var glooLoad float64
 		note := "python3-torch not installed (/usr/bin/python3 cannot import torch.distributed)"
 		if haveTorch {
 			fmt.Fprintf(os.Stderr, "world %d: gloo...\n", world)
+			glooLoad = loadavg()
 			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1", "GP_BENCH_OPS=" + *opsFlag, "GP_BENCH_REPS=" + strconv.Itoa(*reps)})
 			if err != nil {
 				note = "gloo run failed: " + err.Error()
@@ -151,7 +157,7 @@ func parent() error {
 			}
 		}
 		for _, s := range gp {
-			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Transport: s.Transport, Latency: s.Latency, CPU: s.CPU, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
+			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Transport: s.Transport, Latency: s.Latency, CPU: s.CPU, Load: gpLoad, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
 			if ts, ok := tcp[fmt.Sprint(s.Op, s.Bytes)]; ok {
 				bw := busbw(s.Op, world, s.Bytes, ts.Latency)
 				r.TCPBusBW, r.TCPLatency = &bw, &ts.Latency
@@ -159,7 +165,7 @@ func parent() error {
 			if g, ok := gloo[fmt.Sprint(s.Op, s.Bytes)]; ok && g.Error == "" {
 				bw := busbw(s.Op, world, s.Bytes, g.Latency)
 				ratio := r.BusBW / bw
-				r.GlooBusBW, r.GlooLatency, r.Ratio = &bw, &g.Latency, &ratio
+				r.GlooBusBW, r.GlooLatency, r.Ratio, r.GlooLoad = &bw, &g.Latency, &ratio, glooLoad
 			} else if ok {
 				r.GlooNote = "gloo: " + g.Error
 			} else {
@@ -226,7 +232,7 @@ func printTable(rows []row) {
 		}
 		fmt.Printf("%-15s %5d %10d %5s %12.3f %12.3f %8.3f %12s %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.Transport, r.BusBW, r.Latency*1e3, r.CPU*1e3, tc, g, gl, ra)
 	}
-	fmt.Println("busbw: nccl-tests definition, GB/s = 1e9 bytes/s; cpu ms: CPU time (user+system) of all gp ranks together per operation; via: gp's transport (shm: shared memory, chosen by default on one host); " +
+	fmt.Println("busbw: nccl-tests definition, GB/s = 1e9 bytes/s; cpu ms: CPU time (user+system) of all gp ranks together per operation (about 2x the latency when the ranks had both cores, about 1x when other load took one; the JSON has the load average before each job); via: gp's transport (shm: shared memory, chosen by default on one host); " +
 		"tcp: gp forced to loopback TCP (GP_COMM_TRANSPORT=tcp) in the same run; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
 }
 
@@ -298,6 +304,20 @@ func worker() error {
 	}
 
 	return nil
+}
+
+// loadavg is the machine's one-minute load average (0 when /proc/loadavg is unreadable).
+func loadavg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // cpuTime is the CPU time (user and system) this process has used, in seconds.
