@@ -48,6 +48,19 @@ static inline void gp_add(float *d, const float *s, long n) {
 	}
 }
 
+// gp_copy_s2 sets d[k] = s[2k] for k < n (a stride-2 im2col line: resnet's 7x7 stem and
+// strided downsamples), 16 outputs from two loads and a permute; no element past s[2(n-1)]
+// is read.
+static inline void gp_copy_s2(float *d, const float *s, long n) {
+	const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+	for (long k = 0; k < n; k += 16) {
+		long m = n - k < 16 ? n - k : 16, need = 2 * m - 1;
+		__m512 a = _mm512_maskz_loadu_ps(gp_mask16(need), s + 2 * k);
+		__m512 b = _mm512_maskz_loadu_ps(gp_mask16(need > 16 ? need - 16 : 0), s + 2 * k + 16);
+		_mm512_mask_storeu_ps(d + k, gp_mask16(m), _mm512_permutex2var_ps(a, idx, b));
+	}
+}
+
 // gp_valid_range is convValidRange.
 static inline void gp_valid_range(int n, int out, int s, int p, int off, int *lo, int *hi) {
 	int a = p - off, b = n - 1 + p - off;
@@ -86,6 +99,10 @@ static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int
 					int iw0 = wlo * g->SW - g->PW + j * g->DW;
 					if (g->SW == 1) {
 						gp_copy(d + wlo, src + iw0, whi - wlo);
+						continue;
+					}
+					if (g->SW == 2) {
+						gp_copy_s2(d + wlo, src + iw0, whi - wlo);
 						continue;
 					}
 					for (int ow = wlo, iw = iw0; ow < whi; ow++, iw += g->SW) d[ow] = src[iw];

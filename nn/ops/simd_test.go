@@ -75,6 +75,8 @@ func TestSimdIm2colMatchesGo(t *testing.T) {
 		{C: 5, H: 5, W: 5, KH: 1, KW: 1, SH: 2, SW: 2, PH: 0, PW: 0, DH: 1, DW: 1},
 		{C: 2, H: 1, W: 1, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1},
 		{C: 1, H: 17, W: 17, KH: 3, KW: 3, SH: 1, SW: 1, PH: 2, PW: 2, DH: 2, DW: 2},
+		{C: 3, H: 64, W: 69, KH: 7, KW: 7, SH: 2, SW: 2, PH: 3, PW: 3, DH: 1, DW: 1}, // stride-2 lines over 16
+		{C: 2, H: 9, W: 40, KH: 1, KW: 3, SH: 3, SW: 3, PH: 0, PW: 1, DH: 1, DW: 1},
 	}
 	rng := rand.New(rand.NewSource(4))
 	for gi, g := range geoms {
