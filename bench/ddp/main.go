@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -390,6 +391,19 @@ func child(role string, p params) error {
 			return err
 		}
 		d.Timeline().Reset()
+	}
+	// GP_BENCH_DDP_PROFILE=DIR writes a CPU profile of each process's timed steps to
+	// DIR/<role>-<rank>-<pid>.pprof (to see where DDP's time goes next to a plain process).
+	if dir := os.Getenv("GP_BENCH_DDP_PROFILE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d-%d.pprof", role, rank, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	cpu0 := cpuSeconds()
 	start := time.Now()
