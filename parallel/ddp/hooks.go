@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
@@ -124,16 +125,10 @@ func scale(x []float32, n int) {
 	if n&(n-1) == 0 {
 		// Dividing by a power of two is multiplying by its exact reciprocal (same result,
 		// subnormals included), and multiplication is several times cheaper.
-		r := 1 / float32(n)
-		for i := range x {
-			x[i] *= r
-		}
+		simd.Scale(x, 1/float32(n))
 		return
 	}
-	d := float32(n)
-	for i := range x {
-		x[i] /= d
-	}
+	simd.Div(x, float32(n))
 }
 
 // roundBF16 rounds x to the nearest bfloat16 (ties to even), keeping NaN.
