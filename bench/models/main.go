@@ -4,7 +4,8 @@
 // /usr/bin/python3, bench/models/torch_bench.py) on the same inputs in the same run. It prints
 // a table and a JSON line and writes bench/results/models.json.
 //
-// Each measurement runs in a child process with GOMAXPROCS and OPENBLAS_NUM_THREADS set to
+// Each row is the median of -reps (default 3) measurement pairs, ours then PyTorch's, and
+// its ratio the median of the pairs' ratios. Each measurement runs in a child process with GOMAXPROCS and OPENBLAS_NUM_THREADS set to
 // the thread count (OpenBLAS reads its thread count at start-up).
 package main
 
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +50,10 @@ type Row struct {
 	// images/s to other load on a shared machine.
 	CPUPerStep      float64  `json:"cpu_s_per_step"`
 	TorchCPUPerStep *float64 `json:"torch_cpu_s_per_step"`
+	// Reps is the number of (ours, PyTorch) measurement pairs; the figures above are their
+	// medians, Ratio the median of RatioPerRep.
+	Reps        int       `json:"reps"`
+	RatioPerRep []float64 `json:"ratio_per_rep,omitempty"`
 }
 
 type workload struct {
@@ -72,6 +78,7 @@ func main() {
 	archs := flag.String("archs", "", "comma-separated subset of resnet18,resnet50,swin_t (default all)")
 	out := flag.String("out", "bench/results/models.json", "result file")
 	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
+	flag.IntVar(&reps, "reps", 3, "measurement pairs (ours, PyTorch) per row; the table shows medians")
 	flag.Parse()
 	if *child != "" {
 		if *profile != "" {
@@ -101,6 +108,22 @@ func main() {
 	}
 }
 
+// reps is -reps.
+var reps int
+
+// median is the middle value of xs (the mean of the middle two for an even count).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
 func parent(threadList, archs, out string) error {
 	tmp, err := os.MkdirTemp("", "bench-models")
 	if err != nil {
@@ -128,22 +151,42 @@ func parent(threadList, archs, out string) error {
 				return fmt.Errorf("bad thread count %q", ts)
 			}
 			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t))
-			goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
-				"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps))
-			if err != nil {
-				return fmt.Errorf("%s, %d threads: %w", w.arch, t, err)
+			// reps measurements, ours then PyTorch's each time, so that a disturbance of this
+			// shared machine hits one pair rather than one side; the row reports medians and
+			// the median of the per-pair ratios.
+			var gos, gcpus, tvs, tcpus, ratios []float64
+			var terr error
+			for range reps {
+				goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
+					"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps))
+				if err != nil {
+					return fmt.Errorf("%s, %d threads: %w", w.arch, t, err)
+				}
+				gos, gcpus = append(gos, goOut), append(gcpus, goCPU)
+				if terr != nil {
+					continue
+				}
+				var tv, tCPU float64
+				tv, tCPU, terr = runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
+					fmt.Sprint(w.warmup), fmt.Sprint(w.steps))
+				if terr == nil {
+					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
+				}
 			}
-			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU}
-			tv, tCPU, terr := runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
-				fmt.Sprint(w.warmup), fmt.Sprint(w.steps))
+			goOut, goCPU := median(gos), median(gcpus)
+			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios}
 			torchCol, ratioCol := "", ""
 			if terr != nil {
 				row.Torch = "unavailable: " + firstLine(terr.Error())
 				torchCol, ratioCol = "n/a (no torch)", "n/a"
 			} else {
-				r := goOut / tv
+				tv, tCPU, r := median(tvs), median(tcpus), median(ratios)
 				row.TorchImgsPerS, row.Ratio, row.TorchCPUPerStep = &tv, &r, &tCPU
 				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
+			}
+			tCPU := 0.0
+			if row.TorchCPUPerStep != nil {
+				tCPU = *row.TorchCPUPerStep
 			}
 			torchCPU := "n/a"
 			if row.TorchCPUPerStep != nil {
