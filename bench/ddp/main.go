@@ -27,13 +27,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/stats"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -151,17 +151,17 @@ func run(p params, procs, reps int, py, out string) error {
 			}
 		}
 	}
-	eff, ceiling := median(effs), median(ceilings)
+	eff, ceiling := stats.Median(effs), stats.Median(ceilings)
 	var torchEff any
 	if torchNote == "" {
-		torchEff = median(tEffs)
+		torchEff = stats.Median(tEffs)
 	}
 	fmt.Println()
 	fmt.Printf("%-34s %14s %14s\n", fmt.Sprintf("median of %d repetitions", reps), "ours (Go)", "PyTorch (gloo)")
-	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", median(plains), num(median(tPlains), torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", median(dists), num(median(tDists), torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", stats.Median(plains), num(stats.Median(tPlains), torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", stats.Median(dists), num(stats.Median(tDists), torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", median(pairs), "")
+	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", stats.Median(pairs), "")
 	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, "")
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
@@ -172,8 +172,8 @@ func run(p params, procs, reps int, py, out string) error {
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
-	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
-		"imgs_per_s_plain": median(plains), "imgs_per_s_ddp2": median(dists), "torch_imgs_per_s_plain": median(tPlains), "torch_imgs_per_s_ddp2": median(tDists),
+	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": stats.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
+		"imgs_per_s_plain": stats.Median(plains), "imgs_per_s_ddp2": stats.Median(dists), "torch_imgs_per_s_plain": stats.Median(tPlains), "torch_imgs_per_s_ddp2": stats.Median(tDists),
 		"efficiency_per_repetition": effs, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
@@ -186,20 +186,6 @@ func run(p params, procs, reps int, py, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(b, '\n'), 0o644)
-}
-
-// median is the middle value of xs (the mean of the two middle ones for an even count), 0
-// for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func throughput(rs []result) float64 {

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +27,7 @@ import (
 
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/internal/simd"
+	"github.com/gorgonia-parallel/gp/internal/stats"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -111,19 +111,6 @@ func main() {
 // reps is -reps.
 var reps int
 
-// median is the middle value of xs (the mean of the middle two for an even count).
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func parent(threadList, archs, out string) error {
 	tmp, err := os.MkdirTemp("", "bench-models")
 	if err != nil {
@@ -173,14 +160,14 @@ func parent(threadList, archs, out string) error {
 					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
 				}
 			}
-			goOut, goCPU := median(gos), median(gcpus)
+			goOut, goCPU := stats.Median(gos), stats.Median(gcpus)
 			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios}
 			torchCol, ratioCol := "", ""
 			if terr != nil {
 				row.Torch = "unavailable: " + firstLine(terr.Error())
 				torchCol, ratioCol = "n/a (no torch)", "n/a"
 			} else {
-				tv, tCPU, r := median(tvs), median(tcpus), median(ratios)
+				tv, tCPU, r := stats.Median(tvs), stats.Median(tcpus), stats.Median(ratios)
 				row.TorchImgsPerS, row.Ratio, row.TorchCPUPerStep = &tv, &r, &tCPU
 				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
 			}

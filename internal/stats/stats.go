@@ -1,0 +1,18 @@
+// Package stats holds the small summaries the benchmarks report.
+package stats
+
+import "slices"
+
+// Median is the middle value of xs (the mean of the middle two for an even count), 0 for
+// none. xs is not modified.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
