@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/models/swin"
 )
 
 // attention is ShiftedWindowAttention on rows x [B*H*W, C]: one gather pads, rolls and
@@ -15,8 +16,8 @@ import (
 // one gather reverses the windows, rolls back and crops.
 func (s *Swin) attention(t *tape, x *cuda.Tensor, prefix string, batch, h, w, dim, heads, shift int) (*cuda.Tensor, backFn, error) {
 	win := s.cfg.Window
-	g := newGeom(h, w, win, shift)
-	n, nW, hd := win*win, g.windows(), dim/heads
+	g := swin.NewGeometry(h, w, win, shift)
+	n, nW, hd := win*win, g.Windows(), dim/heads
 	bw := batch * nW
 	tableName := prefix + ".relative_position_bias_table"
 	table, err := s.param(tableName)
@@ -31,18 +32,19 @@ func (s *Swin) attention(t *tape, x *cuda.Tensor, prefix string, batch, h, w, di
 		return nil, nil, fmt.Errorf("gpuswin: %s: bias table %v and %d index entries for %d heads, %d channels, window %d",
 			prefix, ts, rel.Len(), heads, dim, win)
 	}
-	sft := g.shiftH<<16 | g.shiftW
-	part, err := s.index(geomKey{kind: 'p', batch: batch, h: h, w: w, win: win, sft: sft}, func() []int32 { return g.partition(batch) })
+	sh, sw := g.Shift()
+	sft := sh<<16 | sw
+	part, err := s.index(geomKey{kind: 'p', batch: batch, h: h, w: w, win: win, sft: sft}, func() []int32 { return g.Partition(batch) })
 	if err != nil {
 		return nil, nil, err
 	}
-	rev, err := s.index(geomKey{kind: 'r', batch: batch, h: h, w: w, win: win, sft: sft}, func() []int32 { return g.reverse(batch) })
+	rev, err := s.index(geomKey{kind: 'r', batch: batch, h: h, w: w, win: win, sft: sft}, func() []int32 { return g.Reverse(batch) })
 	if err != nil {
 		return nil, nil, err
 	}
 	var mask *cuda.Tensor
-	if g.shifted() {
-		if mask, err = s.maskTensor(g); err != nil {
+	if g.Shifted() {
+		if mask, err = s.maskTensor(g, h, w, win); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/models/swin"
 )
 
 // forward runs features (patch embedding, stages, PatchMerging), the final LayerNorm, the
@@ -211,7 +212,7 @@ func (s *Swin) merge(t *tape, x *cuda.Tensor, prefix string, batch, h, w, dim in
 	}
 	h2, w2 := (h+1)/2, (w+1)/2
 	idx, err := s.index(geomKey{kind: 'g', batch: batch, h: h, w: w}, func() []int32 {
-		v, _, _ := mergeIndex(batch, h, w)
+		v, _, _ := swin.MergeIndex(batch, h, w)
 		return v
 	})
 	if err != nil {

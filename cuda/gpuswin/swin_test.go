@@ -145,8 +145,8 @@ func TestDropPathMatchesOps(t *testing.T) {
 // padded map does not shift.
 func TestGeometry(t *testing.T) {
 	for _, c := range []struct{ h, w, shift int }{{14, 14, 3}, {9, 10, 3}, {7, 7, 3}, {5, 12, 3}, {14, 14, 0}} {
-		g := newGeom(c.h, c.w, 7, c.shift)
-		part, rev := g.partition(2), g.reverse(2)
+		g := swin.NewGeometry(c.h, c.w, 7, c.shift)
+		part, rev := g.Partition(2), g.Reverse(2)
 		for r, j := range rev {
 			if part[j] != int32(r) {
 				t.Fatalf("%+v: row %d goes to window row %d, which reads %d", c, r, j, part[j])
@@ -158,17 +158,20 @@ func TestGeometry(t *testing.T) {
 				pad++
 			}
 		}
-		if want := 2 * (g.padH*g.padW - c.h*c.w); pad != want {
+		padH, padW := g.Padded()
+		shiftH, shiftW := g.Shift()
+		nWh, nWw := g.WindowsPerAxis()
+		if want := 2 * (padH*padW - c.h*c.w); pad != want {
 			t.Errorf("%+v: %d padding rows, want %d", c, pad, want)
 		}
-		if g.padH == 7 && g.shiftH != 0 || g.padW == 7 && g.shiftW != 0 {
-			t.Errorf("%+v: shift %d,%d under a window covering the map", c, g.shiftH, g.shiftW)
+		if padH == 7 && shiftH != 0 || padW == 7 && shiftW != 0 {
+			t.Errorf("%+v: shift %d,%d under a window covering the map", c, shiftH, shiftW)
 		}
-		if !g.shifted() {
+		if !g.Shifted() {
 			continue
 		}
-		m := g.mask()
-		if n := 49 * 49; slices.ContainsFunc(m[:n], func(v float32) bool { return v != 0 }) && g.nWh > 1 && g.nWw > 1 {
+		m := g.Mask()
+		if n := 49 * 49; slices.ContainsFunc(m[:n], func(v float32) bool { return v != 0 }) && nWh > 1 && nWw > 1 {
 			t.Errorf("%+v: the first window is masked", c)
 		}
 		if !slices.Contains(m, -100) {
