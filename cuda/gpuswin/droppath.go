@@ -76,18 +76,8 @@ func (d *dropStreams) next(batch int, p float64) ([]float32, error) {
 	if d.rng == nil {
 		return nil, fmt.Errorf("drop-path probability %v with a nil RNG (nn.Model.RNG)", p)
 	}
-	key := maskKey(d.seed, d.counter)
+	out := ops.DropPathScales(d.seed, d.counter, batch, p)
 	d.counter++
-	out := make([]float32, batch)
-	if p >= 1 {
-		return out, nil
-	}
-	scale := float32(1 / (1 - p))
-	for i := range out {
-		if keep(key, i, p) {
-			out[i] = scale
-		}
-	}
 	return out, nil
 }
 
@@ -96,24 +86,4 @@ func (d *dropStreams) commit() {
 	if d.rng != nil {
 		d.rng.SetState(d.seed, d.counter)
 	}
-}
-
-const golden = 0x9e3779b97f4a7c15
-
-// mix64 is SplitMix64's finaliser.
-func mix64(z uint64) uint64 {
-	z ^= z >> 30
-	z *= 0xbf58476d1ce4e5b9
-	z ^= z >> 27
-	z *= 0x94d049bb133111eb
-	z ^= z >> 31
-	return z
-}
-
-func maskKey(seed, stream uint64) uint64 { return mix64(seed ^ mix64(stream+golden)) }
-
-// keep: a uniform in [0,1) from 53 bits, kept when >= p.
-func keep(key uint64, i int, p float64) bool {
-	u := float64(mix64(key+uint64(i)*golden)>>11) * (1.0 / (1 << 53))
-	return u >= p
 }

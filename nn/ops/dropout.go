@@ -71,6 +71,24 @@ func keep(key uint64, i int, p float64) bool {
 	return u >= p
 }
 
+// DropPathScales returns the per-sample factors DropPath applies in the forward run that
+// draws stream number stream of an RNG seeded with seed (see RNG.State): 0 for a dropped
+// sample, 1/(1-p) in float32 for a kept one. Device implementations (cuda/gpuswin) use it to
+// drop exactly the samples the CPU op drops.
+func DropPathScales(seed, stream uint64, n int, p float64) []float32 {
+	out := make([]float32, n)
+	if p >= 1 {
+		return out
+	}
+	key, scale := maskKey(seed, stream), float32(1/(1-p))
+	for i := range out {
+		if keep(key, i, p) {
+			out[i] = scale
+		}
+	}
+	return out
+}
+
 // Dropout zeroes each element of x with probability p and scales the kept ones by
 // 1/(1-p), with a new mask from rng every forward run; the backward applies the same run's
 // mask and scale. When training is false or p is 0 it returns x itself.
