@@ -32,6 +32,7 @@ type convScratch struct {
 	keep  gemmScratch   // the forward's columns of the whole batch, for the filter gradient
 	keepX any           // the x ([]T) whose columns keep holds; nil when none (conv_keep.go)
 	mat   gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
+	tr    gemmScratch   // the filter gradient's transposed product (gemmABt)
 	idx   []int32       // the gather and scatter table of colIndex
 	// im2col's gather by kernel offset q = (i, j), built with idx: gat[q*P+k] is the offset
 	// in a channel plane of output pixel k's input (0 where it falls in the padding), and
@@ -379,6 +380,10 @@ func convFilterGradBatched[T Float](op *convFilterGradOp, nb int, x, dy, dw []T)
 			beta = 1
 		}
 		for gr := 0; gr < g.Groups; gr++ {
+			if beta == 0 {
+				gemmABt(&op.sc.tr, Og, Kg, ld, mat[gr*Og*ld:], ld, col[gr*Kg*ld:], ld, dw[gr*Og*Kg:], Kg)
+				continue
+			}
 			gemmPar(false, true, Og, Kg, ld, 1, mat[gr*Og*ld:], ld, col[gr*Kg*ld:], ld, beta, dw[gr*Og*Kg:], Kg)
 		}
 	}
