@@ -77,6 +77,11 @@ func TestSimdIm2colMatchesGo(t *testing.T) {
 		{C: 1, H: 17, W: 17, KH: 3, KW: 3, SH: 1, SW: 1, PH: 2, PW: 2, DH: 2, DW: 2},
 		{C: 3, H: 64, W: 69, KH: 7, KW: 7, SH: 2, SW: 2, PH: 3, PW: 3, DH: 1, DW: 1}, // stride-2 lines over 16
 		{C: 2, H: 9, W: 40, KH: 1, KW: 3, SH: 3, SW: 3, PH: 0, PW: 1, DH: 1, DW: 1},
+		{C: 3, H: 16, W: 16, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1}, // lines of exactly 16
+		{C: 2, H: 20, W: 64, KH: 7, KW: 7, SH: 2, SW: 2, PH: 3, PW: 3, DH: 1, DW: 1}, // stride 2, lines of 32
+		{C: 2, H: 6, W: 37, KH: 5, KW: 4, SH: 1, SW: 1, PH: 2, PW: 3, DH: 1, DW: 2},  // stride 1, dilated, lines of 33
+		{C: 2, H: 7, W: 50, KH: 3, KW: 5, SH: 2, SW: 2, PH: 1, PW: 4, DH: 1, DW: 3},  // stride 2, dilated, wide padding
+		{C: 1, H: 4, W: 3, KH: 1, KW: 9, SH: 1, SW: 2, PH: 0, PW: 4, DH: 1, DW: 1},   // kernel wider than the image
 	}
 	rng := rand.New(rand.NewSource(4))
 	for gi, g := range geoms {
