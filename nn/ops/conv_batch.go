@@ -38,6 +38,41 @@ type convScratch struct {
 	// in a channel plane of output pixel k's input (0 where it falls in the padding), and
 	// padPos[padOff[q]:padOff[q+1]] the pixels k that do.
 	gat, padPos, padOff []int32
+	// The tables of simdIm2colShift (convShiftable geometries), built by shiftTable: shift[q]
+	// is kernel offset q's offset of output pixel k's input from k, and bit k%16 of
+	// shiftMask[q*ceil(P/16)+k/16] says that pixel's input is in the image.
+	shift     []int32
+	shiftMask []uint16
+}
+
+// convShiftable reports whether g's im2col rows are whole channel planes read at an offset
+// (stride 1 and lines as wide as the input's: k = oh*W + ow, input k + shift[q]), with
+// the AVX-512 kernels to read them.
+func convShiftable(g *convGeom) bool {
+	return simdOK && g.SH == 1 && g.SW == 1 && g.OW == g.W && g.C*g.H*g.W <= math.MaxInt32
+}
+
+// shiftTable builds, once per geometry, the tables of simdIm2colShift when g is
+// convShiftable; call it before goroutines share sc.
+func (sc *convScratch) shiftTable(g *convGeom) {
+	P, kk := g.OH*g.OW, g.KH*g.KW
+	nch := (P + 15) / 16
+	if !convShiftable(g) || (len(sc.shift) == kk && len(sc.shiftMask) == kk*nch) {
+		return
+	}
+	sc.shift, sc.shiftMask = make([]int32, kk), make([]uint16, kk*nch)
+	for i := 0; i < g.KH; i++ {
+		for j := 0; j < g.KW; j++ {
+			q := i*g.KW + j
+			sc.shift[q] = int32((i*g.DH-g.PH)*g.W + j*g.DW - g.PW)
+			for k := 0; k < P; k++ {
+				ih, iw := k/g.OW-g.PH+i*g.DH, k%g.OW-g.PW+j*g.DW
+				if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
+					sc.shiftMask[q*nch+k/16] |= 1 << (k % 16)
+				}
+			}
+		}
+	}
 }
 
 // colIndex returns the table, built on first use, that maps each element of one image's
@@ -102,6 +137,7 @@ func convIm2col[T Float](g *convGeom, sc *convScratch, x, col []T, ld int) {
 	if indexed {
 		sc.colIndex(g) // built before the goroutines share it
 	}
+	sc.shiftTable(g)
 	kk := g.KH * g.KW
 	splitRows(g.C, kk*g.OH*g.OW, func(lo, hi int) { convIm2colRange(g, sc, indexed, x, col, ld, lo, hi) })
 }
@@ -127,6 +163,10 @@ func convIndexed(g *convGeom) bool {
 func convIm2colRange[T Float](g *convGeom, sc *convScratch, indexed bool, x, col []T, ld, lo, hi int) {
 	if xs, ok := any(x).([]float32); ok && simdOK {
 		cs := any(col).([]float32)
+		if convShiftable(g) && len(sc.shift) == g.KH*g.KW {
+			simdIm2colShift(g, sc, xs, cs, ld, lo, hi)
+			return
+		}
 		if indexed {
 			simdIm2colGather(g, sc, xs, cs, ld, lo, hi)
 		} else {
@@ -316,6 +356,7 @@ func batchIm2col[T Float](g *convGeom, sc *convScratch, x, col []T, m, ld int) {
 	if indexed {
 		sc.colIndex(g)
 	}
+	sc.shiftTable(g)
 	chw, P := g.C*g.H*g.W, g.OH*g.OW
 	splitRows(m, g.colRows()*P, func(lo, hi int) {
 		for i := lo; i < hi; i++ {

@@ -143,6 +143,7 @@ func convImages[T Float](g *convGeom, sc *convScratch, n int, needCol bool, f fu
 	if convIndexed(g) {
 		sc.colIndex(g)
 	}
+	sc.shiftTable(g)
 	serialBLAS(func() {
 		splitWorkers(n, w, 1, func(wi, lo, hi int) { f(wi, lo, hi, cols[wi], false) })
 	})

@@ -101,6 +101,19 @@ func simdIm2colGather(g *convGeom, sc *convScratch, x, col []float32, ld, lo, hi
 		C.long(g.H*g.W), i32p(sc.gat), i32p(sc.padPos), i32p(sc.padOff))
 }
 
+// simdIm2colShift is im2colRange for float32 on AVX-512 when convShiftable(g), through
+// sc.shiftTable(g)'s tables (which must be built).
+func simdIm2colShift(g *convGeom, sc *convScratch, x, col []float32, ld, lo, hi int) {
+	P := g.OH * g.OW
+	if lo >= hi || P == 0 {
+		return
+	}
+	_ = col[(hi*g.KH*g.KW-1)*ld+P-1]
+	_ = x[hi*g.H*g.W-1]
+	C.gp_im2col_shift(f32p(x), f32p(col), C.long(ld), C.int(lo), C.int(hi), C.int(g.KH*g.KW), C.long(P),
+		C.long(g.H*g.W), i32p(sc.shift), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(sc.shiftMask))))
+}
+
 // simdCol2imIndexedAdd is col2imIndexedAdd for float32 on AVX-512.
 func simdCol2imIndexedAdd(idx []int32, P int, col, dx []float32, ld int) {
 	if len(idx) == 0 || P == 0 {

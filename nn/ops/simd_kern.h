@@ -116,6 +116,27 @@ static inline void gp_im2col_line(float *d, const float *base, long n, long wlo,
 	}
 }
 
+// gp_im2col_shift is im2colRange for stride 1 with OW == W (convShiftable): row (c, q) of
+// col is channel c's plane read from offset shift[q] with the lanes in the padding zeroed
+// by mask[q*ceil(P/16) + k/16], 16 pixels per masked load and store whatever the lines'
+// width.
+static void gp_im2col_shift(const float *x, float *col, long ld, int lo, int hi, int kk, long P,
+			    long hw, const int *shift, const unsigned short *mask) {
+	long nch = (P + 15) / 16;
+	for (int c = lo; c < hi; c++) {
+		const float *xc = x + c * hw;
+		for (int q = 0; q < kk; q++) {
+			float *d = col + ((long)c * kk + q) * ld;
+			const float *sp = xc + shift[q];
+			const unsigned short *m = mask + q * nch;
+			long k = 0;
+			for (; k + 16 <= P; k += 16) _mm512_storeu_ps(d + k, _mm512_maskz_loadu_ps(m[k / 16], sp + k));
+			if (k < P)
+				_mm512_mask_storeu_ps(d + k, gp_mask16(P - k), _mm512_maskz_loadu_ps(m[k / 16], sp + k));
+		}
+	}
+}
+
 // gp_im2col is im2colRange.
 static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int lo, int hi) {
 	long row = (long)lo * g->KH * g->KW, hw = (long)g->H * g->W;

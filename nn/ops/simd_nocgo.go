@@ -15,6 +15,9 @@ func simdGELUBwd(x, dy, dx []float32) { gelu32Bwd(x, dy, dx) }
 func simdIm2colRange(g *convGeom, x, col []float32, ld, lo, hi int) {
 	im2colRange(g, x, col, ld, lo, hi)
 }
+func simdIm2colShift(g *convGeom, sc *convScratch, x, col []float32, ld, lo, hi int) {
+	im2colRange(g, x, col, ld, lo, hi)
+}
 func simdCol2imRange(g *convGeom, col, dx []float32, ld, lo, hi int) {
 	col2imRange(g, col, dx, ld, lo, hi)
 }

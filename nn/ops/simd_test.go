@@ -82,8 +82,18 @@ func TestSimdIm2colMatchesGo(t *testing.T) {
 		{C: 2, H: 6, W: 37, KH: 5, KW: 4, SH: 1, SW: 1, PH: 2, PW: 3, DH: 1, DW: 2},  // stride 1, dilated, lines of 33
 		{C: 2, H: 7, W: 50, KH: 3, KW: 5, SH: 2, SW: 2, PH: 1, PW: 4, DH: 1, DW: 3},  // stride 2, dilated, wide padding
 		{C: 1, H: 4, W: 3, KH: 1, KW: 9, SH: 1, SW: 2, PH: 0, PW: 4, DH: 1, DW: 1},   // kernel wider than the image
+		{C: 3, H: 8, W: 8, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1},   // whole planes: 64 pixels
+		{C: 3, H: 2, W: 2, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1},   // 4 pixels
+		{C: 2, H: 5, W: 3, KH: 3, KW: 1, SH: 1, SW: 1, PH: 0, PW: 0, DH: 1, DW: 1},   // unpadded lines, shorter output
+		{C: 2, H: 9, W: 7, KH: 2, KW: 3, SH: 1, SW: 1, PH: 3, PW: 1, DH: 2, DW: 1},   // rows of padding only
 	}
 	rng := rand.New(rand.NewSource(4))
+	shiftable := 0
+	defer func() {
+		if simdOK && shiftable == 0 {
+			t.Error("no geometry took the shifted-plane im2col")
+		}
+	}()
 	for gi, g := range geoms {
 		g.OH = convOutSize(g.H, g.KH, g.SH, g.PH, g.DH)
 		g.OW = convOutSize(g.W, g.KW, g.SW, g.PW, g.DW)
@@ -111,6 +121,20 @@ func TestSimdIm2colMatchesGo(t *testing.T) {
 			}
 			simdIm2colGather(&g, &sc, x, got, ld, lo, hi)
 			eqCheck(t, gi, "im2col gather", want, got)
+			if convShiftable(&g) {
+				shiftable++
+				sc.shiftTable(&g)
+				for i := range got {
+					got[i] = -7
+				}
+				simdIm2colShift(&g, &sc, x, got, ld, lo, hi)
+				eqCheck(t, gi, "im2col shift", want, got)
+				for i := range got {
+					got[i] = -7
+				}
+				convIm2colRange(&g, &sc, false, x, got, ld, lo, hi)
+				eqCheck(t, gi, "convIm2colRange (shift)", want, got)
+			}
 
 			col := make([]float32, rows*ld)
 			for i := range col {
