@@ -141,10 +141,7 @@ func TestMaxPoolAndCrossEntropyVsCPU(t *testing.T) {
 
 	const rows, classes = 16, 1000
 	logits := randn(r, rows*classes, 3)
-	labels := make([]int32, rows)
-	for i := range labels {
-		labels[i] = int32(r.IntN(classes))
-	}
+	labels := randLabels(r, rows, classes)
 	dl, err := d.FromHostInt32(labels, rows)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"testing"
 	"time"
 
@@ -68,33 +67,14 @@ func stepVsCPU(t *testing.T, root *resnet.ResNet, side int) {
 	if err := g.Grads(ctx, grad); err != nil {
 		t.Fatal(err)
 	}
-	lf := make([]float32, len(labels))
-	for i, l := range labels {
-		lf[i] = float32(l)
-	}
 	start = time.Now()
-	cpu, err := models.Run(m, x, shape, lf, true)
+	cpu, err := models.Run(m, x, shape, floatLabels(labels), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("step: GPU %v (first, includes JIT and allocation), CPU %v", gpuTime, time.Since(start))
-	if e := relErr(res.Logits, f64(cpu.Logits)); !(e <= 5e-4) {
-		t.Errorf("logits: relative error %.3g > 5e-4", e)
-	} else {
-		t.Logf("logits rel err %.2g; loss GPU %.6f CPU %.6f", e, res.Loss, cpu.Loss)
-	}
-	if !(math.Abs(float64(res.Loss-cpu.Loss)) <= 5e-4*math.Max(1, math.Abs(float64(cpu.Loss)))) {
-		t.Errorf("loss GPU %v, CPU %v", res.Loss, cpu.Loss)
-	}
-	type row struct {
-		name string
-		err  float64
-	}
-	var rows []row
-	for _, e := range cpu.Grads {
-		p := m.Params.Param(e.Name)
-		rows = append(rows, row{"grad " + e.Name, relErr(grad[p.Offset:p.Offset+len(e.F32)], f64(e.F32))})
-	}
+	checkLogitsLoss(t, res.Logits, res.Loss, cpu)
+	rows := gradErrs(m, grad, cpu)
 	for _, b := range cpu.Buffers {
 		if b.F32 == nil {
 			continue
@@ -103,16 +83,9 @@ func stepVsCPU(t *testing.T, root *resnet.ResNet, side int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows = append(rows, row{b.Name, relErr(v, f64(b.F32))})
+		rows = append(rows, errRow{b.Name, relErr(v, f64(b.F32))})
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].err > rows[j].err })
-	for i, rw := range rows {
-		if !(rw.err <= 5e-3) {
-			t.Errorf("%s: relative error %.3g > 5e-3", rw.name, rw.err)
-		} else if i < 5 {
-			t.Logf("worst: %s rel err %.2g", rw.name, rw.err)
-		}
-	}
+	checkErrs(t, rows, 5)
 }
 
 // TestResNet50Throughput prints training images/s (forward, backward, SGD with momentum) of
@@ -127,50 +100,27 @@ func TestResNet50Throughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := nn.NewModel(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const batch, warmup, steps = 64, 3, 10
-	shape := []int{batch, 3, 224, 224}
-	r := rand.New(rand.NewPCG(21, 22))
-	x := randn(r, batch*3*224*224, 1)
-	labels := make([]int32, batch)
-	for i := range labels {
-		labels[i] = int32(r.IntN(1000))
-	}
+	m, x, shape, labels := benchInputs(t, root, batch, 21, 22)
 	ctx := context.Background()
 	for _, mode := range []struct {
 		name string
 		dt   cuda.DType
 	}{{"float32", cuda.Float32}, {"autocast-fp16", cuda.Float16}, {"autocast-bf16", cuda.BFloat16}} {
-		g, err := gpuresnet.New(d, m, gpuresnet.WithAutocast(mode.dt))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var el time.Duration
-		for i := range warmup + steps {
-			start := time.Now()
-			res, err := g.Step(ctx, x, shape, labels, false)
-			if err == nil {
-				err = g.SGD(0.01, 0.9)
-			}
-			if err == nil {
-				err = d.Synchronize(ctx)
-			}
+		ips := func() float64 {
+			g, err := gpuresnet.New(d, m, gpuresnet.WithAutocast(mode.dt))
 			if err != nil {
-				g.Free()
-				t.Fatalf("%s step %d: %v", mode.name, i, err)
+				t.Fatal(err)
 			}
-			if math.IsNaN(float64(res.Loss)) {
-				t.Errorf("%s step %d: loss is NaN", mode.name, i)
-			}
-			if i >= warmup {
-				el += time.Since(start)
-			}
-		}
-		g.Free()
-		ips := float64(batch*steps) / el.Seconds()
+			defer g.Free()
+			return trainThroughput(t, d, mode.name, batch, warmup, steps, func() (float32, error) {
+				res, err := g.Step(ctx, x, shape, labels, false)
+				if err != nil {
+					return 0, err
+				}
+				return res.Loss, nil
+			}, g.SGD)
+		}()
 		st := d.MemoryStats()
 		impl, _ := d.ConvImplInUse()
 		t.Logf("resnet50 224x224 batch %d %s: %.1f images/s (input copy included, convolution by %v), peak device memory %.1f GiB",

@@ -3,11 +3,8 @@ package gpucheck
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"sort"
 	"testing"
-	"time"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/gpuswin"
@@ -93,11 +90,7 @@ func swinModelStepVsCPU(t *testing.T, d *cuda.Device, m *nn.Model, batch, h, w i
 	}
 	_, afterGPU := m.RNG.State()
 	m.RNG.SetState(seed, counter)
-	lf := make([]float32, len(labels))
-	for i, l := range labels {
-		lf[i] = float32(l)
-	}
-	cpu, err := models.Run(m, x, shape, lf, true)
+	cpu, err := models.Run(m, x, shape, floatLabels(labels), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,35 +99,13 @@ func swinModelStepVsCPU(t *testing.T, d *cuda.Device, m *nn.Model, batch, h, w i
 	} else {
 		t.Logf("drop-path streams drawn: %d", afterGPU-counter)
 	}
-	if e := relErr(res.Logits, f64(cpu.Logits)); !(e <= 5e-4) {
-		t.Errorf("logits: relative error %.3g > 5e-4", e)
-	} else {
-		t.Logf("logits rel err %.2g; loss GPU %.6f CPU %.6f", e, res.Loss, cpu.Loss)
-	}
-	if !(math.Abs(float64(res.Loss-cpu.Loss)) <= 5e-4*math.Max(1, math.Abs(float64(cpu.Loss)))) {
-		t.Errorf("loss GPU %v, CPU %v", res.Loss, cpu.Loss)
-	}
+	checkLogitsLoss(t, res.Logits, res.Loss, cpu)
 	ev, err := g.Eval(ctx, x, shape)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type row struct {
-		name string
-		err  float64
-	}
-	var rows []row
-	for _, e := range cpu.Grads {
-		p := m.Params.Param(e.Name)
-		rows = append(rows, row{e.Name, relErr(grad[p.Offset:p.Offset+len(e.F32)], f64(e.F32))})
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].err > rows[j].err })
-	for i, rw := range rows {
-		if !(rw.err <= 5e-3) {
-			t.Errorf("grad %s: relative error %.3g > 5e-3", rw.name, rw.err)
-		} else if i < 3 {
-			t.Logf("worst: grad %s rel err %.2g", rw.name, rw.err)
-		}
-	}
+	rows := gradErrs(m, grad, cpu)
+	checkErrs(t, rows, 3)
 	t.Logf("%d parameter gradients compared", len(rows))
 	return relErr(res.Logits, f64(ev))
 }
@@ -208,45 +179,21 @@ func TestSwinTThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := nn.NewModel(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const batch, warmup, steps = 32, 2, 8
-	shape := []int{batch, 3, 224, 224}
-	r := rand.New(rand.NewPCG(46, 47))
-	x := randn(r, batch*3*224*224, 1)
-	labels := make([]int32, batch)
-	for i := range labels {
-		labels[i] = int32(r.IntN(1000))
-	}
+	m, x, shape, labels := benchInputs(t, root, batch, 46, 47)
 	ctx := context.Background()
 	g, err := gpuswin.New(d, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Free()
-	var el time.Duration
-	for i := range warmup + steps {
-		start := time.Now()
+	ips := trainThroughput(t, d, "swin_t float32", batch, warmup, steps, func() (float32, error) {
 		res, err := g.Step(ctx, x, shape, labels, false)
-		if err == nil {
-			err = g.SGD(0.01, 0.9)
-		}
-		if err == nil {
-			err = d.Synchronize(ctx)
-		}
 		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
+			return 0, err
 		}
-		if math.IsNaN(float64(res.Loss)) {
-			t.Errorf("step %d: loss is NaN", i)
-		}
-		if i >= warmup {
-			el += time.Since(start)
-		}
-	}
-	ips := float64(batch*steps) / el.Seconds()
+		return res.Loss, nil
+	}, g.SGD)
 	t.Logf("swin_t 224x224 batch %d float32: %.1f images/s (input copy included), peak device memory %.1f GiB",
 		batch, ips, float64(d.MemoryStats().PeakInUse)/(1<<30))
 	fmt.Printf("{\"bench\":\"swin_t\",\"impl\":\"gp\",\"mode\":\"float32\",\"batch\":%d,\"image\":224,\"images_per_s\":%.1f}\n", batch, ips)

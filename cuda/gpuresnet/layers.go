@@ -4,47 +4,14 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/internal/modelstep"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 )
 
-// backFn maps the gradient of a layer's output to the gradient of its input, writing its
-// parameters' gradients on the way.
-type backFn func(dy *cuda.Tensor) (*cuda.Tensor, error)
-
-// tape owns the tensors of one step: activations, saved statistics and gradients, all freed
-// (returned to the device's cache) when the step ends. The first allocation error sticks.
-type tape struct {
-	d    *cuda.Device
-	eval bool // evaluation mode: batch norm uses the running statistics, no backward
-	ts   []*cuda.Tensor
-	free []func()
-	err  error
-}
-
-func (t *tape) alloc(dt cuda.DType, shape ...int) *cuda.Tensor {
-	if t.err != nil {
-		return nil
-	}
-	x, err := t.d.Alloc(dt, shape...)
-	if err != nil {
-		t.err = err
-		return nil
-	}
-	t.ts = append(t.ts, x)
-	return x
-}
-
-func (t *tape) keep(xs ...*cuda.Tensor) { t.ts = append(t.ts, xs...) }
-
-func (t *tape) release() {
-	for _, x := range t.ts {
-		x.Free()
-	}
-	for _, f := range t.free {
-		f()
-	}
-	t.ts, t.free = nil, nil
-}
+type (
+	backFn = modelstep.BackFn
+	tape   = modelstep.Tape
+)
 
 // forward runs the stem, the four stages, pooling and the classifier.
 func (r *ResNet) forward(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
@@ -81,42 +48,34 @@ func (r *ResNet) forward(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		var err error
-		for i := len(backs) - 1; i >= 0 && dy != nil; i-- {
-			if dy, err = backs[i](dy); err != nil {
-				return nil, err
-			}
-		}
-		return dy, nil
-	}, nil
+	return y, modelstep.Backward(backs), nil
 }
 
 // conv is a bias-free convolution with padding kernel/2; first marks the stem, whose input
 // gradient is not needed.
 func (r *ResNet) conv(t *tape, x *cuda.Tensor, name string, stride int, first bool) (*cuda.Tensor, backFn, error) {
-	w, ok := r.params[name+".weight"]
+	w, ok := r.st.Param[name+".weight"]
 	if !ok {
 		return nil, nil, fmt.Errorf("gpuresnet: no parameter %s.weight", name)
 	}
 	ws, xs := w.Shape(), x.Shape()
 	p := cuda.Conv2dParams{StrideH: stride, StrideW: stride, PadH: ws[2] / 2, PadW: ws[3] / 2}
 	oh, ow := p.OutSize(xs[2], xs[3], ws[2], ws[3])
-	y := t.alloc(cuda.Float32, xs[0], ws[0], oh, ow)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, xs[0], ws[0], oh, ow)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := r.d.Conv2d(y, x, w, p, r.amp); err != nil {
+	if err := r.st.Dev.Conv2d(y, x, w, p, r.amp); err != nil {
 		return nil, nil, fmt.Errorf("gpuresnet: %s: %w", name, err)
 	}
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
 		var dx *cuda.Tensor
 		if !first {
-			if dx = t.alloc(cuda.Float32, xs...); t.err != nil {
-				return nil, t.err
+			if dx = t.Alloc(cuda.Float32, xs...); t.Err != nil {
+				return nil, t.Err
 			}
 		}
-		if err := r.d.Conv2dBackward(dx, r.grads[name+".weight"], dy, x, w, p, r.amp); err != nil {
+		if err := r.st.Dev.Conv2dBackward(dx, r.st.Grad[name+".weight"], dy, x, w, p, r.amp); err != nil {
 			return nil, fmt.Errorf("gpuresnet: %s backward: %w", name, err)
 		}
 		return dx, nil
@@ -126,32 +85,32 @@ func (r *ResNet) conv(t *tape, x *cuda.Tensor, name string, stride int, first bo
 // bn is training-mode BatchNorm2d (eps 1e-5, momentum 0.1, as nn.BatchNorm2d's defaults).
 func (r *ResNet) bn(t *tape, x *cuda.Tensor, name string) (*cuda.Tensor, backFn, error) {
 	const eps, momentum = 1e-5, 0.1
-	g, b := r.params[name+".weight"], r.params[name+".bias"]
+	g, b := r.st.Param[name+".weight"], r.st.Param[name+".bias"]
 	if g == nil || b == nil {
 		return nil, nil, fmt.Errorf("gpuresnet: no parameters %s.weight/bias", name)
 	}
-	y := t.alloc(cuda.Float32, x.Shape()...)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, x.Shape()...)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if t.eval {
-		mean, v := r.bufs[name+".running_mean"], r.bufs[name+".running_var"]
-		if err := r.d.BatchNormApply(y, x, g, b, mean, v, eps); err != nil {
+	if !t.Train {
+		mean, v := r.st.Buf[name+".running_mean"], r.st.Buf[name+".running_var"]
+		if err := r.st.Dev.BatchNormApply(y, x, g, b, mean, v, eps); err != nil {
 			return nil, nil, fmt.Errorf("gpuresnet: %s: %w", name, err)
 		}
 		return y, nil, nil
 	}
-	saved, err := r.d.BatchNormTrain(y, x, g, b, r.bufs[name+".running_mean"], r.bufs[name+".running_var"], momentum, eps)
+	saved, err := r.st.Dev.BatchNormTrain(y, x, g, b, r.st.Buf[name+".running_mean"], r.st.Buf[name+".running_var"], momentum, eps)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpuresnet: %s: %w", name, err)
 	}
-	t.free = append(t.free, saved.Free)
+	t.OnRelease(saved.Free)
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, x.Shape()...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		if err := r.d.BatchNormBackward(dx, r.grads[name+".weight"], r.grads[name+".bias"], dy, x, g, saved, eps); err != nil {
+		if err := r.st.Dev.BatchNormBackward(dx, r.st.Grad[name+".weight"], r.st.Grad[name+".bias"], dy, x, g, saved, eps); err != nil {
 			return nil, fmt.Errorf("gpuresnet: %s backward: %w", name, err)
 		}
 		return dx, nil
@@ -159,41 +118,28 @@ func (r *ResNet) bn(t *tape, x *cuda.Tensor, name string) (*cuda.Tensor, backFn,
 }
 
 func (r *ResNet) relu(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
-	y := t.alloc(cuda.Float32, x.Shape()...)
-	if t.err != nil {
-		return nil, nil, t.err
-	}
-	if err := r.d.ReLU(y, x); err != nil {
-		return nil, nil, err
-	}
-	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
-		}
-		return dx, r.d.ReLUBackward(dx, dy, x)
-	}, nil
+	return modelstep.Pointwise(t, x, r.st.Dev.ReLU, r.st.Dev.ReLUBackward)
 }
 
 func (r *ResNet) maxpool(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
 	p := cuda.Conv2dParams{StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
 	xs := x.Shape()
 	oh, ow := p.OutSize(xs[2], xs[3], 3, 3)
-	y := t.alloc(cuda.Float32, xs[0], xs[1], oh, ow)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, xs[0], xs[1], oh, ow)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	arg, err := r.d.MaxPool2d(y, x, 3, 3, p)
+	arg, err := r.st.Dev.MaxPool2d(y, x, 3, 3, p)
 	if err != nil {
 		return nil, nil, err
 	}
-	t.keep(arg)
+	t.Keep(arg)
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, xs...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, xs...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		return dx, r.d.MaxPool2dBackward(dx, dy, arg)
+		return dx, r.st.Dev.MaxPool2dBackward(dx, dy, arg)
 	}, nil
 }
 
@@ -231,7 +177,7 @@ func (r *ResNet) block(t *tape, x *cuda.Tensor, prefix string, stride int) (*cud
 	}
 	id := x
 	var idBacks []backFn
-	if _, ok := r.params[prefix+".downsample.0.weight"]; ok {
+	if _, ok := r.st.Param[prefix+".downsample.0.weight"]; ok {
 		var b backFn
 		if id, b, err = r.conv(t, x, prefix+".downsample.0", stride, false); err != nil {
 			return nil, nil, err
@@ -242,11 +188,11 @@ func (r *ResNet) block(t *tape, x *cuda.Tensor, prefix string, stride int) (*cud
 		}
 		idBacks = append(idBacks, b)
 	}
-	sum := t.alloc(cuda.Float32, h.Shape()...)
-	if t.err != nil {
-		return nil, nil, t.err
+	sum := t.Alloc(cuda.Float32, h.Shape()...)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := r.d.Add(sum, h, id); err != nil {
+	if err := r.st.Dev.Add(sum, h, id); err != nil {
 		return nil, nil, fmt.Errorf("gpuresnet: %s residual: %w", prefix, err)
 	}
 	y, reluBack, err := r.relu(t, sum)
@@ -270,75 +216,75 @@ func (r *ResNet) block(t *tape, x *cuda.Tensor, prefix string, stride int) (*cud
 				return nil, err
 			}
 		}
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, x.Shape()...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		return dx, r.d.Add(dx, dm, did)
+		return dx, r.st.Dev.Add(dx, dm, did)
 	}, nil
 }
 
 // pool is the global average pool to [N, C].
 func (r *ResNet) pool(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
 	xs := x.Shape()
-	y := t.alloc(cuda.Float32, xs[0], xs[1])
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, xs[0], xs[1])
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := r.d.GlobalAvgPool(y, x); err != nil {
+	if err := r.st.Dev.GlobalAvgPool(y, x); err != nil {
 		return nil, nil, err
 	}
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, xs...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, xs...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		return dx, r.d.GlobalAvgPoolBackward(dx, dy)
+		return dx, r.st.Dev.GlobalAvgPoolBackward(dx, dy)
 	}, nil
 }
 
 // fc is the classifier: logits = x·Wᵀ + b, W [classes, features].
 func (r *ResNet) fc(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
-	w, b := r.params["fc.weight"], r.params["fc.bias"]
+	w, b := r.st.Param["fc.weight"], r.st.Param["fc.bias"]
 	if w == nil || b == nil {
 		return nil, nil, fmt.Errorf("gpuresnet: no parameters fc.weight/bias")
 	}
 	n := x.Shape()[0]
-	y := t.alloc(cuda.Float32, n, w.Shape()[0])
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, n, w.Shape()[0])
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
 	var err error
 	if r.amp == cuda.Float32 {
-		err = r.d.MatMul(y, x, w, false, true, 1, 0)
+		err = r.st.Dev.MatMul(y, x, w, false, true, 1, 0)
 	} else {
-		err = r.d.MatMulAutocast(y, x, w, false, true, format(r.amp))
+		err = r.st.Dev.MatMulAutocast(y, x, w, false, true, format(r.amp))
 	}
 	if err == nil {
-		err = r.d.AddBias(y, b)
+		err = r.st.Dev.AddBias(y, b)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpuresnet: fc: %w", err)
 	}
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, x.Shape()...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
 		var err error
 		if r.amp == cuda.Float32 {
-			err = r.d.MatMul(dx, dy, w, false, false, 1, 0)
+			err = r.st.Dev.MatMul(dx, dy, w, false, false, 1, 0)
 			if err == nil {
-				err = r.d.MatMul(r.grads["fc.weight"], dy, x, true, false, 1, 0)
+				err = r.st.Dev.MatMul(r.st.Grad["fc.weight"], dy, x, true, false, 1, 0)
 			}
 		} else {
-			err = r.d.MatMulAutocast(dx, dy, w, false, false, format(r.amp))
+			err = r.st.Dev.MatMulAutocast(dx, dy, w, false, false, format(r.amp))
 			if err == nil {
-				err = r.d.MatMulAutocast(r.grads["fc.weight"], dy, x, true, false, format(r.amp))
+				err = r.st.Dev.MatMulAutocast(r.st.Grad["fc.weight"], dy, x, true, false, format(r.amp))
 			}
 		}
 		if err == nil {
-			err = r.d.SumCols(r.grads["fc.bias"], dy)
+			err = r.st.Dev.SumCols(r.st.Grad["fc.bias"], dy)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("gpuresnet: fc backward: %w", err)

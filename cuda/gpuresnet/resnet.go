@@ -11,10 +11,10 @@ package gpuresnet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/internal/modelstep"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
 )
@@ -29,14 +29,9 @@ func WithAutocast(dt cuda.DType) Option { return func(r *ResNet) { r.amp = dt } 
 
 // ResNet is a ResNet's parameters, gradients and buffers on one device.
 type ResNet struct {
-	d      *cuda.Device
-	cfg    resnet.Config
-	ps     *nn.ParamSet
-	amp    cuda.DType
-	params map[string]*cuda.Tensor
-	grads  map[string]*cuda.Tensor
-	bufs   map[string]*cuda.Tensor
-	mom    map[string]*cuda.Tensor
+	st  *modelstep.State
+	cfg resnet.Config
+	amp cuda.DType
 }
 
 // New uploads m's parameters and float buffers to d. m.Root must be a *resnet.ResNet.
@@ -45,51 +40,26 @@ func New(d *cuda.Device, m *nn.Model, opts ...Option) (*ResNet, error) {
 	if !ok {
 		return nil, fmt.Errorf("gpuresnet: model root is %T, want *resnet.ResNet", m.Root)
 	}
-	r := &ResNet{d: d, cfg: root.Config(), ps: m.Params, amp: cuda.Float32,
-		params: map[string]*cuda.Tensor{}, grads: map[string]*cuda.Tensor{}, bufs: map[string]*cuda.Tensor{}, mom: map[string]*cuda.Tensor{}}
+	r := &ResNet{st: modelstep.NewState("gpuresnet", d, m.Params), cfg: root.Config(), amp: cuda.Float32}
 	for _, o := range opts {
 		o(r)
 	}
 	if r.cfg.Groups != 1 {
 		return nil, fmt.Errorf("gpuresnet: groups=%d: grouped convolution is not implemented on the GPU", r.cfg.Groups)
 	}
-	for _, p := range m.Params.Params {
-		t, err := d.FromHost(p.Data, p.Shape...)
-		if err != nil {
-			r.Free()
-			return nil, fmt.Errorf("gpuresnet: uploading %s: %w", p.Name, err)
-		}
-		r.params[p.Name] = t
-		g, err := d.Alloc(cuda.Float32, p.Shape...)
-		if err != nil {
-			r.Free()
-			return nil, fmt.Errorf("gpuresnet: gradient of %s: %w", p.Name, err)
-		}
-		r.grads[p.Name] = g
+	if err := r.st.Upload(); err != nil {
+		r.Free()
+		return nil, err
 	}
-	for _, b := range m.Params.Buffers {
-		if b.Data == nil {
-			continue
-		}
-		t, err := d.FromHost(b.Data, b.Shape...)
-		if err != nil {
-			r.Free()
-			return nil, fmt.Errorf("gpuresnet: uploading %s: %w", b.Name, err)
-		}
-		r.bufs[b.Name] = t
+	if err := r.st.UploadBuffers(); err != nil {
+		r.Free()
+		return nil, err
 	}
 	return r, nil
 }
 
 // Free releases the device tensors.
-func (r *ResNet) Free() {
-	for _, m := range []map[string]*cuda.Tensor{r.params, r.grads, r.bufs, r.mom} {
-		for k, t := range m {
-			t.Free()
-			delete(m, k)
-		}
-	}
-}
+func (r *ResNet) Free() { r.st.Free() }
 
 // Result is what a step returns to the host.
 type Result struct {
@@ -106,54 +76,43 @@ func (r *ResNet) Step(ctx context.Context, x []float32, shape []int, labels []in
 	if len(shape) != 4 || len(labels) != shape[0] {
 		return nil, fmt.Errorf("gpuresnet: input %v with %d labels", shape, len(labels))
 	}
-	d := r.d
-	in, err := d.FromHost(x, shape...)
+	d := r.st.Dev
+	t := &tape{D: d, Train: true}
+	defer t.Release()
+	in, err := t.Upload(x, shape...)
 	if err != nil {
 		return nil, err
 	}
-	lab, err := d.FromHostInt32(labels, len(labels))
+	lab, err := t.UploadLabels(labels)
 	if err != nil {
-		in.Free()
 		return nil, err
 	}
-	t := &tape{d: d}
-	defer t.release()
-	t.keep(in, lab)
 	logits, back, err := r.forward(t, in)
 	if err != nil {
 		return nil, err
 	}
 	n := shape[0]
-	loss := t.alloc(cuda.Float32, n)
-	dlogits := t.alloc(cuda.Float32, logits.Shape()...)
-	if t.err != nil {
-		return nil, t.err
+	loss := t.Alloc(cuda.Float32, n)
+	dlogits := t.Alloc(cuda.Float32, logits.Shape()...)
+	if t.Err != nil {
+		return nil, t.Err
 	}
 	prob, err := d.CrossEntropy(loss, logits, lab)
 	if err != nil {
 		return nil, err
 	}
-	t.keep(prob)
+	t.Keep(prob)
 	if err := d.CrossEntropyBackward(dlogits, prob, lab, 1/float32(n)); err != nil {
 		return nil, err
 	}
 	if _, err := back(dlogits); err != nil {
 		return nil, err
 	}
-	res := &Result{}
-	ls, err := loss.ToHost(ctx)
+	mean, out, err := modelstep.ReadLoss(ctx, loss, logits, withLogits)
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range ls {
-		res.Loss += v / float32(n)
-	}
-	if withLogits {
-		if res.Logits, err = logits.ToHost(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return &Result{Loss: mean, Logits: out}, nil
 }
 
 // Eval runs the forward pass in evaluation mode (batch norm with the running statistics) on
@@ -162,13 +121,12 @@ func (r *ResNet) Eval(ctx context.Context, x []float32, shape []int) ([]float32,
 	if len(shape) != 4 {
 		return nil, fmt.Errorf("gpuresnet: input %v, want [N,3,H,W]", shape)
 	}
-	in, err := r.d.FromHost(x, shape...)
+	t := &tape{D: r.st.Dev}
+	defer t.Release()
+	in, err := t.Upload(x, shape...)
 	if err != nil {
 		return nil, err
 	}
-	t := &tape{d: r.d, eval: true}
-	defer t.release()
-	t.keep(in)
 	logits, _, err := r.forward(t, in)
 	if err != nil {
 		return nil, err
@@ -178,33 +136,14 @@ func (r *ResNet) Eval(ctx context.Context, x []float32, shape []int) ([]float32,
 
 // SetParams uploads the model's parameters again (after an optimizer stepped them on the
 // host, e.g. under DDP with a host-side optimizer).
-func (r *ResNet) SetParams() error {
-	for _, p := range r.ps.Params {
-		if err := r.params[p.Name].CopyFrom(p.Data); err != nil {
-			return fmt.Errorf("gpuresnet: uploading %s: %w", p.Name, err)
-		}
-	}
-	return nil
-}
+func (r *ResNet) SetParams() error { return r.st.SetParams() }
 
 // Grads copies the gradients into grad, laid out as the model's nn.ParamSet.Grad.
-func (r *ResNet) Grads(ctx context.Context, grad []float32) error {
-	if len(grad) != len(r.ps.Grad) {
-		return fmt.Errorf("gpuresnet: gradient buffer of %d, want %d", len(grad), len(r.ps.Grad))
-	}
-	for _, p := range r.ps.Params {
-		g, err := r.grads[p.Name].ToHost(ctx)
-		if err != nil {
-			return fmt.Errorf("gpuresnet: gradient of %s: %w", p.Name, err)
-		}
-		copy(grad[p.Offset:p.Offset+len(p.Data)], g)
-	}
-	return nil
-}
+func (r *ResNet) Grads(ctx context.Context, grad []float32) error { return r.st.Grads(ctx, grad) }
 
 // Buffer copies a float buffer (BatchNorm running statistics) back to the host.
 func (r *ResNet) Buffer(ctx context.Context, name string) ([]float32, error) {
-	b, ok := r.bufs[name]
+	b, ok := r.st.Buf[name]
 	if !ok {
 		return nil, fmt.Errorf("gpuresnet: no buffer %q", name)
 	}
@@ -213,22 +152,4 @@ func (r *ResNet) Buffer(ctx context.Context, name string) ([]float32, error) {
 
 // SGD updates the parameters on the device as torch.optim.SGD with momentum (no weight
 // decay): buf = momentum*buf + grad; param -= lr*buf.
-func (r *ResNet) SGD(lr, momentum float32) error {
-	var errs []error
-	for _, p := range r.ps.Params {
-		g := r.grads[p.Name]
-		buf, ok := r.mom[p.Name]
-		if !ok {
-			var err error
-			if buf, err = r.d.Alloc(cuda.Float32, p.Shape...); err != nil {
-				return err
-			}
-			if err := r.d.Fill(buf, 0); err != nil {
-				return err
-			}
-			r.mom[p.Name] = buf
-		}
-		errs = append(errs, r.d.Axpby(buf, g, 1, momentum), r.d.Axpby(r.params[p.Name], buf, -lr, 1))
-	}
-	return errors.Join(errs...)
-}
+func (r *ResNet) SGD(lr, momentum float32) error { return r.st.SGD(lr, momentum) }

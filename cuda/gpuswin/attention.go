@@ -71,19 +71,19 @@ func (s *Swin) attention(t *tape, x *cuda.Tensor, prefix string, batch, h, w, di
 // windowCore maps q, k, v [3, B*nW, heads, N, d] to softmax(scale·Q·Kᵀ + bias + mask)·V
 // [B*nW, heads, N, d]. Its backward writes the bias table's gradient.
 func (s *Swin) windowCore(t *tape, qkv, table, rel, mask *cuda.Tensor, prefix, tableName string, bw, nW, heads, n, hd int) (*cuda.Tensor, backFn, error) {
-	d := s.d
+	d := s.st.Dev
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	b := bw * heads
 	m := b * n * hd
-	q, k, v := t.view(qkv, 0, b, n, hd), t.view(qkv, m, b, n, hd), t.view(qkv, 2*m, b, n, hd)
-	scores := t.alloc(cuda.Float32, b, n, n)
-	rows := t.alloc(cuda.Float32, n*n, heads)
-	bias := t.alloc(cuda.Float32, heads, n*n)
-	p := t.alloc(cuda.Float32, b, n, n)
-	o := t.alloc(cuda.Float32, bw, heads, n, hd)
-	ov := t.view(o, 0, b, n, hd)
-	if t.err != nil {
-		return nil, nil, t.err
+	q, k, v := t.View(qkv, 0, b, n, hd), t.View(qkv, m, b, n, hd), t.View(qkv, 2*m, b, n, hd)
+	scores := t.Alloc(cuda.Float32, b, n, n)
+	rows := t.Alloc(cuda.Float32, n*n, heads)
+	bias := t.Alloc(cuda.Float32, heads, n*n)
+	p := t.Alloc(cuda.Float32, b, n, n)
+	o := t.Alloc(cuda.Float32, bw, heads, n, hd)
+	ov := t.View(o, 0, b, n, hd)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
 	err := do(func() error { return d.MatMulBatched(scores, q, k, false, true, scale, 0) },
 		func() error { return d.GatherRows(rows, table, rel, heads) },
@@ -101,18 +101,18 @@ func (s *Swin) windowCore(t *tape, qkv, table, rel, mask *cuda.Tensor, prefix, t
 		return nil, nil, fmt.Errorf("gpuswin: %s attention on %d windows of %d tokens, %d heads: %w", prefix, bw, n, heads, err)
 	}
 	return o, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dqkv := t.alloc(cuda.Float32, qkv.Shape()...)
-		dq, dk, dv := t.view(dqkv, 0, b, n, hd), t.view(dqkv, m, b, n, hd), t.view(dqkv, 2*m, b, n, hd)
-		do3 := t.view(dy, 0, b, n, hd)
-		dp := t.alloc(cuda.Float32, b, n, n)
-		ds := t.alloc(cuda.Float32, b, n, n)
-		dsRows := t.view(ds, 0, bw, heads*n*n)
-		dbias := t.alloc(cuda.Float32, heads, n*n)
-		drows := t.alloc(cuda.Float32, n*n, heads)
-		if t.err != nil {
-			return nil, t.err
+		dqkv := t.Alloc(cuda.Float32, qkv.Shape()...)
+		dq, dk, dv := t.View(dqkv, 0, b, n, hd), t.View(dqkv, m, b, n, hd), t.View(dqkv, 2*m, b, n, hd)
+		do3 := t.View(dy, 0, b, n, hd)
+		dp := t.Alloc(cuda.Float32, b, n, n)
+		ds := t.Alloc(cuda.Float32, b, n, n)
+		dsRows := t.View(ds, 0, bw, heads*n*n)
+		dbias := t.Alloc(cuda.Float32, heads, n*n)
+		drows := t.Alloc(cuda.Float32, n*n, heads)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		dtable := s.grads[tableName]
+		dtable := s.st.Grad[tableName]
 		err := do(func() error { return d.MatMulBatched(dv, p, do3, true, false, 1, 0) }, // dV = Pᵀ·dO
 			func() error { return d.MatMulBatched(dp, do3, v, false, true, 1, 0) }, // dP = dO·Vᵀ
 			func() error { return d.SoftmaxBackward(ds, p, dp) },

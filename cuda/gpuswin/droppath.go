@@ -39,15 +39,15 @@ func (s *Swin) dropScales(t *tape, batch int) ([]*cuda.Tensor, error) {
 	if len(slots) == 0 {
 		return out, nil
 	}
-	all, err := t.upload(host, len(slots), batch)
+	all, err := upload(t, host, []int{len(slots), batch})
 	if err != nil {
 		return nil, err
 	}
 	for i, k := range slots {
-		out[k] = t.view(all, i*batch, batch)
+		out[k] = t.View(all, i*batch, batch)
 	}
-	if t.err != nil {
-		return nil, t.err
+	if t.Err != nil {
+		return nil, t.Err
 	}
 	st.commit()
 	return out, nil

@@ -24,7 +24,7 @@ func (s *Swin) index(k geomKey, build func() []int32) (*cuda.Tensor, error) {
 		return t, nil
 	}
 	v := build()
-	t, err := s.d.FromHostInt32(v, len(v))
+	t, err := s.st.Dev.FromHostInt32(v, len(v))
 	if err != nil {
 		return nil, fmt.Errorf("gpuswin: uploading an index of %d entries: %w", len(v), err)
 	}
@@ -41,7 +41,7 @@ func (s *Swin) maskTensor(g swin.Geometry, h, w, win int) (*cuda.Tensor, error) 
 		return t, nil
 	}
 	n := win * win
-	t, err := s.d.FromHost(g.Mask(), g.Windows(), n*n)
+	t, err := s.st.Dev.FromHost(g.Mask(), g.Windows(), n*n)
 	if err != nil {
 		return nil, fmt.Errorf("gpuswin: uploading an attention mask: %w", err)
 	}

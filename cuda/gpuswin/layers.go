@@ -4,67 +4,24 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/internal/modelstep"
 )
 
 // backFn maps the gradient of a layer's output to the gradient of its input (nil for the
 // patch embedding, whose input needs none), writing its parameters' gradients on the way.
-type backFn func(dy *cuda.Tensor) (*cuda.Tensor, error)
+type backFn = modelstep.BackFn
 
-// tape owns the tensors of one step: activations, saved statistics and gradients, all freed
-// (returned to the device's cache) when the step ends. The first allocation error sticks.
-type tape struct {
-	d     *cuda.Device
-	train bool // training mode: stochastic depth is drawn and applied
-	ts    []*cuda.Tensor
-	free  []func()
-	err   error
-}
+// tape owns a step's tensors; Train marks a training step, in which stochastic depth is
+// drawn and applied.
+type tape = modelstep.Tape
 
-func (t *tape) alloc(dt cuda.DType, shape ...int) *cuda.Tensor {
-	if t.err != nil {
-		return nil
-	}
-	x, err := t.d.Alloc(dt, shape...)
-	if err != nil {
-		t.err = err
-		return nil
-	}
-	t.ts = append(t.ts, x)
-	return x
-}
-
-// view reshapes (offset 0) or slices x; a failure sticks like an allocation's.
-func (t *tape) view(x *cuda.Tensor, offset int, shape ...int) *cuda.Tensor {
-	if t.err != nil || x == nil {
-		return nil
-	}
-	v, err := x.View(offset, shape...)
-	if err != nil {
-		t.err = err
-		return nil
-	}
-	return v
-}
-
-func (t *tape) upload(x []float32, shape ...int) (*cuda.Tensor, error) {
-	in, err := t.d.FromHost(x, shape...)
+// upload copies the input images to the device, owned by t.
+func upload(t *tape, x []float32, shape []int) (*cuda.Tensor, error) {
+	in, err := t.Upload(x, shape...)
 	if err != nil {
 		return nil, fmt.Errorf("gpuswin: input %v: %w", shape, err)
 	}
-	t.keep(in)
 	return in, nil
-}
-
-func (t *tape) keep(xs ...*cuda.Tensor) { t.ts = append(t.ts, xs...) }
-
-func (t *tape) release() {
-	for _, x := range t.ts {
-		x.Free()
-	}
-	for _, f := range t.free {
-		f()
-	}
-	t.ts, t.free = nil, nil
 }
 
 // do runs device operations in order and stops at the first error.
@@ -92,19 +49,11 @@ func chain(x *cuda.Tensor, ls ...layer) (*cuda.Tensor, backFn, error) {
 		backs = append(backs, b)
 		x = y
 	}
-	return x, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		var err error
-		for i := len(backs) - 1; i >= 0 && dy != nil; i-- {
-			if dy, err = backs[i](dy); err != nil {
-				return nil, err
-			}
-		}
-		return dy, nil
-	}, nil
+	return x, modelstep.Backward(backs), nil
 }
 
 func (s *Swin) param(name string) (*cuda.Tensor, error) {
-	p, ok := s.params[name]
+	p, ok := s.st.Param[name]
 	if !ok {
 		return nil, fmt.Errorf("gpuswin: no parameter %s", name)
 	}
@@ -127,30 +76,30 @@ func (s *Swin) linear(t *tape, x *cuda.Tensor, name string, bias bool) (*cuda.Te
 	if len(xs) != 2 || xs[1] != ws[1] {
 		return nil, nil, fmt.Errorf("gpuswin: %s (weight %v): input %v, want [rows, %d]", name, ws, xs, ws[1])
 	}
-	y := t.alloc(cuda.Float32, xs[0], ws[0])
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, xs[0], ws[0])
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := do(func() error { return s.d.MatMul(y, x, w, false, true, 1, 0) }, func() error {
+	if err := do(func() error { return s.st.Dev.MatMul(y, x, w, false, true, 1, 0) }, func() error {
 		if b == nil {
 			return nil
 		}
-		return s.d.AddBias(y, b)
+		return s.st.Dev.AddBias(y, b)
 	}); err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: %s: %w", name, err)
 	}
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, xs...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, xs...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		err := do(func() error { return s.d.MatMul(dx, dy, w, false, false, 1, 0) },
-			func() error { return s.d.MatMul(s.grads[name+".weight"], dy, x, true, false, 1, 0) },
+		err := do(func() error { return s.st.Dev.MatMul(dx, dy, w, false, false, 1, 0) },
+			func() error { return s.st.Dev.MatMul(s.st.Grad[name+".weight"], dy, x, true, false, 1, 0) },
 			func() error {
 				if b == nil {
 					return nil
 				}
-				return s.d.SumCols(s.grads[name+".bias"], dy)
+				return s.st.Dev.SumCols(s.st.Grad[name+".bias"], dy)
 			})
 		if err != nil {
 			return nil, fmt.Errorf("gpuswin: %s backward: %w", name, err)
@@ -170,21 +119,21 @@ func (s *Swin) layerNorm(t *tape, x *cuda.Tensor, name string) (*cuda.Tensor, ba
 	if err != nil {
 		return nil, nil, err
 	}
-	y := t.alloc(cuda.Float32, x.Shape()...)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, x.Shape()...)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	saved, err := s.d.LayerNorm(y, x, g, b, eps)
+	saved, err := s.st.Dev.LayerNorm(y, x, g, b, eps)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: %s (weight %v) on %v: %w", name, g.Shape(), x.Shape(), err)
 	}
-	t.free = append(t.free, saved.Free)
+	t.OnRelease(saved.Free)
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, x.Shape()...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		if err := s.d.LayerNormBackward(dx, s.grads[name+".weight"], s.grads[name+".bias"], dy, x, g, saved); err != nil {
+		if err := s.st.Dev.LayerNormBackward(dx, s.st.Grad[name+".weight"], s.st.Grad[name+".bias"], dy, x, g, saved); err != nil {
 			return nil, fmt.Errorf("gpuswin: %s backward: %w", name, err)
 		}
 		return dx, nil
@@ -192,37 +141,24 @@ func (s *Swin) layerNorm(t *tape, x *cuda.Tensor, name string) (*cuda.Tensor, ba
 }
 
 func (s *Swin) gelu(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
-	y := t.alloc(cuda.Float32, x.Shape()...)
-	if t.err != nil {
-		return nil, nil, t.err
-	}
-	if err := s.d.GELU(y, x); err != nil {
-		return nil, nil, err
-	}
-	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
-		}
-		return dx, s.d.GELUBackward(dx, dy, x)
-	}, nil
+	return modelstep.Pointwise(t, x, s.st.Dev.GELU, s.st.Dev.GELUBackward)
 }
 
 // gather is a row gather through a cached index; its backward scatter-adds into zeros.
 func (s *Swin) gather(t *tape, x *cuda.Tensor, idx *cuda.Tensor, rowLen int, what string, shape ...int) (*cuda.Tensor, backFn, error) {
-	y := t.alloc(cuda.Float32, shape...)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, shape...)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := s.d.GatherRows(y, x, idx, rowLen); err != nil {
+	if err := s.st.Dev.GatherRows(y, x, idx, rowLen); err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: %s %v -> %v: %w", what, x.Shape(), shape, err)
 	}
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, x.Shape()...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		if err := do(func() error { return s.d.Fill(dx, 0) }, func() error { return s.d.ScatterAddRows(dx, dy, idx, rowLen) }); err != nil {
+		if err := do(func() error { return s.st.Dev.Fill(dx, 0) }, func() error { return s.st.Dev.ScatterAddRows(dx, dy, idx, rowLen) }); err != nil {
 			return nil, fmt.Errorf("gpuswin: %s backward: %w", what, err)
 		}
 		return dx, nil
@@ -238,21 +174,21 @@ func (s *Swin) permute(t *tape, x *cuda.Tensor, in []int, perm []int, out []int)
 		ps[o] = in[p]
 		inv[p] = o
 	}
-	y := t.alloc(cuda.Float32, out...)
-	xv, yv := t.view(x, 0, in...), t.view(y, 0, ps...)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, out...)
+	xv, yv := t.View(x, 0, in...), t.View(y, 0, ps...)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := s.d.Permute(yv, xv, perm...); err != nil {
+	if err := s.st.Dev.Permute(yv, xv, perm...); err != nil {
 		return nil, nil, err
 	}
 	xs := x.Shape()
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dx := t.alloc(cuda.Float32, xs...)
-		dyv, dxv := t.view(dy, 0, ps...), t.view(dx, 0, in...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, xs...)
+		dyv, dxv := t.View(dy, 0, ps...), t.View(dx, 0, in...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		return dx, s.d.Permute(dxv, dyv, inv...)
+		return dx, s.st.Dev.Permute(dxv, dyv, inv...)
 	}, nil
 }

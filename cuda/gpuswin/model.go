@@ -25,7 +25,7 @@ func (s *Swin) forward(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error) {
 	}
 	batch, h, w := xs[0], xs[2]/c.PatchSize, xs[3]/c.PatchSize
 	scales := make([]*cuda.Tensor, 2*len(s.drop))
-	if t.train {
+	if t.Train {
 		var err error
 		if scales, err = s.dropScales(t, batch); err != nil {
 			return nil, nil, err
@@ -90,18 +90,18 @@ func (s *Swin) patchEmbed(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error)
 	p := cuda.Conv2dParams{StrideH: ws[2], StrideW: ws[3]}
 	oh, ow := p.OutSize(xs[2], xs[3], ws[2], ws[3])
 	n, ch := xs[0], ws[0]
-	y := t.alloc(cuda.Float32, n, ch, oh, ow)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, n, ch, oh, ow)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := s.d.Conv2d(y, x, w, p, cuda.Float32); err != nil {
+	if err := s.st.Dev.Conv2d(y, x, w, p, cuda.Float32); err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: %s (weight %v) on %v: %w", name, ws, xs, err)
 	}
 	tok, pback, err := s.permute(t, y, []int{n, ch, oh * ow}, []int{0, 2, 1}, []int{n * oh * ow, ch})
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: features.0.1 (permute): %w", err)
 	}
-	if err := s.d.AddBias(tok, b); err != nil {
+	if err := s.st.Dev.AddBias(tok, b); err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: %s bias: %w", name, err)
 	}
 	out, nback, err := s.layerNorm(t, tok, "features.0.2")
@@ -113,14 +113,14 @@ func (s *Swin) patchEmbed(t *tape, x *cuda.Tensor) (*cuda.Tensor, backFn, error)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.d.SumCols(s.grads[name+".bias"], dtok); err != nil {
+		if err := s.st.Dev.SumCols(s.st.Grad[name+".bias"], dtok); err != nil {
 			return nil, fmt.Errorf("gpuswin: %s bias backward: %w", name, err)
 		}
 		dconv, err := pback(dtok)
 		if err != nil {
 			return nil, fmt.Errorf("gpuswin: features.0.1 (permute) backward: %w", err)
 		}
-		if err := s.d.Conv2dBackward(nil, s.grads[name+".weight"], dconv, x, w, p, cuda.Float32); err != nil {
+		if err := s.st.Dev.Conv2dBackward(nil, s.st.Grad[name+".weight"], dconv, x, w, p, cuda.Float32); err != nil {
 			return nil, fmt.Errorf("gpuswin: %s backward: %w", name, err)
 		}
 		return nil, nil
@@ -171,24 +171,24 @@ func (s *Swin) residual(t *tape, x *cuda.Tensor, f layer, scale *cuda.Tensor, na
 		return nil, nil, err
 	}
 	if scale != nil {
-		if err := s.d.MulBroadcast(y, y, scale, batch, y.Len()/batch, 1); err != nil {
+		if err := s.st.Dev.MulBroadcast(y, y, scale, batch, y.Len()/batch, 1); err != nil {
 			return nil, nil, fmt.Errorf("gpuswin: %s on %v: %w", name, y.Shape(), err)
 		}
 	}
-	out := t.alloc(cuda.Float32, x.Shape()...)
-	if t.err != nil {
-		return nil, nil, t.err
+	out := t.Alloc(cuda.Float32, x.Shape()...)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := s.d.Add(out, x, y); err != nil {
+	if err := s.st.Dev.Add(out, x, y); err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: %s residual add %v + %v: %w", name, x.Shape(), y.Shape(), err)
 	}
 	return out, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
 		dbranch := dy
 		if scale != nil {
-			if dbranch = t.alloc(cuda.Float32, dy.Shape()...); t.err != nil {
-				return nil, t.err
+			if dbranch = t.Alloc(cuda.Float32, dy.Shape()...); t.Err != nil {
+				return nil, t.Err
 			}
-			if err := s.d.MulBroadcast(dbranch, dy, scale, batch, dy.Len()/batch, 1); err != nil {
+			if err := s.st.Dev.MulBroadcast(dbranch, dy, scale, batch, dy.Len()/batch, 1); err != nil {
 				return nil, fmt.Errorf("gpuswin: %s backward: %w", name, err)
 			}
 		}
@@ -196,11 +196,11 @@ func (s *Swin) residual(t *tape, x *cuda.Tensor, f layer, scale *cuda.Tensor, na
 		if err != nil {
 			return nil, err
 		}
-		dx := t.alloc(cuda.Float32, x.Shape()...)
-		if t.err != nil {
-			return nil, t.err
+		dx := t.Alloc(cuda.Float32, x.Shape()...)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		return dx, s.d.Add(dx, dy, df)
+		return dx, s.st.Dev.Add(dx, dy, df)
 	}, nil
 }
 
@@ -233,19 +233,19 @@ func (s *Swin) avgPool(t *tape, x *cuda.Tensor, batch, tokens, dim int) (*cuda.T
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: avgpool on %v: %w", x.Shape(), err)
 	}
-	y := t.alloc(cuda.Float32, batch, dim)
-	if t.err != nil {
-		return nil, nil, t.err
+	y := t.Alloc(cuda.Float32, batch, dim)
+	if t.Err != nil {
+		return nil, nil, t.Err
 	}
-	if err := s.d.GlobalAvgPool(y, nchw); err != nil {
+	if err := s.st.Dev.GlobalAvgPool(y, nchw); err != nil {
 		return nil, nil, fmt.Errorf("gpuswin: avgpool on %v: %w", x.Shape(), err)
 	}
 	return y, func(dy *cuda.Tensor) (*cuda.Tensor, error) {
-		dn := t.alloc(cuda.Float32, batch, dim, tokens, 1)
-		if t.err != nil {
-			return nil, t.err
+		dn := t.Alloc(cuda.Float32, batch, dim, tokens, 1)
+		if t.Err != nil {
+			return nil, t.Err
 		}
-		if err := s.d.GlobalAvgPoolBackward(dn, dy); err != nil {
+		if err := s.st.Dev.GlobalAvgPoolBackward(dn, dy); err != nil {
 			return nil, fmt.Errorf("gpuswin: avgpool backward: %w", err)
 		}
 		return pback(dn)

@@ -24,10 +24,10 @@ package gpuswin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/internal/modelstep"
 	"github.com/gorgonia-parallel/gp/models/swin"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -35,16 +35,12 @@ import (
 
 // Swin is a Swin Transformer's parameters and gradients on one device.
 type Swin struct {
-	d      *cuda.Device
-	cfg    swin.Config
-	drop   []float64 // stochastic-depth probability of each block, in order
-	ps     *nn.ParamSet
-	rng    *ops.RNG
-	params map[string]*cuda.Tensor
-	grads  map[string]*cuda.Tensor
-	rel    map[string]*cuda.Tensor // Int32 relative_position_index of each attention layer
-	geom   map[geomKey]*cuda.Tensor
-	mom    map[string]*cuda.Tensor
+	st   *modelstep.State
+	cfg  swin.Config
+	drop []float64 // stochastic-depth probability of each block, in order
+	rng  *ops.RNG
+	rel  map[string]*cuda.Tensor // Int32 relative_position_index of each attention layer
+	geom map[geomKey]*cuda.Tensor
 }
 
 // New uploads m's parameters and relative-position index buffers to d. m.Root must be a
@@ -54,22 +50,11 @@ func New(d *cuda.Device, m *nn.Model) (*Swin, error) {
 	if !ok {
 		return nil, fmt.Errorf("gpuswin: model root is %T, want *swin.Swin", m.Root)
 	}
-	s := &Swin{d: d, cfg: root.Config(), drop: root.DropPathProbs(), ps: m.Params, rng: m.RNG,
-		params: map[string]*cuda.Tensor{}, grads: map[string]*cuda.Tensor{}, rel: map[string]*cuda.Tensor{},
-		geom: map[geomKey]*cuda.Tensor{}, mom: map[string]*cuda.Tensor{}}
-	for _, p := range m.Params.Params {
-		t, err := d.FromHost(p.Data, p.Shape...)
-		if err != nil {
-			s.Free()
-			return nil, fmt.Errorf("gpuswin: uploading %s: %w", p.Name, err)
-		}
-		s.params[p.Name] = t
-		g, err := d.Alloc(cuda.Float32, p.Shape...)
-		if err != nil {
-			s.Free()
-			return nil, fmt.Errorf("gpuswin: gradient of %s: %w", p.Name, err)
-		}
-		s.grads[p.Name] = g
+	s := &Swin{st: modelstep.NewState("gpuswin", d, m.Params), cfg: root.Config(), drop: root.DropPathProbs(), rng: m.RNG,
+		rel: map[string]*cuda.Tensor{}, geom: map[geomKey]*cuda.Tensor{}}
+	if err := s.st.Upload(); err != nil {
+		s.Free()
+		return nil, err
 	}
 	for _, b := range m.Params.Buffers {
 		if b.Int64 == nil {
@@ -92,7 +77,7 @@ func (s *Swin) uploadIndex(b *nn.Buffer) (*cuda.Tensor, error) {
 	if len(b.Name) < len(suffix) || b.Name[len(b.Name)-len(suffix):] != suffix {
 		return nil, fmt.Errorf("gpuswin: unexpected int64 buffer %s", b.Name)
 	}
-	table := s.ps.Param(b.Name[:len(b.Name)-len(suffix)] + "relative_position_bias_table")
+	table := s.st.PS.Param(b.Name[:len(b.Name)-len(suffix)] + "relative_position_bias_table")
 	if table == nil || len(table.Shape) != 2 {
 		return nil, fmt.Errorf("gpuswin: %s has no bias table beside it", b.Name)
 	}
@@ -103,7 +88,7 @@ func (s *Swin) uploadIndex(b *nn.Buffer) (*cuda.Tensor, error) {
 		}
 		v[i] = int32(j)
 	}
-	t, err := s.d.FromHostInt32(v, len(v))
+	t, err := s.st.Dev.FromHostInt32(v, len(v))
 	if err != nil {
 		return nil, fmt.Errorf("gpuswin: uploading %s: %w", b.Name, err)
 	}
@@ -112,16 +97,9 @@ func (s *Swin) uploadIndex(b *nn.Buffer) (*cuda.Tensor, error) {
 
 // Free releases the device tensors.
 func (s *Swin) Free() {
-	for _, m := range []map[string]*cuda.Tensor{s.params, s.grads, s.rel, s.mom} {
-		for k, t := range m {
-			t.Free()
-			delete(m, k)
-		}
-	}
-	for k, t := range s.geom {
-		t.Free()
-		delete(s.geom, k)
-	}
+	s.st.Free()
+	modelstep.FreeAll(s.rel)
+	modelstep.FreeAll(s.geom)
 }
 
 // Result is what a step returns to the host.
@@ -139,53 +117,43 @@ func (s *Swin) Step(ctx context.Context, x []float32, shape []int, labels []int3
 	if len(shape) != 4 || len(labels) != shape[0] {
 		return nil, fmt.Errorf("gpuswin: input %v with %d labels", shape, len(labels))
 	}
-	d := s.d
-	t := &tape{d: d, train: true}
-	defer t.release()
-	in, err := t.upload(x, shape...)
+	d := s.st.Dev
+	t := &tape{D: d, Train: true}
+	defer t.Release()
+	in, err := upload(t, x, shape)
 	if err != nil {
 		return nil, err
 	}
-	lab, err := d.FromHostInt32(labels, len(labels))
+	lab, err := t.UploadLabels(labels)
 	if err != nil {
 		return nil, err
 	}
-	t.keep(lab)
 	logits, back, err := s.forward(t, in)
 	if err != nil {
 		return nil, err
 	}
 	n := shape[0]
-	loss := t.alloc(cuda.Float32, n)
-	dlogits := t.alloc(cuda.Float32, logits.Shape()...)
-	if t.err != nil {
-		return nil, t.err
+	loss := t.Alloc(cuda.Float32, n)
+	dlogits := t.Alloc(cuda.Float32, logits.Shape()...)
+	if t.Err != nil {
+		return nil, t.Err
 	}
 	prob, err := d.CrossEntropy(loss, logits, lab)
 	if err != nil {
 		return nil, fmt.Errorf("gpuswin: loss on logits %v: %w", logits.Shape(), err)
 	}
-	t.keep(prob)
+	t.Keep(prob)
 	if err := d.CrossEntropyBackward(dlogits, prob, lab, 1/float32(n)); err != nil {
 		return nil, fmt.Errorf("gpuswin: loss backward: %w", err)
 	}
 	if _, err := back(dlogits); err != nil {
 		return nil, err
 	}
-	res := &Result{}
-	ls, err := loss.ToHost(ctx)
+	mean, out, err := modelstep.ReadLoss(ctx, loss, logits, withLogits)
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range ls {
-		res.Loss += v / float32(n)
-	}
-	if withLogits {
-		if res.Logits, err = logits.ToHost(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return &Result{Loss: mean, Logits: out}, nil
 }
 
 // Eval runs the forward pass in evaluation mode (no stochastic depth) on images x
@@ -194,9 +162,9 @@ func (s *Swin) Eval(ctx context.Context, x []float32, shape []int) ([]float32, e
 	if len(shape) != 4 {
 		return nil, fmt.Errorf("gpuswin: input %v, want [N,3,H,W]", shape)
 	}
-	t := &tape{d: s.d}
-	defer t.release()
-	in, err := t.upload(x, shape...)
+	t := &tape{D: s.st.Dev}
+	defer t.Release()
+	in, err := upload(t, x, shape)
 	if err != nil {
 		return nil, err
 	}
@@ -209,48 +177,11 @@ func (s *Swin) Eval(ctx context.Context, x []float32, shape []int) ([]float32, e
 
 // SetParams uploads the model's parameters again (after an optimizer stepped them on the
 // host, e.g. under DDP with a host-side optimizer).
-func (s *Swin) SetParams() error {
-	for _, p := range s.ps.Params {
-		if err := s.params[p.Name].CopyFrom(p.Data); err != nil {
-			return fmt.Errorf("gpuswin: uploading %s: %w", p.Name, err)
-		}
-	}
-	return nil
-}
+func (s *Swin) SetParams() error { return s.st.SetParams() }
 
 // Grads copies the gradients into grad, laid out as the model's nn.ParamSet.Grad.
-func (s *Swin) Grads(ctx context.Context, grad []float32) error {
-	if len(grad) != len(s.ps.Grad) {
-		return fmt.Errorf("gpuswin: gradient buffer of %d, want %d", len(grad), len(s.ps.Grad))
-	}
-	for _, p := range s.ps.Params {
-		g, err := s.grads[p.Name].ToHost(ctx)
-		if err != nil {
-			return fmt.Errorf("gpuswin: gradient of %s: %w", p.Name, err)
-		}
-		copy(grad[p.Offset:p.Offset+len(p.Data)], g)
-	}
-	return nil
-}
+func (s *Swin) Grads(ctx context.Context, grad []float32) error { return s.st.Grads(ctx, grad) }
 
 // SGD updates the parameters on the device as torch.optim.SGD with momentum (no weight
 // decay): buf = momentum*buf + grad; param -= lr*buf.
-func (s *Swin) SGD(lr, momentum float32) error {
-	var errs []error
-	for _, p := range s.ps.Params {
-		g := s.grads[p.Name]
-		buf, ok := s.mom[p.Name]
-		if !ok {
-			var err error
-			if buf, err = s.d.Alloc(cuda.Float32, p.Shape...); err != nil {
-				return err
-			}
-			if err := s.d.Fill(buf, 0); err != nil {
-				return err
-			}
-			s.mom[p.Name] = buf
-		}
-		errs = append(errs, s.d.Axpby(buf, g, 1, momentum), s.d.Axpby(s.params[p.Name], buf, -lr, 1))
-	}
-	return errors.Join(errs...)
-}
+func (s *Swin) SGD(lr, momentum float32) error { return s.st.SGD(lr, momentum) }
