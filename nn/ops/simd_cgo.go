@@ -114,6 +114,23 @@ func simdIm2colShift(g *convGeom, sc *convScratch, x, col []float32, ld, lo, hi 
 		C.long(g.H*g.W), i32p(sc.shift), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(sc.shiftMask))))
 }
 
+// simdCol2imShift is col2imRange for float32 on AVX-512 when convShiftable(g), through
+// sc.shiftTable(g)'s tables (which must be built).
+func simdCol2imShift(g *convGeom, sc *convScratch, col, dx []float32, ld, lo, hi int) {
+	P := g.OH * g.OW
+	if lo >= hi {
+		return
+	}
+	_ = dx[hi*g.H*g.W-1]
+	if P == 0 {
+		clear(dx[lo*g.H*g.W : hi*g.H*g.W])
+		return
+	}
+	_ = col[(hi*g.KH*g.KW-1)*ld+P-1]
+	C.gp_col2im_shift(f32p(col), f32p(dx), C.long(ld), C.int(lo), C.int(hi), C.int(g.KH*g.KW), C.long(P),
+		C.long(g.H*g.W), i32p(sc.shift), (*C.ushort)(unsafe.Pointer(unsafe.SliceData(sc.shiftMask))))
+}
+
 // simdCol2imIndexedAdd is col2imIndexedAdd for float32 on AVX-512.
 func simdCol2imIndexedAdd(idx []int32, P int, col, dx []float32, ld int) {
 	if len(idx) == 0 || P == 0 {

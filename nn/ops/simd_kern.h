@@ -137,6 +137,29 @@ static void gp_im2col_shift(const float *x, float *col, long ld, int lo, int hi,
 	}
 }
 
+// gp_col2im_shift is col2imRange for gp_im2col_shift's geometries: planes [lo, hi) of dx
+// are zeroed, then row (c, q) of col is added into channel c's plane at offset shift[q], the
+// lanes in the padding masked off; rows in the order of col2imRange, so the sums are the
+// same.
+static void gp_col2im_shift(const float *col, float *dx, long ld, int lo, int hi, int kk, long P,
+			    long hw, const int *shift, const unsigned short *mask) {
+	long nch = (P + 15) / 16;
+	gp_zero(dx + lo * hw, (hi - lo) * hw);
+	for (int c = lo; c < hi; c++) {
+		float *xc = dx + c * hw;
+		for (int q = 0; q < kk; q++) {
+			const float *sp = col + ((long)c * kk + q) * ld;
+			float *d = xc + shift[q];
+			const unsigned short *m = mask + q * nch;
+			for (long k = 0; k < P; k += 16) {
+				__mmask16 mk = m[k / 16];
+				__m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, d + k), _mm512_maskz_loadu_ps(mk, sp + k));
+				_mm512_mask_storeu_ps(d + k, mk, v);
+			}
+		}
+	}
+}
+
 // gp_im2col is im2colRange.
 static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int lo, int hi) {
 	long row = (long)lo * g->KH * g->KW, hw = (long)g->H * g->W;

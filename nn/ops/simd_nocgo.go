@@ -18,6 +18,9 @@ func simdIm2colRange(g *convGeom, x, col []float32, ld, lo, hi int) {
 func simdIm2colShift(g *convGeom, sc *convScratch, x, col []float32, ld, lo, hi int) {
 	im2colRange(g, x, col, ld, lo, hi)
 }
+func simdCol2imShift(g *convGeom, sc *convScratch, col, dx []float32, ld, lo, hi int) {
+	col2imRange(g, col, dx, ld, lo, hi)
+}
 func simdCol2imRange(g *convGeom, col, dx []float32, ld, lo, hi int) {
 	col2imRange(g, col, dx, ld, lo, hi)
 }

@@ -147,6 +147,18 @@ func TestSimdIm2colMatchesGo(t *testing.T) {
 			col2imRange(&g, col, dw, ld, lo, hi)
 			simdCol2imRange(&g, col, dg, ld, lo, hi)
 			eqCheck(t, gi, "col2im", dw, dg)
+			if convShiftable(&g) {
+				for i := range dg {
+					dg[i] = 5
+				}
+				simdCol2imShift(&g, &sc, col, dg, ld, lo, hi)
+				eqCheck(t, gi, "col2im shift", dw, dg)
+				for i := range dg {
+					dg[i] = 5
+				}
+				convCol2imRange(&g, &sc, convIndexed(&g), col, dg, ld, lo, hi)
+				eqCheck(t, gi, "convCol2imRange (shift)", dw, dg)
+			}
 			kk := g.KH * g.KW
 			for i := range dw {
 				dw[i], dg[i] = 5, 5
