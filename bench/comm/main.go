@@ -20,9 +20,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
@@ -278,14 +278,14 @@ func worker() error {
 				if err := g.Barrier().Wait(ctx); err != nil {
 					return err
 				}
-				start, cpu0 := time.Now(), cpuTime()
+				start, cpu0 := time.Now(), benchutil.CPUSeconds()
 				for range iters {
 					if err := fn().Wait(ctx); err != nil {
 						return err
 					}
 				}
 				lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
-				cpu[0] += (cpuTime() - cpu0) / float64(iters*len(lats))
+				cpu[0] += (benchutil.CPUSeconds() - cpu0) / float64(iters*len(lats))
 				if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
 					return err
 				}
@@ -318,15 +318,6 @@ func loadavg() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
-}
-
-// cpuTime is the CPU time (user and system) this process has used, in seconds.
-func cpuTime() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // benchOptions are the group options; GP_BENCH_STREAMS and GP_BENCH_CHUNK override the

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -22,18 +21,15 @@ import (
 	"io"
 	"log"
 	"math/rand"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
-	"github.com/gorgonia-parallel/gp/internal/stats"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -111,17 +107,17 @@ func run(p params, procs, reps int, py, out string) error {
 	var r0 result
 	var cpu [3]float64
 	for rep := range reps {
-		plain, err := launch(1, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+		plain, err := launchRanks(1, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
 		if err != nil {
 			return fmt.Errorf("plain process: %w", err)
 		}
-		dist, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=ddp", "GP_RDZV_SECRET=bench-ddp"))
+		dist, err := launchRanks(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=ddp", "GP_RDZV_SECRET=bench-ddp"))
 		if err != nil {
 			return fmt.Errorf("DDP world 2: %w", err)
 		}
 		// Two plain processes at once, without any communication: what two ranks sharing
 		// this machine's cores, caches and memory bandwidth can reach at best.
-		pair, err := launch(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+		pair, err := launchRanks(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
 		if err != nil {
 			return fmt.Errorf("two plain processes: %w", err)
 		}
@@ -130,13 +126,13 @@ func run(p params, procs, reps int, py, out string) error {
 		effs, ceilings = append(effs, thrDDP/(2*thrPlain)), append(ceilings, thrPair/(2*thrPlain))
 		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f)", rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep])
 		if torchNote == "" {
-			tp, err := launch(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
+			tp, err := launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
 			var td []result
 			if err == nil {
-				td, err = launch(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo"))
+				td, err = launchRanks(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo"))
 			}
 			if err != nil {
-				torchNote = "PyTorch unavailable: " + firstLine(err.Error())
+				torchNote = "PyTorch unavailable: " + benchutil.FirstLine(err.Error())
 			} else {
 				tPlain, tDDP := throughput(tp), throughput(td)
 				tPlains, tDists, tEffs = append(tPlains, tPlain), append(tDists, tDDP), append(tEffs, tDDP/(2*tPlain))
@@ -151,17 +147,17 @@ func run(p params, procs, reps int, py, out string) error {
 			}
 		}
 	}
-	eff, ceiling := stats.Median(effs), stats.Median(ceilings)
+	eff, ceiling := benchutil.Median(effs), benchutil.Median(ceilings)
 	var torchEff any
 	if torchNote == "" {
-		torchEff = stats.Median(tEffs)
+		torchEff = benchutil.Median(tEffs)
 	}
 	fmt.Println()
 	fmt.Printf("%-34s %14s %14s\n", fmt.Sprintf("median of %d repetitions", reps), "ours (Go)", "PyTorch (gloo)")
-	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", stats.Median(plains), num(stats.Median(tPlains), torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", stats.Median(dists), num(stats.Median(tDists), torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", benchutil.Median(plains), num(benchutil.Median(tPlains), torchNote))
+	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", benchutil.Median(dists), num(benchutil.Median(tDists), torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", stats.Median(pairs), "")
+	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", benchutil.Median(pairs), "")
 	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, "")
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
@@ -172,8 +168,8 @@ func run(p params, procs, reps int, py, out string) error {
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
-	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": stats.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
-		"imgs_per_s_plain": stats.Median(plains), "imgs_per_s_ddp2": stats.Median(dists), "torch_imgs_per_s_plain": stats.Median(tPlains), "torch_imgs_per_s_ddp2": stats.Median(tDists),
+	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
+		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
 		"efficiency_per_repetition": effs, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
@@ -209,64 +205,6 @@ func numAny(v any, note string) string {
 		return fmt.Sprintf("%.3f", f)
 	}
 	return "n/a"
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-// launch starts n processes (torchrun environment on 127.0.0.1, an OS-assigned port) and
-// returns the JSON result line of each.
-func launch(n int, cmdline func(rank int) []string, args, env []string) ([]result, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range n {
-		c := cmdline(r)
-		cmd := exec.CommandContext(ctx, c[0], append(c[1:], args...)...)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Env = append(cmd.Env, "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
-		outs[r] = new(bytes.Buffer)
-		cmd.Stdout = outs[r]
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		cmds[r] = cmd
-	}
-	var errs []string
-	res := make([]result, n)
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Sprintf("rank %d: %v", r, err))
-			continue
-		}
-		sc := bufio.NewScanner(outs[r])
-		found := false
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &res[r]) == nil {
-				found = true
-			}
-		}
-		if !found {
-			errs = append(errs, fmt.Sprintf("rank %d printed no result: %q", r, outs[r].String()))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return res, nil
 }
 
 // child is one benchmark process: "plain" (no DDP) or "ddp" (a rank of the torchrun env).
@@ -391,14 +329,14 @@ func child(role string, p params) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cpu0 := cpuSeconds()
+	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()
 	for range p.steps {
 		if err := step(); err != nil {
 			return err
 		}
 	}
-	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps, CPU: cpuSeconds() - cpu0}
+	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps, CPU: benchutil.CPUSeconds() - cpu0}
 	if d != nil {
 		s := d.Timeline().Summary()
 		res.Buckets, res.Overlap = len(d.Buckets()), s.OverlapFraction
@@ -464,11 +402,7 @@ func writeTrace(ctx context.Context, d *ddp.DDP, merged string) error {
 	return out.Close()
 }
 
-// cpuSeconds is the user+system CPU time this process has used so far.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+// launchRanks runs n benchmark processes as one job (benchutil.Launch, 10 minutes at most).
+func launchRanks(n int, cmdline func(rank int) []string, args, env []string) ([]result, error) {
+	return benchutil.Launch[result](n, cmdline, args, env, 10*time.Minute)
 }

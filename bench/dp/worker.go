@@ -8,9 +8,9 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"syscall"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -113,7 +113,7 @@ func timeSteps(w workload, meas *measurement, step func() error) error {
 	var cpu0 float64
 	for i := 0; i < w.warmup+w.steps; i++ {
 		if i == w.warmup {
-			cpu0 = cpuSeconds()
+			cpu0 = benchutil.CPUSeconds()
 		}
 		t := time.Now()
 		if err := step(); err != nil {
@@ -123,22 +123,13 @@ func timeSteps(w workload, meas *measurement, step func() error) error {
 			times = append(times, since(t))
 		}
 	}
-	meas.CPUS = (cpuSeconds() - cpu0) / float64(w.steps)
+	meas.CPUS = (benchutil.CPUSeconds() - cpu0) / float64(w.steps)
 	for _, t := range times {
 		meas.MeanStepS += t / float64(len(times))
 	}
 	slices.Sort(times)
 	meas.StepS = times[len(times)/2]
 	return nil
-}
-
-// cpuSeconds is the CPU time this process has used.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // masterBytes is what a process that owns the model holds besides its graph: parameters,

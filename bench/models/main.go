@@ -25,9 +25,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/internal/simd"
-	"github.com/gorgonia-parallel/gp/internal/stats"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -160,14 +160,14 @@ func parent(threadList, archs, out string) error {
 					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
 				}
 			}
-			goOut, goCPU := stats.Median(gos), stats.Median(gcpus)
+			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
 			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios}
 			torchCol, ratioCol := "", ""
 			if terr != nil {
-				row.Torch = "unavailable: " + firstLine(terr.Error())
+				row.Torch = "unavailable: " + benchutil.FirstLine(terr.Error())
 				torchCol, ratioCol = "n/a (no torch)", "n/a"
 			} else {
-				tv, tCPU, r := stats.Median(tvs), stats.Median(tcpus), stats.Median(ratios)
+				tv, tCPU, r := benchutil.Median(tvs), benchutil.Median(tcpus), benchutil.Median(ratios)
 				row.TorchImgsPerS, row.Ratio, row.TorchCPUPerStep = &tv, &r, &tCPU
 				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
 			}
@@ -236,13 +236,6 @@ func runChild(env []string, name string, args ...string) (ips, cpu float64, err 
 	return ips, cpu, err
 }
 
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
 // measure builds arch (1000 classes, seed 0) and times training steps on the inputs the
 // parent wrote (regenerated here from the same seed).
 func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float64, err error) {
@@ -296,7 +289,7 @@ func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float
 			return 0, 0, err
 		}
 	}
-	cpu0 := cpuSeconds()
+	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()
 	for range steps {
 		if err := step(); err != nil {
@@ -304,7 +297,7 @@ func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float
 		}
 	}
 	ips = float64(batch*steps) / time.Since(start).Seconds()
-	return ips, (cpuSeconds() - cpu0) / float64(steps), nil
+	return ips, (benchutil.CPUSeconds() - cpu0) / float64(steps), nil
 }
 
 // sgdMomentum is torch.optim.SGD's step with momentum (no dampening or weight decay):

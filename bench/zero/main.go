@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,9 +19,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -31,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -150,53 +148,6 @@ func run(p params, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(b, '\n'), 0o644)
-}
-
-// launch runs n ranks of this binary over loopback and returns each rank's JSON row.
-func launch(self string, n int, args, env []string) ([]row, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range n {
-		cmd := exec.CommandContext(ctx, self, args...)
-		cmd.Env = append(append(os.Environ(), env...), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
-		outs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[r], os.Stderr
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		cmds[r] = cmd
-	}
-	res := make([]row, n)
-	var errs []string
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Sprintf("rank %d: %v", r, err))
-			continue
-		}
-		found := false
-		sc := bufio.NewScanner(outs[r])
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &res[r]) == nil {
-				found = true
-			}
-		}
-		if !found {
-			errs = append(errs, fmt.Sprintf("rank %d printed no result: %q", r, outs[r].String()))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return res, nil
 }
 
 func build(batch, size int) nn.BuildFunc {
@@ -407,4 +358,9 @@ func faults() (minflt, majflt int64) {
 	minflt, _ = strconv.ParseInt(f[7], 10, 64)
 	majflt, _ = strconv.ParseInt(f[9], 10, 64)
 	return minflt, majflt
+}
+
+// launch runs n ranks of this program with args (benchutil.Launch, 15 minutes at most).
+func launch(self string, n int, args, env []string) ([]row, error) {
+	return benchutil.Launch[row](n, func(int) []string { return []string{self} }, args, env, 15*time.Minute)
 }
