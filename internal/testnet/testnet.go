@@ -4,8 +4,11 @@
 package testnet
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
+	"sync"
+	"time"
 
 	"github.com/gorgonia-parallel/gp/nn"
 )
@@ -68,4 +71,32 @@ func Rel(a, b []float32) float64 {
 		return math.Sqrt(num)
 	}
 	return math.Sqrt(num / den)
+}
+
+// EachRank runs fn for ranks 0..n-1 concurrently (in-process ranks of one group) and
+// returns the first error, naming its rank. A hang fails after timeout instead of blocking
+// the test.
+func EachRank(n int, timeout time.Duration, fn func(r int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return fmt.Errorf("ranks did not finish within %v (hang)", timeout)
+	}
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
 }

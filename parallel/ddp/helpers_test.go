@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -162,32 +161,9 @@ func newCluster(t testing.TB, groups []comm.Group, bn bool, per int, opts ...Opt
 	return c
 }
 
-// each runs fn for every rank concurrently and returns the first error, with a deadline so
-// that a hang fails the test instead of blocking it.
+// each runs fn for every rank concurrently and returns the first error, failing on a hang.
 func (c *cluster) each(fn func(r int) error) error {
-	n := len(c.groups)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		return fmt.Errorf("ranks did not finish within 60s (hang)")
-	}
-	for r, err := range errs {
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", r, err)
-		}
-	}
-	return nil
+	return testnet.EachRank(len(c.groups), 60*time.Second, fn)
 }
 
 // train runs steps synchronised steps of micro micro-batches (the first micro-1 under

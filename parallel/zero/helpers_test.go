@@ -3,7 +3,6 @@ package zero
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/testnet"
@@ -77,30 +76,7 @@ func reference(bn bool, world, per, steps int) (*nn.Model, error) {
 }
 
 // each runs fn for every rank concurrently, failing on a hang.
-func each(n int, fn func(r int) error) error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		return fmt.Errorf("ranks did not finish within 90s (hang)")
-	}
-	for r, err := range errs {
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", r, err)
-		}
-	}
-	return nil
-}
+func each(n int, fn func(r int) error) error { return testnet.EachRank(n, 90*time.Second, fn) }
 
 // trainDDP runs DDP with optim's AdamW on world in-process ranks and returns rank 0's model.
 func trainDDP(bn bool, world, per, steps int) (*nn.Model, error) {
