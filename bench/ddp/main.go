@@ -32,11 +32,9 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
-	G "gorgonia.org/gorgonia"
 )
 
 // result is what one benchmark process reports (one JSON line on stdout).
@@ -218,21 +216,7 @@ func child(role string, p params) error {
 	if err != nil {
 		return err
 	}
-	build := func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", p.batch, 3, p.size, p.size)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", p.batch)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		return ops.CrossEntropy(logits, y, 0)
-	}
+	build := nn.Classify(p.batch, []int{3, p.size, p.size}, 0)
 	segs, err := optim.Segments(m.Params, 0, optim.Merged())
 	if err != nil {
 		return err

@@ -31,8 +31,6 @@ import (
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
-	"github.com/gorgonia-parallel/gp/nn/ops"
-	G "gorgonia.org/gorgonia"
 )
 
 // Row is one line of bench/results/models.json. TorchImgsPerS and Ratio are null when
@@ -247,21 +245,7 @@ func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float
 	if err != nil {
 		return 0, 0, err
 	}
-	p, err := nn.Compile(m, func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", batch, 3, size, size)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", batch)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		return ops.CrossEntropy(logits, y, 0)
-	})
+	p, err := nn.Compile(m, nn.Classify(batch, []int{3, size, size}, 0))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -32,12 +32,10 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
-	G "gorgonia.org/gorgonia"
 )
 
 // row is one line of bench/results/zero.json.
@@ -151,21 +149,7 @@ func run(p params, out string) error {
 }
 
 func build(batch, size int) nn.BuildFunc {
-	return func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", batch, 3, size, size)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", batch)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		return ops.CrossEntropy(logits, y, 0)
-	}
+	return nn.Classify(batch, []int{3, size, size}, 0)
 }
 
 // child is one rank of one strategy.

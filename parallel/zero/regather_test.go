@@ -6,28 +6,12 @@ import (
 
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	G "gorgonia.org/gorgonia"
 )
 
 func resnetBuild(batch, side int) nn.BuildFunc {
-	return func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", batch, 3, side, side)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b.Input("labels", batch)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		return ops.CrossEntropy(logits, y, 0)
-	}
+	return nn.Classify(batch, []int{3, side, side}, 0)
 }
 
 // ResNet-18 with resnet blocks as units (depth 2) at world 2: every unit but the last is
