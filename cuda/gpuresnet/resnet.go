@@ -91,24 +91,7 @@ func (r *ResNet) Step(ctx context.Context, x []float32, shape []int, labels []in
 	if err != nil {
 		return nil, err
 	}
-	n := shape[0]
-	loss := t.Alloc(cuda.Float32, n)
-	dlogits := t.Alloc(cuda.Float32, logits.Shape()...)
-	if t.Err != nil {
-		return nil, t.Err
-	}
-	prob, err := d.CrossEntropy(loss, logits, lab)
-	if err != nil {
-		return nil, err
-	}
-	t.Keep(prob)
-	if err := d.CrossEntropyBackward(dlogits, prob, lab, 1/float32(n)); err != nil {
-		return nil, err
-	}
-	if _, err := back(dlogits); err != nil {
-		return nil, err
-	}
-	mean, out, err := modelstep.ReadLoss(ctx, loss, logits, withLogits)
+	mean, out, err := t.LossStep(ctx, "gpuresnet", logits, lab, back, withLogits)
 	if err != nil {
 		return nil, err
 	}

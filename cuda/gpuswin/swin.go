@@ -132,24 +132,7 @@ func (s *Swin) Step(ctx context.Context, x []float32, shape []int, labels []int3
 	if err != nil {
 		return nil, err
 	}
-	n := shape[0]
-	loss := t.Alloc(cuda.Float32, n)
-	dlogits := t.Alloc(cuda.Float32, logits.Shape()...)
-	if t.Err != nil {
-		return nil, t.Err
-	}
-	prob, err := d.CrossEntropy(loss, logits, lab)
-	if err != nil {
-		return nil, fmt.Errorf("gpuswin: loss on logits %v: %w", logits.Shape(), err)
-	}
-	t.Keep(prob)
-	if err := d.CrossEntropyBackward(dlogits, prob, lab, 1/float32(n)); err != nil {
-		return nil, fmt.Errorf("gpuswin: loss backward: %w", err)
-	}
-	if _, err := back(dlogits); err != nil {
-		return nil, err
-	}
-	mean, out, err := modelstep.ReadLoss(ctx, loss, logits, withLogits)
+	mean, out, err := t.LossStep(ctx, "gpuswin", logits, lab, back, withLogits)
 	if err != nil {
 		return nil, err
 	}

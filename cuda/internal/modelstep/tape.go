@@ -2,6 +2,7 @@ package modelstep
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 )
@@ -100,9 +101,33 @@ func Pointwise(t *Tape, x *cuda.Tensor, f func(y, x *cuda.Tensor) error, df func
 	}, nil
 }
 
-// ReadLoss waits for the per-sample losses [N] and returns their mean and, when withLogits,
+// LossStep ends a training step: the cross-entropy of logits [N, classes] against the labels
+// lab, its gradient (the mean's, 1/N per sample) run back through back, then the mean loss
+// and, when withLogits, the logits copied to the host. pkg prefixes the errors.
+func (t *Tape) LossStep(ctx context.Context, pkg string, logits, lab *cuda.Tensor, back BackFn, withLogits bool) (float32, []float32, error) {
+	n := logits.Shape()[0]
+	loss := t.Alloc(cuda.Float32, n)
+	dlogits := t.Alloc(cuda.Float32, logits.Shape()...)
+	if t.Err != nil {
+		return 0, nil, t.Err
+	}
+	prob, err := t.D.CrossEntropy(loss, logits, lab)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: loss on logits %v: %w", pkg, logits.Shape(), err)
+	}
+	t.Keep(prob)
+	if err := t.D.CrossEntropyBackward(dlogits, prob, lab, 1/float32(n)); err != nil {
+		return 0, nil, fmt.Errorf("%s: loss backward: %w", pkg, err)
+	}
+	if _, err := back(dlogits); err != nil {
+		return 0, nil, err
+	}
+	return readLoss(ctx, loss, logits, withLogits)
+}
+
+// readLoss waits for the per-sample losses [N] and returns their mean and, when withLogits,
 // the logits.
-func ReadLoss(ctx context.Context, loss, logits *cuda.Tensor, withLogits bool) (float32, []float32, error) {
+func readLoss(ctx context.Context, loss, logits *cuda.Tensor, withLogits bool) (float32, []float32, error) {
 	ls, err := loss.ToHost(ctx)
 	if err != nil {
 		return 0, nil, err
