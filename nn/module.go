@@ -90,7 +90,18 @@ type Model struct {
 }
 
 type modelConfig struct {
-	seed int64
+	seed  int64
+	alloc GradAllocator
+}
+
+// GradAllocator returns n zeroed float32s for a model's flat gradient buffer.
+type GradAllocator func(n int) ([]float32, error)
+
+// WithGradAllocator makes NewModel take the flat gradient buffer (ParamSet.Grad) from alloc
+// instead of the Go heap. ddp.SharedGradients uses it to place the gradients in memory the
+// other ranks of the host map, so that all-reduces read and write them in place.
+func WithGradAllocator(alloc GradAllocator) ModelOption {
+	return func(c *modelConfig) { c.alloc = alloc }
 }
 
 // ModelOption configures NewModel.
@@ -112,6 +123,16 @@ func NewModel(root Module, opts ...ModelOption) (*Model, error) {
 	ps, err := NewParamSet(rand.New(rand.NewSource(cfg.seed)), reg.params, reg.buffers)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.alloc != nil {
+		buf, err := cfg.alloc(len(ps.Grad))
+		if err != nil {
+			return nil, fmt.Errorf("nn: allocating the gradient buffer (%d float32): %w", len(ps.Grad), err)
+		}
+		if len(buf) != len(ps.Grad) {
+			return nil, fmt.Errorf("nn: the gradient allocator returned %d float32, want %d", len(buf), len(ps.Grad))
+		}
+		ps.useGrad(buf)
 	}
 	return &Model{Root: root, Params: ps, RNG: ops.NewRNG(uint64(cfg.seed))}, nil
 }

@@ -143,6 +143,17 @@ func (ps *ParamSet) Buffer(name string) *Buffer { return ps.bufs[name] }
 // NumParams is the total number of parameter elements (Ψ in the ZeRO paper).
 func (ps *ParamSet) NumParams() int { return len(ps.Data) }
 
+// useGrad moves the gradients into buf (same length) and points every parameter's Grad
+// into it.
+func (ps *ParamSet) useGrad(buf []float32) {
+	copy(buf, ps.Grad)
+	ps.Grad = buf
+	for _, p := range ps.Params {
+		n := len(p.Grad)
+		p.Grad = buf[p.Offset : p.Offset+n : p.Offset+n]
+	}
+}
+
 // ZeroGrad sets every gradient to zero, split across ops.Threads() goroutines (as
 // PyTorch's zero_grad fills in parallel): one pass over resnet18's 11.7M gradients is 2% of
 // a training step.

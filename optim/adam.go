@@ -26,6 +26,7 @@ type Adam struct {
 	expAvg    [][]float32
 	expAvgSq  [][]float32
 	maxSq     [][]float32 // amsgrad only
+	k         adamConsts  // this step's scalars (set by BeginStep)
 }
 
 // NewAdam returns torch.optim.Adam over segs: weight decay (Segment.WeightDecay) is an L2
@@ -71,34 +72,79 @@ type adamConsts struct {
 
 // Step applies one Adam/AdamW update to every segment.
 func (o *Adam) Step() error {
+	if err := o.BeginStep(); err != nil {
+		return err
+	}
+	for si, s := range o.segs {
+		o.update(si, 0, len(s.Data))
+	}
+	return o.EndStep()
+}
+
+// BeginStep starts a step applied in pieces by StepGrads (see Ranged): it counts the step
+// and computes its scalars.
+func (o *Adam) BeginStep() error {
+	if err := o.begin(o.name()); err != nil {
+		return err
+	}
 	c := o.cfg
 	o.step++
 	t := float64(o.step)
 	bc1 := 1 - math.Pow(c.beta1, t)
 	bc2 := 1 - math.Pow(c.beta2, t)
-	k := adamConsts{
+	o.k = adamConsts{
 		b1: float32(c.beta1), omb1: float32(1 - c.beta1),
 		b2: float32(c.beta2), omb2: float32(1 - c.beta2),
 		bc2sqrt: float32(math.Sqrt(bc2)), eps: float32(c.eps),
 		negStep: float32(-(o.lr / bc1)),
 	}
-	for si, s := range o.segs {
-		k.decay, k.wd = 1, 0
-		if o.decoupled {
-			k.decay = float32(1 - o.lr*s.WeightDecay)
-		} else {
-			k.wd = float32(s.WeightDecay)
-		}
-		var vmax []float32
-		if o.maxSq != nil {
-			vmax = o.maxSq[si]
-		}
-		p, g, m, v := s.Data, s.Grad, o.expAvg[si], o.expAvgSq[si]
-		o.parallel(len(p), func(lo, hi int) {
-			adamKernel(&k, c.maximize, o.decoupled, p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], sub(vmax, lo, hi))
-		})
-	}
 	return nil
+}
+
+// StepGrads updates the elements whose gradients lie in grad (see Ranged).
+func (o *Adam) StepGrads(grad []float32) error {
+	if err := o.within(o.name(), "StepGrads"); err != nil {
+		return err
+	}
+	o.overlap(grad, o.update)
+	return nil
+}
+
+// EndStep ends a step started by BeginStep.
+func (o *Adam) EndStep() error {
+	if err := o.within(o.name(), "EndStep"); err != nil {
+		return err
+	}
+	o.inStep = false
+	return nil
+}
+
+func (o *Adam) name() string {
+	if o.decoupled {
+		return "AdamW"
+	}
+	return "Adam"
+}
+
+// update applies this step's update to elements [lo, hi) of segment si.
+func (o *Adam) update(si, lo, hi int) {
+	c := o.cfg
+	s := o.segs[si]
+	k := o.k
+	k.decay, k.wd = 1, 0
+	if o.decoupled {
+		k.decay = float32(1 - o.lr*s.WeightDecay)
+	} else {
+		k.wd = float32(s.WeightDecay)
+	}
+	var vmax []float32
+	if o.maxSq != nil {
+		vmax = o.maxSq[si][lo:hi]
+	}
+	p, g, m, v := s.Data[lo:hi], s.Grad[lo:hi], o.expAvg[si][lo:hi], o.expAvgSq[si][lo:hi]
+	o.parallel(len(p), func(lo, hi int) {
+		adamKernel(&k, c.maximize, o.decoupled, p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], sub(vmax, lo, hi))
+	})
 }
 
 func sub(s []float32, lo, hi int) []float32 {

@@ -89,6 +89,7 @@ type base struct {
 	hasInit   bool
 	step      int64
 	cfg       config
+	inStep    bool // between BeginStep and EndStep of a ranged step
 }
 
 func newBase(segs []Segment, lr float64, opts []Option) (base, error) {

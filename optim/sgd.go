@@ -19,6 +19,7 @@ type SGD struct {
 	base
 	mom     [][]float32 // momentum_buffer per segment (nil without momentum)
 	momInit []bool      // whether the buffer holds a value (PyTorch: key present)
+	first   []bool      // per segment, during a step: its buffer starts this step
 }
 
 // NewSGD returns an SGD optimizer over segs with learning rate lr.
@@ -46,51 +47,96 @@ func NewSGD(segs []Segment, lr float64, opts ...Option) (*SGD, error) {
 
 // Step applies one SGD update to every segment.
 func (o *SGD) Step() error {
+	if err := o.BeginStep(); err != nil {
+		return err
+	}
+	for si, s := range o.segs {
+		o.update(si, 0, len(s.Data))
+	}
+	return o.EndStep()
+}
+
+// BeginStep starts a step applied in pieces by StepGrads (see Ranged).
+func (o *SGD) BeginStep() error {
+	if err := o.begin("SGD"); err != nil {
+		return err
+	}
+	if o.mom != nil {
+		if o.first == nil {
+			o.first = make([]bool, len(o.segs))
+		}
+		for si := range o.segs {
+			o.first[si] = !o.momInit[si]
+		}
+	}
+	return nil
+}
+
+// StepGrads updates the elements whose gradients lie in grad (see Ranged).
+func (o *SGD) StepGrads(grad []float32) error {
+	if err := o.within("SGD", "StepGrads"); err != nil {
+		return err
+	}
+	o.overlap(grad, o.update)
+	return nil
+}
+
+// EndStep ends a step started by BeginStep.
+func (o *SGD) EndStep() error {
+	if err := o.within("SGD", "EndStep"); err != nil {
+		return err
+	}
+	o.inStep = false
+	for si := range o.momInit {
+		o.momInit[si] = true
+	}
+	o.step++
+	return nil
+}
+
+// update applies this step's update to elements [lo, hi) of segment si.
+func (o *SGD) update(si, lo, hi int) {
 	c := o.cfg
 	negLR := float32(-o.lr)
 	mom := float32(c.momentum)
 	damp := float32(1 - c.dampening)
-	for si, s := range o.segs {
-		wd := float32(s.WeightDecay)
-		p, g := s.Data, s.Grad
-		var buf []float32
-		first := false
-		if o.mom != nil {
-			buf = o.mom[si]
-			first = !o.momInit[si]
-			o.momInit[si] = true
-		}
-		o.parallel(len(p), func(lo, hi int) {
-			if buf != nil && !first && !c.nesterov && !c.maximize {
-				sgdMomentum(p[lo:hi], g[lo:hi], buf[lo:hi], negLR, mom, damp, wd)
-				return
-			}
-			for i := lo; i < hi; i++ {
-				d := g[i]
-				if c.maximize {
-					d = -d
-				}
-				if wd != 0 {
-					d += wd * p[i]
-				}
-				if buf != nil {
-					if first {
-						buf[i] = d
-					} else {
-						buf[i] = buf[i]*mom + damp*d
-					}
-					if c.nesterov {
-						d += mom * buf[i]
-					} else {
-						d = buf[i]
-					}
-				}
-				p[i] += negLR * d
-			}
-		})
+	s := o.segs[si]
+	wd := float32(s.WeightDecay)
+	p, g := s.Data[lo:hi], s.Grad[lo:hi]
+	var buf []float32
+	first := false
+	if o.mom != nil {
+		buf = o.mom[si][lo:hi]
+		first = o.first[si]
 	}
-	o.step++
-	return nil
+	o.parallel(len(p), func(lo, hi int) {
+		if buf != nil && !first && !c.nesterov && !c.maximize {
+			sgdMomentum(p[lo:hi], g[lo:hi], buf[lo:hi], negLR, mom, damp, wd)
+			return
+		}
+		for i := lo; i < hi; i++ {
+			d := g[i]
+			if c.maximize {
+				d = -d
+			}
+			if wd != 0 {
+				d += wd * p[i]
+			}
+			if buf != nil {
+				if first {
+					buf[i] = d
+				} else {
+					buf[i] = buf[i]*mom + damp*d
+				}
+				if c.nesterov {
+					d += mom * buf[i]
+				} else {
+					d = buf[i]
+				}
+			}
+			p[i] += negLR * d
+		}
+	})
 }
 
 // StateDict returns "optim.step", "optim.lr", "optim.initial_lr" and, once set, every

@@ -56,6 +56,7 @@ type params struct {
 	steps, warmup, batch, size int
 	bucketMB, lastMB           float64
 	trace                      string
+	sharedGrads                bool
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.IntVar(&p.batch, "batch", 16, "batch per rank")
 	flag.IntVar(&p.size, "size", 64, "image side")
 	flag.Float64Var(&p.bucketMB, "bucket-mb", 0, "DDP bucket cap in MiB (0: DDP's default)")
+	flag.BoolVar(&p.sharedGrads, "shared-grads", true, "DDP ranks keep their gradients in shared memory (ddp.SharedGradients): all-reduces in place")
 	flag.Float64Var(&p.lastMB, "last-bucket-mb", -1, "DDP last bucket size in MiB (-1: DDP's default; 0: PyTorch's layout)")
 	reps := flag.Int("reps", 3, "repetitions of the whole measurement; the table shows medians")
 	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
@@ -86,7 +88,8 @@ func main() {
 func run(p params, procs, reps int, py, out string) error {
 	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
 		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace,
-		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64)}
+		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64),
+		"-shared-grads=" + strconv.FormatBool(p.sharedGrads)}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -212,7 +215,18 @@ func child(role string, p params) error {
 	if err != nil {
 		return err
 	}
-	m, err := nn.NewModel(arch, nn.WithSeed(0))
+	mopts := []nn.ModelOption{nn.WithSeed(0)}
+	var g comm.Group
+	if role == "ddp" {
+		if g, err = comm.InitFromEnv(ctx); err != nil {
+			return err
+		}
+		defer g.Close(ctx)
+		if p.sharedGrads {
+			mopts = append(mopts, ddp.SharedGradients(ctx, g))
+		}
+	}
+	m, err := nn.NewModel(arch, mopts...)
 	if err != nil {
 		return err
 	}
@@ -246,11 +260,6 @@ func child(role string, p params) error {
 			return opt.Step()
 		}
 	case "ddp":
-		g, err := comm.InitFromEnv(ctx)
-		if err != nil {
-			return err
-		}
-		defer g.Close(ctx)
 		rank = g.Rank()
 		var opts []ddp.Option
 		if p.bucketMB > 0 {

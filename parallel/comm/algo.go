@@ -33,7 +33,10 @@ func (g *group) run(w *work) (string, error) {
 			err = g.directAllReduce(&h, w.buf.DType(), w.op, b)
 		} else if staged && n >= stagedMinWorld {
 			algo = "staged"
-			err = sc.stagedAllReduce(&h, w.buf.DType(), w.op, w.buf.Len(), b)
+			var zero bool
+			if zero, err = sc.stagedAllReduce(&h, w.buf.DType(), w.op, w.buf.Len(), b); zero {
+				algo = "zero-copy"
+			}
 		} else {
 			err = g.ring(&h, w.buf.DType(), w.op, w.buf.Len(), 0, 2*n-3,
 				func(int) []byte { return b },
@@ -141,7 +144,7 @@ func mod(a, n int) int { return ((a % n) + n) % n }
 // can read (the shared-memory transport; see shmstage.go). They block until done and fail with the transport's error (naming a dead peer) or ErrMismatch when
 // the peers run a different collective.
 type stagedComms interface {
-	stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) error
+	stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) (zeroCopy bool, err error)
 	stagedBroadcast(h *Header, root int, b []byte) error
 	stagedAllGather(h *Header, es, count int, dst []byte) error
 	stagedReduceScatter(h *Header, dt DType, op Op, count int, dst, src []byte) error

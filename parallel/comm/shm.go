@@ -80,11 +80,14 @@ type shmTransport struct {
 	maps          [][]byte
 	smallBytes    int // frames up to this size wait with OS yields (see wait)
 
-	stages    []*shmStage // [rank]: every rank's staging area (shmstage.go)
-	own       *shmStage   // this rank's
-	slotBytes int         // bytes per staging slot
-	staged    uint64      // chunks staged so far, identical on every rank
-	stageTmp  []byte      // reduceN's block accumulator
+	stages     []*shmStage  // [rank]: every rank's staging area (shmstage.go)
+	own        *shmStage    // this rank's
+	slotBytes  int          // bytes per staging slot
+	staged     uint64       // chunks staged so far, identical on every rank
+	stageTmp   []byte       // reduceN's block accumulator
+	regions    []*shmRegion // shared buffers, by index (shmzero.go)
+	regMu      sync.RWMutex // guards regions against AllocFloat32 beside a running collective
+	zeroCopies atomic.Int64 // all-reduces that took the zero-copy path (for tests)
 
 	raceToken byte // see shm_race.go
 	aborted   atomic.Bool

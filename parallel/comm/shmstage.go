@@ -57,6 +57,8 @@ type shmStage struct {
 	in, red, done *uint64
 	word          *uint32
 	hdr, data     [][]byte // per slot
+	ext           [][]byte // per slot: the header's zero-copy extension (shmzero.go)
+	table         []byte   // the region table (shmzero.go)
 }
 
 // stageBytes is the size of a staging area of slot bytes per slot.
@@ -72,15 +74,18 @@ func newSHMStage(mem []byte, slot int) *shmStage {
 		done: (*uint64)(unsafe.Pointer(&mem[shmStageDone])),
 		word: (*uint32)(unsafe.Pointer(&mem[shmStageWait])),
 	}
+	s.table = mem[shmRegionTable:shmCtl]
 	for i := range shmStageSlots {
 		s.hdr = append(s.hdr, mem[shmStageHdr+64*i:shmStageHdr+64*i+headerSize])
+		s.ext = append(s.ext, mem[shmStageHdr+64*i+headerSize:shmStageHdr+64*(i+1)])
 		s.data = append(s.data, mem[shmCtl+i*slot:shmCtl+(i+1)*slot])
 	}
 	return s
 }
 
-// stagedAllReduce all-reduces the count elements of b (see the comment above).
-func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) error {
+// stagedAllReduce all-reduces the count elements of b (see the comment above); zeroCopy
+// reports that it took the zero-copy path (shmzero.go).
+func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b []byte) (zeroCopy bool, err error) {
 	n, r, es := t.size, t.rank, dt.Size()
 	per := t.slotBytes / es // elements per chunk
 	nc := (count + per - 1) / per
@@ -100,6 +105,9 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 		m := min(count, clo+per) - clo
 		slot := int(G % shmStageSlots)
 		h.put(me.hdr[slot])
+		if c == 0 {
+			t.putZeroCopy(slot, b)
+		}
 		for p := range n {
 			if p != r {
 				plo, phi := ShardRange(m, n, p)
@@ -108,12 +116,19 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 		}
 		t.publish(me.in, G)
 	}
-	// reduce reduces this rank's slice of chunk c (every input staged) into its slot and b.
-	reduce := func(c int) error {
+	// reduce reduces this rank's slice of chunk c (every input staged) into its slot and b;
+	// at the first chunk, when every rank's buffer is shared, it reduces the whole buffer in
+	// place instead (shmzero.go) and reports zero.
+	reduce := func(c int) (zero bool, err error) {
 		G := g0 + 1 + uint64(c)
 		slot := int(G % shmStageSlots)
 		if err := t.checkStaged(h, slot, -1); err != nil {
-			return err
+			return false, err
+		}
+		if c == 0 {
+			if views := t.zeroCopyViews(slot, b); views != nil {
+				return true, t.zeroCopyAllReduce(dt, op, count, views, g0+uint64(nc))
+			}
 		}
 		clo := c * per
 		m := min(count, clo+per) - clo // elements in this chunk
@@ -127,7 +142,7 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 		reduceN(dt, op, res, ins, t.stageTmp)
 		out(own, res)
 		t.publish(me.red, G)
-		return nil
+		return false, nil
 	}
 	// gather copies the peers' reduced slices of chunk c into b.
 	gather := func(c int) {
@@ -157,8 +172,9 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 	for outs < nc {
 		switch {
 		case canReduce():
-			if err := reduce(reds); err != nil {
-				return err
+			zero, err := reduce(reds)
+			if zero || err != nil {
+				return zero, err
 			}
 			reds++
 		case canPut():
@@ -169,11 +185,11 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 			outs++
 		default:
 			if err := t.waitStaged(func() bool { return canReduce() || canPut() || canGather() }); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // stagedReduceScatter reduces src over all ranks into this rank's shard dst: chunk c of the

@@ -33,6 +33,21 @@
 // division per parameter as each gradient becomes ready (while it is still in the cache)
 // rather than as a pass over the whole bucket at launch.
 //
+// With SharedGradients the gradient buffer itself lies in memory every rank of the host
+// maps (comm.AllocFloat32), and each bucket is all-reduced in place: every rank reduces its
+// slice of the bucket straight from the peers' gradients and writes the result into all of
+// them. That is half the memory traffic of copying through staging buffers, and on a
+// machine whose ranks share cores and memory bandwidth that traffic is most of DDP's cost
+// (bench-ddp: efficiency 0.86 → 0.92 on 2 cores for resnet18).
+//
+// # Optimizer overlap
+//
+// Program.Step with an optimizer that can step in pieces (RangedOptimizer: optim.SGD, Adam,
+// AdamW) updates each bucket's parameters as soon as that bucket's all-reduce completes,
+// while the later buckets are still reducing. The rank that finishes backward first spends
+// its wait for the slower rank's last gradients updating parameters instead of idling. The
+// result is bit-identical to one optimizer step after the last reduction.
+//
 // Buckets are launched strictly in index order, whatever order they fill in, so every rank
 // issues the same collectives in the same order (comm matches them by sequence number).
 //

@@ -77,7 +77,7 @@ func (d *DDP) shadowStep(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := d.finish(ctx, errors.Join(errs...)); err != nil {
+	if err := d.finish(ctx, errors.Join(errs...), nil); err != nil {
 		return fmt.Errorf("ddp: rank %d: join: shadowing a step: %w", d.rank, err)
 	}
 	return nil

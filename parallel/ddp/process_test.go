@@ -24,7 +24,15 @@ func TestMain(m *testing.M) { proctest.Main(m, "GP_DDP_TEST_WORKER", worker) }
 func worker(scenario string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(30*time.Second), comm.WithConnectTimeout(20*time.Second))
+	copts := []comm.Option{comm.WithTimeout(30 * time.Second), comm.WithConnectTimeout(20 * time.Second)}
+	shared := os.Getenv("GP_DDP_SHARED") == "1"
+	if shared {
+		// Buckets of this small net are far below the direct-path threshold: lower it, and
+		// the chunk, so that they take the staged path (and with shared gradients, the
+		// zero-copy one).
+		copts = append(copts, comm.WithSmallBytes(64), comm.WithChunkBytes(4096))
+	}
+	g, err := comm.InitFromEnv(ctx, copts...)
 	if err != nil {
 		return err
 	}
@@ -32,11 +40,18 @@ func worker(scenario string) error {
 	n, r := g.Size(), g.Rank()
 	bn := os.Getenv("GP_DDP_BN") == "1"
 	const per, steps = 2, 5
-	m, err := nn.NewModel(convNet(bn), nn.WithSeed(int64(1+100*r)))
+	mopts := []nn.ModelOption{nn.WithSeed(int64(1 + 100*r))}
+	if shared {
+		mopts = append(mopts, SharedGradients(ctx, g))
+	}
+	m, err := nn.NewModel(convNet(bn), mopts...)
 	if err != nil {
 		return err
 	}
 	opts := []Option{BucketCapBytes(256), FirstBucketBytes(64)}
+	if shared {
+		opts = []Option{BucketCapBytes(16 << 10), FirstBucketBytes(2 << 10)}
+	}
 	if bn {
 		opts = append(opts, SyncBatchNorm())
 	}
@@ -115,17 +130,18 @@ func spawn(t *testing.T, n int, scenario string, env ...string) ([]string, []err
 	return job.Outputs, job.Errs
 }
 
-// Real processes over loopback TCP: world 2 and 3, with and without SyncBatchNorm, each
-// rank checks itself against the one-process reference (rel ≤ 1e-5) and all ranks end
-// bit-identical.
+// Real processes on one host (InitFromEnv's shared-memory transport, TCP for control):
+// world 2 and 3, with and without SyncBatchNorm, with ordinary gradients and with
+// SharedGradients (buckets all-reduced in place), each rank checks itself against the
+// one-process reference (rel ≤ 1e-5) and all ranks end bit-identical.
 func TestEquivalenceProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
 	for _, world := range []int{2, 3} {
-		for _, bn := range []string{"0", "1"} {
-			t.Run(fmt.Sprintf("world%d/bn=%s", world, bn), func(t *testing.T) {
-				outs, errs := spawn(t, world, "equiv", "GP_DDP_BN="+bn)
+		for _, c := range []struct{ bn, shared string }{{"0", "0"}, {"1", "0"}, {"0", "1"}, {"1", "1"}} {
+			t.Run(fmt.Sprintf("world%d/bn=%s/shared=%s", world, c.bn, c.shared), func(t *testing.T) {
+				outs, errs := spawn(t, world, "equiv", "GP_DDP_BN="+c.bn, "GP_DDP_SHARED="+c.shared)
 				for r := range world {
 					if errs[r] != nil {
 						t.Fatalf("rank %d: %v\n%s", r, errs[r], outs[r])

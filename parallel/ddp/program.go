@@ -62,6 +62,11 @@ func (p *Program) GraphUnused() []*nn.Param { return p.graphUnused }
 // accumulated gradients). Gradients accumulate as in PyTorch: zero them between steps.
 // Every rank must call Run the same number of times (see Join for uneven inputs).
 func (p *Program) Run(ctx context.Context) error {
+	return p.run(ctx, nil)
+}
+
+// run is Run with finish's per-bucket callback.
+func (p *Program) run(ctx context.Context, done func(*Bucket) error) error {
 	if !p.training {
 		return p.Program.Run(ctx)
 	}
@@ -84,20 +89,73 @@ func (p *Program) Run(ctx context.Context) error {
 	if runErr == nil {
 		runErr = p.Program.Run(ctx)
 	}
-	return d.finish(ctx, runErr)
+	return d.finish(ctx, runErr, done)
 }
 
-// Step is Run followed by opt.Step, with the optimizer step on the timeline.
+// RangedOptimizer is an optimizer that can apply one step in pieces (optim.SGD, optim.Adam
+// and AdamW implement it; see optim.Ranged): Program.Step then updates each bucket's
+// parameters as soon as that bucket's all-reduce has completed, while the later buckets
+// are still reducing, which fills the time a rank would otherwise spend waiting for the
+// slowest rank's last gradients. The result is bit-identical to one opt.Step after Run.
+type RangedOptimizer interface {
+	GradsWithin(buf []float32) bool
+	BeginStep() error
+	StepGrads(grad []float32) error
+	EndStep() error
+}
+
+// Step is Run followed by the optimizer step, with the optimizer on the timeline. When opt
+// is a RangedOptimizer whose gradients all lie in the model's gradient buffer and the step
+// reduces gradients (not under NoSync), each bucket's parameters are updated as soon as the
+// bucket's reduction completes. If a reduction fails, the buckets before it may already be
+// updated: the group is broken, and the error says which bucket failed.
 func (p *Program) Step(ctx context.Context, opt Optimizer) error {
+	d := p.d
+	if r, ok := opt.(RangedOptimizer); ok && p.training && !d.noSync && r.GradsWithin(d.Model.Params.Grad) {
+		return p.rangedStep(ctx, opt, r)
+	}
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
 	if err := opt.Step(); err != nil {
-		return fmt.Errorf("ddp: rank %d: optimizer step: %w", p.d.rank, err)
+		return fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
 	}
-	p.d.tl.add(Event{Name: EvOptimizer, Step: p.d.steps - 1, Bucket: -1, Start: start, End: time.Now()})
+	d.tl.add(Event{Name: EvOptimizer, Step: d.steps - 1, Bucket: -1, Start: start, End: time.Now()})
 	return nil
+}
+
+func (p *Program) rangedStep(ctx context.Context, opt Optimizer, r RangedOptimizer) error {
+	d := p.d
+	began := false
+	done := func(b *Bucket) error {
+		if !began {
+			if err := r.BeginStep(); err != nil {
+				return fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+			}
+			began = true
+		}
+		if err := r.StepGrads(b.Grad); err != nil {
+			return fmt.Errorf("ddp: rank %d: optimizer step on %s: %w", d.rank, b, err)
+		}
+		return nil
+	}
+	runErr := p.run(ctx, done)
+	if !began {
+		if runErr != nil {
+			return runErr
+		}
+		// No bucket (a model without parameters): a plain step.
+		if err := opt.Step(); err != nil {
+			return fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+		}
+		return nil
+	}
+	// Every element of the gradient buffer is in a bucket, so every element is updated.
+	if err := r.EndStep(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+	}
+	return runErr
 }
 
 // statsReducer is the SyncBatchNorm reducer: a blocking all-reduce Sum over the group.

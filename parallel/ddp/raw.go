@@ -113,7 +113,7 @@ func (r *Raw) Run(ctx context.Context, run func() error, grads G.Nodes) error {
 			}
 		}
 	}
-	return r.finish(ctx, err)
+	return r.finish(ctx, err, nil)
 }
 
 func accumulate(p *nn.Param, v G.Value) error {

@@ -105,8 +105,10 @@ func (d *DDP) launch(i int) {
 // finish ends a step after the tape: it marks the parameters that got no gradient ready
 // (an error unless FindUnusedParameters or StaticGraph), so that every bucket is launched
 // whatever happened, waits for every bucket in order, and rebuilds the buckets after the
-// first synchronised step. runErr is the tape's error.
-func (d *DDP) finish(ctx context.Context, runErr error) error {
+// first synchronised step. runErr is the tape's error. done, when not nil, is called with
+// each bucket as soon as its reduction has completed, in bucket order, while later buckets
+// may still be reducing; never after an error.
+func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error) error {
 	st := &d.st
 	end := time.Now()
 	if !st.first.IsZero() {
@@ -146,13 +148,26 @@ func (d *DDP) finish(ctx context.Context, runErr error) error {
 		errs = append(errs, fmt.Errorf("%w: %v (they do not reach the loss, or the graph does not use them; pass ddp.FindUnusedParameters() if that is intended)",
 			ErrUnusedParameters, unused))
 	}
+	waitStart := end
 	for i, w := range st.works {
 		if err := w.Wait(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("all-reduce %s: %w", d.buckets[i], err))
 			break // the group is poisoned: the other buckets fail alike
 		}
+		if done == nil || len(errs) > 0 {
+			continue
+		}
+		now := time.Now()
+		d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: now})
+		if err := done(d.buckets[i]); err != nil {
+			errs = append(errs, err)
+			// Keep waiting: every bucket was launched, and the next collective must not
+			// find this one still running.
+		}
+		waitStart = time.Now()
+		d.tl.add(Event{Name: EvOptimizer, Step: d.steps, Bucket: i, Start: now, End: waitStart})
 	}
-	d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: end, End: time.Now()})
+	d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: time.Now()})
 	if len(errs) > 0 {
 		return fmt.Errorf("ddp: rank %d: step %d: %w", d.rank, d.steps, errors.Join(errs...))
 	}

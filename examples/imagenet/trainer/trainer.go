@@ -17,6 +17,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -76,7 +77,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	model, err := nn.NewModel(module, nn.WithSeed(cfg.Seed))
+	mopts := []nn.ModelOption{nn.WithSeed(cfg.Seed)}
+	if cfg.Strategy != "zero3" {
+		// DDP all-reduces the gradients in place when the ranks share this host's memory.
+		mopts = append(mopts, ddp.SharedGradients(ctx, g))
+	}
+	model, err := nn.NewModel(module, mopts...)
 	if err != nil {
 		return nil, err
 	}
