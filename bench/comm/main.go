@@ -61,6 +61,8 @@ type row struct {
 	BusBW        float64  `json:"busbw_gbps"`
 	Latency      float64  `json:"latency_s"`
 	CPU          float64  `json:"cpu_s,omitempty"`
+	SharedBusBW  *float64 `json:"shared_busbw_gbps,omitempty"` // all-reduce on comm.AllocFloat32 memory
+	SharedRatio  *float64 `json:"shared_ratio,omitempty"`      // SharedBusBW / gloo's
 	TCPBusBW     *float64 `json:"tcp_busbw_gbps,omitempty"`
 	TCPLatency   *float64 `json:"tcp_latency_s,omitempty"`
 	GlooBusBW    *float64 `json:"gloo_busbw_gbps"`
@@ -79,6 +81,7 @@ type sample struct {
 	Transport string  `json:"transport,omitempty"`
 	Latency   float64 `json:"latency_s"`
 	CPU       float64 `json:"cpu_s,omitempty"`
+	Shared    float64 `json:"shared_latency_s,omitempty"` // the same all-reduce on shared memory
 	Error     string  `json:"error"`
 }
 
@@ -158,6 +161,10 @@ func parent() error {
 		}
 		for _, s := range gp {
 			r := row{Op: s.Op, World: world, Bytes: s.Bytes, Transport: s.Transport, Latency: s.Latency, CPU: s.CPU, Load: gpLoad, BusBW: busbw(s.Op, world, s.Bytes, s.Latency)}
+			if s.Shared > 0 {
+				bw := busbw(s.Op, world, s.Bytes, s.Shared)
+				r.SharedBusBW = &bw
+			}
 			if ts, ok := tcp[fmt.Sprint(s.Op, s.Bytes)]; ok {
 				bw := busbw(s.Op, world, s.Bytes, ts.Latency)
 				r.TCPBusBW, r.TCPLatency = &bw, &ts.Latency
@@ -166,6 +173,10 @@ func parent() error {
 				bw := busbw(s.Op, world, s.Bytes, g.Latency)
 				ratio := r.BusBW / bw
 				r.GlooBusBW, r.GlooLatency, r.Ratio, r.GlooLoad = &bw, &g.Latency, &ratio, glooLoad
+				if r.SharedBusBW != nil {
+					sr := *r.SharedBusBW / bw
+					r.SharedRatio = &sr
+				}
 			} else if ok {
 				r.GlooNote = "gloo: " + g.Error
 			} else {
@@ -221,19 +232,25 @@ func runJob(ctx context.Context, world int, program string, args, env []string) 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
 func printTable(rows []row) {
-	fmt.Printf("%-15s %5s %10s %5s %12s %12s %8s %12s %12s %12s %7s\n", "op", "world", "bytes", "via", "busbw GB/s", "latency ms", "cpu ms", "tcp GB/s", "gloo GB/s", "gloo ms", "ratio")
+	fmt.Printf("%-15s %5s %10s %5s %12s %12s %8s %12s %12s %12s %12s %7s %7s\n", "op", "world", "bytes", "via", "busbw GB/s", "latency ms", "cpu ms", "shared GB/s", "tcp GB/s", "gloo GB/s", "gloo ms", "ratio", "shared")
 	for _, r := range rows {
-		g, gl, ra, tc := "n/a", "n/a", "n/a", "n/a"
+		g, gl, ra, tc, sh, sr := "n/a", "n/a", "n/a", "n/a", "", ""
 		if r.GlooBusBW != nil {
 			g, gl, ra = fmt.Sprintf("%.3f", *r.GlooBusBW), fmt.Sprintf("%.3f", *r.GlooLatency*1e3), fmt.Sprintf("%.2fx", *r.Ratio)
 		}
 		if r.TCPBusBW != nil {
 			tc = fmt.Sprintf("%.3f", *r.TCPBusBW)
 		}
-		fmt.Printf("%-15s %5d %10d %5s %12.3f %12.3f %8.3f %12s %12s %12s %7s\n", r.Op, r.World, r.Bytes, r.Transport, r.BusBW, r.Latency*1e3, r.CPU*1e3, tc, g, gl, ra)
+		if r.SharedBusBW != nil {
+			sh = fmt.Sprintf("%.3f", *r.SharedBusBW)
+		}
+		if r.SharedRatio != nil {
+			sr = fmt.Sprintf("%.2fx", *r.SharedRatio)
+		}
+		fmt.Printf("%-15s %5d %10d %5s %12.3f %12.3f %8.3f %12s %12s %12s %12s %7s %7s\n", r.Op, r.World, r.Bytes, r.Transport, r.BusBW, r.Latency*1e3, r.CPU*1e3, sh, tc, g, gl, ra, sr)
 	}
 	fmt.Println("busbw: nccl-tests definition, GB/s = 1e9 bytes/s; cpu ms: CPU time (user+system) of all gp ranks together per operation (about 2x the latency when the ranks had both cores, about 1x when other load took one; the JSON has the load average before each job); via: gp's transport (shm: shared memory, chosen by default on one host); " +
-		"tcp: gp forced to loopback TCP (GP_COMM_TRANSPORT=tcp) in the same run; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
+		"shared: the same all-reduce on buffers from comm.AllocFloat32 (shared memory, reduced in place: how DDP reduces gradients with ddp.SharedGradients), and its ratio to gloo; tcp: gp forced to loopback TCP (GP_COMM_TRANSPORT=tcp) in the same run; ratio = gp busbw / gloo busbw (torch.distributed gloo, Debian python3-torch); n/a: see gloo_note in the JSON")
 }
 
 func worker() error {
@@ -245,6 +262,16 @@ func worker() error {
 	defer g.Close(ctx)
 	n, r := g.Size(), g.Rank()
 	transport := comm.TransportOf(g)
+	// One shared buffer of the largest size for the all-reduce rows' shared column (only
+	// where the transport shares memory: elsewhere it would time ordinary memory again).
+	var sharedBuf comm.F32
+	if transport == "shm" && slices.Contains(strings.Split(*opsFlag, ","), "all-reduce") {
+		b, err := comm.AllocFloat32(ctx, g, *maxBytes/4)
+		if err != nil {
+			return err
+		}
+		sharedBuf = b
+	}
 	for _, op := range strings.Split(*opsFlag, ",") {
 		for _, p := range plan() {
 			nbytes, iters := p[0], p[1]
@@ -266,44 +293,58 @@ func worker() error {
 				b := make(comm.F32, count)
 				fn = func() comm.Work { return g.Broadcast(b, 0) }
 			}
-			if err := fn().Wait(ctx); err != nil {
+			lat, cpu, err := timeOp(ctx, g, fn, iters)
+			if err != nil {
 				return err
 			}
-			// reps timed runs of iters operations each; the row is the median run (the
-			// slowest rank's time per operation), so that a burst of load on this shared
-			// machine moves one run, not the row.
-			lats := make([]float64, *reps)
-			cpu := comm.F64{0}
-			for i := range lats {
-				if err := g.Barrier().Wait(ctx); err != nil {
+			var shared float64
+			if op == "all-reduce" && sharedBuf != nil {
+				b := sharedBuf[:count]
+				if shared, _, err = timeOp(ctx, g, func() comm.Work { return g.AllReduce(b, comm.Sum) }, iters); err != nil {
 					return err
 				}
-				start, cpu0 := time.Now(), benchutil.CPUSeconds()
-				for range iters {
-					if err := fn().Wait(ctx); err != nil {
-						return err
-					}
-				}
-				lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
-				cpu[0] += (benchutil.CPUSeconds() - cpu0) / float64(iters*len(lats))
-				if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
-					return err
-				}
-				lats[i] = lat[0]
 			}
-			if err := g.AllReduce(cpu, comm.Sum).Wait(ctx); err != nil {
-				return err
-			}
-			slices.Sort(lats)
-			lat := comm.F64{lats[len(lats)/2]}
 			if r == 0 {
-				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat[0], CPU: cpu[0], Transport: transport})
+				b, _ := json.Marshal(sample{Op: op, World: n, Bytes: nbytes, Latency: lat, CPU: cpu, Shared: shared, Transport: transport})
 				fmt.Println(string(b))
 			}
 		}
 	}
 
 	return nil
+}
+
+// timeOp runs fn once untimed, then reps timed runs of iters operations each; it returns
+// the median run's time per operation (the slowest rank's) and the CPU time of all ranks
+// together per operation. The median keeps a burst of load on this shared machine to one
+// run instead of the row.
+func timeOp(ctx context.Context, g comm.Group, fn func() comm.Work, iters int) (float64, float64, error) {
+	if err := fn().Wait(ctx); err != nil {
+		return 0, 0, err
+	}
+	lats := make([]float64, *reps)
+	cpu := comm.F64{0}
+	for i := range lats {
+		if err := g.Barrier().Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+		start, cpu0 := time.Now(), benchutil.CPUSeconds()
+		for range iters {
+			if err := fn().Wait(ctx); err != nil {
+				return 0, 0, err
+			}
+		}
+		lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
+		cpu[0] += (benchutil.CPUSeconds() - cpu0) / float64(iters*len(lats))
+		if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+		lats[i] = lat[0]
+	}
+	if err := g.AllReduce(cpu, comm.Sum).Wait(ctx); err != nil {
+		return 0, 0, err
+	}
+	return benchutil.Median(lats), cpu[0], nil
 }
 
 // loadavg is the machine's one-minute load average (0 when /proc/loadavg is unreadable).
