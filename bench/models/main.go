@@ -5,8 +5,11 @@
 // a table and a JSON line and writes bench/results/models.json.
 //
 // Each row is the median of -reps (default 3) measurement pairs, ours then PyTorch's, and
-// its ratio the median of the pairs' ratios. Each measurement runs in a child process with GOMAXPROCS and OPENBLAS_NUM_THREADS set to
-// the thread count (OpenBLAS reads its thread count at start-up).
+// its ratio the median of the pairs' ratios. Each measurement runs in a child process with
+// GOMAXPROCS and OPENBLAS_NUM_THREADS set to the thread count (OpenBLAS reads its thread
+// count at start-up), and times at least -min-seconds (default 4) of steps after its warm-up:
+// a resnet18 step takes 0.15 s, and a handful of steps moved a row by ±20% on this shared
+// machine.
 package main
 
 import (
@@ -61,8 +64,8 @@ type workload struct {
 }
 
 var workloads = []workload{
-	{"resnet18", 16, 64, 1, 5},
-	{"resnet50", 16, 64, 1, 3},
+	{"resnet18", 16, 64, 2, 5},
+	{"resnet50", 16, 64, 2, 3},
 	{"swin_t", 8, 224, 1, 2},
 }
 
@@ -77,6 +80,7 @@ func main() {
 	out := flag.String("out", "bench/results/models.json", "result file")
 	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
 	flag.IntVar(&reps, "reps", 3, "measurement pairs (ours, PyTorch) per row; the table shows medians")
+	flag.Float64Var(&minSeconds, "min-seconds", 4, "each measurement times at least this long (and at least the workload's steps), ours and PyTorch's alike")
 	flag.Parse()
 	if *child != "" {
 		if *profile != "" {
@@ -106,8 +110,11 @@ func main() {
 	}
 }
 
-// reps is -reps.
-var reps int
+// reps is -reps; minSeconds is -min-seconds (passed on to the children).
+var (
+	reps       int
+	minSeconds float64
+)
 
 func parent(threadList, archs, out string) error {
 	tmp, err := os.MkdirTemp("", "bench-models")
@@ -143,7 +150,7 @@ func parent(threadList, archs, out string) error {
 			var terr error
 			for range reps {
 				goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
-					"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps))
+					"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps), "-min-seconds", fmt.Sprint(minSeconds))
 				if err != nil {
 					return fmt.Errorf("%s, %d threads: %w", w.arch, t, err)
 				}
@@ -153,7 +160,7 @@ func parent(threadList, archs, out string) error {
 				}
 				var tv, tCPU float64
 				tv, tCPU, terr = runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
-					fmt.Sprint(w.warmup), fmt.Sprint(w.steps))
+					fmt.Sprint(w.warmup), fmt.Sprint(w.steps), fmt.Sprint(minSeconds))
 				if terr == nil {
 					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
 				}
@@ -275,13 +282,15 @@ func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float
 	}
 	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()
-	for range steps {
+	done := 0
+	for done < steps || time.Since(start).Seconds() < minSeconds {
 		if err := step(); err != nil {
 			return 0, 0, err
 		}
+		done++
 	}
-	ips = float64(batch*steps) / time.Since(start).Seconds()
-	return ips, (benchutil.CPUSeconds() - cpu0) / float64(steps), nil
+	ips = float64(batch*done) / time.Since(start).Seconds()
+	return ips, (benchutil.CPUSeconds() - cpu0) / float64(done), nil
 }
 
 // sgdMomentum is torch.optim.SGD's step with momentum (no dampening or weight decay):

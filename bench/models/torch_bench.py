@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch side of `make bench-models`: training images/s of a torchvision model on the
-inputs the Go side wrote. Usage: torch_bench.py ARCH THREADS X.npy Y.npy WARMUP STEPS.
+inputs the Go side wrote. Usage: torch_bench.py ARCH THREADS X.npy Y.npy WARMUP STEPS [MIN_SECONDS]
+(timing runs at least STEPS steps and at least MIN_SECONDS, as the Go side).
 Prints images per second (forward, backward, SGD step, as the Go side) and CPU seconds per
 step (user+system, every thread: time.process_time)."""
 import sys
@@ -11,6 +12,7 @@ import torch
 import torchvision
 
 arch, threads, xp, yp, warmup, steps = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+min_seconds = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 x = torch.from_numpy(np.load(xp))
@@ -30,6 +32,8 @@ def step():
 for _ in range(warmup):
     step()
 t, c = time.perf_counter(), time.process_time()
-for _ in range(steps):
+done = 0
+while done < steps or time.perf_counter() - t < min_seconds:
     step()
-print(x.shape[0] * steps / (time.perf_counter() - t), (time.process_time() - c) / steps)
+    done += 1
+print(x.shape[0] * done / (time.perf_counter() - t), (time.process_time() - c) / done)
