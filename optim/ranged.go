@@ -26,27 +26,22 @@ type Ranged interface {
 // GradsWithin reports whether every segment's gradient lies in buf: pieces of buf then
 // reach every element the optimizer updates.
 func (b *base) GradsWithin(buf []float32) bool {
-	if len(buf) == 0 {
-		for _, s := range b.segs {
-			if len(s.Grad) > 0 {
-				return false
-			}
-		}
-		return true
-	}
-	const es = unsafe.Sizeof(float32(0))
-	blo := uintptr(unsafe.Pointer(&buf[0]))
-	bhi := blo + uintptr(len(buf))*es
+	blo, bhi := span(buf)
 	for _, s := range b.segs {
-		if len(s.Grad) == 0 {
-			continue
-		}
-		lo := uintptr(unsafe.Pointer(&s.Grad[0]))
-		if lo < blo || lo+uintptr(len(s.Grad))*es > bhi {
+		if lo, hi := span(s.Grad); lo < hi && (lo < blo || hi > bhi) {
 			return false
 		}
 	}
 	return true
+}
+
+// span is the address range of x's elements (empty for an empty x).
+func span(x []float32) (lo, hi uintptr) {
+	if len(x) == 0 {
+		return 0, 0
+	}
+	lo = uintptr(unsafe.Pointer(&x[0]))
+	return lo, lo + uintptr(len(x))*unsafe.Sizeof(x[0])
 }
 
 // ErrStepState is returned by StepGrads and EndStep outside a step, and by BeginStep and
@@ -56,23 +51,13 @@ var ErrStepState = errors.New("optim: ranged step out of order")
 // overlap calls fn(si, lo, hi) for every segment si whose gradient overlaps grad, with
 // [lo, hi) the overlap in the segment's elements.
 func (b *base) overlap(grad []float32, fn func(si, lo, hi int)) {
-	if len(grad) == 0 {
-		return
-	}
 	const es = unsafe.Sizeof(float32(0))
-	glo := uintptr(unsafe.Pointer(&grad[0]))
-	ghi := glo + uintptr(len(grad))*es
+	glo, ghi := span(grad)
 	for si, s := range b.segs {
-		if len(s.Grad) == 0 {
-			continue
+		slo, shi := span(s.Grad)
+		if lo, hi := max(glo, slo), min(ghi, shi); lo < hi {
+			fn(si, int((lo-slo)/es), int((hi-slo)/es))
 		}
-		slo := uintptr(unsafe.Pointer(&s.Grad[0]))
-		shi := slo + uintptr(len(s.Grad))*es
-		lo, hi := max(glo, slo), min(ghi, shi)
-		if lo >= hi {
-			continue
-		}
-		fn(si, int((lo-slo)/es), int((hi-slo)/es))
 	}
 }
 
