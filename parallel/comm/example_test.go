@@ -63,3 +63,38 @@ func ExampleGroup_ReduceScatter() {
 	fmt.Println(out[0], out[1])
 	// Output: [2 4 6 8 10] [2 4 6 8 10]
 }
+
+// A buffer that is all-reduced every step (DDP's gradients) comes from AllocFloat32, a
+// collective. Under gprun, with every rank on one host, it is shared memory and AllReduce on
+// any of its sub-slices runs in place, without staging copies; with in-process ranks, as
+// here, or across hosts, it is ordinary memory and the same code runs.
+func ExampleAllocFloat32() {
+	ctx := context.Background()
+	groups := comm.NewLocalGroups(2)
+	out := make([][]float32, 2)
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer g.Close(ctx)
+			grads, err := comm.AllocFloat32(ctx, g, 6)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			for i := range grads {
+				grads[i] = float32(g.Rank() + i)
+			}
+			bucket := grads[2:5] // the same sub-slice on every rank
+			if err := g.AllReduce(comm.F32(bucket), comm.Sum).Wait(ctx); err != nil {
+				fmt.Println(err)
+				return
+			}
+			out[g.Rank()] = grads
+		}()
+	}
+	wg.Wait()
+	fmt.Println(out[0], out[1])
+	// Output: [0 1 5 7 9 5] [1 2 5 7 9 6]
+}

@@ -156,19 +156,24 @@ func TestEquivalenceProcesses(t *testing.T) {
 }
 
 // A process SIGKILLed in the middle of backward: the survivors fail with an error naming
-// it and exit by themselves.
+// it and exit by themselves, with ordinary and with shared gradients (whose in-place
+// all-reduce reads and writes the dead rank's memory).
 func TestKilledProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	outs, errs := spawn(t, 3, "kill")
-	for r := range 2 {
-		if errs[r] != nil {
-			t.Errorf("survivor %d: %v\n%s", r, errs[r], outs[r])
-		}
+	for _, shared := range []string{"0", "1"} {
+		t.Run("shared="+shared, func(t *testing.T) {
+			outs, errs := spawn(t, 3, "kill", "GP_DDP_SHARED="+shared)
+			for r := range 2 {
+				if errs[r] != nil {
+					t.Errorf("survivor %d: %v\n%s", r, errs[r], outs[r])
+				}
+			}
+			if errs[2] == nil {
+				t.Errorf("victim exited cleanly:\n%s", outs[2])
+			}
+			t.Log(outs[0])
+		})
 	}
-	if errs[2] == nil {
-		t.Errorf("victim exited cleanly:\n%s", outs[2])
-	}
-	t.Log(outs[0])
 }
