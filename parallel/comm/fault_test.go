@@ -58,17 +58,7 @@ func TestKilledRankNamedBySurvivors(t *testing.T) {
 				}
 				return w.Wait(context.Background())
 			})
-			for r, err := range errs {
-				if r == victim {
-					continue
-				}
-				if !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), fmt.Sprintf("peer rank %d gone", victim)) {
-					t.Errorf("rank %d: %v, want ErrPeerGone naming rank %d", r, err, victim)
-				}
-			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("survivors took %v to notice", d)
-			}
+			wantPeerGone(t, errs, victim, start)
 			// The group stays failed.
 			if err := gs[0].Barrier().Wait(context.Background()); !errors.Is(err, ErrPeerGone) {
 				t.Errorf("after failure: %v", err)
@@ -264,4 +254,18 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// wantPeerGone checks that every rank but victim failed with ErrPeerGone naming victim, and
+// within 5 s of start.
+func wantPeerGone(t *testing.T, errs []error, victim int, start time.Time) {
+	t.Helper()
+	for r, err := range errs {
+		if r != victim && (!errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), fmt.Sprintf("peer rank %d gone", victim))) {
+			t.Errorf("rank %d: %v, want ErrPeerGone naming rank %d", r, err, victim)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("survivors took %v to notice", d)
+	}
 }

@@ -88,6 +88,9 @@ type shmTransport struct {
 	regions    []*shmRegion // shared buffers, by index (shmzero.go)
 	regMu      sync.RWMutex // guards regions against AllocFloat32 beside a running collective
 	zeroCopies atomic.Int64 // all-reduces that took the zero-copy path (for tests)
+	// zeroCopyReduced, when set (tests only), runs after this rank has reduced its slice of a
+	// zero-copy all-reduce and before it says so; an error ends the all-reduce there.
+	zeroCopyReduced func() error
 
 	raceToken byte // see shm_race.go
 	aborted   atomic.Bool

@@ -210,6 +210,11 @@ func (t *shmTransport) zeroCopyAllReduce(dt DType, op Op, count int, views [][]b
 			}
 		}
 	}
+	if t.zeroCopyReduced != nil {
+		if err := t.zeroCopyReduced(); err != nil {
+			return err
+		}
+	}
 	t.publish(t.own.red, last)
 	if err := t.waitStage(stageRed, last, -1); err != nil {
 		return err
