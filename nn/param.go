@@ -3,7 +3,6 @@ package nn
 import (
 	"fmt"
 	"math/rand"
-	"sync"
 
 	"github.com/gorgonia-parallel/gp/nn/ops"
 )
@@ -171,16 +170,7 @@ func splitChunks(n int, f func(lo, hi int)) {
 		f(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for i := 1; i < w; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(i*n/w, (i+1)*n/w)
-		}()
-	}
-	f(0, n/w)
-	wg.Wait()
+	ops.ForkJoin(w, func(i int) { f(i*n/w, (i+1)*n/w) })
 }
 
 func numel(shape []int) (int, error) {

@@ -48,14 +48,5 @@ func splitRows(n, rowLen int, f func(lo, hi int)) {
 		}
 		return i * n / w
 	}
-	var wg sync.WaitGroup
-	wg.Add(w - 1)
-	for i := 1; i < w; i++ {
-		go func(lo, hi int) {
-			defer wg.Done()
-			f(lo, hi)
-		}(bound(i), bound(i+1))
-	}
-	f(0, bound(1))
-	wg.Wait()
+	ForkJoin(w, func(i int) { f(bound(i), bound(i+1)) })
 }
