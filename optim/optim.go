@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
 )
 
 // Optimizer updates its segments' Data from their Grad.
@@ -135,22 +135,18 @@ func (b *base) initialLRValue() float64 {
 }
 
 // parallel runs kernel(lo, hi) over [0, n), split across the configured workers when n is
-// large enough. Chunks are disjoint, so the result does not depend on the split.
+// large enough (with ops.ForkJoin, so on the kernels' worker pool when it is free). Chunks
+// are disjoint, so the result does not depend on the split.
 func (b *base) parallel(n int, kernel func(lo, hi int)) {
 	w := min(b.cfg.workers, n/b.cfg.minChunk)
 	if w <= 1 {
 		kernel(0, n)
 		return
 	}
-	var wg sync.WaitGroup
 	chunk := (n + w - 1) / w
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			kernel(lo, hi)
-		}()
-	}
-	wg.Wait()
+	ops.ForkJoin(w, func(i int) {
+		if lo := i * chunk; lo < n {
+			kernel(lo, min(lo+chunk, n))
+		}
+	})
 }

@@ -100,7 +100,8 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 const smallGemmMax = 1 << 18
 
 // parallel runs f(worker, lo, hi) over [0, n) split into at most ops.Threads() contiguous
-// chunks; worker numbers are below the returned count of workers used.
+// chunks, on ops.ForkJoin's workers; worker numbers are below the returned count of workers
+// used.
 func parallel(n int, f func(worker, lo, hi int)) int {
 	w := min(maxWorkers(), n)
 	if w <= 1 {
@@ -109,16 +110,7 @@ func parallel(n int, f func(worker, lo, hi int)) int {
 		}
 		return 1
 	}
-	var wg sync.WaitGroup
-	for i := range w {
-		lo, hi := i*n/w, (i+1)*n/w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(i, lo, hi)
-		}()
-	}
-	wg.Wait()
+	ops.ForkJoin(w, func(i int) { f(i, i*n/w, (i+1)*n/w) })
 	return w
 }
 
