@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // splitGrain is the fewest elements worth a goroutine in an elementwise kernel: below it the
@@ -23,7 +24,19 @@ func Threads() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-var threads = sync.OnceValue(Threads)
+var threadsOnce = sync.OnceValue(Threads)
+
+// testThreads, when positive, replaces Threads() in the kernels: the tests set it (with a
+// pool to match) to run the multi-threaded paths whatever the environment says.
+var testThreads atomic.Int32
+
+// threads is Threads(), read once, or testThreads.
+func threads() int {
+	if n := testThreads.Load(); n > 0 {
+		return int(n)
+	}
+	return threadsOnce()
+}
 
 // splitRun runs f over [0, n) in up to Threads() contiguous chunks, the calling goroutine
 // taking the first. The elementwise kernels (GELU, ReLU, normalisations) would otherwise run

@@ -1,7 +1,7 @@
 package ops
 
 import (
-	"runtime"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -12,29 +12,29 @@ import (
 // TestSplitRunCovers: the chunks cover [0, n) exactly once, for sizes around the grain and
 // several thread counts.
 func TestSplitRunCovers(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	for _, procs := range []int{1, 2, 3, 8} {
-		runtime.GOMAXPROCS(procs)
-		for _, n := range []int{0, 1, 17, splitGrain - 1, 2 * splitGrain, 3*splitGrain + 7, 9*splitGrain + 5} {
-			hits := make([]atomic.Int32, n)
-			splitRun(n, func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					hits[i].Add(1)
-				}
-			})
-			for i := range hits {
-				if h := hits[i].Load(); h != 1 {
-					t.Fatalf("GOMAXPROCS %d, n %d: element %d run %d times", procs, n, i, h)
+	for _, threads := range []int{1, 2, 3, 8} {
+		t.Run(fmt.Sprint(threads), func(t *testing.T) {
+			setTestThreads(t, threads)
+			for _, n := range []int{0, 1, 17, splitGrain - 1, 2 * splitGrain, 3*splitGrain + 7, 9*splitGrain + 5} {
+				hits := make([]atomic.Int32, n)
+				splitRun(n, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						hits[i].Add(1)
+					}
+				})
+				for i := range hits {
+					if h := hits[i].Load(); h != 1 {
+						t.Fatalf("%d threads, n %d: element %d run %d times", threads, n, i, h)
+					}
 				}
 			}
-		}
+		})
 	}
 }
 
 // TestSplitKernelsThreadCount: the split elementwise kernels (dropout masks, equal-shape
 // Add, GELU, ReLU) give bit-identical results at 1 and 3 threads.
 func TestSplitKernelsThreadCount(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	const n = 5*splitGrain + 3
 	a, b := make([]float32, n), make([]float32, n)
 	for i := range a {
@@ -42,8 +42,8 @@ func TestSplitKernelsThreadCount(t *testing.T) {
 	}
 	var plan bcastPlan
 	plan.init(tensor.Shape{n}, tensor.Shape{n}, tensor.Shape{n})
-	run := func(procs int) [][]float32 {
-		runtime.GOMAXPROCS(procs)
+	run := func(threads int) [][]float32 {
+		setTestThreads(t, threads)
 		outs := make([][]float32, 5)
 		for i := range outs {
 			outs[i] = make([]float32, n)

@@ -164,15 +164,13 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 	w := convImageWorkers(op.n)
 	// Worker 0 accumulates into dw, the others into their own partial sums, added at the end.
 	parts := append([][]T{dw}, workerBufs[T](&op.sc.dws, w, len(dw))[1:]...)
-	started := make([]bool, w) // whether worker wi has written its sum yet
 	convImages(g, op.sc, op.n, true, func(wi, lo, hi int, col []T, par bool) {
 		acc := parts[wi]
 		for n := lo; n < hi; n++ {
 			var beta T
-			if started[wi] {
+			if n > lo {
 				beta = 1
 			}
-			started[wi] = true
 			dyn := dy[n*g.Out*P:]
 			src := x[n*chw : (n+1)*chw]
 			if !g.directCols {
@@ -184,15 +182,9 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 			}
 		}
 	})
-	if !started[0] {
-		clear(dw)
-	}
 	if len(parts) > 1 {
 		splitRun(len(dw), func(lo, hi int) {
-			for wi, p := range parts[1:] {
-				if !started[wi+1] {
-					continue
-				}
+			for _, p := range parts[1:] {
 				d, s := dw[lo:hi], p[lo:hi]
 				for i := range d {
 					d[i] += s[i]

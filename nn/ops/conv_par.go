@@ -2,7 +2,6 @@ package ops
 
 import (
 	"sync"
-	"sync/atomic"
 
 	blasthreads "github.com/gorgonia-parallel/gp/internal/blasimpl/threads"
 )
@@ -11,10 +10,10 @@ import (
 // BLAS: OpenBLAS's threads split each GEMM but leave im2col, col2im and the layout copies
 // in between on one core, scale poorly on the skinny GEMMs of small feature maps, and spin
 // on the other cores while Go code runs (measured on resnet18 at 64x64, 2 threads: 1.94
-// cores busy for 1.3x the 1-thread speed). Here the per-image path deals whole images to
-// the workers (each with its own columns and GEMMs, taking the next image when it is free)
-// and the batched path splits each GEMM into column or row blocks, with OpenBLAS held to
-// one thread per call meanwhile. The workers are ForkJoin's pool (forkjoin.go).
+// cores busy for 1.3x the 1-thread speed). Here the per-image path gives each worker whole
+// images (its own columns, its own GEMMs) and the batched path splits each GEMM into column
+// or row blocks, with OpenBLAS held to one thread per call meanwhile. The workers are
+// ForkJoin's pool (forkjoin.go).
 
 // gemmGrain is the fewest multiply-adds (m*n*k) per goroutine worth splitting a GEMM for.
 const gemmGrain = 1 << 20
@@ -60,22 +59,6 @@ func splitWorkers(n, w, align int, f func(wi, lo, hi int)) {
 			f(i, lo, hi)
 		}
 	})
-}
-
-// dealWorkers runs f(wi, i) for every i in [0, n) on w workers (worker 0 on the calling
-// goroutine), each taking the next i as it becomes free.
-func dealWorkers(n, w int, f func(wi, i int)) {
-	var next atomic.Int64
-	run := func(wi int) {
-		for {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return
-			}
-			f(wi, i)
-		}
-	}
-	ForkJoin(w, run)
 }
 
 // gemmPar is gemm split across Threads() goroutines when it is big enough: into column
@@ -135,9 +118,11 @@ func workerBufs[T Float](list *[]gemmScratch, w, n int) [][]T {
 
 // convImages runs f over the images [0, n) of a per-image convolution path: on the calling
 // goroutine with im2col and col2im split by channels (par) when there is one worker, else
-// one image per call, dealt to the workers as they become free (a worker slowed by the
-// host takes fewer), with the BLAS serial. col is worker wi's column buffer (nil
-// for directCols or without needCol).
+// over whole images per worker with the BLAS serial. The split is static, so that a
+// layer's filter gradient (each worker sums its images, then the workers' sums are added)
+// is the same bits every run at a given thread count; dealing images as workers free up
+// was measured no faster once ForkJoin's pool started them promptly. col is worker wi's
+// column buffer (nil for directCols or without needCol).
 func convImages[T Float](g *convGeom, sc *convScratch, n int, needCol bool, f func(wi, lo, hi int, col []T, par bool)) {
 	w := convImageWorkers(n)
 	var cols [][]T
@@ -155,7 +140,7 @@ func convImages[T Float](g *convGeom, sc *convScratch, n int, needCol bool, f fu
 	}
 	sc.shiftTable(g)
 	serialBLAS(func() {
-		dealWorkers(n, w, func(wi, i int) { f(wi, i, i+1, cols[wi], false) })
+		splitWorkers(n, w, 1, func(wi, lo, hi int) { f(wi, lo, hi, cols[wi], false) })
 	})
 }
 

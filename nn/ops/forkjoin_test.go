@@ -92,24 +92,15 @@ func TestForkJoinSerial(t *testing.T) {
 	}
 }
 
-// TestDealWorkersCoversRange: dealWorkers hands out every index once across its workers.
-func TestDealWorkersCoversRange(t *testing.T) {
-	for _, c := range []struct{ n, w int }{{0, 2}, {1, 2}, {16, 2}, {17, 3}, {5, 8}} {
-		seen := make([]atomic.Int32, c.n)
-		var bad atomic.Bool
-		dealWorkers(c.n, c.w, func(wi, i int) {
-			if wi < 0 || wi >= c.w {
-				bad.Store(true)
-			}
-			seen[i].Add(1)
-		})
-		if bad.Load() {
-			t.Errorf("n=%d w=%d: a worker index outside [0, %d)", c.n, c.w, c.w)
-		}
-		for i := range seen {
-			if got := seen[i].Load(); got != 1 {
-				t.Errorf("n=%d w=%d: index %d dealt %d times", c.n, c.w, i, got)
-			}
-		}
-	}
+// setTestThreads makes the kernels split across n threads, on a pool of n-1 workers, until
+// the test ends (Threads() follows the environment, which runs the tests at one thread).
+func setTestThreads(t *testing.T, n int) {
+	t.Helper()
+	prevPool, p := defaultPool, newWorkerPool(n-1)
+	defaultPool = func() *workerPool { return p }
+	testThreads.Store(int32(n))
+	t.Cleanup(func() {
+		testThreads.Store(0)
+		defaultPool = prevPool
+	})
 }

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"math/rand"
-	"runtime"
 	"slices"
 	"testing"
 )
@@ -11,7 +10,6 @@ import (
 // at 1 and 3 threads (their sums keep one order whatever the split), on tensors large
 // enough to be split.
 func TestNormKernelsThreadCount(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	rng := rand.New(rand.NewSource(3))
 	const n, c, hw = 3, 5, 1 << 13
 	x, dy := make([]float32, n*c*hw), make([]float32, n*c*hw)
@@ -27,8 +25,8 @@ func TestNormKernelsThreadCount(t *testing.T) {
 	}
 	mean, istd := per(func(i int) float64 { return 0.1 * float64(i) }), per(func(i int) float64 { return 1 + 0.2*float64(i) })
 	gamma, beta := per(func(i int) float64 { return 0.5 + float64(i) }), per(func(i int) float64 { return -float64(i) })
-	run := func(procs int) [][]float64 {
-		runtime.GOMAXPROCS(procs)
+	run := func(threads int) [][]float64 {
+		setTestThreads(t, threads)
 		sum, sq, sdy, sdyx := make([]float64, c), make([]float64, c), make([]float64, c), make([]float64, c)
 		y, dx := make([]float32, len(x)), make([]float32, len(x))
 		bnSums(x, n, c, hw, sum, sq)
