@@ -7,3 +7,6 @@ const name = "gonum"
 // Threads reports the number of threads the BLAS uses; gonum's pure-Go BLAS runs GEMM on
 // several goroutines, so this reports 0 (not fixed).
 func Threads() int { return 0 }
+
+// Core reports the BLAS's kernels: gonum's own Go (and assembly) kernels.
+func Core() string { return "gonum" }

@@ -3,6 +3,9 @@ package ops
 import (
 	"fmt"
 
+	// OpenBLAS with cgo, registered with gonum and gorgonia: every program that runs these
+	// kernels gets it, not only those that import the internal package themselves.
+	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -12,7 +15,8 @@ import (
 
 // gemm computes c = alpha*op(a)*op(b) + beta*c with row-major operands: op(a) is m×k,
 // op(b) is k×n, c is m×n. It calls the BLAS registered in gonum's blas32/blas64
-// (OpenBLAS with cgo, see internal/blasimpl; gonum's pure-Go BLAS otherwise).
+// (OpenBLAS with cgo, which this package imports internal/blasimpl to register; gonum's
+// pure-Go BLAS otherwise).
 func gemm[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	if m == 0 || n == 0 {
 		return
