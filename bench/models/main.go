@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
-	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -127,6 +127,7 @@ func parent(threadList, archs, out string) error {
 		return err
 	}
 	var rows []Row
+	fmt.Printf("BLAS: %s (%s kernels); PyTorch: its own (oneDNN convolutions)\n", blasimpl.Name(), blasimpl.Core())
 	fmt.Printf("%-9s %7s %5s %4s %12s %14s %9s %12s %14s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch",
 		"go cpu s/st", "torch cpu s/st")
 	for _, w := range workloads {
