@@ -162,6 +162,19 @@ func cvCompareFixture(t *testing.T, f *cvFixtures, c string, names []string,
 	}
 }
 
+// cvValues returns the values of nodes as float64 slices (a scalar as one element).
+func cvValues(nodes G.Nodes) [][]float64 {
+	var got [][]float64
+	for _, n := range nodes {
+		if s, ok := n.Value().Data().(float32); ok {
+			got = append(got, []float64{float64(s)})
+			continue
+		}
+		got = append(got, cvF64s(n.Value()))
+	}
+	return got
+}
+
 func cvF64s(v G.Value) []float64 {
 	switch d := v.Data().(type) {
 	case []float32:

@@ -199,14 +199,7 @@ func TestConv2dRunTwice(t *testing.T) {
 			if err := m.RunAll(); err != nil {
 				t.Fatal(err)
 			}
-			var got [][]float64
-			for _, n := range outs {
-				if s, ok := n.Value().Data().(float32); ok {
-					got = append(got, []float64{float64(s)})
-					continue
-				}
-				got = append(got, cvF64s(n.Value()))
-			}
+			got := cvValues(outs)
 			if ref == nil {
 				ref = got
 			} else {

@@ -67,15 +67,7 @@ func runThreadNet(t *testing.T, threads int) [][]float64 {
 	if err := m.RunAll(); err != nil {
 		t.Fatal(err)
 	}
-	var got [][]float64
-	for _, n := range outs {
-		if s, ok := n.Value().Data().(float32); ok {
-			got = append(got, []float64{float64(s)})
-			continue
-		}
-		got = append(got, cvF64s(n.Value()))
-	}
-	return got
+	return cvValues(outs)
 }
 
 // TestKernelsAcrossThreadCounts runs one network at 1, 2 and 3 threads (the last two on
