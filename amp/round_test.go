@@ -254,3 +254,32 @@ func TestRoundSlice32CountsOverflow(t *testing.T) {
 		t.Errorf("bf16 overflow count %d, want 1 (3.4e38)", n)
 	}
 }
+
+// TestRoundOpSplit: a float32 tensor big enough to be split across threads (3 here, as a
+// 3-core machine would) rounds to the same bits as one pass over it, in both formats.
+func TestRoundOpSplit(t *testing.T) {
+	prev := roundThreads
+	roundThreads = func() int { return 3 }
+	defer func() { roundThreads = prev }()
+	n := 3*roundGrain + 17
+	rng := rand.New(rand.NewSource(4))
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()*8))
+	}
+	for _, f := range []Format{BF16, FP16} {
+		want := make([]float32, n)
+		RoundSlice32(f, want, src)
+		x := tensor.New(tensor.WithShape(n), tensor.WithBacking(append([]float32(nil), src...)))
+		op := &roundOp{format: f}
+		got, err := op.Do(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got.Data().([]float32) {
+			if math.Float32bits(v) != math.Float32bits(want[i]) {
+				t.Fatalf("%v element %d of %d: %g split, %g in one pass", f, i, n, v, want[i])
+			}
+		}
+	}
+}
