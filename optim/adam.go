@@ -71,15 +71,7 @@ type adamConsts struct {
 }
 
 // Step applies one Adam/AdamW update to every segment.
-func (o *Adam) Step() error {
-	if err := o.BeginStep(); err != nil {
-		return err
-	}
-	for si, s := range o.segs {
-		o.update(si, 0, len(s.Data))
-	}
-	return o.EndStep()
-}
+func (o *Adam) Step() error { return o.stepWhole(o, o.update) }
 
 // BeginStep starts a step applied in pieces by StepGrads (see Ranged): it counts the step
 // and computes its scalars.
@@ -102,13 +94,7 @@ func (o *Adam) BeginStep() error {
 }
 
 // StepGrads updates the elements whose gradients lie in grad (see Ranged).
-func (o *Adam) StepGrads(grad []float32) error {
-	if err := o.within(o.name(), "StepGrads"); err != nil {
-		return err
-	}
-	o.overlap(grad, o.update)
-	return nil
-}
+func (o *Adam) StepGrads(grad []float32) error { return o.stepGrads(o.name(), grad, o.update) }
 
 // EndStep ends a step started by BeginStep.
 func (o *Adam) EndStep() error {

@@ -61,7 +61,29 @@ func (b *base) overlap(grad []float32, fn func(si, lo, hi int)) {
 	}
 }
 
-// begin and end guard the ranged step's order.
+// stepWhole is Step for a Ranged optimizer: r's BeginStep, update over every element of
+// every segment, r's EndStep.
+func (b *base) stepWhole(r Ranged, update func(si, lo, hi int)) error {
+	if err := r.BeginStep(); err != nil {
+		return err
+	}
+	for si, s := range b.segs {
+		update(si, 0, len(s.Data))
+	}
+	return r.EndStep()
+}
+
+// stepGrads is StepGrads for an optimizer called name: update over the elements whose
+// gradients lie in grad, inside a step.
+func (b *base) stepGrads(name string, grad []float32, update func(si, lo, hi int)) error {
+	if err := b.within(name, "StepGrads"); err != nil {
+		return err
+	}
+	b.overlap(grad, update)
+	return nil
+}
+
+// begin (at BeginStep) and within (at StepGrads and EndStep) guard the ranged step's order.
 func (b *base) begin(name string) error {
 	if b.inStep {
 		return fmt.Errorf("%w: %s: BeginStep or Step before the previous ranged step's EndStep", ErrStepState, name)

@@ -46,15 +46,7 @@ func NewSGD(segs []Segment, lr float64, opts ...Option) (*SGD, error) {
 }
 
 // Step applies one SGD update to every segment.
-func (o *SGD) Step() error {
-	if err := o.BeginStep(); err != nil {
-		return err
-	}
-	for si, s := range o.segs {
-		o.update(si, 0, len(s.Data))
-	}
-	return o.EndStep()
-}
+func (o *SGD) Step() error { return o.stepWhole(o, o.update) }
 
 // BeginStep starts a step applied in pieces by StepGrads (see Ranged).
 func (o *SGD) BeginStep() error {
@@ -73,13 +65,7 @@ func (o *SGD) BeginStep() error {
 }
 
 // StepGrads updates the elements whose gradients lie in grad (see Ranged).
-func (o *SGD) StepGrads(grad []float32) error {
-	if err := o.within("SGD", "StepGrads"); err != nil {
-		return err
-	}
-	o.overlap(grad, o.update)
-	return nil
-}
+func (o *SGD) StepGrads(grad []float32) error { return o.stepGrads("SGD", grad, o.update) }
 
 // EndStep ends a step started by BeginStep.
 func (o *SGD) EndStep() error {
