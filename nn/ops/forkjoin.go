@@ -125,6 +125,9 @@ func (p *workerPool) forkJoin(n int, f func(i int)) {
 		return
 	}
 	defer p.mu.Unlock()
+	// A fresh job per fork (two small allocations): a worker that finds the caller parked
+	// sends its token after the decrement the caller may already have seen, so a reused
+	// channel could hand that late token to the next fork's caller.
 	j := &poolJob{f: f, wake: make(chan struct{}, 1)}
 	j.pending.Store(int32(n - 1))
 	for _, w := range p.workers[:n-1] {
