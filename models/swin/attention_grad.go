@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/chewxy/hm"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -144,10 +145,9 @@ func scatterTable[T float](f *attnOp, dt []T) {
 // softmaxBwd turns d, the gradient of the probabilities p (n×n, one window and head), into
 // that of the scores, dS[i,j] = P[i,j]·(dP[i,j] - Σ_k P[i,k]·dP[i,k]) in float64, and adds
 // dS into a (the relative-position bias table's gradient, before its scatter). float32 goes
-// to the C kernel when there is one (simd_cgo.go).
+// to the C kernel when there is one (internal/simd).
 func softmaxBwd[T float](p, d []T, a []float64, n int) {
-	if p32, ok := any(p).([]float32); ok && simdOK {
-		simdSoftmaxBwd(p32, any(d).([]float32), a, n)
+	if p32, ok := any(p).([]float32); ok && simd.SoftmaxBwd(p32, any(d).([]float32), a, n) {
 		return
 	}
 	for i := range n {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/chewxy/hm"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
@@ -85,8 +86,7 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 	}
 	switch av := any(a).(type) {
 	case []float32:
-		if simdOK && beta == 0 && m > 0 && n > 0 && k > 0 && m*n*k <= smallGemmMax && k*n <= smallGemmMax/16 {
-			smallGemm32(tA, tB, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, any(c).([]float32), ldc)
+		if beta == 0 && simd.SmallGemm32(tA, tB, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, any(c).([]float32), ldc) {
 			return
 		}
 		blas32.Implementation().Sgemm(ta, tb, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
@@ -94,10 +94,6 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 		blas64.Implementation().Dgemm(ta, tb, m, n, k, float64(alpha), av, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
 	}
 }
-
-// smallGemmMax is the largest m·n·k that gemm computes with the C kernel (simd_cgo.go)
-// instead of the BLAS: window attention's products at 7×7 windows are 49·49·32.
-const smallGemmMax = 1 << 18
 
 // parallel runs f(worker, lo, hi) over [0, n) split into at most ops.Threads() contiguous
 // chunks, on ops.ForkJoin's workers; worker numbers are below the returned count of workers

@@ -4,117 +4,121 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/gorgonia-parallel/gp/internal/simd"
+	"github.com/gorgonia-parallel/gp/internal/simd/simdtest"
 )
 
-// TestSmallGemmMatchesReference checks gemm's small float32 path (the C kernel with cgo and
-// AVX-512, else the BLAS) against a float64 product on every transposition and odd sizes,
+// TestSmallGemmMatchesReference checks gemm's small float32 path (the C kernel at each SIMD level
+// the CPU has, the BLAS at level off) against a float64 product on every transposition and odd sizes,
 // including 1 and sizes that are not multiples of 16. Bound: a float32 sum of k products
 // in any order is within k·2⁻²³ of Σ|a·b| (plus the rounding of alpha's product).
 func TestSmallGemmMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewSource(8))
-	for _, s := range [][3]int{{1, 1, 1}, {49, 49, 32}, {49, 32, 49}, {5, 17, 3}, {17, 65, 7}, {4, 64, 16}, {7, 100, 33}, {3, 1, 100}} {
-		m, n, k := s[0], s[1], s[2]
-		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
-			tA, tB := tr[0], tr[1]
-			lda, ldb, ldc := k+3, n+5, n+2 // strided, as in attention's views of qkv
-			if tA {
-				lda = m + 3
-			}
-			if tB {
-				ldb = k + 5
-			}
-			a := make([]float32, max(m, k)*lda)
-			b := make([]float32, max(n, k)*ldb)
-			for i := range a {
-				a[i] = float32(rng.NormFloat64())
-			}
-			for i := range b {
-				b[i] = float32(rng.NormFloat64())
-			}
-			c := make([]float32, m*ldc)
-			for i := range c {
-				c[i] = 99 // beta is 0: overwritten, never read
-			}
-			const alpha = 0.17677669
-			gemm(tA, tB, m, n, k, float32(alpha), a, lda, b, ldb, 0, c, ldc)
-			for i := range m {
-				for j := range n {
-					var want, mag float64
-					for p := range k {
-						av, bv := a[i*lda+p], b[p*ldb+j]
-						if tA {
-							av = a[p*lda+i]
-						}
-						if tB {
-							bv = b[j*ldb+p]
-						}
-						want += float64(av) * float64(bv)
-						mag += math.Abs(float64(av) * float64(bv))
-					}
-					want *= alpha
-					tol := (float64(k)+2)*math.Ldexp(1, -23)*mag*alpha + 1e-30
-					if got := float64(c[i*ldc+j]); math.Abs(got-want) > tol {
-						t.Fatalf("%v m=%d n=%d k=%d: c[%d,%d] = %g, want %g ± %g", tr, m, n, k, i, j, got, want, tol)
-					}
+	simdtest.Each(t, func(t *testing.T, _ simd.Level) {
+		rng := rand.New(rand.NewSource(8))
+		for _, s := range [][3]int{{1, 1, 1}, {49, 49, 32}, {49, 32, 49}, {5, 17, 3}, {17, 65, 7}, {4, 64, 16}, {7, 100, 33}, {3, 1, 100}} {
+			m, n, k := s[0], s[1], s[2]
+			for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+				tA, tB := tr[0], tr[1]
+				lda, ldb, ldc := k+3, n+5, n+2 // strided, as in attention's views of qkv
+				if tA {
+					lda = m + 3
 				}
-				for j := n; j < ldc && i < m-1; j++ {
-					if c[i*ldc+j] != 99 {
-						t.Fatalf("%v m=%d n=%d k=%d: c[%d,%d] outside the product written", tr, m, n, k, i, j)
+				if tB {
+					ldb = k + 5
+				}
+				a := make([]float32, max(m, k)*lda)
+				b := make([]float32, max(n, k)*ldb)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+				for i := range b {
+					b[i] = float32(rng.NormFloat64())
+				}
+				c := make([]float32, m*ldc)
+				for i := range c {
+					c[i] = 99 // beta is 0: overwritten, never read
+				}
+				const alpha = 0.17677669
+				gemm(tA, tB, m, n, k, float32(alpha), a, lda, b, ldb, 0, c, ldc)
+				for i := range m {
+					for j := range n {
+						var want, mag float64
+						for p := range k {
+							av, bv := a[i*lda+p], b[p*ldb+j]
+							if tA {
+								av = a[p*lda+i]
+							}
+							if tB {
+								bv = b[j*ldb+p]
+							}
+							want += float64(av) * float64(bv)
+							mag += math.Abs(float64(av) * float64(bv))
+						}
+						want *= alpha
+						tol := (float64(k)+2)*math.Ldexp(1, -23)*mag*alpha + 1e-30
+						if got := float64(c[i*ldc+j]); math.Abs(got-want) > tol {
+							t.Fatalf("%v m=%d n=%d k=%d: c[%d,%d] = %g, want %g ± %g", tr, m, n, k, i, j, got, want, tol)
+						}
+					}
+					for j := n; j < ldc && i < m-1; j++ {
+						if c[i*ldc+j] != 99 {
+							t.Fatalf("%v m=%d n=%d k=%d: c[%d,%d] outside the product written", tr, m, n, k, i, j)
+						}
 					}
 				}
 			}
 		}
-	}
+	})
 }
 
-// TestSoftmaxRows32MatchesGo compares the C softmax (with cgo and AVX-512) with the Go loop:
+// TestSoftmaxRows32MatchesGo compares the C softmax (at each SIMD level the CPU has) with the Go loop:
 // the same float64 operations per element, only the row sum's order differs, which can move
 // a float32 result by one ulp at most. Sizes 1 to 50, with and without a mask, scores that
 // reach the exponential's -700 cut-off, and a row with a NaN.
 func TestSoftmaxRows32MatchesGo(t *testing.T) {
-	rng := rand.New(rand.NewSource(9))
-	for _, n := range []int{1, 2, 7, 8, 9, 17, 49, 50} {
-		for _, masked := range []bool{false, true} {
-			s := make([]float32, n*n)
-			bias := make([]float64, n*n)
-			for i := range s {
-				s[i] = float32(rng.NormFloat64() * 4)
-				bias[i] = rng.NormFloat64()
-			}
-			if n > 2 {
-				s[1] = -1000 // below the cut-off: exp is 0
-				s[n*n-1] = float32(math.NaN())
-			}
-			var mask []float32
-			if masked {
-				mask = make([]float32, n*n)
-				for i := range mask {
-					if rng.Intn(3) == 0 {
-						mask[i] = -100
+	simdtest.Each(t, func(t *testing.T, _ simd.Level) {
+		rng := rand.New(rand.NewSource(9))
+		for _, n := range []int{1, 2, 7, 8, 9, 17, 49, 50} {
+			for _, masked := range []bool{false, true} {
+				s := make([]float32, n*n)
+				bias := make([]float64, n*n)
+				for i := range s {
+					s[i] = float32(rng.NormFloat64() * 4)
+					bias[i] = rng.NormFloat64()
+				}
+				if n > 2 {
+					s[1] = -1000 // below the cut-off: exp is 0
+					s[n*n-1] = float32(math.NaN())
+				}
+				var mask []float32
+				if masked {
+					mask = make([]float32, n*n)
+					for i := range mask {
+						if rng.Intn(3) == 0 {
+							mask[i] = -100
+						}
 					}
 				}
-			}
-			got := append([]float32(nil), s...)
-			want := append([]float32(nil), s...)
-			softmaxRows32(got, bias, mask, n)
-			prev := simdOK
-			simdOK = false
-			softmaxRows32(want, bias, mask, n)
-			simdOK = prev
-			for i := range want {
-				w, g := want[i], got[i]
-				if math.IsNaN(float64(w)) || math.IsNaN(float64(g)) {
-					if math.IsNaN(float64(w)) != math.IsNaN(float64(g)) {
-						t.Fatalf("n=%d masked=%v: [%d] = %g, want %g", n, masked, i, g, w)
+				got := append([]float32(nil), s...)
+				want := append([]float32(nil), s...)
+				softmaxRows32(got, bias, mask, n)
+				withGo(t, func() { softmaxRows32(want, bias, mask, n) })
+				for i := range want {
+					w, g := want[i], got[i]
+					if math.IsNaN(float64(w)) || math.IsNaN(float64(g)) {
+						if math.IsNaN(float64(w)) != math.IsNaN(float64(g)) {
+							t.Fatalf("n=%d masked=%v: [%d] = %g, want %g", n, masked, i, g, w)
+						}
+						continue
 					}
-					continue
-				}
-				if d := int64(math.Float32bits(w)) - int64(math.Float32bits(g)); d > 1 || d < -1 {
-					t.Fatalf("n=%d masked=%v: [%d] = %g, want %g (more than one ulp)", n, masked, i, g, w)
+					if d := int64(math.Float32bits(w)) - int64(math.Float32bits(g)); d > 1 || d < -1 {
+						t.Fatalf("n=%d masked=%v: [%d] = %g, want %g (more than one ulp)", n, masked, i, g, w)
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestSoftmaxBwdMatchesGo compares the C softmax gradient with the Go loop: the same float64
@@ -122,33 +126,43 @@ func TestSoftmaxRows32MatchesGo(t *testing.T) {
 // float64 ulps of the row's scale (so at most an ulp or so in float32: 4e-7 of the largest
 // |dS|) and the float64 accumulator by about 1e-15 of its scale (1e-12 allowed).
 func TestSoftmaxBwdMatchesGo(t *testing.T) {
-	rng := rand.New(rand.NewSource(13))
-	for _, n := range []int{1, 2, 7, 8, 9, 49, 50} {
-		p, d := make([]float32, n*n), make([]float32, n*n)
-		for i := range p {
-			p[i] = float32(rng.Float64())
-			d[i] = float32(rng.NormFloat64())
-		}
-		acc0 := make([]float64, n*n)
-		for i := range acc0 {
-			acc0[i] = rng.NormFloat64()
-		}
-		dg, ag := append([]float32(nil), d...), append([]float64(nil), acc0...)
-		dw, aw := append([]float32(nil), d...), append([]float64(nil), acc0...)
-		softmaxBwd(p, dg, ag, n)
-		prev := simdOK
-		simdOK = false
-		softmaxBwd(p, dw, aw, n)
-		simdOK = prev
-		var ds, as float64
-		for i := range dw {
-			ds = max(ds, math.Abs(float64(dw[i])))
-			as = max(as, math.Abs(aw[i]))
-		}
-		for i := range dw {
-			if math.Abs(float64(dg[i]-dw[i])) > 4e-7*ds || math.Abs(ag[i]-aw[i]) > 1e-12*as {
-				t.Fatalf("n=%d [%d]: dS %g acc %g, want %g %g", n, i, dg[i], ag[i], dw[i], aw[i])
+	simdtest.Each(t, func(t *testing.T, _ simd.Level) {
+		rng := rand.New(rand.NewSource(13))
+		for _, n := range []int{1, 2, 7, 8, 9, 49, 50} {
+			p, d := make([]float32, n*n), make([]float32, n*n)
+			for i := range p {
+				p[i] = float32(rng.Float64())
+				d[i] = float32(rng.NormFloat64())
+			}
+			acc0 := make([]float64, n*n)
+			for i := range acc0 {
+				acc0[i] = rng.NormFloat64()
+			}
+			dg, ag := append([]float32(nil), d...), append([]float64(nil), acc0...)
+			dw, aw := append([]float32(nil), d...), append([]float64(nil), acc0...)
+			softmaxBwd(p, dg, ag, n)
+			withGo(t, func() { softmaxBwd(p, dw, aw, n) })
+			var ds, as float64
+			for i := range dw {
+				ds = max(ds, math.Abs(float64(dw[i])))
+				as = max(as, math.Abs(aw[i]))
+			}
+			for i := range dw {
+				if math.Abs(float64(dg[i]-dw[i])) > 4e-7*ds || math.Abs(ag[i]-aw[i]) > 1e-12*as {
+					t.Fatalf("n=%d [%d]: dS %g acc %g, want %g %g", n, i, dg[i], ag[i], dw[i], aw[i])
+				}
 			}
 		}
+	})
+}
+
+// withGo runs f at SIMD level off (the Go code), then restores the level.
+func withGo(t *testing.T, f func()) {
+	t.Helper()
+	restore, err := simd.Set(simd.Off)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer restore()
+	f()
 }

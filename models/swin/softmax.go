@@ -1,14 +1,17 @@
 package swin
 
-import "math"
+import (
+	"math"
+
+	"github.com/gorgonia-parallel/gp/internal/simd"
+)
 
 // softmaxRows32 replaces each row of s [n, n] (scaled scores) by softmax(s + bias + mask)
 // along the row; bias is [n, n], mask [n, n] or nil. Sums are in float64, as in
 // softmaxRows64; the exponential is exp32 (relative error ≲ 2e-10), since math.Exp and
 // math.Max were half of the attention op's own time.
 func softmaxRows32(s []float32, bias []float64, mask []float32, n int) {
-	if simdOK {
-		simdSoftmaxRows32(s, bias, mask, n)
+	if simd.SoftmaxRows32(s, bias, mask, n) {
 		return
 	}
 	for i := range n {

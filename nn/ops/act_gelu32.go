@@ -29,18 +29,18 @@ const (
 	geluClamp = 30.0
 )
 
-// gelu32FwdFast is gelu32Fwd, on AVX-512 where the CPU has it (simd_cgo.go).
+// gelu32FwdFast is gelu32Fwd, in a C kernel where the CPU runs one (simd.go).
 func gelu32FwdFast(x, y []float32) {
-	if simdOK {
+	if simdOK() {
 		simdGELUFwd(x, y)
 		return
 	}
 	gelu32Fwd(x, y)
 }
 
-// gelu32BwdFast is gelu32Bwd, on AVX-512 where the CPU has it (simd_cgo.go).
+// gelu32BwdFast is gelu32Bwd, in a C kernel where the CPU runs one (simd.go).
 func gelu32BwdFast(x, dy, dx []float32) {
-	if simdOK {
+	if simdOK() {
 		simdGELUBwd(x, dy, dx)
 		return
 	}

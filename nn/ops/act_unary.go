@@ -213,7 +213,7 @@ func reluBits32(v, y, sel []float32) {
 		sel = v
 	}
 	y, sel = y[:len(v)], sel[:len(v)]
-	if simdOK && len(v) >= simdMinLen {
+	if simdOK() && len(v) >= simdMinLen {
 		simdReLU(v, y, sel)
 		return
 	}

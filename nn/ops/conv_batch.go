@@ -51,9 +51,9 @@ const convCol2imShiftPixels = 16
 
 // convShiftable reports whether g's im2col rows are whole channel planes read at an offset
 // (stride 1 and lines as wide as the input's: k = oh*W + ow, input k + shift[q]), with
-// the AVX-512 kernels to read them.
+// the C kernels to read them.
 func convShiftable(g *convGeom) bool {
-	return simdOK && g.SH == 1 && g.SW == 1 && g.OW == g.W && g.C*g.H*g.W <= math.MaxInt32
+	return simdOK() && g.SH == 1 && g.SW == 1 && g.OW == g.W && g.C*g.H*g.W <= math.MaxInt32
 }
 
 // shiftTable builds, once per geometry, the tables of simdIm2colShift when g is
@@ -166,7 +166,7 @@ func convIndexed(g *convGeom) bool {
 // convIm2colRange is convIm2col for channels [lo, hi), on the calling goroutine; with
 // indexed the table must already be built.
 func convIm2colRange[T Float](g *convGeom, sc *convScratch, indexed bool, x, col []T, ld, lo, hi int) {
-	if xs, ok := any(x).([]float32); ok && simdOK {
+	if xs, ok := any(x).([]float32); ok && simdOK() {
 		cs := any(col).([]float32)
 		if convShiftable(g) && len(sc.shift) == g.KH*g.KW {
 			simdIm2colShift(g, sc, xs, cs, ld, lo, hi)
@@ -212,7 +212,7 @@ func im2colGather[T Float](g *convGeom, sc *convScratch, x, col []T, ld, lo, hi 
 // indexed the table must already be built. Only those channels' planes of dx are written.
 func convCol2imRange[T Float](g *convGeom, sc *convScratch, indexed bool, col, dx []T, ld, lo, hi int) {
 	cs, c32 := any(col).([]float32)
-	c32 = c32 && simdOK
+	c32 = c32 && simdOK()
 	// The shifted planes: measured 2x faster than the lines at 16x16 (resnet18's layer1), 5x
 	// than the indexed scatter at 8x8, about even at 4x4, and 3.4x slower at 2x2, where four
 	// lanes of each masked load and store are all there is to a row.

@@ -243,9 +243,8 @@ func biasGrad[T Float](op *biasGradOp, in []G.Value, db []T) error {
 	if err != nil {
 		return err
 	}
-	if op.inner == 1 && op.c >= simdMinLen && simdOK {
-		if d32, ok := any(dy).([]float32); ok {
-			simdColSums(d32, op.n, op.c, any(db).([]float32))
+	if op.inner == 1 && op.c >= simdMinLen && simdOK() {
+		if d32, ok := any(dy).([]float32); ok && simdColSums(d32, op.n, op.c, any(db).([]float32)) {
 			return nil
 		}
 	}

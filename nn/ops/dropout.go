@@ -206,8 +206,7 @@ func applyMask[T Float](x, y []T, key uint64, p float64, row int) {
 		for r := lo; r < hi; r++ {
 			xs, ys := x[r*row:(r+1)*row], y[r*row:(r+1)*row]
 			if keep(key, r, p) {
-				if x32, ok := any(xs).([]float32); ok && simdOK && row >= simdMinLen {
-					simdScale(x32, any(ys).([]float32), float32(scale))
+				if x32, ok := any(xs).([]float32); ok && row >= simdMinLen && simdScale(x32, any(ys).([]float32), float32(scale)) {
 					continue
 				}
 				for j, v := range xs {

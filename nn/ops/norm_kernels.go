@@ -13,8 +13,7 @@ import (
 // in order, so the result does not depend on the thread count.
 func bnSums[T Float](x []T, n, c, hw int, sum, sq []float64) {
 	splitRows(c, n*hw, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdOK {
-			simdBNSums(xs, n, c, hw, lo, hi, sum, sq)
+		if xs, ok := any(x).([]float32); ok && simdBNSums(xs, n, c, hw, lo, hi, sum, sq) {
 			return
 		}
 		for ch := lo; ch < hi; ch++ {
@@ -34,8 +33,7 @@ func bnSums[T Float](x []T, n, c, hw int, sum, sq []float64) {
 // channel) are split across threads.
 func bnApply[T Float](x, y []T, n, c, hw int, mean, istd, gamma, beta []float64, relu bool) {
 	splitRows(n*c, hw, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdOK {
-			simdBNApply(xs, any(y).([]float32), c, hw, lo, hi, mean, istd, gamma, beta, relu)
+		if xs, ok := any(x).([]float32); ok && simdBNApply(xs, any(y).([]float32), c, hw, lo, hi, mean, istd, gamma, beta, relu) {
 			return
 		}
 		for r := lo; r < hi; r++ {
@@ -67,8 +65,7 @@ func reluRow[T Float](y []T) {
 // split across threads as in bnSums.
 func bnGradSums[T Float](x, dy []T, n, c, hw int, mean, sdy, sdyx []float64) {
 	splitRows(c, 2*n*hw, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdOK {
-			simdBNGradSums(xs, any(dy).([]float32), n, c, hw, lo, hi, mean, sdy, sdyx)
+		if xs, ok := any(x).([]float32); ok && simdBNGradSums(xs, any(dy).([]float32), n, c, hw, lo, hi, mean, sdy, sdyx) {
 			return
 		}
 		for ch := lo; ch < hi; ch++ {
@@ -87,8 +84,7 @@ func bnGradSums[T Float](x, dy []T, n, c, hw int, mean, sdy, sdyx []float64) {
 // bnGradApply sets dx = k1·dy + k2·x + k3 per channel; rows split across threads.
 func bnGradApply[T Float](x, dy, dx []T, n, c, hw int, k1, k2, k3 []float64) {
 	splitRows(n*c, 2*hw, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdOK {
-			simdBNGradApply(xs, any(dy).([]float32), any(dx).([]float32), c, hw, lo, hi, k1, k2, k3)
+		if xs, ok := any(x).([]float32); ok && simdBNGradApply(xs, any(dy).([]float32), any(dx).([]float32), c, hw, lo, hi, k1, k2, k3) {
 			return
 		}
 		for r := lo; r < hi; r++ {

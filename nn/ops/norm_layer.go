@@ -211,8 +211,7 @@ const lnBlock = 1 << 13
 func lnForward[T Float](x, y []T, op *lnOp) {
 	m := op.m
 	splitRows(op.rows, 3*m, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdOK {
-			simdLNForward(xs, any(y).([]float32), lo, hi, m, op.gamma, op.beta, op.eps, op.mean, op.istd)
+		if xs, ok := any(x).([]float32); ok && simdLNForward(xs, any(y).([]float32), lo, hi, m, op.gamma, op.beta, op.eps, op.mean, op.istd) {
 			return
 		}
 		for r := lo; r < hi; r++ {
@@ -251,9 +250,8 @@ func lnBackward[T Float](x, dy, dx []T, op *lnOp) {
 			dgamma, dbeta := part[2*blk*m:(2*blk+1)*m], part[(2*blk+1)*m:(2*blk+2)*m]
 			clear(dgamma)
 			clear(dbeta)
-			if xs, ok := any(x).([]float32); ok && simdOK {
-				simdLNBackward(xs, any(dy).([]float32), any(dx).([]float32), blk*br, min((blk+1)*br, op.rows), m,
-					op.gamma, op.mean, op.istd, dgamma, dbeta)
+			if xs, ok := any(x).([]float32); ok && simdLNBackward(xs, any(dy).([]float32), any(dx).([]float32),
+				blk*br, min((blk+1)*br, op.rows), m, op.gamma, op.mean, op.istd, dgamma, dbeta) {
 				continue
 			}
 			for r := blk * br; r < min((blk+1)*br, op.rows); r++ {

@@ -31,7 +31,7 @@ func maxPool[T Float](op *maxPoolOp, in []G.Value, dst []T) error {
 		sc.arg = make([]int32, planes*P)
 	}
 	x32, c32 := any(x).([]float32)
-	c32 = c32 && simdOK
+	c32 = c32 && simdOK()
 	if !op.grad {
 		splitRows(planes, hw, func(lo, hi int) {
 			if c32 {
@@ -54,10 +54,10 @@ func maxPool[T Float](op *maxPoolOp, in []G.Value, dst []T) error {
 			if !fresh {
 				simdMaxPoolSearch(g, x32, nil, sc.arg, lo, hi)
 			}
-			simdMaxPoolScatter(sc.arg, any(dy).([]float32), any(dst).([]float32), lo, hi, P, hw)
-			return
-		}
-		if !fresh {
+			if simdMaxPoolScatter(sc.arg, any(dy).([]float32), any(dst).([]float32), lo, hi, P, hw) {
+				return
+			}
+		} else if !fresh {
 			maxPoolSearch(g, x, nil, sc.arg, lo, hi)
 		}
 		for pl := lo; pl < hi; pl++ {

@@ -6,9 +6,9 @@
 #pragma GCC target("avx512f,avx512dq,avx512vl,fma")
 #pragma GCC optimize("fp-contract=off")
 
-static inline __mmask8 gp_sx_mask(int n) { return n >= 8 ? 0xff : (__mmask8)((1u << n) - 1); }
+static inline __mmask8 gp5_sx_mask(int n) { return n >= 8 ? 0xff : (__mmask8)((1u << n) - 1); }
 
-static void gp_softmax_rows(float *s, const double *bias, const float *mask, int n) {
+static void gp5_softmax_rows(float *s, const double *bias, const float *mask, int n) {
 	const __m512d log2e = _mm512_set1_pd(1.4426950408889634), ln2hi = _mm512_set1_pd(6.93147180369123816490e-01),
 	              ln2lo = _mm512_set1_pd(1.90821492927058770002e-10), lo = _mm512_set1_pd(-700), one = _mm512_set1_pd(1);
 	for (int i = 0; i < n; i++) {
@@ -18,7 +18,7 @@ static void gp_softmax_rows(float *s, const double *bias, const float *mask, int
 		__m512d mx = _mm512_set1_pd(-__builtin_inf());
 		__mmask8 nan = 0;
 		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp_sx_mask(n - j);
+			__mmask8 m = gp5_sx_mask(n - j);
 			__m512d v = _mm512_add_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, row + j)), _mm512_maskz_loadu_pd(m, br + j));
 			if (mr) v = _mm512_add_pd(v, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, mr + j)));
 			__m256 r = _mm512_cvtpd_ps(v);
@@ -30,7 +30,7 @@ static void gp_softmax_rows(float *s, const double *bias, const float *mask, int
 		double mxs = nan ? __builtin_nan("") : _mm512_reduce_max_pd(mx);
 		__m512d mv = _mm512_set1_pd(mxs), sum = _mm512_setzero_pd();
 		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp_sx_mask(n - j);
+			__mmask8 m = gp5_sx_mask(n - j);
 			__m512d x = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, row + j)), mv);
 			__mmask8 nanx = _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q);
 			x = _mm512_mask_blend_pd(nanx, _mm512_max_pd(x, lo), x); // Go's max keeps NaN
@@ -51,30 +51,30 @@ static void gp_softmax_rows(float *s, const double *bias, const float *mask, int
 		}
 		__m512d inv = _mm512_set1_pd(1 / _mm512_reduce_add_pd(sum));
 		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp_sx_mask(n - j);
+			__mmask8 m = gp5_sx_mask(n - j);
 			__m512d v = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, row + j)), inv);
 			_mm256_mask_storeu_ps(row + j, m, _mm512_cvtpd_ps(v));
 		}
 	}
 }
 
-// gp_softmax_bwd is attnBackward's softmax gradient for one window and head: with P the
+// gp5_softmax_bwd is attnBackward's softmax gradient for one window and head: with P the
 // probabilities and dP their gradient (n×n each), dS[i,j] = P[i,j]·(dP[i,j] - Σ_k P[i,k]
 // dP[i,k]) in float64, written over dP as float32 and added into acc (float64, n×n).
-static void gp_softmax_bwd(const float *p, float *d, double *acc, int n) {
+static void gp5_softmax_bwd(const float *p, float *d, double *acc, int n) {
 	for (int i = 0; i < n; i++) {
 		const float *pi = p + (long)i * n;
 		float *di = d + (long)i * n;
 		double *ai = acc + (long)i * n;
 		__m512d s = _mm512_setzero_pd();
 		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp_sx_mask(n - j);
+			__mmask8 m = gp5_sx_mask(n - j);
 			s = _mm512_add_pd(s, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, pi + j)),
 			                                   _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, di + j))));
 		}
 		__m512d dot = _mm512_set1_pd(_mm512_reduce_add_pd(s));
 		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp_sx_mask(n - j);
+			__mmask8 m = gp5_sx_mask(n - j);
 			__m512d g = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, pi + j)),
 			                          _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, di + j)), dot));
 			_mm256_mask_storeu_ps(di + j, m, _mm512_cvtpd_ps(g));

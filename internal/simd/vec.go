@@ -1,17 +1,9 @@
-// Package simd holds AVX-512 versions, in C, of float32 vector loops that run over every
-// parameter each training step (gradient accumulation, the SGD update), with Go loops as
-// the fallback. The C versions compute bit for bit what the Go loops compute (no fused
-// multiply-adds); they run with cgo on amd64 CPUs that have AVX-512, the Go loops
-// otherwise (CGO_ENABLED=0, the purego tag, other CPUs).
 package simd
-
-// Enabled reports whether the C kernels are in use (cgo, amd64, a CPU with AVX-512).
-func Enabled() bool { return enabled }
 
 // AddTo sets dst[i] += src[i] for i < len(src); dst must be at least as long as src.
 func AddTo(dst, src []float32) {
 	dst = dst[:len(src)]
-	if enabled && len(src) >= minLen {
+	if On() && len(src) >= minLen {
 		addTo(dst, src)
 		return
 	}
@@ -23,11 +15,29 @@ func AddTo(dst, src []float32) {
 // at least as long as w.
 func SGDMomentum(w, g, mom []float32, lr, mu float32) {
 	g, mom = g[:len(w)], mom[:len(w)]
-	if enabled && len(w) >= minLen {
+	if On() && len(w) >= minLen {
 		sgdMomentum(w, g, mom, lr, mu)
 		return
 	}
 	sgdMomentumGo(w, g, mom, lr, mu)
+}
+
+// Scale sets x[i] *= s.
+func Scale(x []float32, s float32) {
+	if On() && len(x) >= minLen {
+		scale(x, s)
+		return
+	}
+	scaleGo(x, s)
+}
+
+// Div sets x[i] /= d, correctly rounded as Go's division (the vector division is IEEE's too).
+func Div(x []float32, d float32) {
+	if On() && len(x) >= minLen {
+		div(x, d)
+		return
+	}
+	divGo(x, d)
 }
 
 // minLen is the shortest slice worth a cgo call (one costs about as much as 50 elements of
@@ -61,5 +71,17 @@ func sgdMomentumGo(w, g, mom []float32, lr, mu float32) {
 		v := mu*mom[i] + g[i]
 		mom[i] = v
 		w[i] -= lr * v
+	}
+}
+
+func scaleGo(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func divGo(x []float32, d float32) {
+	for i := range x {
+		x[i] /= d
 	}
 }

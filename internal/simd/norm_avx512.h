@@ -1,5 +1,5 @@
 // AVX-512 kernels of the normalisations (norm_kernels.go, norm_layer.go) and ReLU
-// (act_unary.go) for simd_cgo.go; each mirrors the Go function named in its comment.
+// (act_unary.go) of nn/ops, for conv_cgo.go; each mirrors the Go function named in its comment.
 // Reductions accumulate in double in eight lanes (a fixed order, independent of threads);
 // the elementwise float32 formulas round like Go's (no fused multiply-adds).
 
@@ -7,15 +7,15 @@
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
 #pragma GCC optimize("fp-contract=off")
 
-static inline __mmask8 gp_mask8(long n) { return n >= 8 ? 0xff : (__mmask8)((1u << n) - 1); }
+static inline __mmask8 gp5_mask8(long n) { return n >= 8 ? 0xff : (__mmask8)((1u << n) - 1); }
 
-static inline __m512d gp_ld8(const float *p, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
+static inline __m512d gp5_ld8(const float *p, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
 
-// gp_sum_sq is sumSq: *s = Σ x, *q = Σ x².
-static inline void gp_sum_sq(const float *x, long n, double *s, double *q) {
+// gp5_sum_sq is sumSq: *s = Σ x, *q = Σ x².
+static inline void gp5_sum_sq(const float *x, long n, double *s, double *q) {
 	__m512d s0 = _mm512_setzero_pd(), q0 = _mm512_setzero_pd();
 	for (long i = 0; i < n; i += 8) {
-		__m512d v = gp_ld8(x + i, gp_mask8(n - i));
+		__m512d v = gp5_ld8(x + i, gp5_mask8(n - i));
 		s0 = _mm512_add_pd(s0, v);
 		q0 = _mm512_fmadd_pd(v, v, q0);
 	}
@@ -23,26 +23,26 @@ static inline void gp_sum_sq(const float *x, long n, double *s, double *q) {
 	*q = _mm512_reduce_add_pd(q0);
 }
 
-// gp_sum_dot is sumDot: *s = Σ d, *sx = Σ d·x.
-static inline void gp_sum_dot(const float *d, const float *x, long n, double *s, double *sx) {
+// gp5_sum_dot is sumDot: *s = Σ d, *sx = Σ d·x.
+static inline void gp5_sum_dot(const float *d, const float *x, long n, double *s, double *sx) {
 	__m512d s0 = _mm512_setzero_pd(), p0 = _mm512_setzero_pd();
 	for (long i = 0; i < n; i += 8) {
-		__mmask8 m = gp_mask8(n - i);
-		__m512d g = gp_ld8(d + i, m);
+		__mmask8 m = gp5_mask8(n - i);
+		__m512d g = gp5_ld8(d + i, m);
 		s0 = _mm512_add_pd(s0, g);
-		p0 = _mm512_fmadd_pd(g, gp_ld8(x + i, m), p0);
+		p0 = _mm512_fmadd_pd(g, gp5_ld8(x + i, m), p0);
 	}
 	*s = _mm512_reduce_add_pd(s0);
 	*sx = _mm512_reduce_add_pd(p0);
 }
 
-// gp_bn_sums is bnSums for channels [lo, hi) of x [n, c, hw].
-static void gp_bn_sums(const float *x, long n, long c, long hw, long lo, long hi, double *sum, double *sq) {
+// gp5_bn_sums is bnSums for channels [lo, hi) of x [n, c, hw].
+static void gp5_bn_sums(const float *x, long n, long c, long hw, long lo, long hi, double *sum, double *sq) {
 	for (long ch = lo; ch < hi; ch++) {
 		double ts = 0, tq = 0;
 		for (long i = 0; i < n; i++) {
 			double s, q;
-			gp_sum_sq(x + (i * c + ch) * hw, hw, &s, &q);
+			gp5_sum_sq(x + (i * c + ch) * hw, hw, &s, &q);
 			ts += s;
 			tq += q;
 		}
@@ -51,15 +51,15 @@ static void gp_bn_sums(const float *x, long n, long c, long hw, long lo, long hi
 	}
 }
 
-// gp_bn_grad_sums is bnGradSums for channels [lo, hi).
-static void gp_bn_grad_sums(const float *x, const float *dy, long n, long c, long hw, long lo, long hi,
+// gp5_bn_grad_sums is bnGradSums for channels [lo, hi).
+static void gp5_bn_grad_sums(const float *x, const float *dy, long n, long c, long hw, long lo, long hi,
                             const double *mean, double *sdy, double *sdyx) {
 	for (long ch = lo; ch < hi; ch++) {
 		double ts = 0, tsx = 0;
 		for (long i = 0; i < n; i++) {
 			long off = (i * c + ch) * hw;
 			double s, sx;
-			gp_sum_dot(dy + off, x + off, hw, &s, &sx);
+			gp5_sum_dot(dy + off, x + off, hw, &s, &sx);
 			ts += s;
 			tsx += sx - mean[ch] * s;
 		}
@@ -68,28 +68,28 @@ static void gp_bn_grad_sums(const float *x, const float *dy, long n, long c, lon
 	}
 }
 
-// gp_relu_row is reluBits32 with sel = y: keep y where its bits are positive as an int32.
-static inline void gp_relu_sel(const float *v, float *y, const float *sel, long n) {
+// gp5_relu_row is reluBits32 with sel = y: keep y where its bits are positive as an int32.
+static inline void gp5_relu_sel(const float *v, float *y, const float *sel, long n) {
 	for (long i = 0; i < n; i += 16) {
-		__mmask16 m = gp_mask16(n - i);
+		__mmask16 m = gp5_mask16(n - i);
 		__m512i s = _mm512_maskz_loadu_epi32(m, sel + i);
 		__mmask16 keep = _mm512_cmpgt_epi32_mask(s, _mm512_setzero_si512());
 		_mm512_mask_storeu_ps(y + i, m, _mm512_maskz_mov_ps(keep, _mm512_maskz_loadu_ps(m, v + i)));
 	}
 }
 
-// gp_scale is applyMask's kept run: y = x·s (one rounding, as the Go loop).
-static void gp_scale(const float *x, float *y, long n, float s) {
+// gp5_scale is applyMask's kept run: y = x·s (one rounding, as the Go loop).
+static void gp5_scale(const float *x, float *y, long n, float s) {
 	__m512 sv = _mm512_set1_ps(s);
 	for (long i = 0; i < n; i += 16) {
-		__mmask16 m = gp_mask16(n - i);
+		__mmask16 m = gp5_mask16(n - i);
 		_mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
 	}
 }
 
-// gp_bn_apply is bnApply for rows [lo, hi) (row r is channel r % c): y = x·sa + sb, then
+// gp5_bn_apply is bnApply for rows [lo, hi) (row r is channel r % c): y = x·sa + sb, then
 // ReLU when relu.
-static void gp_bn_apply(const float *x, float *y, long c, long hw, long lo, long hi, const double *mean,
+static void gp5_bn_apply(const float *x, float *y, long c, long hw, long lo, long hi, const double *mean,
                         const double *istd, const double *gamma, const double *beta, int relu) {
 	for (long r = lo; r < hi; r++) {
 		long ch = r % c;
@@ -98,7 +98,7 @@ static void gp_bn_apply(const float *x, float *y, long c, long hw, long lo, long
 		const float *row = x + r * hw;
 		float *out = y + r * hw;
 		for (long j = 0; j < hw; j += 16) {
-			__mmask16 m = gp_mask16(hw - j);
+			__mmask16 m = gp5_mask16(hw - j);
 			__m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), sa), sb);
 			if (relu) v = _mm512_maskz_mov_ps(_mm512_cmpgt_epi32_mask(_mm512_castps_si512(v), _mm512_setzero_si512()), v);
 			_mm512_mask_storeu_ps(out + j, m, v);
@@ -106,8 +106,8 @@ static void gp_bn_apply(const float *x, float *y, long c, long hw, long lo, long
 	}
 }
 
-// gp_bn_grad_apply is bnGradApply for rows [lo, hi): dx = k1·dy + k2·x + k3.
-static void gp_bn_grad_apply(const float *x, const float *dy, float *dx, long c, long hw, long lo, long hi,
+// gp5_bn_grad_apply is bnGradApply for rows [lo, hi): dx = k1·dy + k2·x + k3.
+static void gp5_bn_grad_apply(const float *x, const float *dy, float *dx, long c, long hw, long lo, long hi,
                              const double *k1, const double *k2, const double *k3) {
 	for (long r = lo; r < hi; r++) {
 		long ch = r % c, off = r * hw;
@@ -115,7 +115,7 @@ static void gp_bn_grad_apply(const float *x, const float *dy, float *dx, long c,
 		__m512 a = _mm512_set1_ps(af), b = _mm512_set1_ps(bf), d = _mm512_set1_ps(df);
 		int only = bf == 0 && df == 0;
 		for (long j = 0; j < hw; j += 16) {
-			__mmask16 m = gp_mask16(hw - j);
+			__mmask16 m = gp5_mask16(hw - j);
 			__m512 v = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, dy + off + j));
 			if (!only) v = _mm512_add_ps(_mm512_add_ps(v, _mm512_mul_ps(b, _mm512_maskz_loadu_ps(m, x + off + j))), d);
 			_mm512_mask_storeu_ps(dx + off + j, m, v);
@@ -123,19 +123,19 @@ static void gp_bn_grad_apply(const float *x, const float *dy, float *dx, long c,
 	}
 }
 
-// gp_ln_fwd is lnForward's loop for rows [lo, hi) of m elements.
-static void gp_ln_fwd(const float *x, float *y, long lo, long hi, long m, const double *gamma, const double *beta,
+// gp5_ln_fwd is lnForward's loop for rows [lo, hi) of m elements.
+static void gp5_ln_fwd(const float *x, float *y, long lo, long hi, long m, const double *gamma, const double *beta,
                       double eps, double *mean, double *istd) {
 	for (long r = lo; r < hi; r++) {
 		const float *row = x + r * m;
 		float *out = y + r * m;
 		__m512d s0 = _mm512_setzero_pd();
-		for (long j = 0; j < m; j += 8) s0 = _mm512_add_pd(s0, gp_ld8(row + j, gp_mask8(m - j)));
+		for (long j = 0; j < m; j += 8) s0 = _mm512_add_pd(s0, gp5_ld8(row + j, gp5_mask8(m - j)));
 		double mu = _mm512_reduce_add_pd(s0) / (double)m;
 		__m512d mv = _mm512_set1_pd(mu), q0 = _mm512_setzero_pd();
 		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp_mask8(m - j);
-			__m512d d = _mm512_maskz_sub_pd(k, gp_ld8(row + j, k), mv);
+			__mmask8 k = gp5_mask8(m - j);
+			__m512d d = _mm512_maskz_sub_pd(k, gp5_ld8(row + j, k), mv);
 			q0 = _mm512_fmadd_pd(d, d, q0);
 		}
 		double var = _mm512_reduce_add_pd(q0) / (double)m + eps;
@@ -144,17 +144,17 @@ static void gp_ln_fwd(const float *x, float *y, long lo, long hi, long m, const 
 		istd[r] = is;
 		__m512d iv = _mm512_set1_pd(is);
 		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp_mask8(m - j);
-			__m512d t = _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(gp_ld8(row + j, k), mv), iv), _mm512_maskz_loadu_pd(k, gamma + j));
+			__mmask8 k = gp5_mask8(m - j);
+			__m512d t = _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(gp5_ld8(row + j, k), mv), iv), _mm512_maskz_loadu_pd(k, gamma + j));
 			t = _mm512_add_pd(t, _mm512_maskz_loadu_pd(k, beta + j));
 			_mm256_mask_storeu_ps(out + j, k, _mm512_cvtpd_ps(t));
 		}
 	}
 }
 
-// gp_ln_bwd is one block of lnBackward: rows [r0, r1), their gamma and beta gradients added
+// gp5_ln_bwd is one block of lnBackward: rows [r0, r1), their gamma and beta gradients added
 // into dgamma and dbeta (m each), dx written.
-static void gp_ln_bwd(const float *x, const float *dy, float *dx, long r0, long r1, long m, const double *gamma,
+static void gp5_ln_bwd(const float *x, const float *dy, float *dx, long r0, long r1, long m, const double *gamma,
                       const double *mean, const double *istd, double *dgamma, double *dbeta) {
 	for (long r = r0; r < r1; r++) {
 		const float *row = x + r * m, *g = dy + r * m;
@@ -162,9 +162,9 @@ static void gp_ln_bwd(const float *x, const float *dy, float *dx, long r0, long 
 		__m512d mv = _mm512_set1_pd(mean[r]), iv = _mm512_set1_pd(istd[r]);
 		__m512d a0 = _mm512_setzero_pd(), b0 = _mm512_setzero_pd();
 		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp_mask8(m - j);
-			__m512d xh = _mm512_mul_pd(_mm512_maskz_sub_pd(k, gp_ld8(row + j, k), mv), iv);
-			__m512d gj = gp_ld8(g + j, k);
+			__mmask8 k = gp5_mask8(m - j);
+			__m512d xh = _mm512_mul_pd(_mm512_maskz_sub_pd(k, gp5_ld8(row + j, k), mv), iv);
+			__m512d gj = gp5_ld8(g + j, k);
 			_mm512_mask_storeu_pd(dgamma + j, k, _mm512_fmadd_pd(gj, xh, _mm512_maskz_loadu_pd(k, dgamma + j)));
 			_mm512_mask_storeu_pd(dbeta + j, k, _mm512_add_pd(gj, _mm512_maskz_loadu_pd(k, dbeta + j)));
 			__m512d gg = _mm512_mul_pd(gj, _mm512_maskz_loadu_pd(k, gamma + j));
@@ -174,9 +174,9 @@ static void gp_ln_bwd(const float *x, const float *dy, float *dx, long r0, long 
 		__m512d av = _mm512_set1_pd(_mm512_reduce_add_pd(a0) / (double)m);
 		__m512d bv = _mm512_set1_pd(_mm512_reduce_add_pd(b0) / (double)m);
 		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp_mask8(m - j);
-			__m512d xh = _mm512_mul_pd(_mm512_sub_pd(gp_ld8(row + j, k), mv), iv);
-			__m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(gp_ld8(g + j, k), _mm512_maskz_loadu_pd(k, gamma + j)), av),
+			__mmask8 k = gp5_mask8(m - j);
+			__m512d xh = _mm512_mul_pd(_mm512_sub_pd(gp5_ld8(row + j, k), mv), iv);
+			__m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(gp5_ld8(g + j, k), _mm512_maskz_loadu_pd(k, gamma + j)), av),
 			                          _mm512_mul_pd(xh, bv));
 			_mm256_mask_storeu_ps(d + j, k, _mm512_cvtpd_ps(_mm512_mul_pd(iv, t)));
 		}

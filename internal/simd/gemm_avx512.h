@@ -1,24 +1,18 @@
 // A float32 GEMM for the small products of window attention (49x49x32, 49x32x49), where a
 // call into OpenBLAS costs as much as the arithmetic: c = alpha·op(a)·op(b), row-major, the
 // product over k summed in order per element, as OpenBLAS's kernels do. Compiled for
-// AVX-512 and called only when gp_swin_simd_ok() says the CPU has it.
+// AVX-512 and called only at level AVX512 (level.go).
 
 #include <immintrin.h>
-
-static int gp_swin_simd_ok(void) {
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
-}
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma")
 
-static inline __mmask16 gp_sm_mask(int n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
+static inline __mmask16 gp5_sm_mask(int n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
 
-// gp_sm_block computes rows [i0, i0+R) and columns [j0, j0+16·NV) (the last vector masked by
+// gp5_sm_block computes rows [i0, i0+R) and columns [j0, j0+16·NV) (the last vector masked by
 // ml) of c = alpha·op(a)·b with b k×n row-major (ldb).
-static inline __attribute__((always_inline)) void gp_sm_block(int R, int NV, int ta, int i0, int j0, int k, float alpha,
+static inline __attribute__((always_inline)) void gp5_sm_block(int R, int NV, int ta, int i0, int j0, int k, float alpha,
                                                               const float *a, long lda, const float *b, long ldb,
                                                               float *c, long ldc, __mmask16 ml) {
 	__m512 acc[4][4];
@@ -50,13 +44,13 @@ static inline __attribute__((always_inline)) void gp_sm_block(int R, int NV, int
 #define GP_SM_ROWS(NV)                                                                                   \
 	do {                                                                                                 \
 		int i = 0;                                                                                       \
-		for (; i + 4 <= m; i += 4) gp_sm_block(4, NV, ta, i, j0, k, alpha, a, lda, b, ldb, c, ldc, ml); \
-		for (; i < m; i++) gp_sm_block(1, NV, ta, i, j0, k, alpha, a, lda, b, ldb, c, ldc, ml);         \
+		for (; i + 4 <= m; i += 4) gp5_sm_block(4, NV, ta, i, j0, k, alpha, a, lda, b, ldb, c, ldc, ml); \
+		for (; i < m; i++) gp5_sm_block(1, NV, ta, i, j0, k, alpha, a, lda, b, ldb, c, ldc, ml);         \
 	} while (0)
 
-// gp_sgemm_small is c (m×n, ldc) = alpha·op(a)·op(b) with op(a) m×k, op(b) k×n. When tb,
+// gp5_sgemm_small is c (m×n, ldc) = alpha·op(a)·op(b) with op(a) m×k, op(b) k×n. When tb,
 // bᵀ is copied to the stack first (k·n floats: the caller keeps it small).
-static void gp_sgemm_small(int ta, int tb, int m, int n, int k, float alpha, const float *a, long lda, const float *b,
+static void gp5_sgemm_small(int ta, int tb, int m, int n, int k, float alpha, const float *a, long lda, const float *b,
                            long ldb, float *c, long ldc) {
 	float bt[tb ? k * n + 1 : 1];
 	if (tb) {
@@ -68,7 +62,7 @@ static void gp_sgemm_small(int ta, int tb, int m, int n, int k, float alpha, con
 	for (int j0 = 0; j0 < n; j0 += 64) {
 		int w = n - j0 < 64 ? n - j0 : 64;
 		int NV = (w + 15) / 16;
-		__mmask16 ml = gp_sm_mask(w - 16 * (NV - 1));
+		__mmask16 ml = gp5_sm_mask(w - 16 * (NV - 1));
 		switch (NV) {
 		case 1: GP_SM_ROWS(1); break;
 		case 2: GP_SM_ROWS(2); break;

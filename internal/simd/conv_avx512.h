@@ -1,68 +1,58 @@
-// AVX-512 float32 kernels for simd_cgo.go; each mirrors the Go function named in its
-// comment (same algorithm, same layout). Compiled for AVX-512 by the pragma below and
-// called only when gp_simd_ok() says the CPU has it.
+// AVX-512 float32 kernels of the convolutions, pooling, bias gradients and GELU (conv_cgo.go);
+// each mirrors the nn/ops Go function named in its comment (same algorithm, same layout).
+// Compiled for AVX-512 by the pragma below and called only at level AVX512 (level.go).
 
 #include <immintrin.h>
 #include <string.h>
-
-static int gp_simd_ok(void) {
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("fma");
-}
+#include "geom.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
 #pragma GCC optimize("fp-contract=off")
 
-typedef struct {
-	int C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW;
-} gp_geom;
+static inline __mmask16 gp5_mask16(long n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
 
-static inline __mmask16 gp_mask16(long n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
-
-static inline void gp_copy(float *d, const float *s, long n) {
+static inline void gp5_copy(float *d, const float *s, long n) {
 	long k = 0;
 	for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, _mm512_loadu_ps(s + k));
 	if (k < n) {
-		__mmask16 m = gp_mask16(n - k);
+		__mmask16 m = gp5_mask16(n - k);
 		_mm512_mask_storeu_ps(d + k, m, _mm512_maskz_loadu_ps(m, s + k));
 	}
 }
 
-static inline void gp_zero(float *d, long n) {
+static inline void gp5_zero(float *d, long n) {
 	long k = 0;
 	__m512 z = _mm512_setzero_ps();
 	for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, z);
-	if (k < n) _mm512_mask_storeu_ps(d + k, gp_mask16(n - k), z);
+	if (k < n) _mm512_mask_storeu_ps(d + k, gp5_mask16(n - k), z);
 }
 
-static inline void gp_add(float *d, const float *s, long n) {
+static inline void gp5_add(float *d, const float *s, long n) {
 	long k = 0;
 	for (; k + 16 <= n; k += 16)
 		_mm512_storeu_ps(d + k, _mm512_add_ps(_mm512_loadu_ps(d + k), _mm512_loadu_ps(s + k)));
 	if (k < n) {
-		__mmask16 m = gp_mask16(n - k);
+		__mmask16 m = gp5_mask16(n - k);
 		_mm512_mask_storeu_ps(d + k, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + k), _mm512_maskz_loadu_ps(m, s + k)));
 	}
 }
 
-// gp_copy_s2 sets d[k] = s[2k] for k < n (a stride-2 im2col line: resnet's 7x7 stem and
+// gp5_copy_s2 sets d[k] = s[2k] for k < n (a stride-2 im2col line: resnet's 7x7 stem and
 // strided downsamples), 16 outputs from two loads and a permute; no element past s[2(n-1)]
 // is read.
-static inline void gp_copy_s2(float *d, const float *s, long n) {
+static inline void gp5_copy_s2(float *d, const float *s, long n) {
 	const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	for (long k = 0; k < n; k += 16) {
 		long m = n - k < 16 ? n - k : 16, need = 2 * m - 1;
-		__m512 a = _mm512_maskz_loadu_ps(gp_mask16(need), s + 2 * k);
-		__m512 b = _mm512_maskz_loadu_ps(gp_mask16(need > 16 ? need - 16 : 0), s + 2 * k + 16);
-		_mm512_mask_storeu_ps(d + k, gp_mask16(m), _mm512_permutex2var_ps(a, idx, b));
+		__m512 a = _mm512_maskz_loadu_ps(gp5_mask16(need), s + 2 * k);
+		__m512 b = _mm512_maskz_loadu_ps(gp5_mask16(need > 16 ? need - 16 : 0), s + 2 * k + 16);
+		_mm512_mask_storeu_ps(d + k, gp5_mask16(m), _mm512_permutex2var_ps(a, idx, b));
 	}
 }
 
-// gp_valid_range is convValidRange.
-static inline void gp_valid_range(int n, int out, int s, int p, int off, int *lo, int *hi) {
+// gp5_valid_range is convValidRange.
+static inline void gp5_valid_range(int n, int out, int s, int p, int off, int *lo, int *hi) {
 	int a = p - off, b = n - 1 + p - off;
 	*lo = 0;
 	if (a > 0) *lo = (a + s - 1) / s;
@@ -75,15 +65,15 @@ static inline void gp_valid_range(int n, int out, int s, int p, int off, int *lo
 	if (*lo > *hi) *lo = *hi;
 }
 
-// gp_bits16 is the lanes [lo, hi) of a 16-lane mask (none when hi <= lo).
-static inline __mmask16 gp_bits16(long lo, long hi) {
+// gp5_bits16 is the lanes [lo, hi) of a 16-lane mask (none when hi <= lo).
+static inline __mmask16 gp5_bits16(long lo, long hi) {
 	if (lo < 0) lo = 0;
 	if (hi > 16) hi = 16;
-	return hi > lo ? (__mmask16)(gp_mask16(hi) & ~gp_mask16(lo)) : 0;
+	return hi > lo ? (__mmask16)(gp5_mask16(hi) & ~gp5_mask16(lo)) : 0;
 }
 
-// gp_bits32 is gp_bits16 for 32 lanes.
-static inline unsigned gp_bits32(long lo, long hi) {
+// gp5_bits32 is gp5_bits16 for 32 lanes.
+static inline unsigned gp5_bits32(long lo, long hi) {
 	if (lo < 0) lo = 0;
 	if (hi > 32) hi = 32;
 	if (hi <= lo) return 0;
@@ -91,20 +81,20 @@ static inline unsigned gp_bits32(long lo, long hi) {
 	return h & ~l;
 }
 
-// gp_im2col_line writes one output line d[0:n] of im2col whose element ow is base[ow*s]
+// gp5_im2col_line writes one output line d[0:n] of im2col whose element ow is base[ow*s]
 // for ow in [wlo, whi) and 0 elsewhere, s being 1 or 2: per 16 outputs one or two masked
 // loads (the lanes outside [wlo, whi) read nothing, so base may point before the line) and
 // one store, a masked one only at the end of the line. The line-by-line copy and zero fills
 // cost three masked stores per 16-pixel line, slow on AMD's Zen 4.
-static inline void gp_im2col_line(float *d, const float *base, long n, long wlo, long whi, int s) {
+static inline void gp5_im2col_line(float *d, const float *base, long n, long wlo, long whi, int s) {
 	const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	for (long k = 0; k < n; k += 16) {
-		__mmask16 m = gp_bits16(wlo - k, whi - k);
+		__mmask16 m = gp5_bits16(wlo - k, whi - k);
 		__m512 v;
 		if (s == 1) {
 			v = _mm512_maskz_loadu_ps(m, base + k);
 		} else {
-			unsigned need = gp_bits32(2 * (wlo - k), 2 * (whi - k) - 1);
+			unsigned need = gp5_bits32(2 * (wlo - k), 2 * (whi - k) - 1);
 			__m512 a = _mm512_maskz_loadu_ps((__mmask16)need, base + 2 * k);
 			__m512 b = _mm512_maskz_loadu_ps((__mmask16)(need >> 16), base + 2 * k + 16);
 			v = _mm512_maskz_permutex2var_ps(m, a, idx, b);
@@ -112,15 +102,15 @@ static inline void gp_im2col_line(float *d, const float *base, long n, long wlo,
 		if (k + 16 <= n)
 			_mm512_storeu_ps(d + k, v);
 		else
-			_mm512_mask_storeu_ps(d + k, gp_mask16(n - k), v);
+			_mm512_mask_storeu_ps(d + k, gp5_mask16(n - k), v);
 	}
 }
 
-// gp_im2col_shift is im2colRange for stride 1 with OW == W (convShiftable): row (c, q) of
+// gp5_im2col_shift is im2colRange for stride 1 with OW == W (convShiftable): row (c, q) of
 // col is channel c's plane read from offset shift[q] with the lanes in the padding zeroed
 // by mask[q*ceil(P/16) + k/16], 16 pixels per masked load and store whatever the lines'
 // width.
-static void gp_im2col_shift(const float *x, float *col, long ld, int lo, int hi, int kk, long P,
+static void gp5_im2col_shift(const float *x, float *col, long ld, int lo, int hi, int kk, long P,
 			    long hw, const int *shift, const unsigned short *mask) {
 	long nch = (P + 15) / 16;
 	for (int c = lo; c < hi; c++) {
@@ -132,19 +122,19 @@ static void gp_im2col_shift(const float *x, float *col, long ld, int lo, int hi,
 			long k = 0;
 			for (; k + 16 <= P; k += 16) _mm512_storeu_ps(d + k, _mm512_maskz_loadu_ps(m[k / 16], sp + k));
 			if (k < P)
-				_mm512_mask_storeu_ps(d + k, gp_mask16(P - k), _mm512_maskz_loadu_ps(m[k / 16], sp + k));
+				_mm512_mask_storeu_ps(d + k, gp5_mask16(P - k), _mm512_maskz_loadu_ps(m[k / 16], sp + k));
 		}
 	}
 }
 
-// gp_col2im_shift is col2imRange for gp_im2col_shift's geometries: planes [lo, hi) of dx
+// gp5_col2im_shift is col2imRange for gp5_im2col_shift's geometries: planes [lo, hi) of dx
 // are zeroed, then row (c, q) of col is added into channel c's plane at offset shift[q], the
 // lanes in the padding masked off; rows in the order of col2imRange, so the sums are the
 // same.
-static void gp_col2im_shift(const float *col, float *dx, long ld, int lo, int hi, int kk, long P,
+static void gp5_col2im_shift(const float *col, float *dx, long ld, int lo, int hi, int kk, long P,
 			    long hw, const int *shift, const unsigned short *mask) {
 	long nch = (P + 15) / 16;
-	gp_zero(dx + lo * hw, (hi - lo) * hw);
+	gp5_zero(dx + lo * hw, (hi - lo) * hw);
 	for (int c = lo; c < hi; c++) {
 		float *xc = dx + c * hw;
 		for (int q = 0; q < kk; q++) {
@@ -160,8 +150,8 @@ static void gp_col2im_shift(const float *col, float *dx, long ld, int lo, int hi
 	}
 }
 
-// gp_im2col is im2colRange.
-static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int lo, int hi) {
+// gp5_im2col is im2colRange.
+static void gp5_im2col(const gp_geom *g, const float *x, float *col, long ld, int lo, int hi) {
 	long row = (long)lo * g->KH * g->KW, hw = (long)g->H * g->W;
 	for (int c = lo; c < hi; c++) {
 		const float *xc = x + c * hw;
@@ -170,30 +160,30 @@ static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int
 				float *dst = col + row * ld;
 				row++;
 				int wlo, whi;
-				gp_valid_range(g->W, g->OW, g->SW, g->PW, j * g->DW, &wlo, &whi);
+				gp5_valid_range(g->W, g->OW, g->SW, g->PW, j * g->DW, &wlo, &whi);
 				for (int oh = 0; oh < g->OH; oh++) {
 					float *d = dst + (long)oh * g->OW;
 					int ih = oh * g->SH - g->PH + i * g->DH;
 					if (ih < 0 || ih >= g->H) {
-						gp_zero(d, g->OW);
+						gp5_zero(d, g->OW);
 						continue;
 					}
 					if (g->SW <= 2) {
 						// base[ow*SW] is x[c, ih, ow*SW - PW + j*DW].
 						const float *base = xc + (long)ih * g->W - g->PW + j * g->DW;
-						gp_im2col_line(d, base, g->OW, wlo, whi, g->SW);
+						gp5_im2col_line(d, base, g->OW, wlo, whi, g->SW);
 						continue;
 					}
-					gp_zero(d, wlo);
-					gp_zero(d + whi, g->OW - whi);
+					gp5_zero(d, wlo);
+					gp5_zero(d + whi, g->OW - whi);
 					const float *src = xc + (long)ih * g->W;
 					int iw0 = wlo * g->SW - g->PW + j * g->DW;
 					if (g->SW == 1) {
-						gp_copy(d + wlo, src + iw0, whi - wlo);
+						gp5_copy(d + wlo, src + iw0, whi - wlo);
 						continue;
 					}
 					if (g->SW == 2) {
-						gp_copy_s2(d + wlo, src + iw0, whi - wlo);
+						gp5_copy_s2(d + wlo, src + iw0, whi - wlo);
 						continue;
 					}
 					for (int ow = wlo, iw = iw0; ow < whi; ow++, iw += g->SW) d[ow] = src[iw];
@@ -203,10 +193,10 @@ static void gp_im2col(const gp_geom *g, const float *x, float *col, long ld, int
 	}
 }
 
-// gp_col2im is col2imRange: channels [lo, hi) of dx are overwritten.
-static void gp_col2im(const gp_geom *g, const float *col, float *dx, long ld, int lo, int hi) {
+// gp5_col2im is col2imRange: channels [lo, hi) of dx are overwritten.
+static void gp5_col2im(const gp_geom *g, const float *col, float *dx, long ld, int lo, int hi) {
 	long hw = (long)g->H * g->W, row = (long)lo * g->KH * g->KW;
-	gp_zero(dx + lo * hw, (hi - lo) * hw);
+	gp5_zero(dx + lo * hw, (hi - lo) * hw);
 	for (int c = lo; c < hi; c++) {
 		float *xc = dx + c * hw;
 		for (int i = 0; i < g->KH; i++) {
@@ -214,7 +204,7 @@ static void gp_col2im(const gp_geom *g, const float *col, float *dx, long ld, in
 				const float *src = col + row * ld;
 				row++;
 				int wlo, whi;
-				gp_valid_range(g->W, g->OW, g->SW, g->PW, j * g->DW, &wlo, &whi);
+				gp5_valid_range(g->W, g->OW, g->SW, g->PW, j * g->DW, &wlo, &whi);
 				for (int oh = 0; oh < g->OH; oh++) {
 					int ih = oh * g->SH - g->PH + i * g->DH;
 					if (ih < 0 || ih >= g->H) continue;
@@ -222,7 +212,7 @@ static void gp_col2im(const gp_geom *g, const float *col, float *dx, long ld, in
 					float *d = xc + (long)ih * g->W;
 					int iw = wlo * g->SW - g->PW + j * g->DW;
 					if (g->SW == 1) {
-						gp_add(d + iw, s + wlo, whi - wlo);
+						gp5_add(d + iw, s + wlo, whi - wlo);
 						continue;
 					}
 					for (int ow = wlo; ow < whi; ow++, iw += g->SW) d[iw] += s[ow];
@@ -232,8 +222,8 @@ static void gp_col2im(const gp_geom *g, const float *col, float *dx, long ld, in
 	}
 }
 
-// gp_im2col_gather is im2colGather: kk kernel offsets, P output pixels, hw = H*W.
-static void gp_im2col_gather(const float *x, float *col, long ld, int lo, int hi, int kk, int P, long hw,
+// gp5_im2col_gather is im2colGather: kk kernel offsets, P output pixels, hw = H*W.
+static void gp5_im2col_gather(const float *x, float *col, long ld, int lo, int hi, int kk, int P, long hw,
                              const int *gat, const int *padPos, const int *padOff) {
 	for (int c = lo; c < hi; c++) {
 		const float *xc = x + c * hw;
@@ -245,7 +235,7 @@ static void gp_im2col_gather(const float *x, float *col, long ld, int lo, int hi
 			for (; k + 16 <= P; k += 16)
 				_mm512_storeu_ps(d + k, _mm512_i32gather_ps(_mm512_loadu_si512(src + k), xc, 4));
 			if (k < P) {
-				__mmask16 m = gp_mask16(P - k);
+				__mmask16 m = gp5_mask16(P - k);
 				__m512i ix = _mm512_maskz_loadu_epi32(m, src + k);
 				_mm512_mask_storeu_ps(d + k, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ix, xc, 4));
 			}
@@ -254,10 +244,10 @@ static void gp_im2col_gather(const float *x, float *col, long ld, int lo, int hi
 	}
 }
 
-// gp_col2im_indexed_add is col2imIndexedAdd: rows of P columns (ld apart) summed into dx
+// gp5_col2im_indexed_add is col2imIndexedAdd: rows of P columns (ld apart) summed into dx
 // through idx (-1: padding). Within one row the offsets are distinct, so scalar order does
 // not matter; the loop is scalar (AVX-512 scatters are slow on AMD).
-static void gp_col2im_indexed_add(const int *idx, long rows, int P, const float *col, float *dx, long ndx, long ld) {
+static void gp5_col2im_indexed_add(const int *idx, long rows, int P, const float *col, float *dx, long ndx, long ld) {
 	(void)ndx;
 	for (long r = 0; r < rows; r++) {
 		const float *s = col + r * ld;
@@ -269,17 +259,17 @@ static void gp_col2im_indexed_add(const int *idx, long rows, int P, const float 
 	}
 }
 
-// gp_col_sums is biasGrad's inner == 1 loop: db[o] = Σ over rows r of dy[r*c + o], rows
+// gp5_col_sums is biasGrad's inner == 1 loop: db[o] = Σ over rows r of dy[r*c + o], rows
 // added in order (as the Go loop does, so the float32 sums are the same).
-static void gp_col_sums(const float *dy, long rows, long c, float *db) {
-	gp_zero(db, c);
-	for (long r = 0; r < rows; r++) gp_add(db, dy + r * c, c);
+static void gp5_col_sums(const float *dy, long rows, long c, float *db) {
+	gp5_zero(db, c);
+	for (long r = 0; r < rows; r++) gp5_add(db, dy + r * c, c);
 }
 
-// gp_maxpool is maxPoolSearch for planes [lo, hi): each window's first maximum (or first
+// gp5_maxpool is maxPoolSearch for planes [lo, hi): each window's first maximum (or first
 // NaN) into arg, its value into y unless y is NULL. Equal values keep the first (so of -0
 // and +0 the first, as the Go search, which compares against the maximum with ==, finds).
-static void gp_maxpool(const gp_geom *g, const float *x, float *y, int *arg, long lo, long hi) {
+static void gp5_maxpool(const gp_geom *g, const float *x, float *y, int *arg, long lo, long hi) {
 	long hw = (long)g->H * g->W, P = (long)g->OH * g->OW;
 	for (long pl = lo; pl < hi; pl++) {
 		const float *xp = x + pl * hw;
@@ -320,10 +310,10 @@ static void gp_maxpool(const gp_geom *g, const float *x, float *y, int *arg, lon
 	}
 }
 
-// gp_maxpool_scatter is maxPool's gradient for planes [lo, hi): dx (hw per plane) cleared,
+// gp5_maxpool_scatter is maxPool's gradient for planes [lo, hi): dx (hw per plane) cleared,
 // then dy (P per plane) added at each window's arg.
-static void gp_maxpool_scatter(const int *arg, const float *dy, float *dx, long lo, long hi, long P, long hw) {
-	gp_zero(dx + lo * hw, (hi - lo) * hw);
+static void gp5_maxpool_scatter(const int *arg, const float *dy, float *dx, long lo, long hi, long P, long hw) {
+	gp5_zero(dx + lo * hw, (hi - lo) * hw);
 	for (long pl = lo; pl < hi; pl++) {
 		const int *ap = arg + pl * P;
 		const float *dp = dy + pl * P;
@@ -336,46 +326,46 @@ static void gp_maxpool_scatter(const int *arg, const float *dy, float *dx, long 
 // double precision with the same polynomials; fused multiply-adds may change the double
 // result in its last bits, which rounding to float32 almost always absorbs.
 
-static inline __m512d gp_fma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+static inline __m512d gp5_fma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
 
-static inline __m512d gp_gelu_poly(__m512d u) {
+static inline __m512d gp5_gelu_poly(__m512d u) {
 	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2);
-	__m512d p01 = gp_fma(u, _mm512_set1_pd(-0.06649037987713213), _mm512_set1_pd(0.3989422804013786));
-	__m512d p23 = gp_fma(u, _mm512_set1_pd(-0.0011873223202541689), _mm512_set1_pd(0.00997355525382231));
-	__m512d p45 = gp_fma(u, _mm512_set1_pd(-9.435153868314686e-06), _mm512_set1_pd(0.00011542480041751897));
-	__m512d p67 = gp_fma(u, _mm512_set1_pd(-3.9158593879525236e-08), _mm512_set1_pd(6.603772544188632e-07));
-	__m512d p89 = gp_fma(u, _mm512_set1_pd(-4.672666658935073e-11), _mm512_set1_pd(1.7957230044053015e-09));
-	return gp_fma(u4, gp_fma(u4, p89, gp_fma(u2, p67, p45)), gp_fma(u2, p23, p01));
+	__m512d p01 = gp5_fma(u, _mm512_set1_pd(-0.06649037987713213), _mm512_set1_pd(0.3989422804013786));
+	__m512d p23 = gp5_fma(u, _mm512_set1_pd(-0.0011873223202541689), _mm512_set1_pd(0.00997355525382231));
+	__m512d p45 = gp5_fma(u, _mm512_set1_pd(-9.435153868314686e-06), _mm512_set1_pd(0.00011542480041751897));
+	__m512d p67 = gp5_fma(u, _mm512_set1_pd(-3.9158593879525236e-08), _mm512_set1_pd(6.603772544188632e-07));
+	__m512d p89 = gp5_fma(u, _mm512_set1_pd(-4.672666658935073e-11), _mm512_set1_pd(1.7957230044053015e-09));
+	return gp5_fma(u4, gp5_fma(u4, p89, gp5_fma(u2, p67, p45)), gp5_fma(u2, p23, p01));
 }
 
-static inline __m512d gp_gelu_dpoly(__m512d u) {
+static inline __m512d gp5_gelu_dpoly(__m512d u) {
 	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2);
-	__m512d p01 = gp_fma(u, _mm512_set1_pd(-0.26596151545700153), _mm512_set1_pd(0.7978845607431796));
-	__m512d p23 = gp_fma(u, _mm512_set1_pd(-0.009498489502811883), _mm512_set1_pd(0.059841300018136034));
-	__m512d p45 = gp_fma(u, _mm512_set1_pd(-0.0001131268168009257), _mm512_set1_pd(0.001154124579625546));
-	__m512d p67 = gp_fma(u, _mm512_set1_pd(-6.154134653083462e-07), _mm512_set1_pd(9.202592375111175e-06));
-	__m512d p89 = gp_fma(u, _mm512_set1_pd(-8.439169063758657e-10), _mm512_set1_pd(3.076539733247762e-08));
-	return gp_fma(u4, gp_fma(u4, p89, gp_fma(u2, p67, p45)), gp_fma(u2, p23, p01));
+	__m512d p01 = gp5_fma(u, _mm512_set1_pd(-0.26596151545700153), _mm512_set1_pd(0.7978845607431796));
+	__m512d p23 = gp5_fma(u, _mm512_set1_pd(-0.009498489502811883), _mm512_set1_pd(0.059841300018136034));
+	__m512d p45 = gp5_fma(u, _mm512_set1_pd(-0.0001131268168009257), _mm512_set1_pd(0.001154124579625546));
+	__m512d p67 = gp5_fma(u, _mm512_set1_pd(-6.154134653083462e-07), _mm512_set1_pd(9.202592375111175e-06));
+	__m512d p89 = gp5_fma(u, _mm512_set1_pd(-8.439169063758657e-10), _mm512_set1_pd(3.076539733247762e-08));
+	return gp5_fma(u4, gp5_fma(u4, p89, gp5_fma(u2, p67, p45)), gp5_fma(u2, p23, p01));
 }
 
-// gp_mills is geluMills.
-static inline __m512d gp_mills(__m512d a) {
+// gp5_mills is geluMills.
+static inline __m512d gp5_mills(__m512d a) {
 	__m512d p = _mm512_set1_pd(0.02515635315459589);
-	p = gp_fma(p, a, _mm512_set1_pd(0.1721106885180427));
-	p = gp_fma(p, a, _mm512_set1_pd(0.6470467359482944));
-	p = gp_fma(p, a, _mm512_set1_pd(1.311793834303858));
-	p = gp_fma(p, a, _mm512_set1_pd(1.2542274946584864));
+	p = gp5_fma(p, a, _mm512_set1_pd(0.1721106885180427));
+	p = gp5_fma(p, a, _mm512_set1_pd(0.6470467359482944));
+	p = gp5_fma(p, a, _mm512_set1_pd(1.311793834303858));
+	p = gp5_fma(p, a, _mm512_set1_pd(1.2542274946584864));
 	__m512d q = _mm512_set1_pd(0.02515635084346288);
-	q = gp_fma(q, a, _mm512_set1_pd(0.1721109201404783));
-	q = gp_fma(q, a, _mm512_set1_pd(0.6721933477294133));
-	q = gp_fma(q, a, _mm512_set1_pd(1.4841329201743));
-	q = gp_fma(q, a, _mm512_set1_pd(1.847614733022324));
-	q = gp_fma(q, a, _mm512_set1_pd(1.0));
+	q = gp5_fma(q, a, _mm512_set1_pd(0.1721109201404783));
+	q = gp5_fma(q, a, _mm512_set1_pd(0.6721933477294133));
+	q = gp5_fma(q, a, _mm512_set1_pd(1.4841329201743));
+	q = gp5_fma(q, a, _mm512_set1_pd(1.847614733022324));
+	q = gp5_fma(q, a, _mm512_set1_pd(1.0));
 	return _mm512_div_pd(p, q);
 }
 
-// gp_exp_neg_half_sq is expNegHalfSq: exp(-a²/2) for 0 <= a <= 30.
-static inline __m512d gp_exp_neg_half_sq(__m512d a) {
+// gp5_exp_neg_half_sq is expNegHalfSq: exp(-a²/2) for 0 <= a <= 30.
+static inline __m512d gp5_exp_neg_half_sq(__m512d a) {
 	__m512d s = _mm512_mul_pd(_mm512_mul_pd(_mm512_set1_pd(-0.5), a), a);
 	__m512d k = _mm512_roundscale_pd(_mm512_mul_pd(s, _mm512_set1_pd(1.4426950408889634)),
 	                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -383,27 +373,27 @@ static inline __m512d gp_exp_neg_half_sq(__m512d a) {
 	r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
 	__m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2);
 	__m512d a0 = _mm512_add_pd(_mm512_set1_pd(1), r);
-	__m512d a1 = gp_fma(r, _mm512_set1_pd(1.0 / 6), _mm512_set1_pd(1.0 / 2));
-	__m512d b0 = gp_fma(r, _mm512_set1_pd(1.0 / 120), _mm512_set1_pd(1.0 / 24));
-	__m512d b1 = gp_fma(r, _mm512_set1_pd(1.0 / 5040), _mm512_set1_pd(1.0 / 720));
-	__m512d e = gp_fma(r4, gp_fma(r4, _mm512_set1_pd(1.0 / 40320), gp_fma(r2, b1, b0)), gp_fma(r2, a1, a0));
+	__m512d a1 = gp5_fma(r, _mm512_set1_pd(1.0 / 6), _mm512_set1_pd(1.0 / 2));
+	__m512d b0 = gp5_fma(r, _mm512_set1_pd(1.0 / 120), _mm512_set1_pd(1.0 / 24));
+	__m512d b1 = gp5_fma(r, _mm512_set1_pd(1.0 / 5040), _mm512_set1_pd(1.0 / 720));
+	__m512d e = gp5_fma(r4, gp5_fma(r4, _mm512_set1_pd(1.0 / 40320), gp5_fma(r2, b1, b0)), gp5_fma(r2, a1, a0));
 	return _mm512_scalef_pd(e, k);
 }
 
-static const double gp_inv_sqrt_2pi = 0.3989422804014327;
+static const double gp5_inv_sqrt_2pi = 0.3989422804014327;
 
-static inline __m512d gp_abs(__m512d v) { return _mm512_abs_pd(v); }
+static inline __m512d gp5_abs(__m512d v) { return _mm512_abs_pd(v); }
 
-static void gp_gelu_fwd(const float *x, float *y, long n) {
+static void gp5_gelu_fwd(const float *x, float *y, long n) {
 	for (long i = 0; i < n; i += 8) {
 		__mmask8 m = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
 		__m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + i));
-		__m512d a = gp_abs(v);
-		__m512d p = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp_gelu_poly(_mm512_mul_pd(v, v))));
+		__m512d a = gp5_abs(v);
+		__m512d p = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp5_gelu_poly(_mm512_mul_pd(v, v))));
 		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(2.0), _CMP_NLT_UQ);
 		if (tail) {
 			__m512d ac = _mm512_min_pd(_mm512_set1_pd(30.0), a);
-			__m512d t = _mm512_mul_pd(_mm512_mul_pd(gp_exp_neg_half_sq(ac), _mm512_set1_pd(gp_inv_sqrt_2pi)), gp_mills(ac));
+			__m512d t = _mm512_mul_pd(_mm512_mul_pd(gp5_exp_neg_half_sq(ac), _mm512_set1_pd(gp5_inv_sqrt_2pi)), gp5_mills(ac));
 			__mmask8 neg = _mm512_movepi64_mask(_mm512_castpd_si512(v));
 			__m512d sel = _mm512_mask_blend_pd(neg, _mm512_sub_pd(_mm512_set1_pd(1), t), t);
 			p = _mm512_mask_blend_pd(tail, p, sel);
@@ -412,18 +402,18 @@ static void gp_gelu_fwd(const float *x, float *y, long n) {
 	}
 }
 
-static void gp_gelu_bwd(const float *x, const float *dy, float *dx, long n) {
+static void gp5_gelu_bwd(const float *x, const float *dy, float *dx, long n) {
 	for (long i = 0; i < n; i += 8) {
 		__mmask8 m = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
 		__m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + i));
 		__m512d g = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, dy + i));
-		__m512d a = gp_abs(v);
-		__m512d d = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp_gelu_dpoly(_mm512_mul_pd(v, v))));
+		__m512d a = gp5_abs(v);
+		__m512d d = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp5_gelu_dpoly(_mm512_mul_pd(v, v))));
 		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(2.0), _CMP_NLT_UQ);
 		if (tail) {
 			__m512d ac = _mm512_min_pd(_mm512_set1_pd(30.0), a);
-			__m512d pdf = _mm512_mul_pd(gp_exp_neg_half_sq(ac), _mm512_set1_pd(gp_inv_sqrt_2pi));
-			__m512d t = _mm512_mul_pd(pdf, gp_mills(ac));
+			__m512d pdf = _mm512_mul_pd(gp5_exp_neg_half_sq(ac), _mm512_set1_pd(gp5_inv_sqrt_2pi));
+			__m512d t = _mm512_mul_pd(pdf, gp5_mills(ac));
 			__mmask8 neg = _mm512_movepi64_mask(_mm512_castpd_si512(v));
 			__m512d sel = _mm512_mask_blend_pd(neg, _mm512_sub_pd(_mm512_set1_pd(1), t), t);
 			__m512d sa = _mm512_mask_blend_pd(neg, ac, _mm512_sub_pd(_mm512_setzero_pd(), ac));
