@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -96,7 +95,7 @@ func worker(scenario string) error {
 			} else {
 				time.Sleep(30 * time.Millisecond)
 			}
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			proctest.KillSelf()
 		}
 		start := time.Now()
 		err := w.Wait(ctx)

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,7 +63,7 @@ func worker(scenario string) error {
 		grads := 0
 		bopts = append(bopts, nn.WithGradHook(func(*nn.Param) error {
 			if grads++; grads == len(m.Params.Params)+3 { // step 1, third gradient
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				proctest.KillSelf()
 			}
 			return nil
 		}))

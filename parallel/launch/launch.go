@@ -45,7 +45,8 @@ type Config struct {
 	// Stdout and Stderr receive the workers' output, each line prefixed "[rankN]: "
 	// (default os.Stdout and os.Stderr).
 	Stdout, Stderr io.Writer
-	// StopGrace is how long a worker gets between SIGTERM and SIGKILL (default 5s).
+	// StopGrace is how long a worker gets between SIGTERM and SIGKILL (default 5s). Where
+	// signals cannot be sent to another process (windows) a worker is killed at once.
 	StopGrace time.Duration
 	// Signals, when set, delivers signals (SIGINT, SIGTERM) to forward to the workers; after
 	// one, Run stops restarting and returns once the workers have exited.
@@ -172,7 +173,7 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 	stopAll := func(sig syscall.Signal) {
 		for _, w := range ws {
 			if w != nil && w.cmd.Process != nil {
-				w.cmd.Process.Signal(sig)
+				signalWorker(w.cmd.Process, sig)
 			}
 		}
 	}
@@ -199,8 +200,8 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 			}
 		}
 		cmd.Env = append(cmd.Env, cfg.Env...)
-		// Own process group: a terminal's Ctrl-C reaches only the launcher, which forwards it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// Own process group (unix): a terminal's Ctrl-C reaches only the launcher, which forwards it.
+		ownProcessGroup(cmd)
 		prefix := fmt.Sprintf("[rank%d]: ", rank)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {

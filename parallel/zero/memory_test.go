@@ -62,6 +62,7 @@ func feedMLP(p *Program, step, batch, w int) error {
 // the model's full parameter and gradient buffers are gone. The peak during a step is
 // reported.
 func TestMemoryAccounting(t *testing.T) {
+	needMmap(t)
 	const w, batch = 384, 4
 	for _, world := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("world%d", world), func(t *testing.T) {

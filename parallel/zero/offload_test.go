@@ -46,6 +46,7 @@ func trainMLP(t *testing.T, w int, opts ...Option) *Engine {
 // drops by its size (within 15%) when it is released after an optimizer step, and the
 // parameters are bit-identical to the in-memory cpu offload (same fused kernel).
 func TestDiskOffload(t *testing.T) {
+	needMmap(t)
 	const w = 1024
 	cpu := trainMLP(t, w, WithOffload(OffloadCPU, 2), WithOptimizer(AdamW(lr, Workers(2, 1<<14))))
 	dir := t.TempDir()

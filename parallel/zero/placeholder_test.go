@@ -12,6 +12,7 @@ import (
 // Grad neither crash nor change training (two steps give bit for bit the parameters of
 // the same run without them), and Engine.ZeroGrad gives their pages back.
 func TestModelPlaceholders(t *testing.T) {
+	needMmap(t)
 	const world, w, batch = 2, 64, 4
 	train := func(scribble bool) ([][]float32, []Memory) {
 		groups := comm.NewLocalGroups(world)

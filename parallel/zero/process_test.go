@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,7 +81,7 @@ func worker(scenario string) error {
 		saveFault = func(rank int, stage string) {
 			if stage == "shard-written" && rank == n-1 {
 				if written++; written == 2 {
-					syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					proctest.KillSelf()
 				}
 			}
 		}

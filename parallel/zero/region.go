@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"unsafe"
 )
 
@@ -22,6 +21,11 @@ import (
 // takes it when it needs memory, without writing it anywhere, and until then writing it
 // again costs no fault. The step's regions are freed that way; what must read as zeros
 // afterwards is released with DONTNEED.
+//
+// That is Linux (region_linux.go). region_bsd.go maps the same way on darwin and the BSDs,
+// whose MADV_DONTNEED keeps a page's contents, so an anonymous range is zeroed there by
+// mapping fresh pages over it. Elsewhere (windows) region_other.go puts anonymous regions
+// on the Go heap and has no file regions.
 type region struct {
 	name  string
 	raw   []byte
@@ -30,67 +34,12 @@ type region struct {
 	file  *os.File
 	path  string
 	pageB int
-}
-
-// newAnon maps n zeroed float32 elements between two inaccessible guard pages: the kernel
-// merges adjacent anonymous mappings with equal protections, and held reads the region's
-// own entry in /proc/self/smaps.
-func newAnon(name string, n int) (*region, error) {
-	r := &region{name: name, pageB: os.Getpagesize()}
-	size := (max(n*4, r.pageB) + r.pageB - 1) / r.pageB * r.pageB
-	w, err := syscall.Mmap(-1, 0, size+2*r.pageB, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
-	if err != nil {
-		return nil, fmt.Errorf("zero: mmap %s (%d bytes): %w", name, size, err)
-	}
-	b := w[r.pageB : r.pageB+size : r.pageB+size]
-	if err := syscall.Mprotect(b, syscall.PROT_READ|syscall.PROT_WRITE); err != nil {
-		syscall.Munmap(w)
-		return nil, fmt.Errorf("zero: mprotect %s (%d bytes): %w", name, size, err)
-	}
-	r.raw, r.whole = b, w
-	r.f = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
-	return r, nil
+	prot  int // an anonymous mapping's protection (region_bsd.go remaps with it)
 }
 
 // newPlaceholder maps n writable float32 zeros: reading them maps the kernel's zero page
 // (no memory); a page written costs memory until released.
 func newPlaceholder(name string, n int) (*region, error) { return newAnon(name, n) }
-
-// newZeros maps n read-only float32 zeros: reading them maps the kernel's zero page (no
-// memory), writing them faults.
-func newZeros(name string, n int) (*region, error) {
-	r := &region{name: name, pageB: os.Getpagesize()}
-	size := max(n*4, r.pageB)
-	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
-	if err != nil {
-		return nil, fmt.Errorf("zero: mmap %s (%d bytes): %w", name, size, err)
-	}
-	r.raw = b
-	r.f = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
-	return r, nil
-}
-
-// newFile creates (or truncates) path to n float32 elements and maps it shared.
-func newFile(name, path string, n int) (*region, error) {
-	r := &region{name: name, path: path, pageB: os.Getpagesize()}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("zero: %s: %w", name, err)
-	}
-	size := max(n*4, r.pageB)
-	if err := f.Truncate(int64(size)); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("zero: %s: truncate %s to %d bytes: %w", name, path, size, err)
-	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("zero: %s: mmap %s: %w", name, path, err)
-	}
-	r.raw, r.file = b, f
-	r.f = unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
-	return r, nil
-}
 
 // release gives the pages of elements [lo, hi) back to the kernel. An anonymous region reads
 // as zeros afterwards (partial pages at the ends are cleared explicitly); a file region
@@ -112,15 +61,11 @@ func (r *region) release(lo, hi int) error {
 	} else if pa >= pz {
 		return nil
 	}
-	if err := syscall.Madvise(r.raw[pa:pz], syscall.MADV_DONTNEED); err != nil {
+	if err := r.discard(r.raw[pa:pz]); err != nil {
 		return fmt.Errorf("zero: release %s: %w", r.name, err)
 	}
 	return nil
 }
-
-// madvFree is Linux's MADV_FREE (4.5 and later); where the kernel refuses it, free falls
-// back to MADV_DONTNEED.
-const madvFree = 0x8
 
 // free hands the pages that lie wholly inside elements [lo, hi) of an anonymous region back
 // to the kernel lazily (MADV_FREE): their contents are undefined afterwards (the old values
@@ -151,14 +96,6 @@ func (r *region) freeAll() error {
 	return r.free(0, len(r.raw)/4)
 }
 
-func madviseFree(b []byte) error {
-	err := syscall.Madvise(b, madvFree)
-	if err == syscall.EINVAL {
-		err = syscall.Madvise(b, syscall.MADV_DONTNEED)
-	}
-	return err
-}
-
 // dropPages gives the pages that lie wholly inside f back to the kernel lazily (MADV_FREE,
 // see free): their contents are undefined afterwards. f must be memory without pointers
 // whose contents its owner will overwrite before reading (a tape register).
@@ -181,7 +118,7 @@ func (r *region) releaseAll() error {
 	if r == nil {
 		return nil
 	}
-	if err := syscall.Madvise(r.raw, syscall.MADV_DONTNEED); err != nil {
+	if err := r.discard(r.raw); err != nil {
 		return fmt.Errorf("zero: release %s: %w", r.name, err)
 	}
 	return nil
@@ -190,39 +127,15 @@ func (r *region) releaseAll() error {
 // willNeed asks the kernel to start reading the region in (asynchronous readahead).
 func (r *region) willNeed() {
 	if r != nil && r.file != nil {
-		_ = syscall.Madvise(r.raw, syscall.MADV_WILLNEED)
+		madviseWillNeed(r.raw)
 	}
-}
-
-// resident is the number of bytes of the region in this process's memory: mincore for an
-// anonymous region; for a file region the mapping's Rss in /proc/self/smaps (mincore would
-// report the page cache, which holds the file whether or not this process maps it).
-func (r *region) resident() int64 {
-	if r == nil || r.raw == nil {
-		return 0
-	}
-	if r.file != nil {
-		return smapsRss(uintptr(unsafe.Pointer(&r.raw[0])))
-	}
-	pages := (len(r.raw) + r.pageB - 1) / r.pageB
-	vec := make([]byte, pages)
-	_, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&r.raw[0])), uintptr(len(r.raw)), uintptr(unsafe.Pointer(&vec[0])))
-	if errno != 0 {
-		return -1
-	}
-	var n int64
-	for _, v := range vec {
-		if v&1 != 0 {
-			n++
-		}
-	}
-	return n * int64(r.pageB)
 }
 
 // held is the number of bytes of an anonymous region that this process holds and the
 // kernel cannot take back without asking: the mapping's Rss minus its LazyFree in
 // /proc/self/smaps (pages freed with MADV_FREE and not written since are the kernel's to
-// take). A file region's is its resident bytes.
+// take). A file region's is its resident bytes, and so is an anonymous region's where
+// there is no /proc/self/smaps.
 //
 // The kernel marks pages lazily free in per-CPU batches (a pagevec of 15 pages): up to 15
 // pages per CPU freed last can still count as Rss without LazyFree when smaps is read. That
@@ -244,45 +157,12 @@ func (r *region) held() int64 {
 // lazyFreeBatch is the most the kernel's per-CPU batching of MADV_FREE can leave unaccounted.
 var lazyFreeBatch = int64(15 * runtime.NumCPU() * os.Getpagesize())
 
-// sync writes a file region's dirty pages back to its file.
-func (r *region) sync() error {
-	if r == nil || r.file == nil {
-		return nil
-	}
-	_, _, errno := syscall.Syscall(syscall.SYS_MSYNC, uintptr(unsafe.Pointer(&r.raw[0])), uintptr(len(r.raw)), syscall.MS_SYNC)
-	if errno != 0 {
-		return fmt.Errorf("zero: msync %s (%s): %w", r.name, r.path, errno)
-	}
-	return nil
-}
-
-// close unmaps the region and closes its file.
-func (r *region) close() error {
-	if r == nil || r.raw == nil {
-		return nil
-	}
-	m := r.raw
-	if r.whole != nil {
-		m = r.whole
-	}
-	err := syscall.Munmap(m)
-	r.raw, r.whole, r.f = nil, nil, nil
-	if r.file != nil {
-		if cerr := r.file.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("zero: unmap %s: %w", r.name, err)
-	}
-	return nil
-}
-
 // smapsRss is the Rss of the mapping of this process that starts at addr, or -1.
 func smapsRss(addr uintptr) int64 { return smapsFields(addr, "Rss")[0] }
 
 // smapsFields reads "kB" fields of the mapping of this process that starts at addr from
-// /proc/self/smaps, in bytes; -1 for each one not found.
+// /proc/self/smaps, in bytes; -1 for each one not found (all of them where there is no
+// /proc/self/smaps).
 func smapsFields(addr uintptr, fields ...string) []int64 {
 	out := make([]int64, len(fields))
 	for i := range out {

@@ -25,6 +25,8 @@ const (
 	OffloadCPU
 	// OffloadDisk keeps the optimizer state (and with DiskMaster the master shard) in
 	// memory-mapped files under a directory.
+	// Where files cannot be mapped (windows) New fails with an error wrapping
+	// errors.ErrUnsupported.
 	OffloadDisk
 )
 
