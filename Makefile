@@ -7,7 +7,7 @@ PKGS    ?= ./...
 # Tests run the BLAS with one thread per process: several ranks share 2 cores.
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: all deps test test-cgo test-purego vet demo bench bench-ops bench-models bench-comm \
+.PHONY: all deps test test-cgo test-levels test-purego cross vet demo bench bench-ops bench-models bench-comm \
         bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check fixtures clean
 
 all: test
@@ -16,14 +16,34 @@ all: test
 deps:
 	@bash scripts/install-deps.sh
 
-## test: vet, the full test suite with OpenBLAS, and the pure-Go (CGO_ENABLED=0) build.
-test: deps vet test-cgo test-purego
+## test: vet, the full test suite with OpenBLAS at the best SIMD level this CPU has, the
+## kernel and model tests again at every lower level it has (GP_SIMD), the pure-Go
+## (CGO_ENABLED=0) build and its tests, and the cross builds (macOS, Windows, arm64).
+test: deps vet test-cgo test-levels test-purego cross
 
 vet:
 	$(GO) vet $(PKGS)
 
 test-cgo:
 	$(GO) test -count=1 -timeout 25m $(PKGS)
+
+# The packages whose results depend on the SIMD level: the kernels, the ops and models
+# built on them (gradient checks, PyTorch fixtures), the optimizers and autocast.
+LEVEL_PKGS ?= ./internal/simd/... ./nn/... ./models/... ./optim/... ./amp/...
+
+## test-levels: LEVEL_PKGS at each SIMD level below the best (simdlevels says which levels
+## this CPU lacks, and why, on standard error).
+test-levels:
+	@levels=$$($(GO) run ./internal/simd/simdlevels -below-best) || exit 1; \
+	for l in $$levels; do \
+		echo "== GP_SIMD=$$l"; \
+		GP_SIMD=$$l $(GO) test -count=1 -timeout 10m $(LEVEL_PKGS) || exit 1; \
+	done
+
+## cross: vet (which compiles the tests too) with CGO_ENABLED=0 for linux, macOS and
+## Windows on amd64 and arm64.
+cross:
+	bash scripts/cross-build.sh
 
 test-purego:
 	CGO_ENABLED=0 $(GO) build ./...

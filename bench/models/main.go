@@ -4,6 +4,9 @@
 // /usr/bin/python3, bench/models/torch_bench.py) on the same inputs in the same run. It prints
 // a table and a JSON line and writes bench/results/models.json.
 //
+// -simd avx2,avx512 (or "all") measures our side at each SIMD level the CPU has, one table a
+// level (GP_SIMD in the children), every row still paired with PyTorch's in the same run.
+//
 // Each row is the median of -reps (default 3) measurement pairs, ours then PyTorch's, and
 // its ratio the median of the pairs' ratios. Each measurement runs in a child process with
 // GOMAXPROCS and OPENBLAS_NUM_THREADS set to the thread count (OpenBLAS reads its thread
@@ -40,6 +43,7 @@ import (
 // PyTorch could not run; Torch then says why.
 type Row struct {
 	Arch          string   `json:"arch"`
+	SIMD          string   `json:"simd"` // our kernels' level (GP_SIMD) in this row
 	Threads       int      `json:"threads"`
 	ImgsPerS      float64  `json:"imgs_per_s"`
 	TorchImgsPerS *float64 `json:"torch_imgs_per_s"`
@@ -78,6 +82,7 @@ func main() {
 	threadList := flag.String("threads", "1,2", "thread counts to measure")
 	archs := flag.String("archs", "", "comma-separated subset of resnet18,resnet50,swin_t (default all)")
 	out := flag.String("out", "bench/results/models.json", "result file")
+	levels := flag.String("simd", "", "comma-separated SIMD levels of our kernels to measure, each a table (avx512, avx2, off; default the best this CPU has); \"all\" for every level the CPU has")
 	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
 	flag.IntVar(&reps, "reps", 3, "measurement pairs (ours, PyTorch) per row; the table shows medians")
 	flag.Float64Var(&minSeconds, "min-seconds", 4, "each measurement times at least this long (and at least the workload's steps), ours and PyTorch's alike")
@@ -104,7 +109,12 @@ func main() {
 		fmt.Println(ips, cpu)
 		return
 	}
-	if err := parent(*threadList, *archs, *out); err != nil {
+	lv, err := simdLevels(*levels)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/models:", err)
+		os.Exit(2)
+	}
+	if err := parent(lv, *threadList, *archs, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/models:", err)
 		os.Exit(1)
 	}
@@ -116,7 +126,35 @@ var (
 	minSeconds float64
 )
 
-func parent(threadList, archs, out string) error {
+// simdLevels parses -simd: the levels to measure, each one this CPU and build run.
+func simdLevels(s string) ([]simd.Level, error) {
+	if s == "" {
+		return []simd.Level{simd.Detect()}, nil
+	}
+	if s == "all" {
+		var all []simd.Level
+		for i := len(simd.All) - 1; i >= 0; i-- {
+			if simd.Supported(simd.All[i]) == nil {
+				all = append(all, simd.All[i])
+			}
+		}
+		return all, nil
+	}
+	var lv []simd.Level
+	for _, p := range strings.Split(s, ",") {
+		l, err := simd.ParseLevel(p)
+		if err != nil {
+			return nil, fmt.Errorf("-simd: %w", err)
+		}
+		if err := simd.Supported(l); err != nil {
+			return nil, fmt.Errorf("-simd %s: %w", p, err)
+		}
+		lv = append(lv, l)
+	}
+	return lv, nil
+}
+
+func parent(levels []simd.Level, threadList, archs, out string) error {
 	tmp, err := os.MkdirTemp("", "bench-models")
 	if err != nil {
 		return err
@@ -128,6 +166,31 @@ func parent(threadList, archs, out string) error {
 	}
 	var rows []Row
 	fmt.Printf("BLAS: %s (%s kernels); PyTorch: its own (oneDNN convolutions)\n", blasimpl.Name(), blasimpl.Core())
+	fmt.Printf("CPU: %s\n", simd.Features())
+	for _, lv := range levels {
+		r, err := measureLevel(lv, tmp, self, threadList, archs)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	ind, _ := json.MarshalIndent(rows, "", "  ")
+	return os.WriteFile(out, append(ind, '\n'), 0o644)
+}
+
+// measureLevel prints and returns one table: every workload and thread count with our
+// kernels at SIMD level lv (GP_SIMD in the children), each next to PyTorch.
+func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, error) {
+	var rows []Row
+	fmt.Printf("\nour SIMD level: %s\n", lv)
 	fmt.Printf("%-9s %7s %5s %4s %12s %14s %9s %12s %14s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch",
 		"go cpu s/st", "torch cpu s/st")
 	for _, w := range workloads {
@@ -136,14 +199,14 @@ func parent(threadList, archs, out string) error {
 		}
 		xp, yp, err := writeInputs(tmp, w)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, ts := range strings.Split(threadList, ",") {
 			t, err := strconv.Atoi(strings.TrimSpace(ts))
 			if err != nil || t < 1 {
-				return fmt.Errorf("bad thread count %q", ts)
+				return nil, fmt.Errorf("bad thread count %q", ts)
 			}
-			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t))
+			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t), "GP_SIMD="+lv.String())
 			// reps measurements, ours then PyTorch's each time, so that a disturbance of this
 			// shared machine hits one pair rather than one side; the row reports medians and
 			// the median of the per-pair ratios.
@@ -153,7 +216,7 @@ func parent(threadList, archs, out string) error {
 				goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
 					"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps), "-min-seconds", fmt.Sprint(minSeconds))
 				if err != nil {
-					return fmt.Errorf("%s, %d threads: %w", w.arch, t, err)
+					return nil, fmt.Errorf("%s, %d threads, simd %s: %w", w.arch, t, lv, err)
 				}
 				gos, gcpus = append(gos, goOut), append(gcpus, goCPU)
 				if terr != nil {
@@ -167,7 +230,7 @@ func parent(threadList, archs, out string) error {
 				}
 			}
 			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
-			row := Row{Arch: w.arch, Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios}
+			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios}
 			torchCol, ratioCol := "", ""
 			if terr != nil {
 				row.Torch = "unavailable: " + benchutil.FirstLine(terr.Error())
@@ -189,16 +252,7 @@ func parent(threadList, archs, out string) error {
 			rows = append(rows, row)
 		}
 	}
-	b, err := json.Marshal(rows)
-	if err != nil {
-		return err
-	}
-	fmt.Println(string(b))
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	ind, _ := json.MarshalIndent(rows, "", "  ")
-	return os.WriteFile(out, append(ind, '\n'), 0o644)
+	return rows, nil
 }
 
 // writeInputs writes the images and labels both sides train on, as .npy files.

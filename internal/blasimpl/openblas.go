@@ -4,7 +4,9 @@ package blasimpl
 
 // #cgo LDFLAGS: -lopenblas
 // #include <stdlib.h>
+// #if defined(__x86_64__)
 // #include <cpuid.h>
+// #endif
 //
 // int openblas_get_num_threads(void);
 // char *openblas_get_corename(void);
@@ -18,6 +20,9 @@ package blasimpl
 // // 256 bits wide, each 512-bit instruction issued as two halves (Zen 3, also family 19h,
 // // has no AVX-512; Zen 5 is family 1Ah).
 // static int gp_zen4(void) {
+// #if !defined(__x86_64__)
+// 	return 0; // cpuid is x86's: other CPUs keep OpenBLAS's choice
+// #else
 // 	unsigned a, b, c, d;
 // 	if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163) return 0;
 // 	if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
@@ -26,6 +31,7 @@ package blasimpl
 // 	if (fam != 0x19) return 0;
 // 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
 // 	return (b >> 16) & 1;
+// #endif
 // }
 //
 // // gp_force_core makes OpenBLAS choose its kernels again, as OPENBLAS_CORETYPE=name would
