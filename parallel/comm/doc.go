@@ -7,6 +7,19 @@
 // that disagree on the operation or its size) poisons the group: every later operation
 // returns the same error, as with torch's process groups after a NCCL abort.
 //
+// Leaving: a rank that finished calls Group.Close; a rank that fails calls [Abort] with its
+// error, so that its peers do not wait for it until their timeout:
+//
+//	if err != nil {
+//		comm.Abort(ctx, g, err) // peers fail: "comm: rank 1 aborted: <err>"
+//		return err
+//	}
+//
+// A collective still pending on a peer when a rank aborts, closes (without having completed
+// that collective) or dies fails at once with an error naming that rank: an [*AbortError]
+// with the reason, or a [*PeerGoneError]. Close never waits on its peers beyond
+// WithCloseTimeout.
+//
 // Buffers are []float32, []float64 or []int64 viewed through [F32], [F64] and [I64]:
 //
 //	w := g.AllReduce(comm.F32(grad), comm.Avg)

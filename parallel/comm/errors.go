@@ -16,7 +16,8 @@ var (
 	ErrMismatch = errors.New("comm: mismatch across ranks")
 	// ErrClosed: the group or store was closed.
 	ErrClosed = errors.New("comm: closed")
-	// ErrAborted: the operation was cancelled through its context, or a peer aborted the group.
+	// ErrAborted: the operation was cancelled through its context, or a rank aborted the
+	// group (Abort; the error is then an *AbortError naming the rank and its reason).
 	ErrAborted = errors.New("comm: aborted")
 	// ErrAuth: a peer presented the wrong rendezvous secret.
 	ErrAuth = errors.New("comm: authentication failed")
@@ -52,9 +53,13 @@ const (
 	codeMismatch = 1
 	codePeerGone = 2
 	codeTimeout  = 3
+	codeAborted  = 4 // Abort: the message is the aborting rank's reason alone
 )
 
 func errCode(err error) byte {
+	if ownAbort(err) != nil {
+		return codeAborted
+	}
 	switch {
 	case errors.Is(err, ErrMismatch):
 		return codeMismatch

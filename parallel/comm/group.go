@@ -41,7 +41,11 @@ type Group interface {
 	// Recv receives the message from peer with tag into buf; its length must equal len(buf).
 	Recv(buf Buffer, peer int, tag int) Work
 	// Close waits for queued operations, tells the peers this rank is leaving and releases
-	// the connections. Operations issued after Close fail with ErrClosed.
+	// the connections. Operations issued after Close fail with ErrClosed. A peer still in a
+	// collective this rank did not complete fails it with ErrPeerGone naming this rank. The
+	// wait for the peers' own leave notices is bounded by WithCloseTimeout (and by ctx), so
+	// Close never waits on peers forever. A rank that fails should call Abort instead, which
+	// also tells the peers why.
 	Close(ctx context.Context) error
 }
 
@@ -61,6 +65,7 @@ type Option func(*config)
 type config struct {
 	timeout        time.Duration
 	connectTimeout time.Duration
+	closeTimeout   time.Duration
 	streams        int
 	chunkBytes     int
 	smallBytes     int
@@ -76,6 +81,7 @@ func newConfig(opts []Option) config {
 	c := config{
 		timeout:        30 * time.Minute,
 		connectTimeout: 5 * time.Minute,
+		closeTimeout:   10 * time.Second,
 		streams:        2,
 		chunkBytes:     1 << 20,
 		smallBytes:     64 << 10,
@@ -97,6 +103,12 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 // WithConnectTimeout bounds the rendezvous: reaching the master and waiting for every rank to
 // join (default 5 minutes).
 func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
+
+// WithCloseTimeout bounds how long Close waits for the peers' leave notices after sending
+// its own (default 10 s). The wait lets the peers read what this rank sent last; a peer that
+// has not left by then is left behind, which is harmless: a peer still in a collective this
+// rank did not complete has already failed it on the leave notice.
+func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
 
 // WithStreams sets the number of TCP connections (streams) per peer used by large transfers
 // (default 2). All ranks must use the same value.
@@ -257,11 +269,18 @@ type group struct {
 	queue  chan *work
 	exited chan struct{}
 
-	errMu   sync.Mutex
-	err     error
-	dead    chan struct{}
-	opMu    sync.Mutex
-	running uint64 // seq of the collective in progress, 0 when idle
+	errMu     sync.Mutex
+	err       error
+	dead      chan struct{}
+	opMu      sync.Mutex
+	running   uint64  // seq of the collective in progress, 0 when idle
+	completed uint64  // seq of the last collective that completed without error
+	left      []int64 // [peer]: the last collective a peer completed before it left, -1 until then
+
+	watchers  sync.WaitGroup // leave-notice watchers (leave.go)
+	stopWatch context.CancelFunc
+	closeOnce sync.Once
+	closeErr  error
 
 	scratch []byte
 	tmp     [][]byte
@@ -277,7 +296,14 @@ func newGroup(t Transport, cfg config) *group {
 		exited: make(chan struct{}),
 		dead:   make(chan struct{}),
 		tmp:    make([][]byte, t.Streams()),
+		left:   make([]int64, t.Size()),
 	}
+	for p := range g.left {
+		g.left[p] = -1
+	}
+	var wctx context.Context
+	wctx, g.stopWatch = context.WithCancel(context.Background())
+	g.watchLeaves(wctx)
 	go g.loop()
 	return g
 }
@@ -415,7 +441,17 @@ func (g *group) loop() {
 		start := time.Now()
 		g.opMu.Lock()
 		g.running = w.seq
+		gone := g.leftPeer(w.seq)
 		g.opMu.Unlock()
+		if gone != nil {
+			err := fmt.Errorf("%s: %w", w.describe(), gone)
+			g.fail(err, true)
+			g.opMu.Lock()
+			g.running = 0
+			g.opMu.Unlock()
+			w.finish(err)
+			continue
+		}
 		seq, timeout := w.seq, g.cfg.timeout
 		timer := time.AfterFunc(timeout, func() {
 			g.opMu.Lock()
@@ -427,6 +463,9 @@ func (g *group) loop() {
 		algo, err := g.run(w)
 		g.opMu.Lock()
 		g.running = 0
+		if err == nil {
+			g.completed = w.seq
+		}
 		g.opMu.Unlock()
 		timer.Stop()
 		if err != nil {
@@ -445,7 +484,26 @@ func (g *group) loop() {
 	}
 }
 
+// Close implements Group.Close. Calls after the first wait for it and return its result.
 func (g *group) Close(ctx context.Context) error {
+	g.closeOnce.Do(func() { g.closeErr = g.close(ctx) })
+	return g.closeErr
+}
+
+// Abort implements Aborter (see the function Abort): it fails the group with an *AbortError
+// naming this rank and reason, which the transport sends to every peer, then closes it
+// within abortLinger (or ctx). It returns the error of closing, not reason.
+func (g *group) Abort(ctx context.Context, reason error) error {
+	if reason == nil {
+		reason = errors.New("no reason given")
+	}
+	g.fail(&AbortError{Rank: g.rank, Reason: reason}, true)
+	ctx, cancel := context.WithTimeout(ctx, abortLinger)
+	defer cancel()
+	return g.Close(ctx)
+}
+
+func (g *group) close(ctx context.Context) error {
 	g.mu.Lock()
 	if !g.closed {
 		g.closed = true
@@ -455,7 +513,7 @@ func (g *group) Close(ctx context.Context) error {
 	select {
 	case <-g.exited:
 	case <-ctx.Done():
-		g.fail(fmt.Errorf("rank %d: close: %w", g.rank, ctxErr(ctx)), false)
+		g.fail(fmt.Errorf("rank %d: close: %w", g.rank, ctxErr(ctx)), true)
 		<-g.exited
 	}
 	p2pDone := make(chan struct{})
@@ -463,10 +521,15 @@ func (g *group) Close(ctx context.Context) error {
 	select {
 	case <-p2pDone:
 	case <-ctx.Done():
-		g.fail(fmt.Errorf("rank %d: close: %w", g.rank, ctxErr(ctx)), false)
+		g.fail(fmt.Errorf("rank %d: close: %w", g.rank, ctxErr(ctx)), true)
 		<-p2pDone
 	}
-	err := g.t.Close(ctx)
+	g.sendLeave(ctx)
+	pctx, cancel := context.WithTimeout(ctx, g.cfg.closeTimeout)
+	err := g.t.Close(pctx)
+	cancel()
+	g.stopWatch()
+	g.watchers.Wait()
 	for _, f := range g.onClose {
 		err = errors.Join(err, f())
 	}

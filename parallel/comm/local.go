@@ -186,7 +186,7 @@ func (t *localTransport) Abort(err error, notify bool) {
 	if first && notify {
 		for i, p := range t.net.ts {
 			if i != t.rank {
-				p.Abort(&RemoteError{Rank: t.rank, Msg: err.Error(), code: errCode(err)}, false)
+				p.Abort(peerAbortError(t.rank, abortNotice(err)), false)
 			}
 		}
 	}

@@ -103,6 +103,30 @@ func worker(scenario string) error {
 			return fmt.Errorf("want ErrPeerGone naming rank %d, got %v", victim, err)
 		}
 		fmt.Printf("survivor saw after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
+	case "abort", "leave":
+		// Rank 1 fails alone (as the trainer on a bad JPEG) while rank 0 is blocked in an
+		// all-reduce: with "abort" it aborts the group with its error, with "leave" it only
+		// closes it. Rank 0's all-reduce must fail at once naming rank 1 (and its reason).
+		if r == 1 {
+			time.Sleep(200 * time.Millisecond)
+			reason := errors.New("trainer: decode /data/x.jpg: unexpected EOF")
+			fmt.Fprintf(os.Stderr, "failing at %d\n", time.Now().UnixNano())
+			if scenario == "abort" {
+				Abort(ctx, g, reason)
+			} else {
+				g.Close(ctx)
+			}
+			return reason
+		}
+		err := g.AllReduce(F32(make([]float32, 1<<20)), Sum).Wait(ctx)
+		want, sentinel := "comm: rank 1 aborted: trainer: decode /data/x.jpg: unexpected EOF", ErrAborted
+		if scenario == "leave" {
+			want, sentinel = "peer rank 1 gone", ErrPeerGone
+		}
+		if !errors.Is(err, sentinel) || !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("want %q, got %v", want, err)
+		}
+		fmt.Printf("failed at %d: %v\n", time.Now().UnixNano(), err)
 	case "mismatch":
 		c := 1000
 		if r == 1 {
@@ -200,6 +224,9 @@ func checkProcessFailures(t *testing.T, tr string) {
 		}
 		t.Log(outs[0])
 	})
+	for _, sc := range []string{"abort", "leave"} {
+		t.Run(sc, func(t *testing.T) { checkLoneFailure(t, tr, sc) })
+	}
 	t.Run("mismatch", func(t *testing.T) {
 		outs, errs := spawn(t, 2, "mismatch", transportEnv(tr))
 		for r := range 2 {
@@ -224,4 +251,28 @@ func checkProcessFailures(t *testing.T, tr string) {
 			t.Errorf("rank 0 did not log the refusal: %s", outs[0])
 		}
 	})
+}
+
+// checkLoneFailure runs scenario "abort" or "leave": rank 1 fails alone while rank 0 waits in
+// an all-reduce; rank 0 must fail within 10 s naming rank 1 and both processes must exit.
+func checkLoneFailure(t *testing.T, tr, scenario string) {
+	start := time.Now()
+	outs, errs := spawn(t, 2, scenario, transportEnv(tr))
+	took := time.Since(start)
+	if errs[0] != nil {
+		t.Errorf("rank 0: %v\n%s", errs[0], outs[0])
+	}
+	if errs[1] == nil {
+		t.Errorf("rank 1 exited cleanly:\n%s", outs[1])
+	}
+	var failed, saw int64
+	fmt.Sscanf(outs[1][strings.Index(outs[1], "failing at"):], "failing at %d", &failed)
+	if i := strings.Index(outs[0], "failed at"); i >= 0 {
+		fmt.Sscanf(outs[0][i:], "failed at %d", &saw)
+	}
+	lag := time.Duration(saw - failed)
+	if saw == 0 || lag > 10*time.Second || took > 20*time.Second {
+		t.Errorf("rank 0 failed %v after rank 1 did; the job took %v\n%s\n%s", lag, took, outs[0], outs[1])
+	}
+	t.Logf("rank 0 failed %v after rank 1; job %v: %s", lag.Round(time.Microsecond), took.Round(time.Millisecond), strings.TrimSpace(outs[0]))
 }

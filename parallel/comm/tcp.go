@@ -234,8 +234,26 @@ func (t *tcpTransport) Rank() int    { return t.rank }
 func (t *tcpTransport) Size() int    { return t.size }
 func (t *tcpTransport) Streams() int { return t.k }
 
-// ioErr turns a connection error into the transport's abort error, or a PeerGoneError.
+// ctrlSettle bounds how long a broken data connection waits for the peer's control
+// connection to explain it (see ioErr).
+const ctrlSettle = 500 * time.Millisecond
+
+// ioErr turns a data connection's error into the transport's abort error, or a
+// PeerGoneError naming peer. The control connection is the authority on why a peer's
+// connections end: a peer that aborts sends its notice there before it closes anything, and
+// a dead peer's control connection ends too. So ioErr first lets the control reader catch up
+// (until it ends, the transport aborts, or ctrlSettle passes): the error then names the
+// peer's own reason rather than a bare reset.
 func (t *tcpTransport) ioErr(peer int, err error) error {
+	if c := t.ctrl[peer]; c != nil {
+		timer := time.NewTimer(ctrlSettle)
+		select {
+		case <-t.abort:
+		case <-c.gone:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
 	select {
 	case <-t.abort:
 		return t.err
@@ -330,9 +348,7 @@ func (t *tcpTransport) readCtrl(peer int, c *ctrlConn) {
 			case <-t.abort:
 			}
 		case ctrlAbort:
-			if len(msg) > 0 {
-				t.Abort(&RemoteError{Rank: peer, Msg: string(msg[1:]), code: msg[0]}, false)
-			}
+			t.Abort(peerAbortError(peer, msg), false)
 		case ctrlBye:
 			return
 		}
@@ -361,7 +377,7 @@ func (t *tcpTransport) Abort(err error, notify bool) {
 		}
 	}
 	if notify {
-		msg := append([]byte{errCode(err)}, err.Error()...)
+		msg := abortNotice(err)
 		for p, c := range t.ctrl {
 			if c != nil {
 				c.c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -371,8 +387,10 @@ func (t *tcpTransport) Abort(err error, notify bool) {
 	}
 }
 
-// Close sends a leave notice to every peer, waits (bounded by ctx) for theirs, then closes
-// the connections.
+// Close sends a leave notice (ctrlBye) to every peer, waits (bounded by ctx; the group bounds
+// it by WithCloseTimeout) for theirs, then closes the connections. A peer that is still in a
+// collective learns that this rank left from the group's own leave notice, sent first (see
+// group.sendLeave), so the wait is short whenever the peers are alive.
 func (t *tcpTransport) Close(ctx context.Context) error {
 	for p, c := range t.ctrl {
 		if c != nil {

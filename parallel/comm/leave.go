@@ -1,0 +1,78 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+)
+
+// The leave notice. A rank that closes its group tells every peer, through the transport's
+// tagged messages (one mechanism for every transport), the sequence number of the last
+// collective it completed. A collective with a higher number can never complete on the
+// peers, since this rank will not take part: the peers fail it at once (the one in progress,
+// or the next one when it starts) with a PeerGoneError naming this rank, instead of waiting
+// for it until their timeout. A rank that leaves after the last collective, the clean case,
+// fails nothing. The data a leaving rank sent for its completed collectives is already in
+// flight and is still delivered.
+
+// tagLeave is the message tag of the leave notice (negative tags belong to the package).
+const tagLeave int64 = -1
+
+// sendLeave sends the leave notice to every peer. Errors are ignored: a transport that
+// cannot send has aborted, and its peers have been told why (or saw this rank die).
+func (g *group) sendLeave(ctx context.Context) {
+	g.opMu.Lock()
+	last := g.completed
+	g.opMu.Unlock()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], last)
+	for p := range g.size {
+		if p != g.rank {
+			_ = g.t.SendMsg(ctx, p, tagLeave, b[:])
+		}
+	}
+}
+
+// watchLeaves waits for every peer's leave notice until ctx ends (Close).
+func (g *group) watchLeaves(ctx context.Context) {
+	for p := range g.size {
+		if p == g.rank {
+			continue
+		}
+		g.watchers.Add(1)
+		go func() {
+			defer g.watchers.Done()
+			var b [8]byte
+			if g.t.RecvMsg(ctx, p, tagLeave, b[:]) == nil {
+				g.peerLeft(p, binary.LittleEndian.Uint64(b[:]))
+			}
+		}()
+	}
+}
+
+// peerLeft records that peer left after collective last, and fails the collective in
+// progress when it is a later one.
+func (g *group) peerLeft(peer int, last uint64) {
+	g.opMu.Lock()
+	g.left[peer] = int64(last)
+	running := g.running
+	g.opMu.Unlock()
+	if running > last {
+		g.fail(leftError(peer, last, running), true)
+	}
+}
+
+// leftPeer returns the error of collective seq when a peer left before it, else nil.
+// g.left[p] is -1 while p has not left. The caller holds opMu.
+func (g *group) leftPeer(seq uint64) error {
+	for p, last := range g.left {
+		if last >= 0 && uint64(last) < seq {
+			return leftError(p, uint64(last), seq)
+		}
+	}
+	return nil
+}
+
+func leftError(peer int, last, seq uint64) error {
+	return &PeerGoneError{Rank: peer, Cause: fmt.Errorf("it closed the group after collective seq %d, so collective seq %d cannot complete", last, seq)}
+}
