@@ -19,15 +19,19 @@ type Aborter interface {
 // pending and later operation, here and on every peer, fails with an *AbortError that names
 // this rank and reason (errors.Is(err, ErrAborted); on the peers errors.Is(err, ErrPeerGone)
 // too, since this rank is leaving), so that the peers stop at once instead of waiting for
-// this rank until their timeout. Then g is closed: Abort returns within about a second (at
-// most abortLinger for the notices to reach the peers), or sooner when ctx ends. Call it
+// this rank until their timeout. Then g is closed: Abort returns once every peer has
+// acknowledged the notice (a round trip) or left, and at most abortLinger (1 s) later when
+// one does not answer, or sooner when ctx ends. Call it
 // instead of Close when a rank gives up; Close is for a rank that finished.
 //
-// For a group that does not implement Aborter, Abort is Close bounded by the same linger.
+// Under a launcher that asks for it (ErrorFileEnv), Abort also records the failure for the
+// launcher's report. For a group that does not implement Aborter, Abort is Close bounded by
+// the same linger.
 func Abort(ctx context.Context, g Group, reason error) error {
 	if reason == nil {
 		reason = errors.New("no reason given")
 	}
+	recordFailure(g.Rank(), reason)
 	if a, ok := g.(Aborter); ok {
 		return a.Abort(ctx, reason)
 	}
@@ -36,9 +40,9 @@ func Abort(ctx context.Context, g Group, reason error) error {
 	return g.Close(ctx)
 }
 
-// abortLinger bounds how long an aborting rank waits for its peers to leave before it closes
-// its connections: its notice needs milliseconds to arrive; the wait only keeps the
-// connections open until the peers have read it.
+// abortLinger bounds how long an aborting rank waits for its peers to acknowledge its notice
+// (or leave) before it closes its connections: the wait only keeps the connections open
+// until the peers have read it, which takes a round trip.
 const abortLinger = time.Second
 
 // AbortError reports that Rank aborted the group (see Abort) because of Reason.

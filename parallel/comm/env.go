@@ -101,7 +101,10 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 // InitFromEnv builds the process group described by the torchrun environment variables
 // (see EnvFromOS and Rendezvous), over shared memory when every rank is on this host and
 // over TCP otherwise (see WithTransport). The group's Close also closes the store; StoreOf returns it.
+// Under a launcher that passes LauncherPipeEnv (gprun does), it also makes the process exit
+// when the launcher dies (see WatchLauncher).
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
+	WatchLauncher()
 	env, err := EnvFromOS()
 	if err != nil {
 		return nil, err

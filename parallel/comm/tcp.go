@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +33,7 @@ const (
 	ctrlMsg byte = iota + 1
 	ctrlAbort
 	ctrlBye
+	ctrlAbortAck // "your abort notice arrived": the aborting rank may close at once
 )
 
 type tcpTransport struct {
@@ -42,18 +44,20 @@ type tcpTransport struct {
 	data          [][]*dataConn // [peer][stream]
 	box           mailbox
 
-	once    sync.Once
-	abort   chan struct{}
-	err     error
-	onAbort func() // run once by the first Abort (the shared-memory transport wakes its waits)
+	once     sync.Once
+	abort    chan struct{}
+	err      error
+	onAbort  func()      // run once by the first Abort (the shared-memory transport wakes its waits)
+	notified atomic.Bool // this rank sent abort notices: Close waits for acknowledgements
 
 	readers sync.WaitGroup
 }
 
 type ctrlConn struct {
-	c    net.Conn
-	wmu  sync.Mutex
-	gone chan struct{} // closed on the peer's leave notice or when its connection ends
+	c     net.Conn
+	wmu   sync.Mutex
+	gone  chan struct{} // closed on the peer's leave notice or when its connection ends
+	acked chan struct{} // closed when the peer acknowledges this rank's abort notice
 }
 
 type dataConn struct {
@@ -176,7 +180,7 @@ func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTr
 func (t *tcpTransport) attach(peer, idx int, c *net.TCPConn) {
 	c.SetNoDelay(true)
 	if idx == 0 {
-		t.ctrl[peer] = &ctrlConn{c: c, gone: make(chan struct{})}
+		t.ctrl[peer] = &ctrlConn{c: c, gone: make(chan struct{}), acked: make(chan struct{})}
 		return
 	}
 	t.data[peer][idx-1] = &dataConn{c: c, rd: bufio.NewReaderSize(c, 16<<10)}
@@ -349,6 +353,14 @@ func (t *tcpTransport) readCtrl(peer int, c *ctrlConn) {
 			}
 		case ctrlAbort:
 			t.Abort(peerAbortError(peer, msg), false)
+			c.c.SetWriteDeadline(time.Now().Add(time.Second))
+			t.writeCtrl(peer, ctrlAbortAck, 0, nil)
+		case ctrlAbortAck:
+			select {
+			case <-c.acked:
+			default:
+				close(c.acked)
+			}
 		case ctrlBye:
 			return
 		}
@@ -377,6 +389,7 @@ func (t *tcpTransport) Abort(err error, notify bool) {
 		}
 	}
 	if notify {
+		t.notified.Store(true)
 		msg := abortNotice(err)
 		for p, c := range t.ctrl {
 			if c != nil {
@@ -398,10 +411,16 @@ func (t *tcpTransport) Close(ctx context.Context) error {
 			t.writeCtrl(p, ctrlBye, 0, nil)
 		}
 	}
+	notified := t.notified.Load()
 	for _, c := range t.ctrl {
 		if c != nil {
+			var acked <-chan struct{}
+			if notified {
+				acked = c.acked // the peer has read this rank's abort notice: nothing to wait for
+			}
 			select {
 			case <-c.gone:
+			case <-acked:
 			case <-ctx.Done():
 			}
 		}

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package comm
+
+// isPipe cannot check the descriptor's kind here; the pid in LauncherPipeEnv, which must be
+// this process's parent, guards against a stale variable.
+func isPipe(fd uintptr) bool { return fd != 0 }
