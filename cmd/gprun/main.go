@@ -7,6 +7,13 @@
 //	gprun --nproc-per-node N --nnodes M --rdzv-backend etcd --rdzv-endpoint HOST:PORT
 //	      --run-id ID [--max-restarts K] -- PROGRAM ARGS...
 //
+// When a worker exits non-zero, gprun stops the others (SIGTERM, then SIGKILL 5 s later),
+// prints the failure once (rank, exit status and the last lines of its stderr) and restarts
+// them all while --max-restarts allows; it exits with the failed worker's exit code. The
+// workers die with gprun, even a SIGKILLed one: on Linux through the parent-death signal,
+// elsewhere through a pipe the workers inherit (comm.InitFromEnv watches it; see
+// comm.LauncherPipeEnv).
+//
 // On a single node the master port is picked free and the rendezvous secret
 // (GP_RDZV_SECRET) generated; several nodes need --master-port and a shared secret
 // (GP_RDZV_SECRET in the launcher's environment, or --rdzv-secret). With the etcd backend
@@ -91,9 +98,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-ch
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "gprun: %v\n", err)
 	var we *launch.WorkerError
-	if errors.As(err, &we) && we.ExitCode > 0 {
+	if !errors.As(err, &we) {
+		fmt.Fprintf(stderr, "gprun: %v\n", err)
+		return 1
+	}
+	// The first failure of the last attempt, once: rank, status, its last stderr lines.
+	fmt.Fprintf(stderr, "gprun: %s\n", we.Report())
+	if we.ExitCode > 0 {
 		return we.ExitCode
 	}
 	return 1

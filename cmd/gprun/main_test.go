@@ -13,6 +13,9 @@ func TestMain(m *testing.M) {
 		etcdWorker()
 		os.Exit(0)
 	}
+	if mode := os.Getenv("GPRUN_TEST_FAIL"); mode != "" {
+		os.Exit(failWorker(mode))
+	}
 	if code := os.Getenv("GPRUN_TEST_EXIT"); code != "" {
 		if os.Getenv("RANK") == "1" && code != "0" {
 			os.Stdout.WriteString("failing\n")

@@ -14,10 +14,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // Config describes one node's share of a job.
@@ -66,11 +71,36 @@ type WorkerError struct {
 	ExitCode int
 	// Restarts is the number of restarts that preceded the final failure.
 	Restarts int
+	// Reason is the failure the worker recorded (comm.Abort's reason, see comm.ErrorFileEnv),
+	// or "" when it recorded none.
+	Reason string
+	// Stderr holds the last lines the worker wrote to its standard error (at most
+	// stderrTailLines, each cut at stderrTailBytes), without the rank prefix: usually its
+	// error message.
+	Stderr []string
 }
 
-// Error names the rank and its status.
+// Error names the rank, its status and its recorded reason, on one line.
 func (e *WorkerError) Error() string {
-	return fmt.Sprintf("rank %d (local rank %d) failed: %s (after %d restarts)", e.Rank, e.LocalRank, e.Status, e.Restarts)
+	s := fmt.Sprintf("rank %d (local rank %d) failed: %s (after %d restarts)", e.Rank, e.LocalRank, e.Status, e.Restarts)
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Report is Error followed by the last lines of the worker's standard error, each on its own
+// line and prefixed with its rank: what gprun prints once per failure.
+func (e *WorkerError) Report() string {
+	if len(e.Stderr) == 0 {
+		return e.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s; the last lines of its stderr:", e.Error())
+	for _, l := range e.Stderr {
+		fmt.Fprintf(&b, "\n    [rank%d]: %s", e.Rank, l)
+	}
+	return b.String()
 }
 
 // ErrInterrupted is returned when a forwarded signal ended the job.
@@ -94,7 +124,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if restart >= cfg.MaxRestarts {
 			return werr
 		}
-		fmt.Fprintf(cfg.Stderr, "gprun: %v; restarting the workers (%d/%d)\n", werr, restart+1, cfg.MaxRestarts)
+		fmt.Fprintf(cfg.Stderr, "gprun: %s\ngprun: restarting the workers (%d/%d)\n", werr.Report(), restart+1, cfg.MaxRestarts)
 	}
 }
 
@@ -158,13 +188,66 @@ type worker struct {
 	rank, localRank int
 	done            chan struct{}
 	err             error
+	stderr          tail
+	errFile         string // where it records its failure (comm.ErrorFileEnv)
 }
 
-// runOnce starts the workers and waits for them; it returns the first failed worker.
+// workerError describes w's failure.
+func (w *worker) workerError() *WorkerError {
+	we := &WorkerError{Rank: w.rank, LocalRank: w.localRank, Status: w.err.Error(), ExitCode: -1,
+		Stderr: w.stderr.lines()}
+	var ee *exec.ExitError
+	if errors.As(w.err, &ee) {
+		we.ExitCode = ee.ExitCode()
+	}
+	if rec, err := comm.ReadFailureRecord(w.errFile); err == nil {
+		we.Reason = rec.Message
+	}
+	return we
+}
+
+// rootCause picks, among the workers that failed, the one whose failure the others
+// followed: the earliest recorded failure that names no peer as its cause. Without such a
+// record it keeps first, the first worker seen to fail.
+func rootCause(first *worker, failedWs []*worker) *worker {
+	best, bestAt := first, time.Time{}
+	for _, w := range failedWs {
+		rec, err := comm.ReadFailureRecord(w.errFile)
+		if err != nil || rec.CauseRank >= 0 {
+			continue
+		}
+		if bestAt.IsZero() || rec.Time.Before(bestAt) {
+			best, bestAt = w, rec.Time
+		}
+	}
+	return best
+}
+
+// runOnce starts the workers and waits for them; it returns the first failed worker. When
+// one fails (exits non-zero), the others get SIGTERM, then SIGKILL after StopGrace.
 //
 // When stop is closed (a new rendezvous round) the workers are stopped, and runOnce returns
 // errRoundChanged unless a worker had failed first.
+//
+// The workers die with the launcher: on Linux through the parent-death signal, which the
+// kernel sends when the thread that started a worker exits, so runOnce keeps one OS thread
+// locked from the first start to the last exit; everywhere the workers also inherit the
+// read end of a pipe whose write end only this process holds (comm.LauncherPipeEnv), which
+// reports end of file to them when the launcher is gone.
 func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}) (*WorkerError, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pipeR, pipeW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("launch: launcher pipe: %w", err)
+	}
+	defer pipeW.Close() // after every worker has exited (see the loop below)
+	defer pipeR.Close()
+	errDir, err := os.MkdirTemp("", "gprun-errors-")
+	if err != nil {
+		return nil, fmt.Errorf("launch: directory for the workers' error files: %w", err)
+	}
+	defer os.RemoveAll(errDir)
 	n := cfg.NProcPerNode
 	world := n * cfg.NNodes
 	var outMu sync.Mutex
@@ -200,8 +283,14 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 			}
 		}
 		cmd.Env = append(cmd.Env, cfg.Env...)
-		// Own process group (unix): a terminal's Ctrl-C reaches only the launcher, which forwards it.
+		// Own process group (unix): a terminal's Ctrl-C reaches only the launcher, which
+		// forwards it; death with the launcher (Linux).
 		ownProcessGroup(cmd)
+		if fd, ok := inheritPipe(cmd, pipeR); ok {
+			cmd.Env = append(cmd.Env, comm.LauncherPipeEnv+"="+fd+","+strconv.Itoa(os.Getpid()))
+		}
+		errFile := filepath.Join(errDir, fmt.Sprintf("rank%d.json", rank))
+		cmd.Env = append(cmd.Env, comm.ErrorFileEnv+"="+errFile)
 		prefix := fmt.Sprintf("[rank%d]: ", rank)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -218,12 +307,12 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 			}
 			return nil, fmt.Errorf("launch: starting rank %d: %w", rank, err)
 		}
-		w := &worker{cmd: cmd, rank: rank, localRank: lr, done: make(chan struct{})}
+		w := &worker{cmd: cmd, rank: rank, localRank: lr, done: make(chan struct{}), errFile: errFile}
 		ws[lr] = w
 		pipes := new(sync.WaitGroup)
 		pipes.Add(2)
-		go copyLines(pipes, &outMu, cfg.Stdout, stdout, prefix)
-		go copyLines(pipes, &outMu, cfg.Stderr, stderr, prefix)
+		go copyLines(pipes, &outMu, cfg.Stdout, stdout, prefix, nil)
+		go copyLines(pipes, &outMu, cfg.Stderr, stderr, prefix, &w.stderr)
 		go func() {
 			pipes.Wait() // reading all output before Wait, as os/exec requires for pipes
 			w.err = cmd.Wait()
@@ -232,7 +321,8 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 		}()
 	}
 
-	var failed *WorkerError
+	var first *worker      // the first worker seen to fail on its own
+	var failedWs []*worker // every worker that exited non-zero
 	var result error
 	stopping := false
 	var killTimer <-chan time.Time
@@ -248,18 +338,17 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 		select {
 		case <-stop:
 			stop = nil
-			if result == nil && failed == nil {
+			if result == nil && first == nil {
 				result = errRoundChanged
 			}
 			stopWorkers(syscall.SIGTERM)
 		case w := <-exited:
 			remaining--
-			if w.err != nil && failed == nil && !stopping {
-				failed = &WorkerError{Rank: w.rank, LocalRank: w.localRank, Status: w.err.Error(), ExitCode: -1}
-				var ee *exec.ExitError
-				if errors.As(w.err, &ee) {
-					failed.ExitCode = ee.ExitCode()
-				}
+			if w.err != nil {
+				failedWs = append(failedWs, w)
+			}
+			if w.err != nil && first == nil && !stopping {
+				first = w
 				stopWorkers(syscall.SIGTERM)
 			}
 		case sig := <-cfg.Signals:
@@ -282,13 +371,17 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 	if result != nil {
 		return nil, result
 	}
-	return failed, nil
+	if first == nil {
+		return nil, nil
+	}
+	return rootCause(first, failedWs).workerError(), nil
 }
 
 // copyLines copies r to w line by line, each line prefixed. A carriage return also ends a
 // segment, so a worker's progress bar (which redraws with "\r") shows up as it redraws,
-// each redraw prefixed, instead of waiting for the end of the line.
-func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, prefix string) {
+// each redraw prefixed, instead of waiting for the end of the line. When last is set it
+// keeps the last lines (see tail).
+func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, prefix string, last *tail) {
 	defer wg.Done()
 	br := bufio.NewReaderSize(r, 64<<10)
 	var seg []byte
@@ -306,6 +399,9 @@ func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, pre
 			io.WriteString(w, prefix)
 			w.Write(seg)
 			mu.Unlock()
+			if last != nil && b != '\r' {
+				last.add(seg)
+			}
 			seg = seg[:0]
 		}
 		if err != nil {

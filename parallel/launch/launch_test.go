@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,8 +23,14 @@ func TestMain(m *testing.M) {
 	if sc := os.Getenv("GP_LAUNCH_TEST_WORKER"); sc != "" {
 		os.Exit(testWorker(sc))
 	}
+	if os.Getenv("GP_LAUNCH_TEST_LAUNCHER") != "" && testLauncher != nil {
+		os.Exit(testLauncher())
+	}
 	os.Exit(m.Run())
 }
+
+// testLauncher, where set (orphan_linux_test.go), is the test binary as a launcher.
+var testLauncher func() int
 
 func testWorker(scenario string) int {
 	env := func(k string) string { return os.Getenv(k) }
@@ -52,6 +59,35 @@ func testWorker(scenario string) int {
 			return 7
 		}
 		time.Sleep(time.Minute) // stopped by the launcher
+		return 0
+	case "failfast":
+		// Rank 1 fails at once, saying why on stderr; rank 0 blocks and ignores SIGTERM,
+		// so only the SIGKILL after the grace period ends it. Rank 1 fails once rank 0 has
+		// made READY, after it ignores SIGTERM.
+		ready := env("READY") + "/" + env("TORCHELASTIC_RESTART_COUNT")
+		if env("RANK") == "1" {
+			for i := 0; i < 500; i++ {
+				if _, err := os.Stat(ready); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			fmt.Fprintln(os.Stderr, "loading shard 3")
+			fmt.Fprintln(os.Stderr, "worker error: trainer: decode /data/x.jpg: unexpected EOF")
+			return 1
+		}
+		signal.Ignore(syscall.SIGTERM)
+		os.WriteFile(ready, nil, 0o600)
+		time.Sleep(30 * time.Second)
+		return 0
+	case "orphan":
+		// Blocks until its launcher dies (then the kernel or the launcher pipe ends it).
+		if env("WATCH") != "" && !comm.WatchLauncher() {
+			fmt.Println("no launcher pipe")
+			return 1
+		}
+		fmt.Printf("pid %d\n", os.Getpid())
+		time.Sleep(30 * time.Second)
 		return 0
 	case "signal":
 		c := make(chan os.Signal, 1)
@@ -168,5 +204,46 @@ func TestSignalForwarded(t *testing.T) {
 	}
 	if !strings.Contains(out, "[rank0]: got interrupt") || !strings.Contains(out, "[rank1]: got interrupt") {
 		t.Errorf("workers did not get SIGINT:\n%s", out)
+	}
+}
+
+// One worker exits 1 at once while the other blocks, even ignoring SIGTERM: the job ends
+// within 10 s with that worker's failure (rank, status, last stderr lines), reported once
+// per attempt; with one restart allowed it runs twice.
+func TestFailFast(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("signal.Ignore(SIGTERM) means nothing there: workers are killed at once")
+	}
+	for _, restarts := range []int{0, 1} {
+		t.Run(fmt.Sprint("restarts", restarts), func(t *testing.T) {
+			var out syncBuf
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := Run(ctx, Config{NProcPerNode: 2, MaxRestarts: restarts, Program: os.Args[0],
+				Args: []string{"-test.run=^$"}, Env: []string{"GP_LAUNCH_TEST_WORKER=failfast", "READY=" + t.TempDir()},
+				Stdout: &out, Stderr: &out, StopGrace: 500 * time.Millisecond})
+			took := time.Since(start)
+			var we *WorkerError
+			if !errors.As(err, &we) || we.Rank != 1 || we.ExitCode != 1 || we.Restarts != restarts {
+				t.Fatalf("err = %#v, want rank 1's exit 1 after %d restarts\n%s", err, restarts, out.String())
+			}
+			if want := []string{"loading shard 3", "worker error: trainer: decode /data/x.jpg: unexpected EOF"}; !slices.Equal(we.Stderr, want) {
+				t.Errorf("stderr tail %q, want %q", we.Stderr, want)
+			}
+			if r := we.Report(); !strings.Contains(r, "exit status 1") || !strings.Contains(r, "[rank1]: worker error: trainer: decode") {
+				t.Errorf("report lacks the status or the cause:\n%s", r)
+			}
+			if n := strings.Count(out.String(), "rank 1 (local rank 1) failed"); n != restarts {
+				t.Errorf("the launcher printed %d failure reports, want %d (one per restart; the last is the caller's)\n%s", n, restarts, out.String())
+			}
+			if n := strings.Count(out.String(), "restarting the workers"); n != restarts {
+				t.Errorf("%d restarts, want %d\n%s", n, restarts, out.String())
+			}
+			if took < time.Duration(restarts+1)*500*time.Millisecond || took > 10*time.Second {
+				t.Errorf("the job took %v", took)
+			}
+			t.Logf("job ended %v after start (%d attempts, each ended by the SIGKILL 0.5 s after the SIGTERM):\n%s", took.Round(time.Millisecond), restarts+1, we.Report())
+		})
 	}
 }

@@ -17,3 +17,7 @@ func ownProcessGroup(*exec.Cmd) {}
 // or SIGTERM here (os.Process.Signal supports only os.Kill on windows), so a stop is
 // immediate and Config.StopGrace does not apply.
 func signalWorker(p *os.Process, _ syscall.Signal) error { return p.Kill() }
+
+// inheritPipe makes the worker inherit r where the platform allows it (see inheritHandle)
+// and returns how the worker names it.
+func inheritPipe(cmd *exec.Cmd, r *os.File) (string, bool) { return inheritHandle(cmd, r) }

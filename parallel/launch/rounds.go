@@ -93,6 +93,6 @@ func runRounds(ctx context.Context, cfg Config) error {
 		if restart >= cfg.MaxRestarts {
 			return werr
 		}
-		fmt.Fprintf(c.Stderr, "gprun: %v; new rendezvous round, restarting the workers (%d/%d)\n", werr, restart+1, cfg.MaxRestarts)
+		fmt.Fprintf(c.Stderr, "gprun: %s\ngprun: new rendezvous round, restarting the workers (%d/%d)\n", werr.Report(), restart+1, cfg.MaxRestarts)
 	}
 }
