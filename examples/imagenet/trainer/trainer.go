@@ -44,17 +44,21 @@ type Result struct {
 // Run trains (or, with Evaluate, evaluates) as cfg says. It joins the process group the
 // torchrun environment describes (one process when WORLD_SIZE is unset). Progress goes to
 // out on rank 0.
-func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
+//
+// When Run fails on this rank alone (a bad image, a full disk), it aborts the group it
+// joined with its error (comm.Abort), so that the other ranks' collectives fail at once
+// naming this rank and the error instead of waiting for it; a group passed in cfg.Group is
+// the caller's to abort or close.
+func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) {
 	if err := cfg.recipe(); err != nil {
 		return nil, err
 	}
 	g := cfg.Group
 	if g == nil {
-		var err error
 		if g, err = joinGroup(ctx); err != nil {
 			return nil, err
 		}
-		defer g.Close(context.Background())
+		defer func() { leaveGroup(g, err) }()
 	}
 	rank, world := g.Rank(), g.Size()
 	if cfg.Batch%world != 0 {
@@ -295,6 +299,16 @@ func fillInputs(input func(string) ([]float32, error), b *data.Batch) error {
 		y[i] = float32(b.Labels[i])
 	}
 	return nil
+}
+
+// leaveGroup closes g after a run that succeeded and aborts it with err after one that
+// failed. It does not use Run's context, which may be what ended the run.
+func leaveGroup(g comm.Group, err error) {
+	if err != nil {
+		comm.Abort(context.Background(), g, err)
+		return
+	}
+	g.Close(context.Background())
 }
 
 // joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE.
