@@ -27,10 +27,13 @@ type Transport interface {
 	Recv(peer, s int, h *Header, b []byte) error
 	// SendMsg and RecvMsg carry tagged point-to-point messages, independent of the streams
 	// and of the order of collectives. RecvMsg needs len(b) to equal the message's length.
+	// Messages from one peer arrive in the order it sent them, before its Close takes
+	// effect. Negative tags belong to the group's own protocols (its leave notice, tag -1).
 	SendMsg(ctx context.Context, peer int, tag int64, b []byte) error
 	RecvMsg(ctx context.Context, peer int, tag int64, b []byte) error
 	// Abort makes every pending and later Send and Recv fail with err. With notify, the
-	// transport also tells the peers, which abort with a RemoteError. Only the first call counts.
+	// transport also tells the peers, which abort with a RemoteError (an *AbortError when err
+	// is this rank's own Abort). Only the first call counts.
 	Abort(err error, notify bool)
 	// Close releases the transport after telling the peers this rank is leaving.
 	Close(ctx context.Context) error

@@ -1,6 +1,11 @@
 // Package launch starts and supervises the worker processes of a job on one node, the way
 // torchrun does: it sets the torchrun environment, prefixes output with ranks, forwards
-// signals and restarts the group when a worker fails. cmd/gprun is its command line.
+// signals and restarts the group when a worker fails. When one worker exits non-zero the
+// others are stopped at once (SIGTERM, then SIGKILL after Config.StopGrace), and the
+// failure is reported as a *WorkerError naming the root cause: the rank whose own failure
+// the others followed (see comm.ErrorFileEnv), with its status, reason and last stderr
+// lines. Workers die with the launcher, even a SIGKILLed one (runOnce). cmd/gprun is its
+// command line.
 package launch
 
 import (
