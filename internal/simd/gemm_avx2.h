@@ -1,8 +1,170 @@
-// STUB: the AVX2 versions are being written; gp2_gemm_ready() stays 0 until they are
-// (then the AVX2 level is offered, level.go), so nothing calls these.
-#include "geom.h"
+// gp5_sgemm_small (gemm_avx512.h) in AVX2+FMA, for level AVX2: the float32 GEMM of window
+// attention's small products (49x49x32, 49x32x49), where a call into OpenBLAS costs as
+// much as the arithmetic. c = alpha·op(a)·op(b), row-major; each element is the same chain
+// of fused multiply-adds over k in order, then the product by alpha, as in the AVX-512
+// kernel, so the two levels agree bit for bit.
+//
+// Register blocking: R rows by NV vectors of eight columns, 4x3 or 5x2 (8x1 when n is 8 or
+// less): 10 to 12 accumulators, enough to keep two FMA units busy through their latency,
+// with the NV vectors of b and one broadcast of a, in at most 16 ymm registers. 5x2 rather
+// than 6x2: the FMA units are the bound, and 49 rows are ten blocks of five (one row
+// computed twice) but nine of six (five rows twice). Blocks that would run past the last
+// row or column are moved back to end at it instead of being masked: the elements they
+// compute twice get the same value twice (beta is 0, and c is not an input). Only n < 8
+// needs masked loads, and partial stores (gp2g_stp): vmaskmovps to memory is microcoded on
+// AMD's cores (about 20 cycles on Zen 4). When tb, bᵀ is transposed in 8x8 register tiles
+// (about 120 ns for 49x32 on a Zen 4; the AVX-512 kernel's element-by-element copy takes
+// about 300 ns of its 2.2 µs on 49x49x32).
 
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#pragma GCC optimize("fp-contract=off")
+
+// gp2g_mask is the maskload mask of the first r of eight 32-bit lanes.
+static inline __m256i gp2g_mask(int r) {
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(r < 8 ? r : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// gp2g_stp stores the first r (1 to 7) floats of v in at most three plain stores.
+static inline void gp2g_stp(float *p, __m256 v, int r) {
+	__m128 h = _mm256_castps256_ps128(v);
+	if (r >= 4) {
+		_mm_storeu_ps(p, h);
+		h = _mm256_extractf128_ps(v, 1);
+		p += 4;
+		r -= 4;
+	}
+	if (r >= 2) {
+		_mm_storel_pi((__m64 *)p, h);
+		h = _mm_movehl_ps(h, h);
+		p += 2;
+		r -= 2;
+	}
+	if (r >= 1) _mm_store_ss(p, h);
+}
+
+// gp2g_block computes rows i0.. (R of them, from row pointers at ar apart, k steps ak apart)
+// and NV vectors of columns at offsets off[v] of c = alpha·op(a)·b, b k×n row-major (ldb);
+// with masked, NV is 1 and only the first nm columns (< 8) are read (mask ml) and written.
+static inline __attribute__((always_inline)) void gp2g_block(int R, int NV, int masked, const float *a, long ar,
+                                                            long ak, int k, float alpha, const float *b, long ldb,
+                                                            const int *off, float *c, long ldc, __m256i ml, int nm) {
+	__m256 acc[8][3];
+	for (int r = 0; r < R; r++)
+		for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+	for (int kk = 0; kk < k; kk++) {
+		const float *br = b + kk * ldb, *ap = a + kk * ak;
+		__m256 bv[3];
+		for (int v = 0; v < NV; v++) bv[v] = masked ? _mm256_maskload_ps(br, ml) : _mm256_loadu_ps(br + off[v]);
+		for (int r = 0; r < R; r++) {
+			__m256 ab = _mm256_broadcast_ss(ap + r * ar);
+			for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(ab, bv[v], acc[r][v]);
+		}
+	}
+	__m256 al = _mm256_set1_ps(alpha);
+	for (int r = 0; r < R; r++) {
+		float *cr = c + r * ldc;
+		for (int v = 0; v < NV; v++) {
+			__m256 x = _mm256_mul_ps(acc[r][v], al);
+			if (masked)
+				gp2g_stp(cr, x, nm);
+			else
+				_mm256_storeu_ps(cr + off[v], x);
+		}
+	}
+}
+
+// gp2g_rows runs gp2g_block over every row, R at a time; the last block starts at m - R
+// (overlapping the one before) when m is not a multiple of R; when m < R, one row at a time.
+static inline __attribute__((always_inline)) void gp2g_rows(int R, int NV, int masked, int ta, int m, int k,
+                                                           float alpha, const float *a, long lda, const float *b,
+                                                           long ldb, const int *off, float *c, long ldc, __m256i ml,
+                                                           int nm) {
+	long ar = ta ? 1 : lda, ak = ta ? lda : 1;
+	if (m < R) {
+		// Few rows (tests, not attention): one row at a time.
+		for (int i = 0; i < m; i++) gp2g_block(1, NV, masked, a + i * ar, ar, ak, k, alpha, b, ldb, off, c + i * ldc, ldc, ml, nm);
+		return;
+	}
+	for (int i = 0;; i += R) {
+		int i0 = i + R <= m ? i : m - R;
+		gp2g_block(R, NV, masked, a + i0 * ar, ar, ak, k, alpha, b, ldb, off, c + i0 * ldc, ldc, ml, nm);
+		if (i0 + R >= m) break;
+	}
+}
+
+// gp2g_transpose sets bt (k×n, row-major) to bᵀ for b n×k (ldb), in 8×8 tiles transposed in
+// registers; partial tiles read (masked) and write only their elements.
+static void gp2g_transpose(const float *b, long ldb, int n, int k, float *bt) {
+	for (int j0 = 0; j0 < n; j0 += 8) {
+		int jr = n - j0 < 8 ? n - j0 : 8;
+		for (int k0 = 0; k0 < k; k0 += 8) {
+			int kr = k - k0 < 8 ? k - k0 : 8;
+			__m256i mk = gp2g_mask(kr);
+			__m256 r[8];
+			for (int t = 0; t < 8; t++) {
+				const float *p = b + (j0 + t) * ldb + k0;
+				r[t] = t >= jr ? _mm256_setzero_ps() : kr == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mk);
+			}
+			__m256 u0 = _mm256_unpacklo_ps(r[0], r[1]), u1 = _mm256_unpackhi_ps(r[0], r[1]);
+			__m256 u2 = _mm256_unpacklo_ps(r[2], r[3]), u3 = _mm256_unpackhi_ps(r[2], r[3]);
+			__m256 u4 = _mm256_unpacklo_ps(r[4], r[5]), u5 = _mm256_unpackhi_ps(r[4], r[5]);
+			__m256 u6 = _mm256_unpacklo_ps(r[6], r[7]), u7 = _mm256_unpackhi_ps(r[6], r[7]);
+			__m256 s0 = _mm256_shuffle_ps(u0, u2, 0x44), s1 = _mm256_shuffle_ps(u0, u2, 0xee);
+			__m256 s2 = _mm256_shuffle_ps(u1, u3, 0x44), s3 = _mm256_shuffle_ps(u1, u3, 0xee);
+			__m256 s4 = _mm256_shuffle_ps(u4, u6, 0x44), s5 = _mm256_shuffle_ps(u4, u6, 0xee);
+			__m256 s6 = _mm256_shuffle_ps(u5, u7, 0x44), s7 = _mm256_shuffle_ps(u5, u7, 0xee);
+			__m256 o[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+			               _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+			               _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+			               _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+			for (int t = 0; t < kr; t++) {
+				float *q = bt + (long)(k0 + t) * n + j0;
+				if (jr == 8)
+					_mm256_storeu_ps(q, o[t]);
+				else
+					gp2g_stp(q, o[t], jr);
+			}
+		}
+	}
+}
+
+// gp2_sgemm_small is gp5_sgemm_small: c (m×n, ldc) = alpha·op(a)·op(b) with op(a) m×k,
+// op(b) k×n. When tb, bᵀ is copied to the stack first (k·n floats: the caller keeps it
+// small).
 static void gp2_sgemm_small(int ta, int tb, int m, int n, int k, float alpha, const float *a, long lda, const float *b,
-                           long ldb, float *c, long ldc) {}
+                            long ldb, float *c, long ldc) {
+	float bt[tb ? k * n + 1 : 1];
+	if (tb) {
+		gp2g_transpose(b, ldb, n, k, bt);
+		b = bt;
+		ldb = n;
+	}
+	if (n < 8) {
+		int off[1] = {0};
+		gp2g_rows(8, 1, 1, ta, m, k, alpha, a, lda, b, ldb, off, c, ldc, gp2g_mask(n), n);
+		return;
+	}
+	// The vectors of a row: nv of them, the last ending at column n. They go in blocks of
+	// three (4 rows) or two (5 rows), one only when nv is 1 (8 rows: four accumulators would
+	// leave the FMA units waiting on their latency).
+	int nv = (n + 7) / 8;
+	__m256i none = _mm256_setzero_si256();
+	for (int v0 = 0; v0 < nv;) {
+		int NV = nv - v0 == 1 ? 1 : nv - v0 == 2 || nv - v0 == 4 ? 2 : 3;
+		int off[3];
+		for (int v = 0; v < NV; v++) off[v] = 8 * (v0 + v) < n - 8 ? 8 * (v0 + v) : n - 8;
+		switch (NV) {
+		case 1: gp2g_rows(8, 1, 0, ta, m, k, alpha, a, lda, b, ldb, off, c, ldc, none, 0); break;
+		case 2: gp2g_rows(5, 2, 0, ta, m, k, alpha, a, lda, b, ldb, off, c, ldc, none, 0); break;
+		default: gp2g_rows(4, 3, 0, ta, m, k, alpha, a, lda, b, ldb, off, c, ldc, none, 0); break;
+		}
+		v0 += NV;
+	}
+}
 
-static int gp2_gemm_ready(void) { return 0; }
+static int gp2_gemm_ready(void) { return 1; }
+
+#pragma GCC pop_options
