@@ -10,10 +10,6 @@ import "unsafe"
 // kernelsBuilt: this build has the C kernels (cgo on amd64, no purego tag).
 const kernelsBuilt = true
 
-// avx2Ready reports whether every AVX2 kernel is in this build: until then the AVX2 level is
-// not offered, so that no level mixes C and Go code.
-func avx2Ready() bool { return convAVX2Ready() && gemmAVX2Ready() }
-
 func f32p(s []float32) *C.float {
 	if len(s) == 0 {
 		return nil

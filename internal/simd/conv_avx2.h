@@ -4,7 +4,7 @@
 // Go function and the gp5_ kernel named in its comment. Compiled for AVX2 and FMA by the
 // pragma below and called only at level AVX2 (level.go). Eight lanes instead of sixteen; the
 // AVX-512 mask registers become lane masks: maskload (fault-free in its masked lanes) for
-// partial reads, and for partial writes plain stores (gp2c_store_part's few, or whole
+// partial reads, and for partial writes plain stores (gp2v_stp's few, or whole
 // vectors where the excess is overwritten later) rather than maskstore, which is slow on
 // AMD (only gp2_col2im_shift's spans that reach past a plane use it). The geometry is
 // copied into locals first: the vector stores may alias anything, so fields read through g
@@ -13,6 +13,7 @@
 // whose helpers are gp2_.
 
 #include <immintrin.h>
+#include "avx2_common.h"
 #include "geom.h"
 
 #pragma GCC push_options
@@ -32,13 +33,6 @@ static inline __m256i gp2c_range(long lo, long hi) {
 	                        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), t));
 }
 
-// gp2c_first is the lane mask of the first n lanes.
-static inline __m256i gp2c_first(long n) {
-	if (n > 8) n = 8;
-	if (n < 0) n = 0;
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), gp2c_iota());
-}
-
 // gp2c_bits is the lane mask of the low eight bits of b (bit t keeps lane t): the
 // broadcast bits and'ed with each lane's own bit equal it exactly where that bit is set.
 static inline __m256i gp2c_bits(unsigned b) {
@@ -56,28 +50,9 @@ static inline void gp2c_bits16(unsigned b, __m256i *lo, __m256i *hi) {
 	*hi = _mm256_cmpeq_epi32(_mm256_and_si256(v, bh), bh);
 }
 
-// gp2c_store_part stores lanes [0, n) of v at d for 0 < n < 8 with at most three plain
-// stores (4, 2 and 1 lanes).
-static inline void gp2c_store_part(float *d, __m256 v, long n) {
-	__m128 h = _mm256_castps256_ps128(v);
-	if (n >= 4) {
-		_mm_storeu_ps(d, h);
-		d += 4;
-		n -= 4;
-		h = _mm256_extractf128_ps(v, 1);
-	}
-	if (n >= 2) {
-		_mm_storel_pi((__m64 *)d, h);
-		d += 2;
-		n -= 2;
-		h = _mm_movehl_ps(h, h);
-	}
-	if (n) _mm_store_ss(d, h);
-}
-
-// gp2c_store_parti is gp2c_store_part for int32 lanes.
+// gp2c_store_parti is gp2v_stp for int32 lanes.
 static inline void gp2c_store_parti(int *d, __m256i v, long n) {
-	gp2c_store_part((float *)d, _mm256_castsi256_ps(v), n);
+	gp2v_stp((float *)d, _mm256_castsi256_ps(v), n);
 }
 
 // gp2c_zero is gp5_zero: d[0:n] = +0.
@@ -85,7 +60,7 @@ static inline void gp2c_zero(float *d, long n) {
 	__m256 z = _mm256_setzero_ps();
 	long k = 0;
 	for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, z);
-	if (k < n) gp2c_store_part(d + k, z, n - k);
+	if (k < n) gp2v_stp(d + k, z, n - k);
 }
 
 // gp2c_add is gp5_add: d[k] += s[k] for k < n, one rounding each, as the Go loops.
@@ -103,8 +78,8 @@ static inline void gp2c_add(float *d, const float *s, long n) {
 	}
 	for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_add_ps(_mm256_loadu_ps(d + k), _mm256_loadu_ps(s + k)));
 	if (k < n) {
-		__m256i m = gp2c_first(n - k);
-		gp2c_store_part(d + k, _mm256_add_ps(_mm256_maskload_ps(d + k, m), _mm256_maskload_ps(s + k, m)), n - k);
+		__m256i m = gp2v_m8(n - k);
+		gp2v_stp(d + k, _mm256_add_ps(_mm256_maskload_ps(d + k, m), _mm256_maskload_ps(s + k, m)), n - k);
 	}
 }
 
@@ -161,7 +136,7 @@ static inline void gp2c_im2col_line(float *d, const float *base, long n, long wl
 			if (k + 8 <= room)
 				_mm256_storeu_ps(d + k, z);
 			else
-				gp2c_store_part(d + k, z, n - k);
+				gp2v_stp(d + k, z, n - k);
 		}
 		return;
 	}
@@ -180,7 +155,7 @@ static inline void gp2c_im2col_line(float *d, const float *base, long n, long wl
 		if (k + 8 <= room)
 			_mm256_storeu_ps(d + k, v);
 		else
-			gp2c_store_part(d + k, v, n - k);
+			gp2v_stp(d + k, v, n - k);
 	}
 }
 
@@ -191,7 +166,7 @@ static inline void gp2c_zero_line(float *d, long n, long room) {
 		if (k + 8 <= room)
 			_mm256_storeu_ps(d + k, z);
 		else
-			gp2c_store_part(d + k, z, n - k);
+			gp2v_stp(d + k, z, n - k);
 	}
 }
 
@@ -222,7 +197,7 @@ static void gp2_im2col_shift(const float *x, float *col, long ld, int lo, int hi
 					k += 8;
 					mk >>= 8;
 				}
-				if (k < P) gp2c_store_part(d + k, _mm256_maskload_ps(sp + k, gp2c_bits(mk)), P - k);
+				if (k < P) gp2v_stp(d + k, _mm256_maskload_ps(sp + k, gp2c_bits(mk)), P - k);
 			}
 		}
 	}
@@ -238,7 +213,7 @@ static inline void gp2c_shift_half(float *d, const float *s, __m256i m, long n, 
 		_mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), v));
 		return;
 	}
-	if (n < 8) m = _mm256_and_si256(m, gp2c_first(n));
+	if (n < 8) m = _mm256_and_si256(m, gp2v_m8(n));
 	if (_mm256_testz_si256(m, m)) return;
 	_mm256_maskstore_ps(d, m, _mm256_add_ps(_mm256_maskload_ps(d, m), _mm256_maskload_ps(s, m)));
 }
@@ -488,9 +463,9 @@ static inline int gp2c_maxpool_one(const float *xp, int W, int ih0, int ih1, int
 // lane t is p[t*s]; nothing past p[(n-1)*s] is read (plain loads when n is 8).
 static inline __m256 gp2c_window_lanes(const float *p, int s, long n) {
 	if (n == 8) return gp2c_line8(p, 0, s);
-	if (s == 1) return _mm256_maskload_ps(p, gp2c_first(n));
-	__m256 a = _mm256_maskload_ps(p, gp2c_first(2 * n - 1));
-	__m256 b = _mm256_maskload_ps(p + 8, gp2c_first(2 * n - 9));
+	if (s == 1) return _mm256_maskload_ps(p, gp2v_m8(n));
+	__m256 a = _mm256_maskload_ps(p, gp2v_m8(2 * n - 1));
+	__m256 b = _mm256_maskload_ps(p + 8, gp2v_m8(2 * n - 9));
 	return gp2c_even(a, b);
 }
 
@@ -538,7 +513,7 @@ static inline void gp2c_maxpool_vec(const float *xp, float *yo, int *ao, int W, 
 		if (yo) _mm256_storeu_ps(yo, bv);
 	} else {
 		gp2c_store_parti(ao, best, n);
-		if (yo) gp2c_store_part(yo, bv, n);
+		if (yo) gp2v_stp(yo, bv, n);
 	}
 }
 
@@ -719,12 +694,12 @@ static inline __m256 gp2c_ps(__m256d lo, __m256d hi) {
 // last vector load 0 and are not stored.
 static void gp2_gelu_fwd(const float *x, float *y, long n) {
 	for (long i = 0; i < n; i += 8) {
-		__m256 xv = i + 8 <= n ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, gp2c_first(n - i));
+		__m256 xv = i + 8 <= n ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, gp2v_m8(n - i));
 		__m256 r = gp2c_ps(gp2c_gelu4(gp2c_lo_pd(xv)), gp2c_gelu4(gp2c_hi_pd(xv)));
 		if (i + 8 <= n)
 			_mm256_storeu_ps(y + i, r);
 		else
-			gp2c_store_part(y + i, r, n - i);
+			gp2v_stp(y + i, r, n - i);
 	}
 }
 
@@ -736,7 +711,7 @@ static void gp2_gelu_bwd(const float *x, const float *dy, float *dx, long n) {
 			xv = _mm256_loadu_ps(x + i);
 			gv = _mm256_loadu_ps(dy + i);
 		} else {
-			__m256i m = gp2c_first(n - i);
+			__m256i m = gp2v_m8(n - i);
 			xv = _mm256_maskload_ps(x + i, m);
 			gv = _mm256_maskload_ps(dy + i, m);
 		}
@@ -746,11 +721,8 @@ static void gp2_gelu_bwd(const float *x, const float *dy, float *dx, long n) {
 		if (i + 8 <= n)
 			_mm256_storeu_ps(dx + i, r);
 		else
-			gp2c_store_part(dx + i, r, n - i);
+			gp2v_stp(dx + i, r, n - i);
 	}
 }
-
-// gp2_conv_ready: every kernel above is written, so the AVX2 level may be offered.
-static int gp2_conv_ready(void) { return 1; }
 
 #pragma GCC pop_options

@@ -13,9 +13,6 @@ import "C"
 
 import "unsafe"
 
-// convAVX2Ready: every kernel of this file has its AVX2 version.
-func convAVX2Ready() bool { return C.gp2_conv_ready() != 0 && C.gp2_norm_ready() != 0 }
-
 func cGeom(g *ConvGeom) C.gp_geom {
 	return C.gp_geom{C: C.int(g.C), H: C.int(g.H), W: C.int(g.W), KH: C.int(g.KH), KW: C.int(g.KW),
 		SH: C.int(g.SH), SW: C.int(g.SW), PH: C.int(g.PH), PW: C.int(g.PW), DH: C.int(g.DH), DW: C.int(g.DW),

@@ -11,39 +11,17 @@
 // computed twice) but nine of six (five rows twice). Blocks that would run past the last
 // row or column are moved back to end at it instead of being masked: the elements they
 // compute twice get the same value twice (beta is 0, and c is not an input). Only n < 8
-// needs masked loads, and partial stores (gp2g_stp): vmaskmovps to memory is microcoded on
+// needs masked loads, and partial stores (gp2v_stp): vmaskmovps to memory is microcoded on
 // AMD's cores (about 20 cycles on Zen 4). When tb, bᵀ is transposed in 8x8 register tiles
 // (about 120 ns for 49x32 on a Zen 4; the AVX-512 kernel's element-by-element copy takes
 // about 300 ns of its 2.2 µs on 49x49x32).
 
 #include <immintrin.h>
+#include "avx2_common.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("fp-contract=off")
-
-// gp2g_mask is the maskload mask of the first r of eight 32-bit lanes.
-static inline __m256i gp2g_mask(int r) {
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32(r < 8 ? r : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// gp2g_stp stores the first r (1 to 7) floats of v in at most three plain stores.
-static inline void gp2g_stp(float *p, __m256 v, int r) {
-	__m128 h = _mm256_castps256_ps128(v);
-	if (r >= 4) {
-		_mm_storeu_ps(p, h);
-		h = _mm256_extractf128_ps(v, 1);
-		p += 4;
-		r -= 4;
-	}
-	if (r >= 2) {
-		_mm_storel_pi((__m64 *)p, h);
-		h = _mm_movehl_ps(h, h);
-		p += 2;
-		r -= 2;
-	}
-	if (r >= 1) _mm_store_ss(p, h);
-}
 
 // gp2g_block computes rows i0.. (R of them, from row pointers at ar apart, k steps ak apart)
 // and NV vectors of columns at offsets off[v] of c = alpha·op(a)·b, b k×n row-major (ldb);
@@ -69,7 +47,7 @@ static inline __attribute__((always_inline)) void gp2g_block(int R, int NV, int 
 		for (int v = 0; v < NV; v++) {
 			__m256 x = _mm256_mul_ps(acc[r][v], al);
 			if (masked)
-				gp2g_stp(cr, x, nm);
+				gp2v_stp(cr, x, nm);
 			else
 				_mm256_storeu_ps(cr + off[v], x);
 		}
@@ -102,7 +80,7 @@ static void gp2g_transpose(const float *b, long ldb, int n, int k, float *bt) {
 		int jr = n - j0 < 8 ? n - j0 : 8;
 		for (int k0 = 0; k0 < k; k0 += 8) {
 			int kr = k - k0 < 8 ? k - k0 : 8;
-			__m256i mk = gp2g_mask(kr);
+			__m256i mk = gp2v_m8(kr);
 			__m256 r[8];
 			for (int t = 0; t < 8; t++) {
 				const float *p = b + (j0 + t) * ldb + k0;
@@ -125,7 +103,7 @@ static void gp2g_transpose(const float *b, long ldb, int n, int k, float *bt) {
 				if (jr == 8)
 					_mm256_storeu_ps(q, o[t]);
 				else
-					gp2g_stp(q, o[t], jr);
+					gp2v_stp(q, o[t], jr);
 			}
 		}
 	}
@@ -144,7 +122,7 @@ static void gp2_sgemm_small(int ta, int tb, int m, int n, int k, float alpha, co
 	}
 	if (n < 8) {
 		int off[1] = {0};
-		gp2g_rows(8, 1, 1, ta, m, k, alpha, a, lda, b, ldb, off, c, ldc, gp2g_mask(n), n);
+		gp2g_rows(8, 1, 1, ta, m, k, alpha, a, lda, b, ldb, off, c, ldc, gp2v_m8(n), n);
 		return;
 	}
 	// The vectors of a row: nv of them, the last ending at column n. They go in blocks of
@@ -164,7 +142,5 @@ static void gp2_sgemm_small(int ta, int tb, int m, int n, int k, float alpha, co
 		v0 += NV;
 	}
 }
-
-static int gp2_gemm_ready(void) { return 1; }
 
 #pragma GCC pop_options

@@ -11,9 +11,6 @@ package simd
 */
 import "C"
 
-// gemmAVX2Ready: every kernel of this file has its AVX2 version.
-func gemmAVX2Ready() bool { return C.gp2_gemm_ready() != 0 && C.gp2_softmax_ready() != 0 }
-
 // SmallGemmMax bounds SmallGemm32's products: m·n·k at most this, and k·n at most
 // SmallGemmMax/16 (op(b) may be copied to the C stack).
 const SmallGemmMax = 1 << 18

@@ -88,7 +88,7 @@ func Supported(l Level) error {
 	if l < Off || l > AVX512 {
 		return fmt.Errorf("simd: no level %d", int32(l))
 	}
-	if l <= best && (l != AVX2 || avx2Ready()) {
+	if l <= best {
 		return nil
 	}
 	return fmt.Errorf("simd: level %s is not available: %s (this CPU has: %s)", l, whyNot(l), Features())
@@ -159,27 +159,15 @@ func cpuLevel() Level {
 }
 
 func detect() Level {
-	l := cpuLevel()
 	if !kernelsBuilt {
 		return Off
 	}
-	if l >= AVX2 && !avx2Ready() {
-		// Without every AVX2 kernel, an AVX2 level would mix C and Go code: only AVX-512
-		// (whose kernels are complete) or Off.
-		if l == AVX512 {
-			return AVX512
-		}
-		return Off
-	}
-	return l
+	return cpuLevel()
 }
 
 func whyNot(l Level) string {
 	if !kernelsBuilt {
 		return "this build has no C kernels (built with CGO_ENABLED=0, the purego tag or for " + runtime.GOARCH + ")"
-	}
-	if cpuLevel() >= l {
-		return "its kernels are not all in this build yet"
 	}
 	switch l {
 	case AVX512:

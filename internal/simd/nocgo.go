@@ -5,5 +5,3 @@ package simd
 // kernelsBuilt: without cgo on amd64 (or with the purego tag) there are no C kernels and
 // the only level is Off.
 const kernelsBuilt = false
-
-func avx2Ready() bool { return false }

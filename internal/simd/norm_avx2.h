@@ -3,60 +3,19 @@
 // norm_avx512.h named in its comment, with the same results bit for bit. The AVX-512
 // reductions accumulate in double in eight lanes (one __m512d); here the same eight lanes are
 // two __m256d (elements 0-3 and 4-7 of each group of eight), with the same operations per
-// lane and the same horizontal order at the end (gp2n_hsum), so the sums are the AVX-512
+// lane and the same horizontal order at the end (gp2v_hsum), so the sums are the AVX-512
 // ones exactly. The elementwise float32 formulas round like Go's (no fused multiply-adds:
 // the pragma keeps the compiler from contracting). Tails touch no memory past the last
-// element, as the AVX-512 masks: masked loads, and partial stores (gp2n_stp) rather than
+// element, as the AVX-512 masks: masked loads, and partial stores (gp2v_stp) rather than
 // masked ones, since vmaskmovps to memory is microcoded on AMD's cores (about 20 cycles on
 // Zen 4, against one for a plain store).
 
 #include <immintrin.h>
+#include "avx2_common.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("fp-contract=off")
-
-// gp2n_m4 is the maskload mask of the first r of four 32-bit lanes (none when r <= 0).
-static inline __m128i gp2n_m4(long r) {
-	return _mm_cmpgt_epi32(_mm_set1_epi32((int)(r < 4 ? r : 4)), _mm_setr_epi32(0, 1, 2, 3));
-}
-
-// gp2n_m8 is the maskload mask of the first r of eight 32-bit lanes.
-static inline __m256i gp2n_m8(long r) {
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(r < 8 ? r : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// gp2n_w is m4 widened to the four 64-bit lanes of a __m256d (the sign extension keeps all
-// ones).
-static inline __m256i gp2n_w(__m128i m) { return _mm256_cvtepi32_epi64(m); }
-
-// gp2n_ld4 widens four floats to doubles; masked lanes read as 0, as _mm512_maskz_loadu.
-static inline __attribute__((always_inline)) __m256d gp2n_ld4(const float *p, int full, __m128i m) {
-	return _mm256_cvtps_pd(full ? _mm_loadu_ps(p) : _mm_maskload_ps(p, m));
-}
-
-// gp2n_ldd loads four doubles (masked lanes 0 unless full).
-static inline __attribute__((always_inline)) __m256d gp2n_ldd(const double *p, int full, __m128i m) {
-	return full ? _mm256_loadu_pd(p) : _mm256_maskload_pd(p, gp2n_w(m));
-}
-
-// gp2n_stp stores the first r (1 to 7) floats of v, in at most three plain stores.
-static inline void gp2n_stp(float *p, __m256 v, long r) {
-	__m128 h = _mm256_castps256_ps128(v);
-	if (r >= 4) {
-		_mm_storeu_ps(p, h);
-		h = _mm256_extractf128_ps(v, 1);
-		p += 4;
-		r -= 4;
-	}
-	if (r >= 2) {
-		_mm_storel_pi((__m64 *)p, h);
-		h = _mm_movehl_ps(h, h);
-		p += 2;
-		r -= 2;
-	}
-	if (r >= 1) _mm_store_ss(p, h);
-}
 
 // gp2n_stv stores v whole when r >= 8, else its first r floats (an elementwise loop's last
 // one or two vectors).
@@ -64,23 +23,7 @@ static inline void gp2n_stv(float *p, __m256 v, long r) {
 	if (r >= 8)
 		_mm256_storeu_ps(p, v);
 	else
-		gp2n_stp(p, v, r);
-}
-
-// gp2n_stpd stores the first r (at most 4; none when r <= 0) doubles of v.
-static inline void gp2n_stpd(double *p, __m256d v, long r) {
-	if (r >= 4) {
-		_mm256_storeu_pd(p, v);
-		return;
-	}
-	__m128d h = _mm256_castpd256_pd128(v);
-	if (r >= 2) {
-		_mm_storeu_pd(p, h);
-		h = _mm256_extractf128_pd(v, 1);
-		p += 2;
-		r -= 2;
-	}
-	if (r >= 1) _mm_store_sd(p, h);
+		gp2v_stp(p, v, r);
 }
 
 // gp2n_std stores four doubles (the first r unless full).
@@ -88,7 +31,7 @@ static inline __attribute__((always_inline)) void gp2n_std(double *p, int full, 
 	if (full)
 		_mm256_storeu_pd(p, v);
 	else
-		gp2n_stpd(p, v, r);
+		gp2v_stpd(p, v, r);
 }
 
 // gp2n_st8 rounds eight doubles (lo: elements 0-3, hi: 4-7) to floats and stores them (the
@@ -98,20 +41,12 @@ static inline __attribute__((always_inline)) void gp2n_st8(float *p, int full, l
 	if (full)
 		_mm256_storeu_ps(p, v);
 	else
-		gp2n_stp(p, v, r);
-}
-
-// gp2n_hsum is _mm512_reduce_add_pd of the eight lanes (lo, hi) in GCC's order: the halves
-// added, then the 128-bit halves, then the pair.
-static inline double gp2n_hsum(__m256d lo, __m256d hi) {
-	__m256d t = _mm256_add_pd(hi, lo);
-	__m128d u = _mm_add_pd(_mm256_extractf128_pd(t, 1), _mm256_castpd256_pd128(t));
-	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+		gp2v_stp(p, v, r);
 }
 
 // gp2n_sq8 is one group of eight of gp5_sum_sq: a[0..1] += x, a[2..3] += x² (fused).
 static inline __attribute__((always_inline)) void gp2n_sq8(const float *p, int full, __m128i m0, __m128i m1, __m256d *a) {
-	__m256d v0 = gp2n_ld4(p, full, m0), v1 = gp2n_ld4(p + 4, full, m1);
+	__m256d v0 = gp2v_ld4(p, full, m0), v1 = gp2v_ld4(p + 4, full, m1);
 	a[0] = _mm256_add_pd(a[0], v0);
 	a[1] = _mm256_add_pd(a[1], v1);
 	a[2] = _mm256_fmadd_pd(v0, v0, a[2]);
@@ -121,11 +56,11 @@ static inline __attribute__((always_inline)) void gp2n_sq8(const float *p, int f
 // gp2n_dot8 is one group of eight of gp5_sum_dot: a[0..1] += d, a[2..3] += d·x (fused).
 static inline __attribute__((always_inline)) void gp2n_dot8(const float *d, const float *x, int full, __m128i m0,
                                                            __m128i m1, __m256d *a) {
-	__m256d g0 = gp2n_ld4(d, full, m0), g1 = gp2n_ld4(d + 4, full, m1);
+	__m256d g0 = gp2v_ld4(d, full, m0), g1 = gp2v_ld4(d + 4, full, m1);
 	a[0] = _mm256_add_pd(a[0], g0);
 	a[1] = _mm256_add_pd(a[1], g1);
-	a[2] = _mm256_fmadd_pd(g0, gp2n_ld4(x, full, m0), a[2]);
-	a[3] = _mm256_fmadd_pd(g1, gp2n_ld4(x + 4, full, m1), a[3]);
+	a[2] = _mm256_fmadd_pd(g0, gp2v_ld4(x, full, m0), a[2]);
+	a[3] = _mm256_fmadd_pd(g1, gp2v_ld4(x + 4, full, m1), a[3]);
 }
 
 // gp2n_sums2 is gp5_sum_sq (sumSq: Σ x, Σ x²) of the planes x and y when !dot, or
@@ -150,7 +85,7 @@ static inline __attribute__((always_inline)) void gp2n_sums2(int dot, int single
 		}
 	}
 	if (i < n) {
-		__m128i m0 = gp2n_m4(n - i), m1 = gp2n_m4(n - i - 4);
+		__m128i m0 = gp2v_m4(n - i), m1 = gp2v_m4(n - i - 4);
 		if (dot) {
 			gp2n_dot8(d + i, x + i, 0, m0, m1, a);
 			if (!single) gp2n_dot8(e + i, y + i, 0, m0, m1, b);
@@ -159,11 +94,11 @@ static inline __attribute__((always_inline)) void gp2n_sums2(int dot, int single
 			if (!single) gp2n_sq8(y + i, 0, m0, m1, b);
 		}
 	}
-	r[0] = gp2n_hsum(a[0], a[1]);
-	r[1] = gp2n_hsum(a[2], a[3]);
+	r[0] = gp2v_hsum(a[0], a[1]);
+	r[1] = gp2v_hsum(a[2], a[3]);
 	if (!single) {
-		r[2] = gp2n_hsum(b[0], b[1]);
-		r[3] = gp2n_hsum(b[2], b[3]);
+		r[2] = gp2v_hsum(b[0], b[1]);
+		r[3] = gp2v_hsum(b[2], b[3]);
 	}
 }
 
@@ -232,7 +167,7 @@ static void gp2_relu_sel(const float *v, float *y, const float *sel, long n) {
 		_mm256_storeu_ps(y + i + 8, b);
 	}
 	for (; i < n; i += 8) {
-		__m256i m = gp2n_m8(n - i);
+		__m256i m = gp2v_m8(n - i);
 		__m256 a = gp2n_relu8(_mm256_maskload_ps(v + i, m), _mm256_castps_si256(_mm256_maskload_ps(sel + i, m)));
 		gp2n_stv(y + i, a, n - i);
 	}
@@ -247,7 +182,7 @@ static void gp2_scale(const float *x, float *y, long n, float s) {
 		_mm256_storeu_ps(y + i, a);
 		_mm256_storeu_ps(y + i + 8, b);
 	}
-	for (; i < n; i += 8) gp2n_stv(y + i, _mm256_mul_ps(_mm256_maskload_ps(x + i, gp2n_m8(n - i)), sv), n - i);
+	for (; i < n; i += 8) gp2n_stv(y + i, _mm256_mul_ps(_mm256_maskload_ps(x + i, gp2v_m8(n - i)), sv), n - i);
 }
 
 // gp2n_bn8 is one vector of bnApply: x·sa + sb rounded twice, then ReLU (+0 unless the bits
@@ -268,7 +203,7 @@ static inline __attribute__((always_inline)) void gp2n_bn_row(const float *row, 
 		_mm256_storeu_ps(out + j + 8, b);
 	}
 	for (; j < hw; j += 8) {
-		__m256i m = gp2n_m8(hw - j);
+		__m256i m = gp2v_m8(hw - j);
 		gp2n_stv(out + j, gp2n_bn8(_mm256_maskload_ps(row + j, m), sa, sb, relu), hw - j);
 	}
 }
@@ -306,7 +241,7 @@ static inline __attribute__((always_inline)) void gp2n_bng_row(const float *x, c
 		_mm256_storeu_ps(dx + j + 8, w);
 	}
 	for (; j < hw; j += 8) {
-		__m256i m = gp2n_m8(hw - j);
+		__m256i m = gp2v_m8(hw - j);
 		__m256 u = gp2n_bng8(_mm256_maskload_ps(dy + j, m), only ? a : _mm256_maskload_ps(x + j, m), a, b, d, only);
 		gp2n_stv(dx + j, u, hw - j);
 	}
@@ -332,10 +267,10 @@ static void gp2_bn_grad_apply(const float *x, const float *dy, float *dx, long c
 static inline __attribute__((always_inline)) void gp2n_ln_out(const float *x, float *y, const double *gamma,
                                                              const double *beta, int full, long r, __m128i m0,
                                                              __m128i m1, __m256d mv, __m256d iv) {
-	__m256d t0 = _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(gp2n_ld4(x, full, m0), mv), iv), gp2n_ldd(gamma, full, m0));
-	__m256d t1 = _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(gp2n_ld4(x + 4, full, m1), mv), iv), gp2n_ldd(gamma + 4, full, m1));
-	t0 = _mm256_add_pd(t0, gp2n_ldd(beta, full, m0));
-	t1 = _mm256_add_pd(t1, gp2n_ldd(beta + 4, full, m1));
+	__m256d t0 = _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(gp2v_ld4(x, full, m0), mv), iv), gp2v_ldd(gamma, full, m0));
+	__m256d t1 = _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(gp2v_ld4(x + 4, full, m1), mv), iv), gp2v_ldd(gamma + 4, full, m1));
+	t0 = _mm256_add_pd(t0, gp2v_ldd(beta, full, m0));
+	t1 = _mm256_add_pd(t1, gp2v_ldd(beta + 4, full, m1));
 	gp2n_st8(y, full, r, t0, t1);
 }
 
@@ -354,36 +289,36 @@ static inline __attribute__((always_inline)) void gp2n_ln_fwd_rows(int P, const 
 	long j = 0;
 	for (; j < jt; j += 8)
 		for (int q = 0; q < P; q++) {
-			s[q][0] = _mm256_add_pd(s[q][0], gp2n_ld4(x + q * m + j, 1, m0));
-			s[q][1] = _mm256_add_pd(s[q][1], gp2n_ld4(x + q * m + j + 4, 1, m1));
+			s[q][0] = _mm256_add_pd(s[q][0], gp2v_ld4(x + q * m + j, 1, m0));
+			s[q][1] = _mm256_add_pd(s[q][1], gp2v_ld4(x + q * m + j + 4, 1, m1));
 		}
 	if (jt < m)
 		for (int q = 0; q < P; q++) {
-			s[q][0] = _mm256_add_pd(s[q][0], gp2n_ld4(x + q * m + jt, 0, m0));
-			s[q][1] = _mm256_add_pd(s[q][1], gp2n_ld4(x + q * m + jt + 4, 0, m1));
+			s[q][0] = _mm256_add_pd(s[q][0], gp2v_ld4(x + q * m + jt, 0, m0));
+			s[q][1] = _mm256_add_pd(s[q][1], gp2v_ld4(x + q * m + jt + 4, 0, m1));
 		}
 	for (int q = 0; q < P; q++) {
-		mean[q] = gp2n_hsum(s[q][0], s[q][1]) / (double)m;
+		mean[q] = gp2v_hsum(s[q][0], s[q][1]) / (double)m;
 		mv[q] = _mm256_set1_pd(mean[q]);
 		s[q][0] = s[q][1] = _mm256_setzero_pd();
 	}
 	for (j = 0; j < jt; j += 8)
 		for (int q = 0; q < P; q++) {
-			__m256d d0 = _mm256_sub_pd(gp2n_ld4(x + q * m + j, 1, m0), mv[q]);
-			__m256d d1 = _mm256_sub_pd(gp2n_ld4(x + q * m + j + 4, 1, m1), mv[q]);
+			__m256d d0 = _mm256_sub_pd(gp2v_ld4(x + q * m + j, 1, m0), mv[q]);
+			__m256d d1 = _mm256_sub_pd(gp2v_ld4(x + q * m + j + 4, 1, m1), mv[q]);
 			s[q][0] = _mm256_fmadd_pd(d0, d0, s[q][0]);
 			s[q][1] = _mm256_fmadd_pd(d1, d1, s[q][1]);
 		}
 	if (jt < m)
 		for (int q = 0; q < P; q++) {
 			// As _mm512_maskz_sub_pd: the lanes past m are 0, not 0 - mean.
-			__m256d d0 = _mm256_and_pd(_mm256_sub_pd(gp2n_ld4(x + q * m + jt, 0, m0), mv[q]), _mm256_castsi256_pd(gp2n_w(m0)));
-			__m256d d1 = _mm256_and_pd(_mm256_sub_pd(gp2n_ld4(x + q * m + jt + 4, 0, m1), mv[q]), _mm256_castsi256_pd(gp2n_w(m1)));
+			__m256d d0 = _mm256_and_pd(_mm256_sub_pd(gp2v_ld4(x + q * m + jt, 0, m0), mv[q]), _mm256_castsi256_pd(gp2v_w(m0)));
+			__m256d d1 = _mm256_and_pd(_mm256_sub_pd(gp2v_ld4(x + q * m + jt + 4, 0, m1), mv[q]), _mm256_castsi256_pd(gp2v_w(m1)));
 			s[q][0] = _mm256_fmadd_pd(d0, d0, s[q][0]);
 			s[q][1] = _mm256_fmadd_pd(d1, d1, s[q][1]);
 		}
 	for (int q = 0; q < P; q++) {
-		double var = gp2n_hsum(s[q][0], s[q][1]) / (double)m + eps;
+		double var = gp2v_hsum(s[q][0], s[q][1]) / (double)m + eps;
 		istd[q] = 1 / _mm_cvtsd_f64(_mm_sqrt_sd(_mm_set_sd(var), _mm_set_sd(var)));
 		iv[q] = _mm256_set1_pd(istd[q]);
 	}
@@ -399,7 +334,7 @@ static inline __attribute__((always_inline)) void gp2n_ln_fwd_rows(int P, const 
 static void gp2_ln_fwd(const float *x, float *y, long lo, long hi, long m, const double *gamma, const double *beta,
                        double eps, double *mean, double *istd) {
 	long jt = m & ~7L, r = lo;
-	__m128i m0 = gp2n_m4(m - jt), m1 = gp2n_m4(m - jt - 4);
+	__m128i m0 = gp2v_m4(m - jt), m1 = gp2v_m4(m - jt - 4);
 	for (; r + 2 <= hi; r += 2) gp2n_ln_fwd_rows(2, x + r * m, y + r * m, m, jt, m0, m1, gamma, beta, eps, mean + r, istd + r);
 	if (r < hi) gp2n_ln_fwd_rows(1, x + r * m, y + r * m, m, jt, m0, m1, gamma, beta, eps, mean + r, istd + r);
 }
@@ -412,19 +347,19 @@ static inline __attribute__((always_inline)) void gp2n_ln_grad(const float *x, c
                                                               double *dgamma, double *dbeta, int full, long r,
                                                               __m128i m0, __m128i m1, __m256d mv, __m256d iv,
                                                               __m256d *a) {
-	__m256d x0 = _mm256_sub_pd(gp2n_ld4(x, full, m0), mv), x1 = _mm256_sub_pd(gp2n_ld4(x + 4, full, m1), mv);
+	__m256d x0 = _mm256_sub_pd(gp2v_ld4(x, full, m0), mv), x1 = _mm256_sub_pd(gp2v_ld4(x + 4, full, m1), mv);
 	if (!full) {
-		x0 = _mm256_and_pd(x0, _mm256_castsi256_pd(gp2n_w(m0)));
-		x1 = _mm256_and_pd(x1, _mm256_castsi256_pd(gp2n_w(m1)));
+		x0 = _mm256_and_pd(x0, _mm256_castsi256_pd(gp2v_w(m0)));
+		x1 = _mm256_and_pd(x1, _mm256_castsi256_pd(gp2v_w(m1)));
 	}
 	x0 = _mm256_mul_pd(x0, iv);
 	x1 = _mm256_mul_pd(x1, iv);
-	__m256d g0 = gp2n_ld4(g, full, m0), g1 = gp2n_ld4(g + 4, full, m1);
-	gp2n_std(dgamma, full, r, _mm256_fmadd_pd(g0, x0, gp2n_ldd(dgamma, full, m0)));
-	gp2n_std(dgamma + 4, full, r - 4, _mm256_fmadd_pd(g1, x1, gp2n_ldd(dgamma + 4, full, m1)));
-	gp2n_std(dbeta, full, r, _mm256_add_pd(g0, gp2n_ldd(dbeta, full, m0)));
-	gp2n_std(dbeta + 4, full, r - 4, _mm256_add_pd(g1, gp2n_ldd(dbeta + 4, full, m1)));
-	__m256d gg0 = _mm256_mul_pd(g0, gp2n_ldd(gamma, full, m0)), gg1 = _mm256_mul_pd(g1, gp2n_ldd(gamma + 4, full, m1));
+	__m256d g0 = gp2v_ld4(g, full, m0), g1 = gp2v_ld4(g + 4, full, m1);
+	gp2n_std(dgamma, full, r, _mm256_fmadd_pd(g0, x0, gp2v_ldd(dgamma, full, m0)));
+	gp2n_std(dgamma + 4, full, r - 4, _mm256_fmadd_pd(g1, x1, gp2v_ldd(dgamma + 4, full, m1)));
+	gp2n_std(dbeta, full, r, _mm256_add_pd(g0, gp2v_ldd(dbeta, full, m0)));
+	gp2n_std(dbeta + 4, full, r - 4, _mm256_add_pd(g1, gp2v_ldd(dbeta + 4, full, m1)));
+	__m256d gg0 = _mm256_mul_pd(g0, gp2v_ldd(gamma, full, m0)), gg1 = _mm256_mul_pd(g1, gp2v_ldd(gamma + 4, full, m1));
 	a[0] = _mm256_add_pd(a[0], gg0);
 	a[1] = _mm256_add_pd(a[1], gg1);
 	a[2] = _mm256_fmadd_pd(gg0, x0, a[2]);
@@ -441,8 +376,8 @@ static inline __attribute__((always_inline)) void gp2n_ln_sums(const float *x, c
 	long j = 0;
 	for (; j < jt; j += 8) gp2n_ln_grad(x + j, g + j, gamma + j, dgamma + j, dbeta + j, 1, 8, m0, m1, mv, iv, a);
 	if (jt < m) gp2n_ln_grad(x + jt, g + jt, gamma + jt, dgamma + jt, dbeta + jt, 0, m - jt, m0, m1, mv, iv, a);
-	*av = _mm256_set1_pd(gp2n_hsum(a[0], a[1]) / (double)m);
-	*bv = _mm256_set1_pd(gp2n_hsum(a[2], a[3]) / (double)m);
+	*av = _mm256_set1_pd(gp2v_hsum(a[0], a[1]) / (double)m);
+	*bv = _mm256_set1_pd(gp2v_hsum(a[2], a[3]) / (double)m);
 }
 
 // gp2n_ln_dx is one group of eight of gp5_ln_bwd's second loop:
@@ -450,11 +385,11 @@ static inline __attribute__((always_inline)) void gp2n_ln_sums(const float *x, c
 static inline __attribute__((always_inline)) void gp2n_ln_dx(const float *x, const float *g, const double *gamma, float *d,
                                                             int full, long r, __m128i m0, __m128i m1, __m256d mv,
                                                             __m256d iv, __m256d av, __m256d bv) {
-	__m256d x0 = _mm256_mul_pd(_mm256_sub_pd(gp2n_ld4(x, full, m0), mv), iv);
-	__m256d x1 = _mm256_mul_pd(_mm256_sub_pd(gp2n_ld4(x + 4, full, m1), mv), iv);
-	__m256d t0 = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(gp2n_ld4(g, full, m0), gp2n_ldd(gamma, full, m0)), av),
+	__m256d x0 = _mm256_mul_pd(_mm256_sub_pd(gp2v_ld4(x, full, m0), mv), iv);
+	__m256d x1 = _mm256_mul_pd(_mm256_sub_pd(gp2v_ld4(x + 4, full, m1), mv), iv);
+	__m256d t0 = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(gp2v_ld4(g, full, m0), gp2v_ldd(gamma, full, m0)), av),
 	                           _mm256_mul_pd(x0, bv));
-	__m256d t1 = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(gp2n_ld4(g + 4, full, m1), gp2n_ldd(gamma + 4, full, m1)), av),
+	__m256d t1 = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(gp2v_ld4(g + 4, full, m1), gp2v_ldd(gamma + 4, full, m1)), av),
 	                           _mm256_mul_pd(x1, bv));
 	gp2n_st8(d, full, r, _mm256_mul_pd(iv, t0), _mm256_mul_pd(iv, t1));
 }
@@ -465,7 +400,7 @@ static inline __attribute__((always_inline)) void gp2n_ln_dx(const float *x, con
 static void gp2_ln_bwd(const float *x, const float *dy, float *dx, long r0, long r1, long m, const double *gamma,
                        const double *mean, const double *istd, double *dgamma, double *dbeta) {
 	long jt = m & ~7L;
-	__m128i m0 = gp2n_m4(m - jt), m1 = gp2n_m4(m - jt - 4);
+	__m128i m0 = gp2v_m4(m - jt), m1 = gp2v_m4(m - jt - 4);
 	for (long r = r0; r < r1; r++) {
 		const float *xr = x + r * m, *g = dy + r * m;
 		float *d = dx + r * m;
@@ -476,7 +411,5 @@ static void gp2_ln_bwd(const float *x, const float *dy, float *dx, long r0, long
 		if (jt < m) gp2n_ln_dx(xr + jt, g + jt, gamma + jt, d + jt, 0, m - jt, m0, m1, mv, iv, av, bv);
 	}
 }
-
-static int gp2_norm_ready(void) { return 1; }
 
 #pragma GCC pop_options

@@ -7,26 +7,11 @@
 // cores, about 20 cycles on Zen 4): no memory past the row is touched.
 
 #include <immintrin.h>
+#include "avx2_common.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("fp-contract=off")
-
-// gp2s_m4 is the maskload mask of the first r of four 32-bit lanes (none when r <= 0).
-static inline __m128i gp2s_m4(int r) { return _mm_cmpgt_epi32(_mm_set1_epi32(r < 4 ? r : 4), _mm_setr_epi32(0, 1, 2, 3)); }
-
-// gp2s_w widens a four-lane mask to 64-bit lanes.
-static inline __m256i gp2s_w(__m128i m) { return _mm256_cvtepi32_epi64(m); }
-
-// gp2s_ld4 widens four floats to doubles (masked lanes 0 unless full).
-static inline __attribute__((always_inline)) __m256d gp2s_ld4(const float *p, int full, __m128i m) {
-	return _mm256_cvtps_pd(full ? _mm_loadu_ps(p) : _mm_maskload_ps(p, m));
-}
-
-// gp2s_ldd loads four doubles (masked lanes 0 unless full).
-static inline __attribute__((always_inline)) __m256d gp2s_ldd(const double *p, int full, __m128i m) {
-	return full ? _mm256_loadu_pd(p) : _mm256_maskload_pd(p, gp2s_w(m));
-}
 
 // gp2s_stp stores the first r (1 to 7) floats of (lo, hi) in at most three plain stores.
 static inline void gp2s_stp(float *p, __m128 lo, __m128 hi, int r) {
@@ -63,13 +48,6 @@ static inline void gp2s_stpd(double *p, __m256d lo, __m256d hi, int r) {
 	if (r >= 1) _mm_store_sd(p, h);
 }
 
-// gp2s_hsum is _mm512_reduce_add_pd of (lo, hi) in GCC's order.
-static inline double gp2s_hsum(__m256d lo, __m256d hi) {
-	__m256d t = _mm256_add_pd(hi, lo);
-	__m128d u = _mm_add_pd(_mm256_extractf128_pd(t, 1), _mm256_castpd256_pd128(t));
-	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
-}
-
 // gp2s_hmax is _mm512_reduce_max_pd of (lo, hi) in GCC's order (max_pd's operand order
 // decides which of +0 and -0 survives).
 static inline double gp2s_hmax(__m256d lo, __m256d hi) {
@@ -83,8 +61,8 @@ static inline double gp2s_hmax(__m256d lo, __m256d hi) {
 // its NaN lanes are ored into *nan.
 static inline __attribute__((always_inline)) __m128 gp2s_sc(const float *row, const double *br, const float *mr,
                                                            int full, __m128i m, __m256d *rd, __m256d *nan) {
-	__m256d v = _mm256_add_pd(gp2s_ld4(row, full, m), gp2s_ldd(br, full, m));
-	if (mr) v = _mm256_add_pd(v, gp2s_ld4(mr, full, m));
+	__m256d v = _mm256_add_pd(gp2v_ld4(row, full, m), gp2v_ldd(br, full, m));
+	if (mr) v = _mm256_add_pd(v, gp2v_ld4(mr, full, m));
 	__m128 r = _mm256_cvtpd_ps(v);
 	*rd = _mm256_cvtps_pd(r);
 	*nan = _mm256_or_pd(*nan, _mm256_cmp_pd(*rd, *rd, _CMP_UNORD_Q));
@@ -122,15 +100,15 @@ static inline __m256d gp2s_exp(__m256d x) {
 // into *sum and returned as float32.
 static inline __attribute__((always_inline)) __m128 gp2s_ex4(const float *row, int full, __m128i m, __m256d mv,
                                                             __m256d *sum) {
-	__m256d e = gp2s_exp(_mm256_sub_pd(gp2s_ld4(row, full, m), mv));
-	if (!full) e = _mm256_and_pd(e, _mm256_castsi256_pd(gp2s_w(m)));
+	__m256d e = gp2s_exp(_mm256_sub_pd(gp2v_ld4(row, full, m), mv));
+	if (!full) e = _mm256_and_pd(e, _mm256_castsi256_pd(gp2v_w(m)));
 	*sum = _mm256_add_pd(*sum, e);
 	return _mm256_cvtpd_ps(e);
 }
 
 // gp2s_sc4 is one half of the last pass: s·inv as float32.
 static inline __attribute__((always_inline)) __m128 gp2s_sc4(const float *row, int full, __m128i m, __m256d inv) {
-	return _mm256_cvtpd_ps(_mm256_mul_pd(gp2s_ld4(row, full, m), inv));
+	return _mm256_cvtpd_ps(_mm256_mul_pd(gp2v_ld4(row, full, m), inv));
 }
 
 // gp2s_tail is a row's tail: elements jt..jt+rt-1 (rt < 8), with their masks for the two
@@ -145,10 +123,10 @@ static inline gp2s_tail gp2s_mktail(int n) {
 	gp2s_tail t;
 	t.jt = n & ~7;
 	t.rt = n - t.jt;
-	t.m0 = gp2s_m4(t.rt);
-	t.m1 = gp2s_m4(t.rt - 4);
-	t.w0 = _mm256_castsi256_pd(gp2s_w(t.m0));
-	t.w1 = _mm256_castsi256_pd(gp2s_w(t.m1));
+	t.m0 = gp2v_m4(t.rt);
+	t.m1 = gp2v_m4(t.rt - 4);
+	t.w0 = _mm256_castsi256_pd(gp2v_w(t.m0));
+	t.w1 = _mm256_castsi256_pd(gp2v_w(t.m1));
 	return t;
 }
 
@@ -191,7 +169,7 @@ static inline __attribute__((always_inline)) double gp2s_exp_pass(float *row, do
 		__m128 e0 = gp2s_ex4(row + j, 0, t->m0, mv, &sum0), e1 = gp2s_ex4(row + j + 4, 0, t->m1, mv, &sum1);
 		gp2s_stp(row + j, e0, e1, t->rt);
 	}
-	return gp2s_hsum(sum0, sum1);
+	return gp2v_hsum(sum0, sum1);
 }
 
 // gp2s_div_pass is the last loop: s = s·(1/sum).
@@ -234,7 +212,7 @@ static void gp2_softmax_rows(float *s, const double *bias, const float *mask, in
 // gp2s_bwd4 is one half of the gradient pass: g = p·(d - dot).
 static inline __attribute__((always_inline)) __m256d gp2s_bwd4(const float *p, const float *d, int full, __m128i m,
                                                               __m256d dot) {
-	return _mm256_mul_pd(gp2s_ld4(p, full, m), _mm256_sub_pd(gp2s_ld4(d, full, m), dot));
+	return _mm256_mul_pd(gp2v_ld4(p, full, m), _mm256_sub_pd(gp2v_ld4(d, full, m), dot));
 }
 
 // gp2s_dot_pass is gp5_softmax_bwd's first loop for one row: Σ_k P[k]·dP[k] (products
@@ -243,14 +221,14 @@ static inline __attribute__((always_inline)) double gp2s_dot_pass(const float *p
 	__m256d s0 = _mm256_setzero_pd(), s1 = s0;
 	int j = 0;
 	for (; j < t->jt; j += 8) {
-		s0 = _mm256_add_pd(s0, _mm256_mul_pd(gp2s_ld4(pi + j, 1, t->m0), gp2s_ld4(di + j, 1, t->m0)));
-		s1 = _mm256_add_pd(s1, _mm256_mul_pd(gp2s_ld4(pi + j + 4, 1, t->m1), gp2s_ld4(di + j + 4, 1, t->m1)));
+		s0 = _mm256_add_pd(s0, _mm256_mul_pd(gp2v_ld4(pi + j, 1, t->m0), gp2v_ld4(di + j, 1, t->m0)));
+		s1 = _mm256_add_pd(s1, _mm256_mul_pd(gp2v_ld4(pi + j + 4, 1, t->m1), gp2v_ld4(di + j + 4, 1, t->m1)));
 	}
 	if (t->rt) {
-		s0 = _mm256_add_pd(s0, _mm256_mul_pd(gp2s_ld4(pi + j, 0, t->m0), gp2s_ld4(di + j, 0, t->m0)));
-		s1 = _mm256_add_pd(s1, _mm256_mul_pd(gp2s_ld4(pi + j + 4, 0, t->m1), gp2s_ld4(di + j + 4, 0, t->m1)));
+		s0 = _mm256_add_pd(s0, _mm256_mul_pd(gp2v_ld4(pi + j, 0, t->m0), gp2v_ld4(di + j, 0, t->m0)));
+		s1 = _mm256_add_pd(s1, _mm256_mul_pd(gp2v_ld4(pi + j + 4, 0, t->m1), gp2v_ld4(di + j + 4, 0, t->m1)));
 	}
-	return gp2s_hsum(s0, s1);
+	return gp2v_hsum(s0, s1);
 }
 
 // gp2s_grad_pass is the second loop: dS = P·(dP - dot) over dP as float32, added into acc.
@@ -268,7 +246,7 @@ static inline __attribute__((always_inline)) void gp2s_grad_pass(const float *pi
 	if (t->rt) {
 		__m256d g0 = gp2s_bwd4(pi + j, di + j, 0, t->m0, dv), g1 = gp2s_bwd4(pi + j + 4, di + j + 4, 0, t->m1, dv);
 		gp2s_stp(di + j, _mm256_cvtpd_ps(g0), _mm256_cvtpd_ps(g1), t->rt);
-		gp2s_stpd(ai + j, _mm256_add_pd(gp2s_ldd(ai + j, 0, t->m0), g0), _mm256_add_pd(gp2s_ldd(ai + j + 4, 0, t->m1), g1),
+		gp2s_stpd(ai + j, _mm256_add_pd(gp2v_ldd(ai + j, 0, t->m0), g0), _mm256_add_pd(gp2v_ldd(ai + j + 4, 0, t->m1), g1),
 		          t->rt);
 	}
 }
@@ -290,7 +268,5 @@ static void gp2_softmax_bwd(const float *p, float *d, double *acc, int n) {
 	}
 	if (i < n) gp2s_grad_pass(p + i * ln, d + i * ln, acc + i * ln, gp2s_dot_pass(p + i * ln, d + i * ln, &t), &t);
 }
-
-static int gp2_softmax_ready(void) { return 1; }
 
 #pragma GCC pop_options

@@ -189,10 +189,11 @@ func eqCheck(t *testing.T, gi int, what string, want, got []float32) {
 }
 
 // withGo runs f with the C kernels off (the Go code), then restores the SIMD level.
-func withGo(f func()) {
+func withGo(t *testing.T, f func()) {
+	t.Helper()
 	restore, err := simd.Set(simd.Off)
 	if err != nil {
-		panic(err) // Off is always available
+		t.Fatal(err)
 	}
 	defer restore()
 	f()
@@ -276,7 +277,7 @@ func TestSimdNormMatchesGo(t *testing.T) {
 			}
 			got := run()
 			var want out
-			withGo(func() { want = run() })
+			withGo(t, func() { want = run() })
 			closeF64(t, "bn sum", want.sum, got.sum)
 			closeF64(t, "bn sq", want.sq, got.sq)
 			closeF64(t, "bn sdy", want.sdy, got.sdy)
@@ -305,7 +306,7 @@ func TestSimdNormMatchesGo(t *testing.T) {
 			gop, gy, gdx := run()
 			var wop *lnOp
 			var wy, wdx []float32
-			withGo(func() { wop, wy, wdx = run() })
+			withGo(t, func() { wop, wy, wdx = run() })
 			closeF64(t, "ln mean", wop.mean, gop.mean)
 			closeF64(t, "ln istd", wop.istd, gop.istd)
 			closeF64(t, "ln dgamma", wop.dgamma, gop.dgamma)
@@ -334,7 +335,7 @@ func TestSimdColSumsMatchesGo(t *testing.T) {
 			if err := biasGrad(op, in, got); err != nil {
 				t.Fatal(err)
 			}
-			withGo(func() {
+			withGo(t, func() {
 				if err := biasGrad(op, in, want); err != nil {
 					t.Fatal(err)
 				}
@@ -419,7 +420,7 @@ func TestSimdScaleMatchesGo(t *testing.T) {
 			x := randF32(rng, 7*row, 1)
 			got, want := make([]float32, len(x)), make([]float32, len(x))
 			applyMask(x, got, 99, 0.3, row)
-			withGo(func() { applyMask(x, want, 99, 0.3, row) })
+			withGo(t, func() { applyMask(x, want, 99, 0.3, row) })
 			eqCheck(t, row, "drop-path scale", want, got)
 		}
 	})
