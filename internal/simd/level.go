@@ -1,6 +1,8 @@
 // Package simd is the project's one home for hand-vectorised kernels: every C kernel of
 // nn/ops, models/swin and the optimizers, each at two instruction-set levels (AVX-512 and
-// AVX2+FMA), chosen at run time by what the CPU has, with the Go code as the third level.
+// AVX2+FMA), chosen at run time by what the CPU has, with the Go code as the third level;
+// and, in its package sse2 (a cgo package cannot hold Go assembly), the SSE2 assembly of
+// parallel/comm's reductions and copies, which every amd64 CPU runs.
 //
 // # Levels
 //

@@ -1,6 +1,10 @@
 package comm
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/gorgonia-parallel/gp/internal/simd"
+)
 
 // reduceN stores ins[0] op ins[1] op ... op ins[n-1] (in that order) in out, which may alias
 // one of ins element for element. Sums of up to four inputs are fused (one pass, one store
@@ -36,7 +40,7 @@ func reduceN(dt DType, op Op, out []byte, ins [][]byte, tmp []byte) {
 }
 
 // sumN is reduceN's fused sum of two to four inputs: o[i] = ((x0[i]+x1[i])+x2[i])+x3[i].
-// float32 goes through sumF32 (SSE on amd64, the same additions lane by lane) first.
+// float32 goes through simd.SumF32 (SSE2 on amd64, the same additions lane by lane) first.
 func sumN[T number](o []T, ins [][]byte) {
 	xs := make([][]T, len(ins))
 	for p, in := range ins {
@@ -47,7 +51,7 @@ func sumN[T number](o []T, ins [][]byte) {
 		for p := range xs {
 			xf[p] = any(xs[p]).([]float32)
 		}
-		d := sumF32(of, xf)
+		d := simd.SumF32(of, xf)
 		o = o[d:]
 		for p := range xs {
 			xs[p] = xs[p][d:]

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gorgonia-parallel/gp/internal/simd"
 )
 
 // Staged collectives: shared-memory all-reduce, reduce-scatter, all-gather and broadcast for
@@ -36,7 +38,7 @@ import (
 // Reduce-scatter: the all-reduce without the copy out, one piece of every shard per chunk.
 
 // stageNTBytes is the all-reduce size from which results are written to the caller's buffer
-// with stores that bypass the cache (copyNT): from there the buffers of four ranks and the
+// with stores that bypass the cache (simd.CopyNT): from there the buffers of four ranks and the
 // staging areas no longer fit a typical last-level cache, and a normal store would first
 // read every destination line from memory. Smaller results stay in the cache, where the
 // caller reads them next. Measured on 2 cores (world 4, 64-256 MiB): about a third less CPU
@@ -95,7 +97,7 @@ func (t *shmTransport) stagedAllReduce(h *Header, dt DType, op Op, count int, b 
 	ins := make([][]byte, n)
 	out := func(dst, src []byte) { copy(dst, src) }
 	if len(b) >= stageNTBytes {
-		out = copyNT
+		out = simd.CopyNT
 	}
 	// put copies chunk c of b into this rank's slot, but for this rank's own slice, which
 	// it reduces straight from b.
@@ -265,7 +267,7 @@ func (t *shmTransport) stagedAllGather(h *Header, es, count int, dst []byte) err
 	me := t.stages[r]
 	out := func(dst, src []byte) { copy(dst, src) }
 	if len(dst) >= stageNTBytes {
-		out = copyNT
+		out = simd.CopyNT
 	}
 	// piece is the byte range of chunk c of rank p's shard in dst.
 	piece := func(p, c int) (int, int) {
@@ -326,13 +328,13 @@ func stageRed(s *shmStage) *uint64  { return s.red }
 func stageDone(s *shmStage) *uint64 { return s.done }
 
 // stagedBroadcast copies root's b to every rank through root's staging slots.
-// Results of stageNTBytes and more are written with copyNT, smaller ones stay in the cache.
+// Results of stageNTBytes and more are written with simd.CopyNT, smaller ones stay in the cache.
 func (t *shmTransport) stagedBroadcast(h *Header, root int, b []byte) error {
 	per := t.slotBytes
 	nc := max(1, (len(b)+per-1)/per)
 	out := copyCached
 	if len(b) >= stageNTBytes {
-		out = copyNT
+		out = simd.CopyNT
 	}
 	g0 := t.staged
 	t.staged += uint64(nc)

@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package comm
+package sse2
 
 //go:noescape
 func sum2F32(o, x0, x1 *float32, n int)
@@ -11,9 +11,9 @@ func sum3F32(o, x0, x1, x2 *float32, n int)
 //go:noescape
 func sum4F32(o, x0, x1, x2, x3 *float32, n int)
 
-// sumF32 is sumN for float32 with SSE: the whole multiples of 8 elements in assembly, the
-// rest in Go. It returns how many elements it did.
-func sumF32(o []float32, x [][]float32) int {
+// SumF32 is simd.SumF32 without the level check: the whole multiples of 8 elements of o,
+// for 2 to 4 inputs; it returns how many elements it did.
+func SumF32(o []float32, x [][]float32) int {
 	n := len(o) &^ 7
 	if n == 0 {
 		return 0
@@ -30,3 +30,6 @@ func sumF32(o []float32, x [][]float32) int {
 	}
 	return n
 }
+
+// Asm reports that this build has the assembly (amd64, no purego tag).
+const Asm = true
