@@ -13,39 +13,17 @@
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("fp-contract=off")
 
-// gp2s_stp stores the first r (1 to 7) floats of (lo, hi) in at most three plain stores.
-static inline void gp2s_stp(float *p, __m128 lo, __m128 hi, int r) {
-	if (r >= 4) {
-		_mm_storeu_ps(p, lo);
-		lo = hi;
-		p += 4;
-		r -= 4;
-	}
-	if (r >= 2) {
-		_mm_storel_pi((__m64 *)p, lo);
-		lo = _mm_movehl_ps(lo, lo);
-		p += 2;
-		r -= 2;
-	}
-	if (r >= 1) _mm_store_ss(p, lo);
-}
+// gp2s_stp stores the first r (0 to 7) floats of (lo, hi) in at most three plain stores.
+static inline void gp2s_stp(float *p, __m128 lo, __m128 hi, int r) { gp2v_stp(p, _mm256_set_m128(hi, lo), r); }
 
-// gp2s_stpd stores the first r (1 to 7) doubles of (lo, hi).
+// gp2s_stpd stores the first r (0 to 7) doubles of (lo, hi).
 static inline void gp2s_stpd(double *p, __m256d lo, __m256d hi, int r) {
-	if (r >= 4) {
-		_mm256_storeu_pd(p, lo);
-		lo = hi;
-		p += 4;
-		r -= 4;
+	if (r < 4) {
+		gp2v_stpd(p, lo, r);
+		return;
 	}
-	__m128d h = _mm256_castpd256_pd128(lo);
-	if (r >= 2) {
-		_mm_storeu_pd(p, h);
-		h = _mm256_extractf128_pd(lo, 1);
-		p += 2;
-		r -= 2;
-	}
-	if (r >= 1) _mm_store_sd(p, h);
+	_mm256_storeu_pd(p, lo);
+	gp2v_stpd(p + 4, hi, r - 4);
 }
 
 // gp2s_hmax is _mm512_reduce_max_pd of (lo, hi) in GCC's order (max_pd's operand order
