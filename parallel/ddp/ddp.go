@@ -55,7 +55,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 		return nil, fmt.Errorf("ddp: rank %d: nil model", g.Rank())
 	}
 	d := &DDP{Model: model, g: g, cfg: newConfig(opts), rank: g.Rank(), size: g.Size()}
-	d.tl = &Timeline{rank: d.rank}
+	d.tl = newTimeline(d.rank, d.cfg.timelineSteps)
 	_, d.prescale = d.cfg.hook.(allReduceHook)
 	ps := model.Params
 	if err := checkModels(ctx, g, ps); err != nil {
