@@ -29,7 +29,24 @@ type buildConfig struct {
 	cast           CastPolicy
 	backing        func(*Param) []float32
 	sink           func(p *Param, grad []float32) error
+	optimizer      Updater
+	solver         G.Solver
 }
+
+// Updater is an optimizer as Program.Step needs it: optim's optimizers satisfy it.
+type Updater interface {
+	// Step updates the parameters from their gradients.
+	Step() error
+}
+
+// WithOptimizer makes opt the update of Program.Step (an optimizer of package optim over the
+// model's parameters).
+func WithOptimizer(opt Updater) BuildOption { return func(c *buildConfig) { c.optimizer = opt } }
+
+// WithSolver makes a gorgonia solver (G.NewVanillaSolver, G.NewAdamSolver, ...) the update of
+// Program.Step: it steps G.NodesToValueGrads(Learnables()), whose values are the model's
+// parameters and whose gradients the program's gradient buffer.
+func WithSolver(s G.Solver) BuildOption { return func(c *buildConfig) { c.solver = s } }
 
 // BuildOption configures Compile.
 type BuildOption func(*buildConfig)
@@ -89,6 +106,12 @@ type Builder struct {
 	inputs  map[string]*G.Node
 	outputs map[string]*G.Node
 	fired   []bool // per used parameter: its gradient hook ran in this run
+
+	// probe collects the learnables of a plain gorgonia graph while NewGraphModel discovers
+	// them; nil when compiling.
+	probe *probe
+	// learned maps each learnable adopted by Learnable to its parameter.
+	learned map[*G.Node]*Param
 }
 
 // Training reports whether the graph is built in train mode.
@@ -104,6 +127,14 @@ func (b *Builder) Param(p *Param) (*G.Node, error) {
 	if b.Model.Params.Param(p.Name) != p {
 		return nil, fmt.Errorf("nn: parameter %s does not belong to this model", p.Name)
 	}
+	leaf := G.NewTensor(b.Graph, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name))
+	return b.use(p, leaf)
+}
+
+// use binds leaf to p's memory (or the WithParamBacking memory), records it as p's leaf and
+// returns the node the forward uses in its place: leaf through the gradient tap (train mode)
+// and the parameter hooks.
+func (b *Builder) use(p *Param, leaf *G.Node) (*G.Node, error) {
 	backing := p.Data
 	if b.cfg.backing != nil {
 		if backing = b.cfg.backing(p); len(backing) != len(p.Data) {
@@ -111,7 +142,9 @@ func (b *Builder) Param(p *Param) (*G.Node, error) {
 		}
 	}
 	val := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(backing))
-	leaf := G.NewTensor(b.Graph, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(val))
+	if err := G.Let(leaf, val); err != nil {
+		return nil, fmt.Errorf("nn: binding %s to its parameter memory: %w", p.Name, err)
+	}
 	n := leaf
 	idx := len(b.used)
 	if b.cfg.training {
@@ -179,7 +212,12 @@ func (b *Builder) Input(name string, shape ...int) (*G.Node, error) {
 func (b *Builder) Output(name string, n *G.Node) { b.outputs[name] = n }
 
 // Forward builds the model's root module on x.
-func (b *Builder) Forward(x *G.Node) (*G.Node, error) { return b.Model.Root.Forward(b, x) }
+func (b *Builder) Forward(x *G.Node) (*G.Node, error) {
+	if b.Model.Root == nil {
+		return nil, fmt.Errorf("nn: Forward: the model has no root module (a plain gorgonia model builds its forward itself)")
+	}
+	return b.Model.Root.Forward(b, x)
+}
 
 // RNG is the model's random source for Dropout and DropPath.
 func (b *Builder) RNG() *ops.RNG { return b.Model.RNG }

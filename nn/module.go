@@ -110,6 +110,22 @@ type ModelOption func(*modelConfig)
 // WithSeed seeds parameter initialisation and the model's dropout RNG (default 0).
 func WithSeed(seed int64) ModelOption { return func(c *modelConfig) { c.seed = seed } }
 
+// allocGrad moves ps's gradients into the buffer of the configured allocator, if any.
+func (c *modelConfig) allocGrad(ps *ParamSet) error {
+	if c.alloc == nil {
+		return nil
+	}
+	buf, err := c.alloc(len(ps.Grad))
+	if err != nil {
+		return fmt.Errorf("nn: allocating the gradient buffer (%d float32): %w", len(ps.Grad), err)
+	}
+	if len(buf) != len(ps.Grad) {
+		return fmt.Errorf("nn: the gradient allocator returned %d float32, want %d", len(buf), len(ps.Grad))
+	}
+	ps.useGrad(buf)
+	return nil
+}
+
 // NewModel declares root's parameters and buffers and allocates them, initialised from the seed.
 func NewModel(root Module, opts ...ModelOption) (*Model, error) {
 	cfg := modelConfig{}
@@ -124,15 +140,8 @@ func NewModel(root Module, opts ...ModelOption) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.alloc != nil {
-		buf, err := cfg.alloc(len(ps.Grad))
-		if err != nil {
-			return nil, fmt.Errorf("nn: allocating the gradient buffer (%d float32): %w", len(ps.Grad), err)
-		}
-		if len(buf) != len(ps.Grad) {
-			return nil, fmt.Errorf("nn: the gradient allocator returned %d float32, want %d", len(buf), len(ps.Grad))
-		}
-		ps.useGrad(buf)
+	if err := cfg.allocGrad(ps); err != nil {
+		return nil, err
 	}
 	return &Model{Root: root, Params: ps, RNG: ops.NewRNG(uint64(cfg.seed))}, nil
 }

@@ -24,7 +24,9 @@ type Program struct {
 	Loss *G.Node
 
 	machine G.VM
-	grads   G.Nodes
+	grads   G.Nodes         // by used parameter: the gradient node G.Grad returned (the leaf's deriv)
+	views   []*tensor.Dense // by used parameter: the tensor its gradient node is bound to after a run
+	update  func() error    // the optimizer or solver of WithOptimizer/WithSolver, nil without
 }
 
 // Compile builds m with build into a new graph. In train mode (the default) the gradients of
@@ -85,6 +87,20 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 		g = g.ExactSubgraphRoots(roots...)
 	}
 	p.machine = G.NewTapeMachine(g)
+	if len(p.grads) > 0 {
+		if err := p.AliasGrads(cfg.gradBuf); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case cfg.solver != nil && cfg.optimizer != nil:
+		return nil, fmt.Errorf("nn: both an optimizer and a gorgonia solver given")
+	case cfg.solver != nil:
+		vgs := G.NodesToValueGrads(p.Learnables())
+		p.update = func() error { return cfg.solver.Step(vgs) }
+	case cfg.optimizer != nil:
+		p.update = cfg.optimizer.Step
+	}
 	return p, nil
 }
 
@@ -102,7 +118,89 @@ func (p *Program) Run(ctx context.Context) error {
 	if err := p.machine.RunAll(); err != nil {
 		return fmt.Errorf("nn: run: %w", err)
 	}
+	return p.rebindGrads()
+}
+
+// Learnables returns the leaf node of every parameter the graph uses, in the model's
+// registration order: the learnables a plain gorgonia build function adopted (see
+// Builder.Learnable), or the leaves Builder.Param created. Their values are the model's
+// parameters (updating them in place updates the model) and, in a training program, their
+// Node.Grad() is the program's gradient buffer (see AliasGrads): what
+// G.NodesToValueGrads(p.Learnables()) hands a gorgonia solver.
+func (p *Program) Learnables() G.Nodes {
+	var out G.Nodes
+	for _, prm := range p.Builder.Model.Params.Params {
+		if leaf := p.Builder.leaves[prm]; leaf != nil {
+			out = append(out, leaf)
+		}
+	}
+	return out
+}
+
+// AliasGrads makes Node.Grad() of every learnable return its slice of buf (laid out like
+// ParamSet.Grad), with no copy: gorgonia's solvers then read the gradient there and their
+// zeroing after a step clears it. Compile aliases the program's own gradient buffer, and
+// every Run renews the binding (the tape rebinds the gradient nodes to its registers);
+// DataParallel aliases the master's buffer after its reduction.
+func (p *Program) AliasGrads(buf []float32) error {
+	if len(buf) != len(p.Builder.Model.Params.Grad) {
+		return fmt.Errorf("nn: gradient buffer of %d elements for a model of %d parameters", len(buf), len(p.Builder.Model.Params.Grad))
+	}
+	p.views = p.views[:0]
+	for _, prm := range p.Builder.used {
+		view := tensor.New(tensor.WithShape(prm.Shape...), tensor.WithBacking(buf[prm.Offset:prm.Offset+len(prm.Data)]))
+		p.views = append(p.views, view)
+	}
+	return p.rebindGrads()
+}
+
+func (p *Program) rebindGrads() error {
+	for i, n := range p.grads {
+		if i >= len(p.views) {
+			break
+		}
+		if err := G.UnsafeLet(n, p.views[i]); err != nil {
+			return fmt.Errorf("nn: binding the gradient of %s: %w", p.Builder.used[i].Name, err)
+		}
+	}
 	return nil
+}
+
+// Step applies the optimizer (WithOptimizer) or gorgonia solver (WithSolver) the program was
+// compiled with to the gradients, then zeroes them: the same verb as ddp's, dp's and zero's
+// Step (package train). Without either it is an error.
+func (p *Program) Step(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p.update == nil {
+		return fmt.Errorf("nn: Step: the program has no optimizer (compile it with nn.WithOptimizer or nn.WithSolver)")
+	}
+	if err := p.update(); err != nil {
+		return fmt.Errorf("nn: optimizer step: %w", err)
+	}
+	p.ZeroGrad()
+	return nil
+}
+
+// ZeroGrad zeroes the program's gradient buffer (the model's, unless WithGradBuffer gave
+// another). Gradients accumulate over Runs until Step or ZeroGrad, as in PyTorch and as
+// gorgonia's dual values do until a solver's step.
+func (p *Program) ZeroGrad() {
+	buf := p.Builder.cfg.gradBuf
+	splitChunks(len(buf), func(lo, hi int) { clear(buf[lo:hi]) })
+}
+
+// HasUpdate reports whether the program was compiled with an optimizer or a solver.
+func (p *Program) HasUpdate() bool { return p.update != nil }
+
+// Update applies the program's optimizer or solver without zeroing the gradients (strategies
+// that wrap the program build their Step on it).
+func (p *Program) Update() error {
+	if p.update == nil {
+		return fmt.Errorf("nn: the program has no optimizer (compile it with nn.WithOptimizer or nn.WithSolver)")
+	}
+	return p.update()
 }
 
 // Unreached lists the parameters the graph uses whose gradient did not reach the taps in the
