@@ -168,16 +168,30 @@ type chromeEvent struct {
 }
 
 type chromeTrace struct {
-	TraceEvents     []chromeEvent `json:"traceEvents"`
-	DisplayTimeUnit string        `json:"displayTimeUnit"`
+	TraceEvents     []chromeEvent  `json:"traceEvents"`
+	DisplayTimeUnit string         `json:"displayTimeUnit"`
+	OtherData       map[string]any `json:"otherData,omitempty"`
 }
 
 // WriteChromeTrace writes the events as Chrome trace JSON (chrome://tracing, Perfetto):
 // one process per rank, compute on thread 0 and communication on thread 1. Timestamps are
 // microseconds since the Unix epoch, so traces of processes on one machine merge aligned.
+// Only the last Steps() steps are in it; its otherData says so ("steps_kept", "first_step",
+// "last_step", "note").
 func (t *Timeline) WriteChromeTrace(w io.Writer) error {
-	tr := chromeTrace{DisplayTimeUnit: "ms"}
-	for _, e := range t.Events() {
+	evs := t.Events()
+	tr := chromeTrace{DisplayTimeUnit: "ms", OtherData: map[string]any{
+		"steps_kept": t.Steps(),
+		"note":       "events of the last steps_kept steps only; older steps were dropped (ddp.TimelineSteps, the trainer's -timeline-steps)",
+	}}
+	if len(evs) > 0 {
+		lo, hi := evs[0].Step, evs[0].Step
+		for _, e := range evs {
+			lo, hi = min(lo, e.Step), max(hi, e.Step)
+		}
+		tr.OtherData["first_step"], tr.OtherData["last_step"] = lo, hi
+	}
+	for _, e := range evs {
 		ce := chromeEvent{Name: e.Name, Cat: "compute", Ph: "X", Pid: e.Rank,
 			Ts: float64(e.Start.UnixNano()) / 1e3, Dur: float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
 			Args: map[string]any{"step": e.Step}}
@@ -210,6 +224,9 @@ func MergeChromeTraces(w io.Writer, traces ...io.Reader) error {
 			return fmt.Errorf("ddp: reading chrome trace %d: %w", i, err)
 		}
 		out.TraceEvents = append(out.TraceEvents, tr.TraceEvents...)
+		if out.OtherData == nil {
+			out.OtherData = tr.OtherData
+		}
 	}
 	if err := json.NewEncoder(w).Encode(out); err != nil {
 		return fmt.Errorf("ddp: writing merged chrome trace: %w", err)

@@ -7,9 +7,11 @@ package trainer
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 )
 
 // Config is a training run. Zero values take the architecture's recipe defaults.
@@ -48,6 +50,11 @@ type Config struct {
 	MaxSteps  int    // stop after this many steps in total (0: no limit); for tests
 	Synthetic SyntheticConfig
 	Quiet     bool // no progress bar (tests)
+	// TimelineSteps is how many of the most recent steps each rank's timeline keeps and
+	// writes to OUT/timeline-rankN.json: 0 takes ddp.DefaultTimelineSteps, negative turns the
+	// timelines off (no files; the overlap summary is still computed). The -timeline-steps
+	// flag takes 0 for off.
+	TimelineSteps int
 	// FailAtStep, for fault-injection tests, makes the process exit with status 3 right after
 	// that step (and its checkpoint) in the first attempt of a job (TORCHELASTIC_RESTART_COUNT
 	// unset or 0), as a crash would.
@@ -102,7 +109,33 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Synthetic.ValPer, "synthetic-val", 50, "validation images per class of the generated data set")
 	fs.IntVar(&c.Synthetic.Size, "synthetic-size", 40, "side of the generated images")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+	c.TimelineSteps = ddp.DefaultTimelineSteps
+	fs.Var(timelineStepsFlag{&c.TimelineSteps}, "timeline-steps",
+		"keep and write the timeline events of the last N steps per rank (0: no timelines)")
 	fs.Int64Var(&c.FailAtStep, "fail-at-step", 0, "exit with status 3 after this step in the first attempt (fault-injection tests)")
+}
+
+// timelineStepsFlag is -timeline-steps: the flag's 0 (off) is Config's negative, since
+// Config's zero value means the default.
+type timelineStepsFlag struct{ p *int }
+
+func (f timelineStepsFlag) String() string {
+	if f.p == nil || *f.p == 0 {
+		return strconv.Itoa(ddp.DefaultTimelineSteps)
+	}
+	return strconv.Itoa(max(*f.p, 0))
+}
+
+func (f timelineStepsFlag) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a number of steps >= 0, got %q", v)
+	}
+	if n == 0 {
+		n = -1
+	}
+	*f.p = n
+	return nil
 }
 
 // recipe fills what the user left at its zero value with the architecture's defaults:

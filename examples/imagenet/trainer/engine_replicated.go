@@ -34,7 +34,7 @@ type replicated struct {
 func newReplicated(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (*replicated, error) {
 	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
 	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
-	d, err := ddp.New(ctx, model, g)
+	d, err := ddp.New(ctx, model, g, timelineSteps(cfg))
 	if err != nil {
 		return nil, err
 	}

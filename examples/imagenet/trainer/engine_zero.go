@@ -76,7 +76,7 @@ func newSharded(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model,
 	}
 	return &sharded{cfg: cfg, g: g, e: e, prog: prog, scaler: scaler, evals: map[int]*zero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
-		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank())}, nil
+		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
 }
 
 func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error) {

@@ -48,9 +48,27 @@ func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, o
 	return nil
 }
 
+// timelineSteps is the ddp option that sizes each rank's timeline from cfg.TimelineSteps,
+// for ddp.New and ddp.NewTimeline.
+func timelineSteps(cfg *Config) ddp.Option {
+	switch n := cfg.TimelineSteps; {
+	case n == 0:
+		return ddp.TimelineSteps(ddp.DefaultTimelineSteps)
+	case n < 0:
+		return ddp.TimelineSteps(0)
+	default:
+		return ddp.TimelineSteps(n)
+	}
+}
+
 // writeTimelines writes this rank's timeline as OUT/timeline-rankN.json (Chrome trace) and,
-// once every rank has, rank 0 merges them into OUT/timeline.json.
+// once every rank has, rank 0 merges them into OUT/timeline.json. The timeline holds only
+// the events of the last cfg.TimelineSteps steps (the trace's metadata says which); with
+// timelines off (a negative cfg.TimelineSteps) nothing is written.
 func writeTimelines(ctx context.Context, g comm.Group, cfg *Config, tl *ddp.Timeline, res *Result) error {
+	if tl.Steps() == 0 {
+		return nil
+	}
 	rank, world := g.Rank(), g.Size()
 	path := func(r int) string { return filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r)) }
 	if err := writeFileAtomic(path(rank), tl.WriteChromeTrace); err != nil {
