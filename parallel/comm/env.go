@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 )
 
 // Env is the process's place in the job, as torchrun (and gprun) describe it in environment
@@ -112,8 +113,15 @@ func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 	return InitFromConfig(ctx, env, opts...)
 }
 
-// InitFromConfig is InitFromEnv with an explicit Env.
+// InitFromConfig is InitFromEnv with an explicit Env. Both read the timeouts from the
+// environment (see TimeoutEnv, WarnAfterEnv and RendezvousTimeoutEnv); options passed
+// explicitly take precedence.
 func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error) {
+	envOpts, err := timeoutsFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	opts = append(envOpts, opts...)
 	st, err := Rendezvous(ctx, env, opts...)
 	if err != nil {
 		return nil, err
@@ -149,6 +157,53 @@ func dialHost(ctx context.Context, st *Store, env Env, cfg config) (Transport, e
 		return dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, false)
 	}
 	return nil, fmt.Errorf("%w: transport %q (GP_COMM_TRANSPORT or WithTransport): want tcp, shm or auto", ErrInvalid, mode)
+}
+
+// Environment variables of the timeouts, read by InitFromEnv and InitFromConfig. Each holds
+// a Go duration ("90s", "10m", "1h30m"); a value that is not one, or is negative (zero for
+// the timeouts), is an error naming the variable and the value.
+const (
+	// TimeoutEnv sets the collectives' timeout (WithTimeout; default 30 minutes).
+	TimeoutEnv = "GP_COMM_TIMEOUT"
+	// WarnAfterEnv sets the wait after which a collective logs a StallReport (WithWarnAfter;
+	// default 30 s or half the timeout; 0 turns the warning off).
+	WarnAfterEnv = "GP_COMM_WARN_AFTER"
+	// RendezvousTimeoutEnv bounds the rendezvous and the connections between the ranks
+	// (WithConnectTimeout; default 5 minutes).
+	RendezvousTimeoutEnv = "GP_RDZV_TIMEOUT"
+)
+
+// timeoutsFromEnv returns the options the timeout variables ask for.
+func timeoutsFromEnv() ([]Option, error) {
+	var opts []Option
+	var errs []error
+	for _, v := range []struct {
+		name     string
+		zeroOK   bool
+		asOption func(time.Duration) Option
+	}{
+		{TimeoutEnv, false, WithTimeout},
+		{WarnAfterEnv, true, WithWarnAfter},
+		{RendezvousTimeoutEnv, false, WithConnectTimeout},
+	} {
+		s, ok := os.LookupEnv(v.name)
+		if !ok || s == "" {
+			continue
+		}
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%w: %s=%q is not a duration (like 90s, 10m or 1h30m)", ErrInvalid, v.name, s))
+		case d < 0 || d == 0 && !v.zeroOK:
+			errs = append(errs, fmt.Errorf("%w: %s=%q: the duration must be positive", ErrInvalid, v.name, s))
+		default:
+			opts = append(opts, v.asOption(d))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return opts, nil
 }
 
 // StoreOf returns the store a group built by InitFromEnv uses, or nil.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,6 +65,8 @@ type Option func(*config)
 
 type config struct {
 	timeout        time.Duration
+	warnAfter      time.Duration // 0: no warning
+	warnSet        bool          // WithWarnAfter was given (else: min(30 s, timeout/2))
 	connectTimeout time.Duration
 	closeTimeout   time.Duration
 	streams        int
@@ -90,6 +93,9 @@ func newConfig(opts []Option) config {
 	for _, o := range opts {
 		o(&c)
 	}
+	if !c.warnSet {
+		c.warnAfter = min(defaultWarnAfter, c.timeout/2)
+	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -97,8 +103,23 @@ func newConfig(opts []Option) config {
 }
 
 // WithTimeout sets the time one operation may take before it fails with ErrTimeout (default
-// 30 minutes, as torch's).
+// 30 minutes, as torch's; InitFromEnv reads GP_COMM_TIMEOUT). A collective that times out
+// fails with a *TimeoutError naming the ranks that had not arrived, after asking them (at
+// most 2 s more; see StallReport).
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// defaultWarnAfter is the warning threshold when neither WithWarnAfter nor
+// GP_COMM_WARN_AFTER sets one (or half the timeout, when that is shorter).
+const defaultWarnAfter = 30 * time.Second
+
+// WithWarnAfter sets how long a collective may wait before this rank asks its peers what
+// they are doing and logs a StallReport as a warning (once per collective): the ranks that
+// have not arrived and the last collective each ran. The default is 30 s or half the
+// timeout, whichever is shorter (InitFromEnv reads GP_COMM_WARN_AFTER); 0 turns the warning
+// off. A warning does not fail the collective.
+func WithWarnAfter(d time.Duration) Option {
+	return func(c *config) { c.warnAfter, c.warnSet = max(0, d), true }
+}
 
 // WithConnectTimeout bounds the rendezvous: reaching the master and waiting for every rank to
 // join (default 5 minutes).
@@ -143,7 +164,8 @@ func WithSHMRingBytes(n int) Option {
 	}
 }
 
-// WithLogger sets the logger for collective logging and refused connections.
+// WithLogger sets the logger for collective logging, stall reports and refused connections
+// (default: text to stderr).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithDebug logs every collective (also enabled by GP_COMM_DEBUG=1).
@@ -273,12 +295,21 @@ type group struct {
 	err       error
 	dead      chan struct{}
 	opMu      sync.Mutex
-	running   uint64  // seq of the collective in progress, 0 when idle
-	completed uint64  // seq of the last collective that completed without error
-	left      []int64 // [peer]: the last collective a peer completed before it left, -1 until then
+	running   uint64        // seq of the collective in progress, 0 when idle
+	issued    atomic.Uint64 // the highest seq issued (status replies read it without mu)
+	completed uint64        // seq of the last collective that completed without error
+	left      []int64       // [peer]: the last collective a peer completed before it left, -1 until then
 
-	watchers  sync.WaitGroup // leave-notice watchers (leave.go)
+	watchers  sync.WaitGroup // leave-notice watchers (leave.go) and status responders (flight.go)
 	stopWatch context.CancelFunc
+	probeCtx  context.Context // ends with stopWatch
+
+	flightMu  sync.Mutex
+	flight    [flightSize]opRecord // the flight recorder: a ring of the collectives started
+	flightN   uint64               // records written
+	probeMu   sync.Mutex           // one probe at a time
+	probeID   uint64
+	probes    sync.WaitGroup // running probes (stall.go), registered under opMu
 	closeOnce sync.Once
 	closeErr  error
 
@@ -303,7 +334,9 @@ func newGroup(t Transport, cfg config) *group {
 	}
 	var wctx context.Context
 	wctx, g.stopWatch = context.WithCancel(context.Background())
+	g.probeCtx = wctx
 	g.watchLeaves(wctx)
+	g.answerStatus(wctx)
 	go g.loop()
 	return g
 }
@@ -370,6 +403,7 @@ func (g *group) issue(w *work) Work {
 	}
 	g.seq++
 	w.seq = g.seq
+	g.issued.Store(g.seq)
 	g.queue <- w
 	return w
 }
@@ -439,12 +473,14 @@ func (g *group) loop() {
 			continue
 		}
 		start := time.Now()
+		g.record(w) // before running is set, so a peer that sees it running sees the record
 		g.opMu.Lock()
 		g.running = w.seq
 		gone := g.leftPeer(w.seq)
 		g.opMu.Unlock()
 		if gone != nil {
 			err := fmt.Errorf("%s: %w", w.describe(), gone)
+			g.recordEnd(w.seq, err)
 			g.fail(err, true)
 			g.opMu.Lock()
 			g.running = 0
@@ -452,22 +488,16 @@ func (g *group) loop() {
 			w.finish(err)
 			continue
 		}
-		seq, timeout := w.seq, g.cfg.timeout
-		timer := time.AfterFunc(timeout, func() {
-			g.opMu.Lock()
-			defer g.opMu.Unlock()
-			if g.running == seq {
-				g.fail(fmt.Errorf("%w: %s seq %d on rank %d did not complete within %v", ErrTimeout, w.kind, seq, g.rank, timeout), true)
-			}
-		})
+		stop := g.watchStall(w)
 		algo, err := g.run(w)
+		g.recordEnd(w.seq, err)
 		g.opMu.Lock()
 		g.running = 0
 		if err == nil {
 			g.completed = w.seq
 		}
 		g.opMu.Unlock()
-		timer.Stop()
+		stop()
 		if err != nil {
 			// The group's first failure is the root cause; later errors of this op echo it.
 			if first := g.failure(); first != nil && !errors.Is(err, first) {
@@ -530,6 +560,7 @@ func (g *group) close(ctx context.Context) error {
 	cancel()
 	g.stopWatch()
 	g.watchers.Wait()
+	g.probes.Wait()
 	for _, f := range g.onClose {
 		err = errors.Join(err, f())
 	}
