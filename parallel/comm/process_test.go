@@ -22,7 +22,10 @@ func TestMain(m *testing.M) { proctest.Main(m, "GP_COMM_TEST_WORKER", worker) }
 
 func worker(scenario string) error {
 	ctx := context.Background()
-	opts := []Option{WithTimeout(20 * time.Second), WithConnectTimeout(20 * time.Second), WithChunkBytes(16 << 10), WithSmallBytes(4096)}
+	opts := []Option{WithConnectTimeout(20 * time.Second), WithChunkBytes(16 << 10), WithSmallBytes(4096)}
+	if scenario != "stall" { // which takes its timeouts from GP_COMM_TIMEOUT and GP_COMM_WARN_AFTER
+		opts = append(opts, WithTimeout(20*time.Second))
+	}
 	if scenario == "secret" {
 		opts = append(opts, WithConnectTimeout(2*time.Second))
 	}
@@ -127,6 +130,8 @@ func worker(scenario string) error {
 			return fmt.Errorf("want %q, got %v", want, err)
 		}
 		fmt.Printf("failed at %d: %v\n", time.Now().UnixNano(), err)
+	case "stall":
+		return stallWorker(ctx, g)
 	case "mismatch":
 		c := 1000
 		if r == 1 {

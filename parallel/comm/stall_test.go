@@ -264,3 +264,62 @@ func noGoroutineLeak(t *testing.T, before int) {
 		t.Errorf("%d goroutines, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// stallWorker is the process scenario "stall": rank 1 skips the all-reduce after
+// stallPrelude, waiting instead in a receive that fails once rank 0's timeout has aborted the
+// group; rank 0 prints its error, which must name rank 1 and its last op. The timeouts come
+// from GP_COMM_TIMEOUT and GP_COMM_WARN_AFTER.
+func stallWorker(ctx context.Context, g Group) error {
+	if err := stallPrelude(ctx, g); err != nil {
+		return err
+	}
+	if g.Rank() == 1 {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		for {
+			// The receive's own timeouts (GP_COMM_TIMEOUT too) are not rank 0's abort: wait on.
+			err := g.Recv(F32(make([]float32, 1)), 0, 7).Wait(ctx)
+			var re *RemoteError
+			if errors.As(err, &re) || ctx.Err() != nil {
+				fmt.Println("rank 1 saw:", err)
+				return nil
+			}
+		}
+	}
+	start := time.Now()
+	err := g.AllReduce(F32(make([]float32, 1024)), Sum).Wait(ctx)
+	var te *TimeoutError
+	if !errors.As(err, &te) || !slices.Equal(te.Report.NotArrived(), []int{1}) || !strings.Contains(err.Error(), wantLastOp) {
+		return fmt.Errorf("want a *TimeoutError naming rank 1's last op %q, got %v", wantLastOp, err)
+	}
+	fmt.Printf("failed after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
+	return nil
+}
+
+// Real processes over TCP and shared memory, timeouts from the environment: rank 0 warns
+// once about rank 1 after GP_COMM_WARN_AFTER and fails at GP_COMM_TIMEOUT naming it.
+func TestProcessesStall(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			start := time.Now()
+			outs, errs := spawn(t, 2, "stall", func(int) []string {
+				return []string{"GP_COMM_TRANSPORT=" + tr, "GP_COMM_TIMEOUT=2s", "GP_COMM_WARN_AFTER=200ms"}
+			})
+			for r := range 2 {
+				if errs[r] != nil {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+			}
+			if took := time.Since(start); took > 20*time.Second {
+				t.Errorf("the job took %v", took)
+			}
+			if n := strings.Count(outs[0], `msg="comm: collective stalled"`); n != 1 || !strings.Contains(outs[0], "not_arrived=[1]") || !strings.Contains(outs[0], wantLastOp) {
+				t.Errorf("rank 0 logged %d stall warnings, want 1 naming rank 1:\n%s", n, outs[0])
+			}
+			if strings.Contains(outs[1], "collective stalled") {
+				t.Errorf("rank 1 was in no collective but warned:\n%s", outs[1])
+			}
+			t.Logf("rank 0:\n%s", outs[0])
+		})
+	}
+}
