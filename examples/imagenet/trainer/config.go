@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
@@ -59,6 +60,10 @@ type Config struct {
 	// that step (and its checkpoint) in the first attempt of a job (TORCHELASTIC_RESTART_COUNT
 	// unset or 0), as a crash would.
 	FailAtStep int64
+	// Timeout bounds each collective of the group Run joins (comm.WithTimeout; 0: the
+	// GP_COMM_TIMEOUT environment variable, else comm's 30 minutes). A collective that times
+	// out fails naming the ranks that had not arrived and the last operation each ran.
+	Timeout time.Duration
 
 	// Group, when set, is the process group to train in (tests run ranks as goroutines);
 	// otherwise Run joins the group the torchrun environment describes.
@@ -113,6 +118,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(timelineStepsFlag{&c.TimelineSteps}, "timeline-steps",
 		"keep and write the timeline events of the last N steps per rank (0: no timelines)")
 	fs.Int64Var(&c.FailAtStep, "fail-at-step", 0, "exit with status 3 after this step in the first attempt (fault-injection tests)")
+	fs.DurationVar(&c.Timeout, "timeout", 0, "timeout of each collective, like 10m (default: GP_COMM_TIMEOUT, else 30m)")
 }
 
 // timelineStepsFlag is -timeline-steps: the flag's 0 (off) is Config's negative, since
@@ -185,6 +191,9 @@ func (c *Config) recipe() error {
 		set(&c.Smoothing, 0)
 		set(&c.ClipGrad, 0)
 	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("trainer: -timeout %v is negative", c.Timeout)
+	}
 	if c.Out == "" {
 		c.Out = "runs/" + c.Arch
 	}
@@ -203,6 +212,14 @@ func (c *Config) recipe() error {
 	case "sgd", "adamw":
 	default:
 		return fmt.Errorf("trainer: unknown -opt %q (sgd or adamw)", c.Optimizer)
+	}
+	return nil
+}
+
+// commOptions are the options of the process group Run joins.
+func (c *Config) commOptions() []comm.Option {
+	if c.Timeout > 0 {
+		return []comm.Option{comm.WithTimeout(c.Timeout)}
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 	}
 	g := cfg.Group
 	if g == nil {
-		if g, err = joinGroup(ctx); err != nil {
+		if g, err = joinGroup(ctx, cfg.commOptions()...); err != nil {
 			return nil, err
 		}
 		defer func() { leaveGroup(g, err) }()
@@ -312,11 +312,11 @@ func leaveGroup(g comm.Group, err error) {
 }
 
 // joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE.
-func joinGroup(ctx context.Context) (comm.Group, error) {
+func joinGroup(ctx context.Context, opts ...comm.Option) (comm.Group, error) {
 	if os.Getenv("WORLD_SIZE") == "" {
 		return comm.NewLocalGroups(1)[0], nil
 	}
-	return comm.InitFromEnv(ctx)
+	return comm.InitFromEnv(ctx, opts...)
 }
 
 // rngState adapts the model's dropout RNG to checkpoint.RNG.
