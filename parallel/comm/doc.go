@@ -41,5 +41,26 @@
 // TCP otherwise; GP_COMM_TRANSPORT=tcp|shm (or WithTransport) forces one. NewLocalGroups
 // runs ranks as goroutines of one process.
 //
-// Set GP_COMM_DEBUG=1 to log every collective (rank, op, sequence number, bytes, time).
+// Stalls: a collective that waits past the warning threshold (WithWarnAfter,
+// GP_COMM_WARN_AFTER; default 30 s or half the timeout) makes its rank ask every peer what
+// it is doing (see Note [Flight recorder] in flight.go: each rank keeps its last 16
+// collectives) and log, once per collective, a [StallReport] naming the ranks that have not
+// started it and the last collective each ran:
+//
+//	level=WARN msg="comm: collective stalled" rank=0 op=all-reduce seq=4 waited=201ms
+//	  not_arrived=[1] no_answer=[] report="rank 0: all-reduce seq 4 (4.0 KiB) waited 201ms;
+//	  not arrived: rank 1 (issued up to seq 3; last: seq 3 broadcast float64 x 512 (4.0 KiB),
+//	  completed in 136µs, 201ms ago)"
+//
+// A peer that does not answer within the probe's bound (at most 2 s) is listed under "no
+// answer" (its process is stopped or wedged). At the timeout (WithTimeout, GP_COMM_TIMEOUT;
+// default 30 minutes) the collective fails on every rank with a [*TimeoutError] carrying the
+// same report ("comm: timeout: after 2s: rank 0: all-reduce seq 4 ..."; the peers receive its
+// text in their *RemoteError).
+//
+// Environment variables read by InitFromEnv (explicit options win): GP_COMM_TIMEOUT,
+// GP_COMM_WARN_AFTER (0 turns the warning off) and GP_RDZV_TIMEOUT (the rendezvous and
+// connections, WithConnectTimeout; default 5 minutes) hold Go durations ("90s", "10m"); a
+// bad value fails InitFromEnv naming the variable and the value. Set GP_COMM_DEBUG=1 to log
+// every collective (rank, op, sequence number, bytes, time).
 package comm

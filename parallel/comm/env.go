@@ -103,7 +103,8 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 // (see EnvFromOS and Rendezvous), over shared memory when every rank is on this host and
 // over TCP otherwise (see WithTransport). The group's Close also closes the store; StoreOf returns it.
 // Under a launcher that passes LauncherPipeEnv (gprun does), it also makes the process exit
-// when the launcher dies (see WatchLauncher).
+// when the launcher dies (see WatchLauncher). The timeouts come from GP_COMM_TIMEOUT,
+// GP_COMM_WARN_AFTER and GP_RDZV_TIMEOUT when set (see TimeoutEnv); opts override them.
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 	WatchLauncher()
 	env, err := EnvFromOS()

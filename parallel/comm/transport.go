@@ -28,7 +28,8 @@ type Transport interface {
 	// SendMsg and RecvMsg carry tagged point-to-point messages, independent of the streams
 	// and of the order of collectives. RecvMsg needs len(b) to equal the message's length.
 	// Messages from one peer arrive in the order it sent them, before its Close takes
-	// effect. Negative tags belong to the group's own protocols (its leave notice, tag -1).
+	// effect. Negative tags belong to the group's own protocols (its leave notice, tag -1;
+	// the stall probe's status request and reply, -2 and -3: see flight.go).
 	SendMsg(ctx context.Context, peer int, tag int64, b []byte) error
 	RecvMsg(ctx context.Context, peer int, tag int64, b []byte) error
 	// Abort makes every pending and later Send and Recv fail with err. With notify, the
