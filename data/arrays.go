@@ -39,13 +39,19 @@ type ArrayDataset struct {
 	u8         []uint8
 	f32        []float32
 	labels     []int64
+	labelsName string // the labels' file (and array), for messages
+	idx        []int  // by sample: its index in the arrays; nil when no sample was skipped
+	skipped    []int  // array indices left out under Skip
 	pipe       *transforms.Pipeline
 	ow, oh     int
 	unmap      func() error
 	pool       sync.Pool
 }
 
-// NewArrayDataset opens the images and labels .npy files.
+// NewArrayDataset opens the images and labels .npy files. Options: WithTransform,
+// WithClasses, WithBadInput, WithLogger. Every label is checked when it opens (see
+// WithClasses): a bad one fails naming the labels file, the index and the value, or under
+// Skip leaves that sample out.
 func NewArrayDataset(images, labels string, layout Layout, opts ...Option) (*ArrayDataset, error) {
 	d := &ArrayDataset{layout: layout}
 	hdr, raw, unmap, err := mapNPY(images)
@@ -160,6 +166,7 @@ func (d *ArrayDataset) setShape(name string, shape []int, fortran bool, n int) e
 }
 
 func (d *ArrayDataset) setLabels(name string, hdr npy.Header, read func(any) error) error {
+	d.labelsName = name
 	if len(hdr.Descr.Shape) != 1 || hdr.Descr.Shape[0] != d.n {
 		return fmt.Errorf("%s: labels shape %v, want [%d]: %w", name, hdr.Descr.Shape, d.n, ErrCorrupt)
 	}
@@ -184,6 +191,10 @@ func (d *ArrayDataset) setLabels(name string, hdr npy.Header, read func(any) err
 
 func (d *ArrayDataset) finish(opts []Option) error {
 	c := newConfig(opts)
+	if err := d.checkLabels(c); err != nil {
+		d.Close()
+		return err
+	}
 	d.pipe = c.transform
 	d.ow, d.oh = d.w, d.h
 	if d.pipe != nil {
@@ -197,6 +208,41 @@ func (d *ArrayDataset) finish(opts []Option) error {
 	d.pool.New = func() any { return &arrayScratch{} }
 	return nil
 }
+
+// checkLabels refuses labels outside [0, c.classes) (only negative ones when classes is 0),
+// or under Skip leaves their samples out.
+func (d *ArrayDataset) checkLabels(c config) error {
+	bad := func(y int64) bool { return y < 0 || (c.classes > 0 && y >= int64(c.classes)) }
+	want := "want >= 0"
+	if c.classes > 0 {
+		want = fmt.Sprintf("want 0..%d for %d classes", c.classes-1, c.classes)
+	}
+	for i, y := range d.labels {
+		if !bad(y) {
+			continue
+		}
+		if c.bad == Fail {
+			return fmt.Errorf("%s: label %d at index %d (%s): %w", d.labelsName, y, i, want, ErrBadLabel)
+		}
+		d.skipped = append(d.skipped, i)
+		c.log.Warn("data: skipping sample with a bad label", "path", d.labelsName, "index", i, "label", y, "want", want)
+	}
+	if d.skipped == nil {
+		return nil
+	}
+	kept := d.labels[:0:0]
+	for i, y := range d.labels {
+		if !bad(y) {
+			d.idx, kept = append(d.idx, i), append(kept, y)
+		}
+	}
+	d.labels = kept
+	return nil
+}
+
+// Skipped returns the array indices of the samples left out under Skip (labels out of
+// range), in order.
+func (d *ArrayDataset) Skipped() []int { return d.skipped }
 
 type arrayScratch struct {
 	img rgb.Image
@@ -213,11 +259,12 @@ func (d *ArrayDataset) Close() error {
 	return err
 }
 
-// Labels returns the dataset's labels (do not modify them).
+// Labels returns the dataset's labels, by sample (skipped samples left out; do not modify
+// them).
 func (d *ArrayDataset) Labels() []int64 { return d.labels }
 
 // Len is the number of samples.
-func (d *ArrayDataset) Len() int { return d.n }
+func (d *ArrayDataset) Len() int { return len(d.labels) }
 
 // Shape is the sample's channels and the (transformed) height and width.
 func (d *ArrayDataset) Shape() (c, h, w int) { return d.c, d.oh, d.ow }
@@ -227,8 +274,12 @@ func (d *ArrayDataset) Load(ctx context.Context, i int, rng *rand.Rand, dst []fl
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if i < 0 || i >= d.n {
-		return 0, fmt.Errorf("array dataset: index %d out of range [0, %d)", i, d.n)
+	if i < 0 || i >= len(d.labels) {
+		return 0, fmt.Errorf("array dataset: index %d out of range [0, %d)", i, len(d.labels))
+	}
+	label := d.labels[i]
+	if d.idx != nil {
+		i = d.idx[i]
 	}
 	size := d.c * d.h * d.w
 	if d.pipe != nil {
@@ -246,7 +297,7 @@ func (d *ArrayDataset) Load(ctx context.Context, i int, rng *rand.Rand, dst []fl
 		if _, _, err := d.pipe.RunImage(&s.img, rng, &s.tr, dst); err != nil {
 			return 0, fmt.Errorf("array dataset sample %d: %w", i, err)
 		}
-		return d.labels[i], nil
+		return label, nil
 	}
 	hw := d.h * d.w
 	for p := 0; p < hw; p++ {
@@ -262,7 +313,7 @@ func (d *ArrayDataset) Load(ctx context.Context, i int, rng *rand.Rand, dst []fl
 			}
 		}
 	}
-	return d.labels[i], nil
+	return label, nil
 }
 
 // npyDataOffset parses a .npy preamble: magic, version, header length.

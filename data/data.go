@@ -22,6 +22,9 @@ var (
 	ErrNoClasses = errors.New("no class folders")
 	// ErrBadSample is wrapped by every per-sample failure the loader reports, with the path.
 	ErrBadSample = errors.New("bad sample")
+	// ErrBadLabel is wrapped by the error of a data set whose labels fall outside
+	// [0, classes) (see WithClasses): negative, or too large for the model.
+	ErrBadLabel = errors.New("label out of range")
 )
 
 // Dataset is a map-style dataset of fixed-shape float32 samples.
@@ -42,8 +45,11 @@ type BadInput int
 const (
 	// Fail stops with an error naming the file (the default, as torchvision raises).
 	Fail BadInput = iota
-	// Skip leaves the sample out of its batch (Batch.N shrinks; labels stay with their images),
-	// counts it in Stats and logs its path.
+	// Skip leaves the sample out and logs its path. Samples found bad when a data set opens
+	// (labels out of range, see WithClasses) are left out of the data set itself, so Len
+	// shrinks by the same samples on every rank and batches stay aligned; samples found bad
+	// while loading (an undecodable file) are left out of their batch (Batch.N shrinks;
+	// labels stay with their images) and counted in Stats.
 	Skip
 )
 
@@ -64,6 +70,7 @@ type config struct {
 	seed       uint64
 	dropLast   bool
 	extensions []string
+	classes    int
 }
 
 func newConfig(opts []Option) config {
@@ -107,6 +114,13 @@ func WithSeed(s uint64) Option { return func(c *config) { c.seed = s } }
 
 // WithDropLast drops a last incomplete batch (torch's drop_last).
 func WithDropLast(on bool) Option { return func(c *config) { c.dropLast = on } }
+
+// WithClasses sets the number of classes the labels of a data set must fit: opening an
+// ArrayDataset or ImageFolder checks every label against [0, n) (default 0: only negative
+// labels are refused). A label outside it fails with an error naming the file, the sample's
+// index and the value and wrapping ErrBadLabel, or, under Skip, leaves the sample out of the
+// data set (logged with the file, counted by Skipped).
+func WithClasses(n int) Option { return func(c *config) { c.classes = n } }
 
 // WithExtensions replaces ImageFolder's accepted file extensions (lower case, with the dot).
 func WithExtensions(ext ...string) Option { return func(c *config) { c.extensions = ext } }

@@ -49,8 +49,11 @@ type folderScratch struct {
 }
 
 // NewImageFolder scans root. Options: WithTransform, WithFS, WithBadInput, WithLogger,
-// WithExtensions. A root without class folders is ErrNoClasses; an unreadable folder or a class
-// without images fails, or with Skip is logged and listed in Bad (the class keeps its index).
+// WithExtensions, WithClasses. A root without class folders is ErrNoClasses; an unreadable
+// folder or a class without images fails, or with Skip is logged and listed in Bad (the class
+// keeps its index). With WithClasses(n), more than n class folders fail with ErrBadLabel
+// naming the first folder whose label is out of range, or with Skip the samples of those
+// folders are left out and the folders listed in Bad.
 func NewImageFolder(root string, opts ...Option) (*ImageFolder, error) {
 	c := newConfig(opts)
 	d := &ImageFolder{Root: root, fsys: c.fsys, pipe: c.transform, ClassToIdx: map[string]int{}}
@@ -106,8 +109,36 @@ func NewImageFolder(root string, opts ...Option) (*ImageFolder, error) {
 			}
 		}
 	}
+	if c.classes > 0 && len(d.Classes) > c.classes {
+		if err := d.dropClasses(c, root); err != nil {
+			return nil, err
+		}
+	}
 	d.pool.New = func() any { return &folderScratch{} }
 	return d, nil
+}
+
+// dropClasses handles class folders beyond c.classes: an error naming the first, or under
+// Skip their samples left out (the same on every rank: every rank scans the same folders).
+func (d *ImageFolder) dropClasses(c config, root string) error {
+	n := c.classes
+	if c.bad == Fail {
+		return fmt.Errorf("image folder %s: %d class folders for %d classes: folder %s has label %d (want 0..%d): %w",
+			d.Root, len(d.Classes), n, d.display(path.Join(root, d.Classes[n])), n, n-1, ErrBadLabel)
+	}
+	for i, cls := range d.Classes[n:] {
+		p := d.display(path.Join(root, cls))
+		d.Bad = append(d.Bad, p)
+		c.log.Warn("data: skipping a class folder beyond the class count", "path", p, "label", n+i, "classes", n)
+	}
+	kept := d.Samples[:0]
+	for _, s := range d.Samples {
+		if s.Label < int64(n) {
+			kept = append(kept, s)
+		}
+	}
+	d.Samples = kept
+	return nil
 }
 
 // scanClass lists a class folder the way torchvision's make_dataset does: sorted(os.walk(dir,

@@ -12,6 +12,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/gorgonia-parallel/gp/data"
 )
 
 // ErrMissing marks a sample without a field the decoder needs, such as its label.
@@ -97,9 +99,14 @@ func ReadShard(ctx context.Context, shard string, fn func(Sample) error) error {
 	return ReadTar(ctx, shard, f, fn)
 }
 
-// ReadTar is ReadShard over a reader; name is used in errors and Sample.Shard.
+// ReadTar is ReadShard over a reader; name is used in errors and Sample.Shard. A tar that
+// ends without its end-of-archive block (a shard cut at a member boundary, which the tar
+// format cannot otherwise tell from a complete one) is an error wrapping data.ErrCorrupt
+// after the samples before the cut were passed to fn.
 func ReadTar(ctx context.Context, name string, r io.Reader, fn func(Sample) error) error {
-	tr := tar.NewReader(r)
+	zr := &zeroTail{r: r}
+	tr := tar.NewReader(zr)
+	samples := 0
 	cur := Sample{Shard: name}
 	flush := func() error {
 		if cur.Files == nil {
@@ -107,6 +114,7 @@ func ReadTar(ctx context.Context, name string, r io.Reader, fn func(Sample) erro
 		}
 		s := cur
 		cur = Sample{Shard: name}
+		samples++
 		return fn(s)
 	}
 	for {
@@ -115,6 +123,13 @@ func ReadTar(ctx context.Context, name string, r io.Reader, fn func(Sample) erro
 		}
 		h, err := tr.Next()
 		if err == io.EOF {
+			if zr.zeros < 512 {
+				if err := flush(); err != nil {
+					return err
+				}
+				return fmt.Errorf("shard %s: ends after %d samples without tar's end-of-archive block (cut at a member boundary?): %w",
+					name, samples, data.ErrCorrupt)
+			}
 			break
 		}
 		if err != nil {
@@ -142,4 +157,25 @@ func ReadTar(ctx context.Context, name string, r io.Reader, fn func(Sample) erro
 		cur.Files[ext] = b
 	}
 	return flush()
+}
+
+// zeroTail counts the zero bytes at the end of what was read so far: a tar ends with zero
+// blocks (two by the standard; archive/tar stops at the first).
+type zeroTail struct {
+	r     io.Reader
+	zeros int
+}
+
+func (z *zeroTail) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	i := n
+	for i > 0 && p[i-1] == 0 {
+		i--
+	}
+	if i == 0 {
+		z.zeros += n
+	} else {
+		z.zeros = n - i
+	}
+	return n, err
 }
