@@ -21,7 +21,7 @@ func TestDDPInfOnOneRankSkipsEverywhere(t *testing.T) {
 	ctx := context.Background()
 	const ranks, steps, badStep = 2, 5, 2
 	groups := comm.NewLocalGroups(ranks)
-	var buildMu sync.Mutex // gorgonia graph construction is not safe in parallel (DESIGN.md §1)
+	var buildMu sync.Mutex // gorgonia graph construction is not safe in parallel (docs/DESIGN.md §1)
 	type record struct {
 		skipped []bool
 		scales  []float32

@@ -1,7 +1,7 @@
 // Package amp is automatic mixed precision: an autocast policy that makes lower-precision
 // ops compute in bf16 or fp16, and PyTorch's GradScaler, also sharded over a process group.
 //
-// gorgonia has no 16-bit dtype, so on the CPU autocast is emulated (DESIGN.md §8): the
+// gorgonia has no 16-bit dtype, so on the CPU autocast is emulated (docs/DESIGN.md §8): the
 // inputs and the output of each lower-precision op are rounded to the format by a rounding
 // op (Round: round-to-nearest-even, subnormals, overflow to ±inf, NaN kept, bit-exact with
 // torch's casts), and the op itself computes in float32 on the rounded values, as 16-bit

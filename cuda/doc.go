@@ -18,7 +18,8 @@
 // The device path is explicit rather than hidden behind gorgonia's engine: gorgonia's
 // TapeMachine executes *tensor.Dense values whose memory it reads on the host in many places
 // (broadcasting, reductions, its own BatchNorm), so routing a graph through it with device
-// memory would fault wherever an op is not device-aware. The design is therefore (DESIGN §9):
+// memory would fault wherever an op is not device-aware. The design is therefore
+// (docs/DESIGN.md §9):
 //
 //   - ops are device-aware functions on Tensors here (forward and backward of GEMM and
 //     batched GEMM, convolution, elementwise, activations, softmax, layer norm, batch norm,

@@ -2,7 +2,7 @@
 // differences in float64, and an op's float32 results against its float64 results.
 //
 // Every op the project owns (nn/ops) and every model block passes these checks in the
-// tests; do not trust a gorgonia built-in op that has not passed them (see DESIGN.md §1).
+// tests; do not trust a gorgonia built-in op that has not passed them (see docs/DESIGN.md §1).
 package gradcheck
 
 import (

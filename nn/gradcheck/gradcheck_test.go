@@ -9,7 +9,8 @@ import (
 )
 
 // The harness must pass a correct op and catch a wrong one: gorgonia v0.9.18's InverseSqrt
-// gradient is known to be wrong (DESIGN.md §1), which makes it the harness's negative control.
+// gradient is known to be wrong (docs/DESIGN.md §1), which makes it the harness's negative
+// control.
 func TestCheckSeparatesRightFromWrong(t *testing.T) {
 	tests := []struct {
 		name  string

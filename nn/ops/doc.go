@@ -1,5 +1,5 @@
 // Package ops holds the graph operations the project owns: layers that gorgonia v0.9.18 gets
-// wrong or lacks (DESIGN.md §1), written as gorgonia ops with their own backward ops, and
+// wrong or lacks (docs/DESIGN.md §1), written as gorgonia ops with their own backward ops, and
 // fast where the time goes (convolution, pooling, normalisation).
 //
 // Conventions, for every op in this package:

@@ -10,7 +10,7 @@ import (
 
 // BNState is BatchNorm's non-learnable state. The slices alias the model's buffers and stay
 // float32 even when the op runs in float64. Nothing resets them: not building a TapeMachine,
-// not switching modes (gorgonia v0.9.18's BatchNorm does both, DESIGN.md §1).
+// not switching modes (gorgonia v0.9.18's BatchNorm does both, docs/DESIGN.md §1).
 type BNState struct {
 	// RunningMean and RunningVar have one entry per channel.
 	RunningMean, RunningVar []float32

@@ -56,7 +56,7 @@ func MaxPool2d(x *G.Node, kernel, stride, padding [2]int) (*G.Node, error) {
 
 // AdaptiveAvgPool2d1 is torch.nn.AdaptiveAvgPool2d(1), the global average: [N, C, H, W] ->
 // [N, C, 1, 1]. (gorgonia's GlobalAveragePool2D has no gradient and Mean over axes 2, 3 is
-// wrong in tensor v0.9.24; see DESIGN.md §1.)
+// wrong in tensor v0.9.24; see docs/DESIGN.md §1.)
 func AdaptiveAvgPool2d1(x *G.Node) (*G.Node, error) {
 	const name = "ops.AdaptiveAvgPool2d1"
 	if err := kernCheckFloat(name, x); err != nil {

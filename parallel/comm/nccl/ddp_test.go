@@ -49,7 +49,7 @@ func build(b *nn.Builder) (*G.Node, error) {
 func train(groups []comm.Group) ([][]float32, error) {
 	out := make([][]float32, len(groups))
 	errs := make([]error, len(groups))
-	var mu sync.Mutex // graph construction is serialised (DESIGN §1)
+	var mu sync.Mutex // graph construction is serialised (docs/DESIGN.md §1)
 	var wg sync.WaitGroup
 	for r, g := range groups {
 		wg.Add(1)
