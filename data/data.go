@@ -51,6 +51,11 @@ const (
 	// while loading (an undecodable file) are left out of their batch (Batch.N shrinks;
 	// labels stay with their images) and counted in Stats.
 	Skip
+	// SkipBadLabels is Skip for what is found when a data set opens, the same on every rank
+	// (labels out of range, unreadable folders), and Fail for what one rank finds while
+	// loading (a file that does not decode), which Skip would leave out of that rank's batch
+	// only. Distributed training that needs equal batches on every rank uses it.
+	SkipBadLabels
 )
 
 // Option configures NewImageFolder, NewArrayDataset and NewLoader; each uses the fields it

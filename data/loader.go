@@ -230,7 +230,7 @@ func (l *Loader) fill(ctx context.Context, b *Batch, idx []int, epoch int, pcg *
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if l.cfg.bad == Fail {
+			if l.cfg.bad != Skip {
 				return fmt.Errorf("loader: epoch %d sample %d: %w: %w", epoch, i, ErrBadSample, err)
 			}
 			l.skip(i, err)

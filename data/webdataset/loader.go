@@ -26,8 +26,17 @@ type Loader struct {
 	Shuffle   int // shuffle buffer size per worker; 0 disables
 	Seed      uint64
 	Pipeline  *transforms.Pipeline
-	Bad       data.BadInput
-	Log       *slog.Logger
+	// Bad is the policy for a bad sample. Under Skip every bad sample is left out, counted
+	// (Skipped) and logged with its shard; under data.SkipBadLabels only the samples whose
+	// label is missing or out of range are, and an image that does not decode fails. Those
+	// are the samples Scan lists, so a caller that counted Scan's Good samples on every rank
+	// before training knows each rank's stream exactly; an undecodable image is found by one
+	// rank only, while reading, and would shorten that rank's stream alone.
+	Bad data.BadInput
+	// Classes, when positive, is the class count labels are checked against (see
+	// Sample.ClassLabel); negative labels are always bad.
+	Classes int
+	Log     *slog.Logger
 
 	skipped atomic.Int64
 }
@@ -79,13 +88,14 @@ func (l *Loader) Batches(ctx context.Context, epoch int) iter.Seq2[*data.Batch, 
 				rng := rand.New(rand.NewPCG(l.Seed+uint64(epoch), uint64(l.Rank*workers+wk)))
 				emit := func(s Sample) bool {
 					buf := pool.Get().([]float32)
-					label, err := s.Label()
+					label, err := s.ClassLabel(l.Classes)
+					skip := l.Bad != data.Fail
 					if err == nil {
-						err = s.Image(l.Pipeline, rng, &sc, buf)
+						err, skip = s.Image(l.Pipeline, rng, &sc, buf), l.Bad == data.Skip
 					}
 					if err != nil && !errors.Is(err, context.Canceled) {
 						pool.Put(buf)
-						if l.Bad == data.Fail {
+						if !skip {
 							send(decoded{err: fmt.Errorf("webdataset: %w: %w", data.ErrBadSample, err)})
 							return false
 						}
