@@ -20,8 +20,8 @@ type stallLog struct {
 }
 
 func (h *stallLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *stallLog) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *stallLog) WithGroup(string) slog.Handler             { return h }
+func (h *stallLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *stallLog) WithGroup(string) slog.Handler            { return h }
 func (h *stallLog) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -87,7 +87,7 @@ func TestStallNamesMissingRank(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			var stalledAt time.Time
-			ready := make(chan struct{}) // the prelude is over on rank 0: the stall begins
+			ready := make(chan struct{})   // the prelude is over on rank 0: the stall begins
 			waiting := make(chan struct{}) // closed once ranks 0 and 2 have given up on seq 4
 			var others sync.WaitGroup
 			others.Add(2)
