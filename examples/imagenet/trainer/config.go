@@ -56,6 +56,12 @@ type Config struct {
 	// timelines off (no files; the overlap summary is still computed). The -timeline-steps
 	// flag takes 0 for off.
 	TimelineSteps int
+	// BadInput is what opening the data does with samples whose label is out of range
+	// (labels against NumClasses): "fail" (the default: an error naming the file, index and
+	// value) or "skip" (left out on every rank alike, logged with the path). An image that
+	// does not decode stops the run either way, since skipping it would leave that rank's
+	// batch short.
+	BadInput string
 	// FailAtStep, for fault-injection tests, makes the process exit with status 3 right after
 	// that step (and its checkpoint) in the first attempt of a job (TORCHELASTIC_RESTART_COUNT
 	// unset or 0), as a crash would.
@@ -117,6 +123,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.TimelineSteps = ddp.DefaultTimelineSteps
 	fs.Var(timelineStepsFlag{&c.TimelineSteps}, "timeline-steps",
 		"keep and write the timeline events of the last N steps per rank (0: no timelines)")
+	fs.StringVar(&c.BadInput, "bad-input", "fail", "samples with out-of-range labels: fail | skip (left out on every rank, logged)")
 	fs.Int64Var(&c.FailAtStep, "fail-at-step", 0, "exit with status 3 after this step in the first attempt (fault-injection tests)")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "timeout of each collective, like 10m (default: GP_COMM_TIMEOUT, else 30m)")
 }

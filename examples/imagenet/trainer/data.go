@@ -31,7 +31,14 @@ type split struct {
 //   - imagefolder: DATA/train and DATA/val, one folder per class (torchvision's ImageFolder);
 //   - synthetic: the same, generated once into DATA by rank 0 while the others wait;
 //   - npy: DATA/{train,val}_images.npy (uint8 NHWC) and DATA/{train,val}_labels.npy (int64);
-//   - webdataset: DATA/train-*.tar and DATA/val-*.tar shards with .jpg/.png and .cls members.
+//   - webdataset: DATA/train-*.tar and DATA/val-*.tar shards with .jpg/.png and .cls members;
+//     DATA/sizes.json, when present, gives each shard's sample count (open_clip's
+//     {"train-000000.tar": 1000, ...}, or a wids shard list), and a shorter shard is an error.
+//
+// Every label is checked against cfg.NumClasses when the data opens (npy without
+// -num-classes infers the count, refusing negative labels and a count far beyond the labels
+// that occur); cfg.BadInput chooses between an error naming the file, index and value and
+// leaving those samples out on every rank alike.
 func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) (*split, *split, error) {
 	if cfg.Data == "" {
 		return nil, nil, fmt.Errorf("trainer: -data is required")
@@ -62,6 +69,9 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 	}
 	valT := transforms.Eval(cfg.ImageSize*8/7, cfg.ImageSize)
 	var train, val *split
+	if _, err := badInput(cfg); err != nil {
+		return nil, nil, err
+	}
 	switch cfg.DataFormat {
 	case "imagefolder", "synthetic":
 		train, val, err = openFolders(g, cfg, trainT, valT, log)
@@ -87,11 +97,14 @@ func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, l
 			return nil, nil, fmt.Errorf("trainer: data folder %s: %w (want %s/train and %s/val with one folder per class)", filepath.Join(cfg.Data, sub), err, cfg.Data, cfg.Data)
 		}
 	}
-	trainDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "train"), data.WithTransform(trainT), data.WithLogger(log))
+	bad, _ := badInput(cfg)
+	trainDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "train"), data.WithTransform(trainT), data.WithLogger(log),
+		data.WithClasses(cfg.NumClasses), data.WithBadInput(bad))
 	if err != nil {
 		return nil, nil, err
 	}
-	valDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "val"), data.WithTransform(valT), data.WithLogger(log))
+	valDS, err := data.NewImageFolder(filepath.Join(cfg.Data, "val"), data.WithTransform(valT), data.WithLogger(log),
+		data.WithClasses(cfg.NumClasses), data.WithBadInput(bad))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -99,9 +112,10 @@ func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, l
 }
 
 func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+	bad, _ := badInput(cfg)
 	open := func(side string, t *transforms.Pipeline) (*data.ArrayDataset, error) {
 		return data.NewArrayDataset(filepath.Join(cfg.Data, side+"_images.npy"), filepath.Join(cfg.Data, side+"_labels.npy"),
-			data.NHWC, data.WithTransform(t), data.WithLogger(log))
+			data.NHWC, data.WithTransform(t), data.WithLogger(log), data.WithClasses(cfg.NumClasses), data.WithBadInput(bad))
 	}
 	trainDS, err := open("train", trainT)
 	if err != nil {
@@ -113,10 +127,18 @@ func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, lo
 	}
 	classes := cfg.NumClasses
 	if classes == 0 {
+		// Labels are >= 0 (checked on opening); a count far beyond the labels that occur is
+		// a stray label, not a model of a million classes.
+		seen := map[int64]bool{}
 		for _, ds := range []*data.ArrayDataset{trainDS, valDS} {
 			for _, y := range ds.Labels() {
+				seen[y] = true
 				classes = max(classes, int(y)+1)
 			}
+		}
+		if classes > max(2*len(seen), len(seen)+1000) {
+			return nil, nil, fmt.Errorf("trainer: %s: labels reach %d but only %d distinct values occur: a stray label? pass -num-classes to check them: %w",
+				filepath.Join(cfg.Data, "{train,val}_labels.npy"), classes-1, len(seen), data.ErrBadLabel)
 		}
 	}
 	return mapSplits(g, cfg, trainDS, valDS, classes, classes)
@@ -166,6 +188,14 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 	}
 	rank, world := g.Rank(), g.Size()
 	local := cfg.Batch / world
+	bad, _ := badInput(cfg)
+	var index webdataset.ShardIndex
+	if p := filepath.Join(cfg.Data, "sizes.json"); fileExists(p) {
+		var err error
+		if index, err = webdataset.ReadShardIndex(p); err != nil {
+			return nil, nil, fmt.Errorf("trainer: %w", err)
+		}
+	}
 	side := func(name string, t *transforms.Pipeline, shuffle int, train bool) (*split, error) {
 		shards, _ := filepath.Glob(filepath.Join(cfg.Data, name+"-*.tar"))
 		sort.Strings(shards)
@@ -175,11 +205,36 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 		if len(shards) < world {
 			return nil, fmt.Errorf("trainer: %d %s shards for %d ranks: every rank needs one", len(shards), name, world)
 		}
-		mine := 0
+		// Every rank scans its shards (truncation, the index's counts, labels) and the ranks
+		// agree on the outcome before anyone trains, so a bad shard stops every rank and
+		// skipped samples are counted alike.
+		mine, scanErr := 0, error(nil)
 		for _, sh := range webdataset.Split(shards, rank, world, 0, 1) {
-			if err := webdataset.ReadShard(ctx, sh, func(webdataset.Sample) error { mine++; return nil }); err != nil {
-				return nil, err
+			st, err := webdataset.Scan(ctx, sh, cfg.NumClasses, index.Expected(sh))
+			if err == nil && len(st.Bad) > 0 && bad == data.Fail {
+				err = fmt.Errorf("%w (%d bad labels in this shard; -bad-input skip leaves them out)", st.Bad[0], len(st.Bad))
 			}
+			if err != nil {
+				scanErr = fmt.Errorf("trainer: rank %d: %w", rank, err)
+				break
+			}
+			for _, e := range st.Bad {
+				log.Warn("trainer: skipping sample", "err", e.Error())
+			}
+			mine += st.Good()
+		}
+		failed := []float64{0}
+		if scanErr != nil {
+			failed[0] = 1
+		}
+		if err := g.AllReduce(comm.F64(failed), comm.Max).Wait(ctx); err != nil {
+			return nil, err
+		}
+		if scanErr != nil {
+			return nil, scanErr
+		}
+		if failed[0] > 0 {
+			return nil, fmt.Errorf("trainer: rank %d: another rank found a bad %s shard (its error says which)", rank, name)
 		}
 		counts := []float64{float64(mine), float64(mine)}
 		if err := g.AllReduce(comm.F64(counts[:1]), comm.Min).Wait(ctx); err != nil {
@@ -189,7 +244,7 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			return nil, err
 		}
 		l := &webdataset.Loader{Shards: shards, Rank: rank, World: world, Workers: cfg.Workers, BatchSize: local,
-			Shuffle: shuffle, Seed: uint64(cfg.Seed), Pipeline: t, Log: log}
+			Shuffle: shuffle, Seed: uint64(cfg.Seed), Pipeline: t, Log: log, Classes: cfg.NumClasses, Bad: bad}
 		steps := int(counts[0]) / local
 		if !train {
 			steps = (mine + local - 1) / local // validation: every sample of this rank's shards
@@ -230,6 +285,23 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 		return nil, nil, err
 	}
 	return train, val, nil
+}
+
+// badInput is cfg.BadInput as a data policy: skip is data.SkipBadLabels, so that only what
+// every rank decides alike (labels, when the data opens) is skipped.
+func badInput(cfg *Config) (data.BadInput, error) {
+	switch cfg.BadInput {
+	case "", "fail":
+		return data.Fail, nil
+	case "skip":
+		return data.SkipBadLabels, nil
+	}
+	return data.Fail, fmt.Errorf("trainer: unknown -bad-input %q (fail or skip)", cfg.BadInput)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // generate writes the synthetic set into cfg.Data unless a complete one is there.
