@@ -3,6 +3,7 @@ package comm
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -160,26 +161,29 @@ func (g *group) watchStall(w *work) (stop func()) {
 		r.Waited = time.Since(start)
 		return r
 	}
-	var warnTimer *time.Timer
-	if warn > 0 && warn < timeout && g.size > 1 {
-		warnTimer = time.AfterFunc(warn, func() {
-			if !g.startProbe(w.seq) {
-				return
-			}
-			defer g.probes.Done()
+	// One timer serves both: it fires at the warning, logs, and re-arms itself for the
+	// timeout (collectives are issued at a high rate; a second timer would cost each one).
+	warned := !(warn > 0 && warn < timeout && g.size > 1) // only the timer's function uses it
+	var mu sync.Mutex                                     // orders the timer's creation before its function reads it
+	var timer *time.Timer
+	fire := func() {
+		if !g.startProbe(w.seq) {
+			return
+		}
+		defer g.probes.Done()
+		if !warned {
+			warned = true
 			r := report()
 			if g.stillRunning(w.seq) {
 				g.cfg.logger.Warn("comm: collective stalled", "rank", g.rank, "op", r.Op, "seq", r.Seq,
 					"waited", roundDur(r.Waited), "not_arrived", r.NotArrived(), "no_answer", r.Silent(),
 					"report", r.String())
+				mu.Lock()
+				timer.Reset(max(0, timeout-time.Since(start)))
+				mu.Unlock()
 			}
-		})
-	}
-	timer := time.AfterFunc(timeout, func() {
-		if !g.startProbe(w.seq) {
 			return
 		}
-		defer g.probes.Done()
 		var r StallReport
 		if g.size > 1 {
 			r = *report()
@@ -191,13 +195,16 @@ func (g *group) watchStall(w *work) (stop func()) {
 		if g.running == w.seq {
 			g.fail(&TimeoutError{Timeout: timeout, Report: r}, true)
 		}
-	})
-	return func() {
-		timer.Stop()
-		if warnTimer != nil {
-			warnTimer.Stop()
-		}
 	}
+	first := timeout
+	if !warned {
+		first = warn
+	}
+	mu.Lock()
+	timer = time.AfterFunc(first, fire)
+	mu.Unlock()
+	// A firing re-armed after this Stop finds its collective ended (startProbe) and returns.
+	return func() { timer.Stop() }
 }
 
 // startProbe registers a probe of collective seq with Close, unless seq has ended.
