@@ -1,5 +1,5 @@
 // Package nn builds models as named parameters and buffers that live outside gorgonia's
-// graph, plus functions that build a graph from them (DESIGN.md §2).
+// graph, plus functions that build a graph from them (docs/DESIGN.md §2).
 //
 // A Module declares its parameters and buffers into a Scope (with torchvision's dotted names)
 // and builds its forward computation with a Builder. NewModel allocates every parameter in

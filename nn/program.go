@@ -307,3 +307,6 @@ func values32(n *G.Node) ([]float32, error) {
 	}
 	return nil, fmt.Errorf("nn: %s holds %T, want float32", n.Name(), v.Data())
 }
+
+// Optimizer returns the optimizer given with WithOptimizer, or nil.
+func (p *Program) Optimizer() Updater { return p.Builder.cfg.optimizer }

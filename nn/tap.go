@@ -11,7 +11,7 @@ import (
 )
 
 // GradFunc receives a parameter's gradient as soon as backward has computed it, while the
-// rest of backward is still to run (DESIGN.md §3). The value is only valid during the call:
+// rest of backward is still to run (docs/DESIGN.md §3). The value is only valid during the call:
 // copy it (or accumulate it) before returning.
 type GradFunc func(v G.Value) error
 

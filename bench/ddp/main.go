@@ -271,15 +271,12 @@ func child(role string, p params) error {
 		if d, err = ddp.New(ctx, m, g, opts...); err != nil {
 			return err
 		}
-		dp, err := d.Compile(build)
+		dp, err := d.Compile(build, nn.WithOptimizer(opt))
 		if err != nil {
 			return err
 		}
 		prog = dp
-		step = func() error {
-			m.Params.ZeroGrad()
-			return dp.Step(ctx, opt)
-		}
+		step = func() error { return dp.RunStep(ctx) }
 	default:
 		return fmt.Errorf("unknown role %q", role)
 	}

@@ -225,7 +225,7 @@ func runDDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, m
 	meas.Rank = d.Rank()
 	local := w.batch / d.Size()
 	build := chunk(w.size)
-	p, err := d.Compile(func(b *nn.Builder) (*G.Node, error) { return build(b, local) })
+	p, err := d.Compile(func(b *nn.Builder) (*G.Node, error) { return build(b, local) }, nn.WithOptimizer(opt))
 	if err != nil {
 		return err
 	}
@@ -239,13 +239,13 @@ func runDDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, m
 		if err := p.SetInput("labels", y); err != nil {
 			return err
 		}
-		return p.Step(ctx, opt)
+		return p.RunStep(ctx)
 	})
 	if err != nil {
 		return err
 	}
 	l, _ := p.LossValue()
 	meas.Loss = float64(l)
-	meas.Memory = []int64{dp.ProgramBytes(p.Program) + masterBytes(m, opt)}
+	meas.Memory = []int64{dp.ProgramBytes(p.Compiled()) + masterBytes(m, opt)}
 	return nil
 }

@@ -180,10 +180,6 @@ func child(strategy string, p params) error {
 		if err != nil {
 			return err
 		}
-		dp, err := d.Compile(build(p.batch, p.size))
-		if err != nil {
-			return err
-		}
 		segs, err := optim.Segments(m.Params, 1e-2)
 		if err != nil {
 			return err
@@ -192,8 +188,12 @@ func child(strategy string, p params) error {
 		if err != nil {
 			return err
 		}
+		dp, err := d.Compile(build(p.batch, p.size), nn.WithOptimizer(opt))
+		if err != nil {
+			return err
+		}
 		prog = dp
-		step = func() error { m.Params.ZeroGrad(); return dp.Step(ctx, opt) }
+		step = func() error { return dp.RunStep(ctx) }
 		account = func() {
 			if dir := os.Getenv("GP_BENCH_ZERO_DEBUG"); dir != "" {
 				debugMemory(dir, strategy, g.Rank())
@@ -227,7 +227,7 @@ func child(strategy string, p params) error {
 			return err
 		}
 		prog = zp
-		step = func() error { e.ZeroGrad(); return zp.Step(ctx) }
+		step = func() error { e.ZeroGrad(); return zp.RunStep(ctx) }
 		account = func() {
 			mem := e.Memory()
 			r.ModelStateBytes, r.InFilesBytes = mem.InMemoryBytes(), mem.FileBytes

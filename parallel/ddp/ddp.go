@@ -8,11 +8,16 @@ import (
 
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
 )
 
 // ErrModelMismatch is wrapped by New's error when the ranks' models differ in parameter or
 // buffer names, shapes, dtypes or order.
-var ErrModelMismatch = errors.New("ddp: models differ across ranks")
+var ErrModelMismatch = replica.ErrModelMismatch
+
+// ErrDiverged is wrapped by a Run's error when the periodic check (CheckEvery) finds that the
+// replicas' parameters or buffers differ.
+var ErrDiverged = replica.ErrDiverged
 
 // ErrUnusedParameters is wrapped by the error of a step in which parameters got no gradient
 // and neither FindUnusedParameters nor StaticGraph was given.
@@ -42,8 +47,8 @@ type DDP struct {
 	join       *joinState
 	prescale   bool // the default hook: markReady divides each gradient, launch all-reduces
 
-	bufF32 []float32
-	bufI64 []int64
+	bcast   replica.Broadcaster
+	checker replica.Checker
 }
 
 // New wraps model for the process group g: it checks that every rank's model has the same
@@ -58,15 +63,13 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 	d.tl = newTimeline(d.rank, d.cfg.timelineSteps)
 	_, d.prescale = d.cfg.hook.(allReduceHook)
 	ps := model.Params
-	if err := checkModels(ctx, g, ps); err != nil {
+	if err := replica.CheckModels(ctx, g, ps); err != nil {
+		return nil, fmt.Errorf("ddp: %w", err)
+	}
+	if err := replica.Broadcast(ctx, g, ps, d.who()); err != nil {
 		return nil, err
 	}
-	if err := g.Broadcast(comm.F32(ps.Data), 0).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("ddp: rank %d: broadcast of rank 0's parameters: %w", d.rank, err)
-	}
-	if err := d.broadcastBuffers(ctx, 0); err != nil {
-		return nil, err
-	}
+	d.checker.Every = d.cfg.checkEvery
 	d.flat = flatOrder(ps)
 	d.flatPos = make([]int, len(ps.Params))
 	for i, p := range d.flat {
@@ -102,34 +105,31 @@ func (d *DDP) NoSync(fn func() error) error {
 	return fn()
 }
 
-// broadcastBuffers copies root's buffers (float32 and int64 alike) to every rank with at
-// most two broadcasts.
+// broadcastBuffers copies root's buffers to every rank.
 func (d *DDP) broadcastBuffers(ctx context.Context, root int) error {
-	bufs := d.Model.Params.Buffers
-	if len(bufs) == 0 {
+	if len(d.Model.Params.Buffers) == 0 {
 		return nil
 	}
 	start := time.Now()
-	d.bufF32, d.bufI64 = d.bufF32[:0], d.bufI64[:0]
-	for _, b := range bufs {
-		d.bufF32 = append(d.bufF32, b.Data...)
-		d.bufI64 = append(d.bufI64, b.Int64...)
-	}
-	if len(d.bufF32) > 0 {
-		if err := d.g.Broadcast(comm.F32(d.bufF32), root).Wait(ctx); err != nil {
-			return fmt.Errorf("ddp: rank %d: broadcast of rank %d's float32 buffers: %w", d.rank, root, err)
-		}
-	}
-	if len(d.bufI64) > 0 {
-		if err := d.g.Broadcast(comm.I64(d.bufI64), root).Wait(ctx); err != nil {
-			return fmt.Errorf("ddp: rank %d: broadcast of rank %d's int64 buffers: %w", d.rank, root, err)
-		}
-	}
-	f, i := 0, 0
-	for _, b := range bufs {
-		f += copy(b.Data, d.bufF32[f:])
-		i += copy(b.Int64, d.bufI64[i:])
+	if err := d.bcast.Buffers(ctx, d.g, d.Model.Params.Buffers, root, d.who()); err != nil {
+		return err
 	}
 	d.tl.add(Event{Name: EvBuffers, Step: d.steps, Bucket: -1, Start: start, End: time.Now()})
 	return nil
 }
+
+// checkAgreement checks, every CheckEvery-th synchronised step, that every rank holds the
+// same parameters (and the same buffers where they are broadcast or synchronised).
+func (d *DDP) checkAgreement(ctx context.Context) error {
+	if !d.checker.Due() {
+		return nil
+	}
+	ps := d.Model.Params
+	ts := replica.Replicated(ps, true, d.cfg.broadcastBuffers || d.cfg.syncBN)
+	if err := d.checker.Check(ctx, d.g, ts, d.steps, d.who()); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (d *DDP) who() string { return fmt.Sprintf("ddp: rank %d", d.rank) }

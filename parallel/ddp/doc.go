@@ -1,5 +1,5 @@
 // Package ddp is DistributedDataParallel: it keeps one model replica per rank in step by
-// reducing gradients in buckets while backward is still running (DESIGN.md §5).
+// reducing gradients in buckets while backward is still running (docs/DESIGN.md §5).
 //
 // The split follows PyTorch's c10d: package comm moves bytes, this package decides when a
 // bucket of gradients is ready and launches its reduction, and the model never learns that

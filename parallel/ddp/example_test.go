@@ -6,154 +6,116 @@ import (
 	"math/rand"
 	"sync"
 
+	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
-// mlp is a plain gorgonia two-layer perceptron, written without package nn.
-type mlp struct {
-	g      *G.ExprGraph
-	x, y   *G.Node
-	w1, w2 *G.Node
-	cost   *G.Node
-	grads  G.Nodes
-	vm     G.VM
-	raw    *ddp.Raw
+// mlp is a plain gorgonia two-layer perceptron for batches of 16: the learnables are
+// created as gorgonia's examples create them and passed through b.Learnable, which is what
+// lets DDP reduce their gradients while backward runs.
+func mlp(b *nn.Builder) (*G.Node, error) {
+	x, err := b.Input("x", 16, 4)
+	if err != nil {
+		return nil, err
+	}
+	y, err := b.Input("y", 16, 1)
+	if err != nil {
+		return nil, err
+	}
+	w1 := G.NewMatrix(b.Graph, tensor.Float32, G.WithShape(4, 16), G.WithName("w1"), G.WithInit(G.GlorotU(1)))
+	w2 := G.NewMatrix(b.Graph, tensor.Float32, G.WithShape(16, 1), G.WithName("w2"), G.WithInit(G.GlorotU(1)))
+	u1, err := b.Learnable(w1)
+	if err != nil {
+		return nil, err
+	}
+	u2, err := b.Learnable(w2)
+	if err != nil {
+		return nil, err
+	}
+	h := G.Must(G.Rectify(G.Must(G.Mul(x, u1))))
+	d := G.Must(G.Sub(G.Must(G.Mul(h, u2)), y))
+	return G.Mean(G.Must(G.Square(d)))
 }
 
-func newMLP(seed int64, batch int) *mlp {
-	rng := rand.New(rand.NewSource(seed))
-	randn := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64()) * 0.5
-		}
-		return v
-	}
-	m := &mlp{g: G.NewGraph()}
-	m.x = G.NewMatrix(m.g, tensor.Float32, G.WithShape(batch, 4), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(batch, 4), tensor.WithBacking(make([]float32, batch*4)))))
-	m.y = G.NewMatrix(m.g, tensor.Float32, G.WithShape(batch, 1), G.WithName("y"), G.WithValue(tensor.New(tensor.WithShape(batch, 1), tensor.WithBacking(make([]float32, batch)))))
-	m.w1 = G.NewMatrix(m.g, tensor.Float32, G.WithShape(4, 16), G.WithName("w1"), G.WithValue(tensor.New(tensor.WithShape(4, 16), tensor.WithBacking(randn(64)))))
-	m.w2 = G.NewMatrix(m.g, tensor.Float32, G.WithShape(16, 1), G.WithName("w2"), G.WithValue(tensor.New(tensor.WithShape(16, 1), tensor.WithBacking(randn(16)))))
-	return m
-}
-
-// build builds the forward (through taps when taps is set), the gradients and the machine.
-func (m *mlp) build(taps bool) error {
-	w1, w2 := m.w1, m.w2
-	if taps {
-		var err error
-		if w1, err = m.raw.Tap(m.w1); err != nil {
-			return err
-		}
-		if w2, err = m.raw.Tap(m.w2); err != nil {
-			return err
-		}
-	}
-	h := G.Must(G.Rectify(G.Must(G.Mul(m.x, w1))))
-	d := G.Must(G.Sub(G.Must(G.Mul(h, w2)), m.y))
-	m.cost = G.Must(G.Mean(G.Must(G.Square(d))))
-	var err error
-	if m.grads, err = G.Grad(m.cost, m.w1, m.w2); err != nil {
-		return err
-	}
-	m.vm = G.NewTapeMachine(m.g)
-	return nil
-}
-
-// data fills this rank's slice of the global batch of step: y = sum of x.
-func (m *mlp) data(step, rank, batch int) {
-	x := m.x.Value().Data().([]float32)
-	y := m.y.Value().Data().([]float32)
-	rng := rand.New(rand.NewSource(int64(step*100 + rank)))
-	for i := range batch {
-		var s float32
-		for j := range 4 {
-			x[4*i+j] = float32(rng.NormFloat64())
-			s += x[4*i+j]
-		}
-		y[i] = s
-	}
-}
-
-func onEveryRank(n int, fn func(r int) error) error {
-	errs := make([]error, n)
+// A plain gorgonia program trained with DDP on two ranks (goroutines here; processes under
+// gprun, with comm.InitFromEnv) and gorgonia's own Adam solver: every rank ends with the same
+// weights, because Node.Grad() of the learnables is the averaged gradient.
+func Example_gorgoniaSolver() {
+	const world = 2
+	ctx := context.Background()
+	groups := comm.NewLocalGroups(world)
+	progs := make([]*ddp.Program, world)
 	var wg sync.WaitGroup
-	for r := range n {
+	var mu sync.Mutex // gorgonia's graph construction is not thread-safe
+	errs := make([]error, world)
+	for r := range world {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = fn(r) }()
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				mu.Lock()
+				m, err := nn.NewGraphModel(mlp)
+				mu.Unlock()
+				if err != nil {
+					return err
+				}
+				d, err := ddp.New(ctx, m, groups[r]) // checks the models agree, broadcasts rank 0's
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				p, err := d.Compile(mlp, nn.WithSolver(G.NewAdamSolver(G.WithLearnRate(0.01))))
+				mu.Unlock()
+				if err != nil {
+					return err
+				}
+				progs[r] = p
+				rng := rand.New(rand.NewSource(int64(r))) // each rank its own data
+				x, y := make([]float32, 16*4), make([]float32, 16)
+				for range 200 {
+					for i := range 16 {
+						var s float32
+						for j := range 4 {
+							x[4*i+j] = float32(rng.NormFloat64())
+							s += x[4*i+j]
+						}
+						y[i] = s
+					}
+					if err := p.SetInput("x", x); err != nil {
+						return err
+					}
+					if err := p.SetInput("y", y); err != nil {
+						return err
+					}
+					if err := p.Run(ctx); err != nil { // forward, backward, all-reduce
+						return err
+					}
+					if err := p.Step(ctx); err != nil { // the solver's update
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// A plain gorgonia MLP (own learnable nodes, G.Grad, a TapeMachine) trained data-parallel
-// on two in-process ranks: with taps (gradients reduced in buckets during backward) and
-// without (one reduction after the tape). Graphs are built one at a time (gorgonia's graph
-// construction is not thread-safe); the ranks then run concurrently.
-func Example_rawGorgonia() {
-	const world, batch = 2, 16
-	ctx := context.Background()
-	for _, taps := range []bool{true, false} {
-		groups := comm.NewLocalGroups(world)
-		ranks := make([]*mlp, world)
-		for r := range ranks {
-			ranks[r] = newMLP(int64(r), batch)
-		}
-		err := onEveryRank(world, func(r int) error { // New communicates: all ranks at once
-			var err error
-			ranks[r].raw, err = ddp.NewRaw(ctx, groups[r], []*G.Node{ranks[r].w1, ranks[r].w2}, ddp.FirstBucketBytes(64))
-			return err
-		})
-		for r := range ranks {
-			if err == nil {
-				err = ranks[r].build(taps)
-			}
-		}
-		losses := make([][]float32, world)
-		if err == nil {
-			err = onEveryRank(world, func(r int) error {
-				m := ranks[r]
-				for step := range 60 {
-					m.data(step, r, batch)
-					m.raw.ZeroGrad()
-					m.vm.Reset()
-					grads := m.grads
-					if taps {
-						grads = nil
-					}
-					if err := m.raw.Run(ctx, m.vm.RunAll, grads); err != nil {
-						return err
-					}
-					losses[r] = append(losses[r], m.cost.Value().Data().(float32))
-					ps := m.raw.Params()
-					for i, g := range ps.Grad {
-						ps.Data[i] -= 0.05 * g
-					}
-				}
-				return groups[r].Close(ctx)
-			})
-		}
-		if err != nil {
 			fmt.Println("error:", err)
 			return
 		}
-		same := true
-		for i, v := range ranks[0].raw.Params().Data {
-			same = same && v == ranks[1].raw.Params().Data[i]
-		}
-		l := losses[0]
-		fmt.Printf("taps=%v: replicas equal: %v, loss went down: %v, buckets: %d\n",
-			taps, same, l[len(l)-1] < l[0]/4, len(ranks[0].raw.Buckets()))
 	}
+	a := progs[0].Learnables()[0].Value().Data().([]float32)
+	b := progs[1].Learnables()[0].Value().Data().([]float32)
+	same := true
+	for i := range a {
+		same = same && a[i] == b[i]
+	}
+	loss, _ := progs[0].LossValue()
+	fmt.Printf("replicas equal: %v, loss below 0.1: %v\n", same, loss < 0.1)
 	// Output:
-	// taps=true: replicas equal: true, loss went down: true, buckets: 2
-	// taps=false: replicas equal: true, loss went down: true, buckets: 2
+	// replicas equal: true, loss below 0.1: true
 }

@@ -308,7 +308,7 @@ func TestJoinUnevenInputs(t *testing.T) {
 				if err := feed(c.progs[r], s, 0, r*per, (r+1)*per); err != nil {
 					return err
 				}
-				if err := c.progs[r].Step(ctx, c.opts[r]); err != nil {
+				if err := c.progs[r].RunStep(ctx); err != nil {
 					return err
 				}
 			}

@@ -151,10 +151,10 @@ func newCluster(t testing.TB, groups []comm.Group, bn bool, per int, opts ...Opt
 	}
 	for r := range n {
 		var err error
-		if c.progs[r], err = c.ddps[r].Compile(classify(per)); err != nil {
+		if c.opts[r], err = newOpt(c.models[r]); err != nil {
 			t.Fatal(err)
 		}
-		if c.opts[r], err = newOpt(c.models[r]); err != nil {
+		if c.progs[r], err = c.ddps[r].Compile(classify(per), nn.WithOptimizer(c.opts[r])); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,7 +186,7 @@ func (c *cluster) train(steps, per, micro int) error {
 			if err := feed(p, s, micro-1, r*per, (r+1)*per); err != nil {
 				return err
 			}
-			if err := p.Step(ctx, c.opts[r]); err != nil {
+			if err := p.RunStep(ctx); err != nil {
 				return err
 			}
 		}

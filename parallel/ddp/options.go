@@ -1,6 +1,8 @@
 package ddp
 
-// Option configures New (and NewRaw).
+import "github.com/gorgonia-parallel/gp/parallel/replica"
+
+// Option configures New.
 type Option func(*config)
 
 type config struct {
@@ -14,6 +16,7 @@ type config struct {
 	hook             CommHook
 	rebuild          bool
 	timelineSteps    int
+	checkEvery       int
 }
 
 func newConfig(opts []Option) config {
@@ -25,6 +28,7 @@ func newConfig(opts []Option) config {
 		rebuild:          true,
 		hook:             AllReduceHook(),
 		timelineSteps:    DefaultTimelineSteps,
+		checkEvery:       replica.DefaultCheckEvery,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -91,3 +95,10 @@ func NoBucketRebuild() Option { return func(c *config) { c.rebuild = false } }
 // (default DefaultTimelineSteps; 0 keeps none, only the summary's running totals; negative
 // is 0). The timeline's memory is about 100 bytes per event, ~70 events a step for resnet18.
 func TimelineSteps(n int) Option { return func(c *config) { c.timelineSteps = max(n, 0) } }
+
+// CheckEvery sets how often, in synchronised steps, Run checks that every rank still holds
+// the same parameters (and buffers, where they are broadcast or synchronised): a hash of each
+// tensor is all-gathered, and a difference fails the step on every rank with an error
+// (ErrDiverged) naming the first tensor that differs and the ranks. Default
+// replica.DefaultCheckEvery; 0 turns the check off. Every rank must use the same value.
+func CheckEvery(steps int) Option { return func(c *config) { c.checkEvery = steps } }

@@ -68,11 +68,11 @@ func worker(scenario string) error {
 			return nil
 		}))
 	}
-	p, err := d.Compile(classify(per), bopts...)
+	opt, err := newOpt(m)
 	if err != nil {
 		return err
 	}
-	opt, err := newOpt(m)
+	p, err := d.Compile(classify(per), append(bopts, nn.WithOptimizer(opt))...)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func worker(scenario string) error {
 		if err := feed(p, s, 0, r*per, (r+1)*per); err != nil {
 			return err
 		}
-		err := p.Step(ctx, opt)
+		err := p.RunStep(ctx)
 		if scenario == "kill" {
 			if err == nil {
 				continue

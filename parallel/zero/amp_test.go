@@ -139,7 +139,7 @@ func TestAutocastBF16(t *testing.T) {
 				if err := feed(p, step, r*per, (r+1)*per); err != nil {
 					return err
 				}
-				if err := p.Step(ctx); err != nil {
+				if err := p.RunStep(ctx); err != nil {
 					return err
 				}
 			}

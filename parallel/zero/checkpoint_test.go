@@ -55,7 +55,7 @@ func steps(rs []rankState, per, from, to int) error {
 			if err := feed(rs[r].p, s, r*per, (r+1)*per); err != nil {
 				return err
 			}
-			if err := rs[r].p.Step(context.Background()); err != nil {
+			if err := rs[r].p.RunStep(context.Background()); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,6 @@
-// Package zero is ZeRO-3 data parallelism (DESIGN.md §7): every rank holds 1/N of the float32
-// master parameters, of the gradients and of the optimizer state, and gathers a unit's full
-// parameters only while a step needs them.
+// Package zero is ZeRO-3 data parallelism (docs/DESIGN.md §7): every rank holds 1/N of the
+// float32 master parameters, of the gradients and of the optimizer state, and gathers a
+// unit's full parameters only while a step needs them.
 //
 // The flat parameter buffer of nn.ParamSet is cut into gather units (top-level modules by
 // default, see WithUnitDepth and WithUnitKey). Each unit is sharded on its own, like PyTorch

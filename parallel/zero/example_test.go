@@ -72,7 +72,7 @@ func train(g comm.Group) string {
 	prog.SetInput("y", []float32{0, 1, 2, 1})
 	for range 4 {
 		e.ZeroGrad()
-		if err := prog.Step(ctx); err != nil {
+		if err := prog.RunStep(ctx); err != nil {
 			return err.Error()
 		}
 	}

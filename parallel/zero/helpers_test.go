@@ -97,11 +97,11 @@ func trainDDP(bn bool, world, per, steps int) (*nn.Model, error) {
 		if err != nil {
 			return err
 		}
-		p, err := d.Compile(classify(per))
+		opt, err := adamW(m.Params)
 		if err != nil {
 			return err
 		}
-		opt, err := adamW(m.Params)
+		p, err := d.Compile(classify(per), nn.WithOptimizer(opt))
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func trainDDP(bn bool, world, per, steps int) (*nn.Model, error) {
 			if err := feed(p, s, r*per, (r+1)*per); err != nil {
 				return err
 			}
-			if err := p.Step(ctx, opt); err != nil {
+			if err := p.RunStep(ctx); err != nil {
 				return err
 			}
 		}
@@ -157,7 +157,7 @@ func trainZero(bn bool, world, per, steps int, opts ...Option) (*zeroRun, error)
 			if err := feed(p, s, r*per, (r+1)*per); err != nil {
 				return err
 			}
-			if err := p.Step(ctx); err != nil {
+			if err := p.RunStep(ctx); err != nil {
 				return err
 			}
 		}

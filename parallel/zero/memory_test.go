@@ -124,7 +124,7 @@ func TestMemoryAccounting(t *testing.T) {
 					if err := feedMLP(progs[r], s*world+r, batch, w); err != nil {
 						return err
 					}
-					if err := progs[r].Step(context.Background()); err != nil {
+					if err := progs[r].RunStep(context.Background()); err != nil {
 						return err
 					}
 				}

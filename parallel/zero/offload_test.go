@@ -34,7 +34,7 @@ func trainMLP(t *testing.T, w int, opts ...Option) *Engine {
 		if err := feedMLP(p, s, 4, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Step(context.Background()); err != nil {
+		if err := p.RunStep(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}

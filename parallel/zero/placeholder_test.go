@@ -46,7 +46,7 @@ func TestModelPlaceholders(t *testing.T) {
 				if err := feedMLP(p, s*world+r, batch, w); err != nil {
 					return err
 				}
-				if err := p.Step(context.Background()); err != nil {
+				if err := p.RunStep(context.Background()); err != nil {
 					return err
 				}
 			}

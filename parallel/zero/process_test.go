@@ -49,7 +49,7 @@ func worker(scenario string) error {
 		if err := feed(p, s, r*procPer, (r+1)*procPer); err != nil {
 			return err
 		}
-		return p.Step(ctx)
+		return p.RunStep(ctx)
 	}
 	switch scenario {
 	case "equiv":

@@ -98,6 +98,10 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 	if err != nil {
 		return nil, fmt.Errorf("zero: rank %d: compile: %w", e.rank, err)
 	}
+	if np.HasUpdate() {
+		np.Close()
+		return nil, fmt.Errorf("zero: rank %d: compile: an optimizer or gorgonia solver was given to Compile (nn.WithOptimizer, nn.WithSolver), but ZeRO-3 keeps each rank's shard of the parameters and gradients and steps it with the engine's optimizer (zero.WithOptimizer); a gorgonia solver steps whole tensors, which no rank holds between steps", e.rank)
+	}
 	p.np = np
 	p.training = np.Builder.Training() && np.Loss != nil
 	if p.training {
@@ -277,13 +281,30 @@ func (p *Program) Run(ctx context.Context) error {
 	return nil
 }
 
-// Step is Run followed by Engine.Step.
+// Step applies the engine's optimizer to this rank's shard (Engine.Step) and zeroes the
+// gradients (Engine.ZeroGrad): the verb of package train.
 func (p *Program) Step(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.e.Step(); err != nil {
+		return err
+	}
+	p.e.ZeroGrad()
+	return nil
+}
+
+// RunStep is Run followed by Step. ZeRO-3 has no overlap to offer here: the shard's update
+// needs every unit's reduce-scatter, which completes only at the end of backward.
+func (p *Program) RunStep(ctx context.Context) error {
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
-	return p.e.Step()
+	return p.Step(ctx)
 }
+
+// ZeroGrad zeroes the gradients (Engine.ZeroGrad).
+func (p *Program) ZeroGrad() { p.e.ZeroGrad() }
 
 // issue starts the all-gather of unit u unless it is resident or in flight.
 func (p *Program) issue(u int) {

@@ -113,7 +113,7 @@ func TestRegatherResNet(t *testing.T) {
 				if err := feedRes(p, s, r*per, (r+1)*per); err != nil {
 					return err
 				}
-				if err := p.Step(ctx); err != nil {
+				if err := p.RunStep(ctx); err != nil {
 					return err
 				}
 			}

@@ -103,7 +103,7 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 		}
 		r.evals[b.N] = p
 	}
-	if err := fill(p.Program, b); err != nil {
+	if err := fill(p, b); err != nil {
 		return nil, err
 	}
 	if err := p.Run(ctx); err != nil {

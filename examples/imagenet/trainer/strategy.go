@@ -47,7 +47,7 @@ func newStepper(ctx context.Context, cfg *Config, d *ddp.DDP, m *nn.Model, local
 type ddpStepper struct{ p *ddp.Program }
 
 func (s *ddpStepper) step(ctx context.Context, b *data.Batch) (float32, error) {
-	if err := fill(s.p.Program, b); err != nil {
+	if err := fill(s.p, b); err != nil {
 		return 0, err
 	}
 	if err := s.p.Run(ctx); err != nil {

@@ -279,7 +279,11 @@ func buildFor(n, c, h, w int, smoothing float64, scaler *amp.GradScaler) nn.Buil
 }
 
 // fill copies a batch into a program's inputs.
-func fill(p *nn.Program, b *data.Batch) error { return fillInputs(p.Input, b) }
+func fill(p interface {
+	Input(string) ([]float32, error)
+}, b *data.Batch) error {
+	return fillInputs(p.Input, b)
+}
 
 // fillInputs copies a batch into the inputs that input returns.
 func fillInputs(input func(string) ([]float32, error), b *data.Batch) error {

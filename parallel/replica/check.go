@@ -1,4 +1,4 @@
-package ddp
+package replica
 
 import (
 	"context"
@@ -28,10 +28,16 @@ func describe(ps *nn.ParamSet) []string {
 	return out
 }
 
-// checkModels exchanges a fingerprint of the model; when they differ, it gathers every
-// rank's description and returns an error naming each rank and entry that differs from
-// rank 0. All ranks return the same error.
-func checkModels(ctx context.Context, g comm.Group, ps *nn.ParamSet) error {
+// ErrModelMismatch is wrapped by CheckModels's error when the ranks' models differ in
+// parameter or buffer names, shapes, dtypes or order.
+var ErrModelMismatch = errors.New("models differ across ranks")
+
+// CheckModels checks that every rank of g has the same model: the same parameters and
+// buffers, with the same names, shapes, dtypes and order. It exchanges a fingerprint of the
+// model; when they differ, it gathers every rank's description and returns an error (wrapping
+// ErrModelMismatch) naming each rank and entry that differs from rank 0. All ranks return the
+// same error. It is a collective: every rank calls it.
+func CheckModels(ctx context.Context, g comm.Group, ps *nn.ParamSet) error {
 	lines := describe(ps)
 	text := strings.Join(lines, "\n")
 	h := fnv.New64a()
@@ -39,7 +45,7 @@ func checkModels(ctx context.Context, g comm.Group, ps *nn.ParamSet) error {
 	n, r := g.Size(), g.Rank()
 	fps := make([]int64, n)
 	if err := g.AllGather(comm.I64(fps), comm.I64{int64(h.Sum64())}).Wait(ctx); err != nil {
-		return fmt.Errorf("ddp: rank %d: exchanging model fingerprints: %w", r, err)
+		return fmt.Errorf("rank %d: exchanging model fingerprints: %w", r, err)
 	}
 	same := true
 	for _, f := range fps {
@@ -50,7 +56,7 @@ func checkModels(ctx context.Context, g comm.Group, ps *nn.ParamSet) error {
 	}
 	lens := make([]int64, n)
 	if err := g.AllGather(comm.I64(lens), comm.I64{int64(len(text))}).Wait(ctx); err != nil {
-		return fmt.Errorf("ddp: rank %d: exchanging model descriptions: %w", r, err)
+		return fmt.Errorf("rank %d: exchanging model descriptions: %w", r, err)
 	}
 	words := 0
 	for _, l := range lens {
@@ -64,7 +70,7 @@ func checkModels(ctx context.Context, g comm.Group, ps *nn.ParamSet) error {
 	}
 	all := make([]int64, n*words)
 	if err := g.AllGather(comm.I64(all), comm.I64(mine)).Wait(ctx); err != nil {
-		return fmt.Errorf("ddp: rank %d: exchanging model descriptions: %w", r, err)
+		return fmt.Errorf("rank %d: exchanging model descriptions: %w", r, err)
 	}
 	descs := make([][]string, n)
 	for k := range n {
