@@ -188,7 +188,7 @@ func runDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, me
 	)
 	err = timeSteps(w, meas, func() error {
 		opt.ZeroGrad()
-		if res, err = d.Step(ctx, b); err != nil {
+		if res, err = d.Run(ctx, b); err != nil {
 			return err
 		}
 		if n++; n > w.warmup {

@@ -88,6 +88,7 @@ type DataParallel struct {
 	cfg      config
 	replicas []*replica
 	gathered map[string][]float32
+	master   *nn.Program // replica 0's program of the last training Run
 	mu       sync.Mutex
 	closed   bool
 }
@@ -133,18 +134,19 @@ func Chunks(n, r int) []int {
 	return out
 }
 
-// Step scatters b over the replicas, runs them concurrently, gathers outputs and losses, and
-// adds the gradient of the global batch's mean loss to the model's gradient buffer. It does
-// not step an optimizer. A replica's failure is returned as a *ReplicaError; ctx cancels the
-// step (replicas stop at their next gradient).
-func (d *DataParallel) Step(ctx context.Context, b Batch) (*Result, error) {
+// Run scatters b over the replicas, runs them concurrently, gathers outputs and losses, and
+// adds the gradient of the global batch's mean loss to the model's gradient buffer (the
+// verb Run of package train: forward, backward and reduction; Step updates). A replica's
+// failure is returned as a *ReplicaError; ctx cancels the run (replicas stop at their next
+// gradient).
+func (d *DataParallel) Run(ctx context.Context, b Batch) (*Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, errors.New("dp: step on a closed DataParallel")
+		return nil, errors.New("dp: run on a closed DataParallel")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("dp: step: %w", err)
+		return nil, fmt.Errorf("dp: run: %w", err)
 	}
 	per, err := checkBatch(b)
 	if err != nil {
@@ -190,10 +192,47 @@ func (d *DataParallel) Step(ctx context.Context, b Batch) (*Result, error) {
 			bufs[i], ws[i] = r.grad, float32(d.weight(r.n, b.N))
 		}
 		reduceInto(d.model.Params.Grad, bufs, ws, d.cfg.workers)
+		// The master's learnables (replica 0's leaves, bound to the model's values) report
+		// the reduced gradient, for a gorgonia solver or a hand-written update.
+		if err := active[0].prog.AliasGrads(d.model.Params.Grad); err != nil {
+			return nil, err
+		}
+		d.master = active[0].prog
 	}
 	times.Reduce = time.Since(t3)
 	res.Times = times
 	return res, nil
+}
+
+// Step applies the optimizer or gorgonia solver given in WithBuildOptions (nn.WithOptimizer,
+// nn.WithSolver) once, on the master, to the reduced gradients, then zeroes them.
+func (d *DataParallel) Step(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dp: step: %w", err)
+	}
+	if d.master == nil {
+		return errors.New("dp: Step before a training Run")
+	}
+	if err := d.master.Update(); err != nil {
+		return fmt.Errorf("dp: optimizer step: %w", err)
+	}
+	d.model.Params.ZeroGrad()
+	return nil
+}
+
+// ZeroGrad zeroes the master's gradients.
+func (d *DataParallel) ZeroGrad() { d.model.Params.ZeroGrad() }
+
+// Learnables returns the master's learnables after a training Run (nil before): replica 0's
+// leaves, whose values are the model's parameters and whose Node.Grad() is the reduced
+// gradient (see nn.Program.Learnables).
+func (d *DataParallel) Learnables() G.Nodes {
+	if d.master == nil {
+		return nil
+	}
+	return d.master.Learnables()
 }
 
 // weight is replica chunk n's share of the global loss of a batch of N.

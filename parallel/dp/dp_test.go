@@ -192,7 +192,7 @@ func TestEquivalentToOneReplica(t *testing.T) {
 				b := batch(int64(10+step), c.n)
 				wantLoss, wantLogits := ref.step(t, b)
 				opt.ZeroGrad()
-				res, err := d.Step(context.Background(), b)
+				res, err := d.Run(context.Background(), b)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -235,7 +235,7 @@ func TestBatchNormRunningStatsFromReplicaZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, err := d.Step(context.Background(), b); err != nil {
+	if _, err := d.Run(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
 
@@ -295,7 +295,7 @@ func TestReplicaError(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			_, err = d.Step(context.Background(), c.edit(batch(1, 7)))
+			_, err = d.Run(context.Background(), c.edit(batch(1, 7)))
 			var re *ReplicaError
 			if !errors.As(err, &re) || re.Replica != 1 || re.Lo != 4 || re.Hi != 7 || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("want a ReplicaError of replica 1 (samples 4:7) mentioning %q, got %v", c.want, err)
@@ -312,13 +312,13 @@ func TestReplicaError(t *testing.T) {
 			}
 			// The same DataParallel recovers: its next step matches a fresh one's.
 			good := batch(2, 7)
-			res, err := d.Step(context.Background(), good)
+			res, err := d.Run(context.Background(), good)
 			if err != nil {
 				t.Fatalf("step after a failed step: %v", err)
 			}
 			fresh, _ := New(newModel(t, convNet()), classify, WithReplicas(2))
 			defer fresh.Close()
-			want, err := fresh.Step(context.Background(), good)
+			want, err := fresh.Run(context.Background(), good)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -348,7 +348,7 @@ func TestCancelledStep(t *testing.T) {
 	defer d.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := d.Step(ctx, batch(1, 4)); !errors.Is(err, context.Canceled) {
+	if _, err := d.Run(ctx, batch(1, 4)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
 }
@@ -365,13 +365,13 @@ func TestBadBatchAndDevices(t *testing.T) {
 	defer d.Close()
 	b := batch(1, 4)
 	b.Inputs["labels"] = b.Inputs["labels"][:3]
-	if _, err := d.Step(context.Background(), b); err == nil || !strings.Contains(err.Error(), `"labels"`) {
+	if _, err := d.Run(context.Background(), b); err == nil || !strings.Contains(err.Error(), `"labels"`) {
 		t.Fatalf("want an error naming input labels, got %v", err)
 	}
 	b = batch(1, 4)
 	b.Inputs["extra"] = make([]float32, 4)
 	var re *ReplicaError
-	if _, err := d.Step(context.Background(), b); !errors.As(err, &re) || re.Replica != 0 {
+	if _, err := d.Run(context.Background(), b); !errors.As(err, &re) || re.Replica != 0 {
 		t.Fatalf("want a replica error for an undeclared input, got %v", err)
 	}
 }
@@ -386,7 +386,7 @@ func TestEval(t *testing.T) {
 	}
 	defer d.Close()
 	b := batch(4, n)
-	res, err := d.Step(context.Background(), b)
+	res, err := d.Run(context.Background(), b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestMemoryReport(t *testing.T) {
 	}
 	defer d.Close()
 	opt := sgd(t, m)
-	if _, err := d.Step(context.Background(), batch(1, 8)); err != nil {
+	if _, err := d.Run(context.Background(), batch(1, 8)); err != nil {
 		t.Fatal(err)
 	}
 	_ = opt.Step()
@@ -453,7 +453,7 @@ func TestCancelStopsReplicasAtNextGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, err := d.Step(ctx, batch(1, 8)); !errors.Is(err, context.Canceled) {
+	if _, err := d.Run(ctx, batch(1, 8)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
 	if n := fired.Load(); n < 1 || n > 2 {

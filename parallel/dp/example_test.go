@@ -5,71 +5,91 @@ import (
 	"fmt"
 	"math/rand"
 
+	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/dp"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
-// Fit y = x·w by least squares with a raw gorgonia graph on two CPU replicas. The graph
-// function gets the learnable w and a chunk of x and y; DataParallel scatters each batch of
-// 10 samples as 5+5, runs both replicas at once, and sums their gradients onto the master.
-func Example() {
-	w0 := tensor.New(tensor.WithShape(3, 1), tensor.WithBacking([]float32{0, 0, 0}))
-	mse := func(g *G.ExprGraph, learnables, inputs G.Nodes) (loss, output *G.Node, err error) {
-		x, y, w := inputs[0], inputs[1], learnables[0]
-		if output, err = G.Mul(x, w); err != nil { // [n,3]·[3,1] = [n,1]
-			return nil, nil, err
-		}
-		diff, err := G.Sub(output, y)
-		if err != nil {
-			return nil, nil, err
-		}
-		sq, err := G.Square(diff)
-		if err != nil {
-			return nil, nil, err
-		}
-		loss, err = G.Mean(sq) // the chunk's mean: DataParallel weights it by chunk size
-		return loss, output, err
-	}
-	d, err := dp.NewGraph(
-		[]dp.Learnable{{Name: "w", Value: w0}},
-		[]dp.Input{{Name: "x", Shape: []int{3}}, {Name: "y", Shape: []int{1}}},
-		mse, dp.WithReplicas(2))
+// mlp is a plain gorgonia perceptron for chunks of n samples: DataParallel builds one graph
+// per replica (and chunk size), so the model is a function of the chunk size.
+func mlp(b *nn.Builder, n int) (*G.Node, error) {
+	x, err := b.Input("x", n, 4)
 	if err != nil {
-		fmt.Println(err)
+		return nil, err
+	}
+	y, err := b.Input("y", n, 1)
+	if err != nil {
+		return nil, err
+	}
+	w1 := G.NewMatrix(b.Graph, tensor.Float32, G.WithShape(4, 16), G.WithName("w1"), G.WithInit(G.GlorotU(1)))
+	w2 := G.NewMatrix(b.Graph, tensor.Float32, G.WithShape(16, 1), G.WithName("w2"), G.WithInit(G.GlorotU(1)))
+	u1, err := b.Learnable(w1)
+	if err != nil {
+		return nil, err
+	}
+	u2, err := b.Learnable(w2)
+	if err != nil {
+		return nil, err
+	}
+	h := G.Must(G.Rectify(G.Must(G.Mul(x, u1))))
+	d := G.Must(G.Sub(G.Must(G.Mul(h, u2)), y))
+	return G.Mean(G.Must(G.Square(d)))
+}
+
+// A plain gorgonia program on two replicas in one process, stepped by gorgonia's Adam: the
+// global batch of 32 is scattered 16+16, the replicas' gradients are reduced onto the
+// master, and the solver updates the master once.
+func Example_gorgoniaSolver() {
+	ctx := context.Background()
+	m, err := nn.NewGraphModel(func(b *nn.Builder) (*G.Node, error) { return mlp(b, 32) })
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	d, err := dp.New(m, mlp, dp.WithReplicas(2), dp.WithBuildOptions(nn.WithSolver(G.NewAdamSolver(G.WithLearnRate(0.01)))))
+	if err != nil {
+		fmt.Println("error:", err)
 		return
 	}
 	defer d.Close()
-
+	p, err := d.Program(32)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
 	rng := rand.New(rand.NewSource(1))
-	truth := []float32{1, -2, 0.5}
-	ps := d.Model().Params
-	for step := 0; step < 60; step++ {
-		x, y := make([]float32, 10*3), make([]float32, 10)
-		for i := range y {
-			for j := range 3 {
-				x[3*i+j] = float32(rng.NormFloat64())
-				y[i] += x[3*i+j] * truth[j]
+	x, y := make([]float32, 32*4), make([]float32, 32)
+	var first, last float32
+	for step := range 200 {
+		for i := range 32 {
+			var s float32
+			for j := range 4 {
+				x[4*i+j] = float32(rng.NormFloat64())
+				s += x[4*i+j]
 			}
+			y[i] = s
 		}
-		ps.ZeroGrad()
-		res, err := d.Step(context.Background(), dp.Batch{N: 10, Inputs: map[string][]float32{"x": x, "y": y}})
+		if err := p.SetInput("x", x); err == nil {
+			err = p.SetInput("y", y)
+		}
+		if err == nil {
+			err = p.Run(ctx) // scatter, two replicas, reduce onto the master
+		}
+		if err == nil {
+			err = p.Step(ctx) // the solver's update of the master
+		}
 		if err != nil {
-			fmt.Println(err)
+			fmt.Println("error:", err)
 			return
 		}
-		for i, g := range ps.Grad { // plain SGD on the master; package optim works as well
-			ps.Data[i] -= 0.1 * g
+		l, _ := p.LossValue()
+		if step == 0 {
+			first = l
 		}
-		if step%20 == 0 {
-			fmt.Printf("step %2d: loss %.4f on chunks %v, %d outputs gathered\n", step, res.Loss, res.Chunks, len(res.Outputs["output"]))
-		}
+		last = l
 	}
-	w, _, _ := d.Learnable(0)
-	fmt.Printf("w = [%.2f %.2f %.2f]\n", w.Data().([]float32)[0], w.Data().([]float32)[1], w.Data().([]float32)[2])
+	fmt.Printf("chunks %v, loss fell tenfold: %v\n", p.Result().Chunks, last < first/10)
 	// Output:
-	// step  0: loss 4.2695 on chunks [5 5], 10 outputs gathered
-	// step 20: loss 0.0006 on chunks [5 5], 10 outputs gathered
-	// step 40: loss 0.0000 on chunks [5 5], 10 outputs gathered
-	// w = [1.00 -2.00 0.50]
+	// chunks [16 16], loss fell tenfold: true
 }

@@ -14,7 +14,7 @@ type config struct {
 	workers   int
 }
 
-// Option configures New and NewGraph.
+// Option configures New.
 type Option func(*config)
 
 // WithDevices sets the replicas' devices; the first is the master. The default is one CPU

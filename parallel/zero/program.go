@@ -9,6 +9,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -84,7 +85,7 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 	all = append(all, opts...)
 	all = append(all, nn.WithGradHook(p.onGrad))
 	if e.cfg.syncBN {
-		all = append(all, nn.WithStatsReducer(statsReducer{p}))
+		all = append(all, nn.WithStatsReducer(replica.StatsReducer{Group: e.g, Ctx: func() context.Context { return p.st.ctx }, Who: e.who()}))
 	}
 	var fwdMax int64
 	wrapped := func(b *nn.Builder) (*G.Node, error) {
@@ -556,18 +557,4 @@ func addInto(dst, src []float32) {
 	for ; i < len(src); i++ {
 		dst[i] += src[i]
 	}
-}
-
-// statsReducer is the SyncBatchNorm reducer: a blocking all-reduce over the group.
-type statsReducer struct{ p *Program }
-
-func (r statsReducer) ReduceStats(buf []float64) error {
-	ctx := r.p.st.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if err := r.p.e.g.AllReduce(comm.F64(buf), comm.Sum).Wait(ctx); err != nil {
-		return fmt.Errorf("zero: rank %d: SyncBatchNorm all-reduce of %d statistics: %w", r.p.e.rank, len(buf), err)
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
 )
 
 // ErrClosed is returned by an engine or program used after Engine.Close.
@@ -233,44 +234,13 @@ func (e *Engine) allocate() error {
 // checkAndBroadcast fails when the ranks' models differ in size, then copies rank 0's
 // parameters and buffers to every rank.
 func (e *Engine) checkAndBroadcast(ctx context.Context) error {
-	ps := e.Model.Params
-	sig := []float64{float64(ps.NumParams()), -float64(ps.NumParams()), float64(len(ps.Params)), -float64(len(ps.Params))}
-	if err := e.g.AllReduce(comm.F64(sig), comm.Max).Wait(ctx); err != nil {
-		return fmt.Errorf("zero: rank %d: model check: %w", e.rank, err)
+	if err := replica.CheckModels(ctx, e.g, e.Model.Params); err != nil {
+		return fmt.Errorf("zero: %w", err)
 	}
-	if sig[0] != -sig[1] || sig[2] != -sig[3] {
-		return fmt.Errorf("zero: rank %d: models differ across ranks (parameters %g..%g elements, %g..%g tensors)", e.rank, -sig[1], sig[0], -sig[3], sig[2])
-	}
-	if err := e.g.Broadcast(comm.F32(ps.Data), 0).Wait(ctx); err != nil {
-		return fmt.Errorf("zero: rank %d: broadcast of rank 0's parameters: %w", e.rank, err)
-	}
-	return e.broadcastBuffers(ctx)
+	return replica.Broadcast(ctx, e.g, e.Model.Params, e.who())
 }
 
-func (e *Engine) broadcastBuffers(ctx context.Context) error {
-	var f []float32
-	var i []int64
-	for _, b := range e.Model.Params.Buffers {
-		f = append(f, b.Data...)
-		i = append(i, b.Int64...)
-	}
-	if len(f) > 0 {
-		if err := e.g.Broadcast(comm.F32(f), 0).Wait(ctx); err != nil {
-			return fmt.Errorf("zero: rank %d: broadcast of float32 buffers: %w", e.rank, err)
-		}
-	}
-	if len(i) > 0 {
-		if err := e.g.Broadcast(comm.I64(i), 0).Wait(ctx); err != nil {
-			return fmt.Errorf("zero: rank %d: broadcast of int64 buffers: %w", e.rank, err)
-		}
-	}
-	fo, io := 0, 0
-	for _, b := range e.Model.Params.Buffers {
-		fo += copy(b.Data, f[fo:])
-		io += copy(b.Int64, i[io:])
-	}
-	return nil
-}
+func (e *Engine) who() string { return fmt.Sprintf("zero: rank %d", e.rank) }
 
 // leafBacking is nn.WithParamBacking's function: every leaf is bound to the same read-only
 // zeros, which nothing reads (the gather op ignores its input).

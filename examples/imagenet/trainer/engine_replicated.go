@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -18,20 +17,19 @@ import (
 // holds the whole model and optimizer state; gradients are averaged by all-reduce. Rank 0
 // writes checkpoints (one .npz each, torchvision keys for the model), every rank reads them.
 type replicated struct {
+	stepper
 	cfg     *Config
 	g       comm.Group
 	d       *ddp.DDP
 	model   *nn.Model
-	st      stepper
 	opt     optim.Optimizer
-	scaler  *amp.GradScaler
 	evals   map[int]*ddp.Program
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	ck      *checkpoints
 }
 
-func newReplicated(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (*replicated, error) {
+func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
 	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
 	d, err := ddp.New(ctx, model, g, timelineSteps(cfg))
@@ -39,11 +37,6 @@ func newReplicated(ctx context.Context, cfg *Config, g comm.Group, model *nn.Mod
 		return nil, err
 	}
 	opts, scaler, err := precision(cfg, g)
-	if err != nil {
-		return nil, err
-	}
-	local := cfg.Batch / g.Size()
-	st, err := newStepper(ctx, cfg, d, model, local, shape[0], shape[1], shape[2], scaler, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -55,41 +48,20 @@ func newReplicated(ctx context.Context, cfg *Config, g comm.Group, model *nn.Mod
 	if err != nil {
 		return nil, err
 	}
-	return &replicated{cfg: cfg, g: g, d: d, model: model, st: st, opt: opt, scaler: scaler,
+	prog, err := strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, nn.WithOptimizer(opt)))
+	if err != nil {
+		return nil, err
+	}
+	return &replicated{
+		// Every rank holds the same averaged gradients: no communication for the norm.
+		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad},
+		cfg:     cfg, g: g, d: d, model: model, opt: opt,
 		evals: map[int]*ddp.Program{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
 		shape: shape, ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
 }
 
 func (r *replicated) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
-	r.opt.ZeroGrad()
-	lv, err := r.st.step(ctx, b)
-	if err != nil {
-		return 0, err
-	}
-	if r.scaler != nil {
-		lv /= r.scaler.Scale() // the graph computed the scaled loss
-	}
-	return lv, nil
-}
-
-func (r *replicated) update(ctx context.Context) error {
-	grads := r.model.Params.Grad
-	if r.scaler != nil {
-		r.scaler.Unscale(grads)
-	}
-	if r.cfg.ClipGrad > 0 {
-		// Every rank holds the same averaged gradients: no communication for the norm.
-		if err := clipShards(ctx, nil, grads, r.cfg.ClipGrad); err != nil {
-			return err
-		}
-	}
-	if r.scaler == nil {
-		return r.opt.Step()
-	}
-	if _, err := r.scaler.StepContext(ctx, r.opt); err != nil {
-		return err
-	}
-	return r.scaler.UpdateContext(ctx)
+	return r.run(ctx, b)
 }
 
 func (r *replicated) optimizer() optim.Optimizer { return r.opt }
@@ -103,7 +75,7 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 		}
 		r.evals[b.N] = p
 	}
-	if err := fill(p, b); err != nil {
+	if err := fillInputs(p.Input, b); err != nil {
 		return nil, err
 	}
 	if err := p.Run(ctx); err != nil {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -26,11 +25,10 @@ import (
 // trainer.npz with the schedule, step, epoch, RNG and loss scale; OUT/zero/LATEST names the
 // newest complete one. They resume at any world size.
 type sharded struct {
+	stepper
 	cfg     *Config
 	g       comm.Group
 	e       *zero.Engine
-	prog    *zero.Program
-	scaler  *amp.GradScaler
 	evals   map[int]*zero.Program
 	evalOpt []nn.BuildOption
 	shape   [3]int
@@ -40,7 +38,7 @@ type sharded struct {
 	steps   int
 }
 
-func newSharded(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (*sharded, error) {
+func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	opts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
 	switch cfg.Offload {
 	case "":
@@ -74,27 +72,21 @@ func newSharded(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model,
 	if err != nil {
 		return nil, err
 	}
-	return &sharded{cfg: cfg, g: g, e: e, prog: prog, scaler: scaler, evals: map[int]*zero.Program{},
+	return &sharded{
+		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
+		stepper: stepper{prog: prog, grads: e.ShardGrad, normGroup: g, scaler: scaler, clip: cfg.ClipGrad},
+		cfg:     cfg, g: g, e: e, evals: map[int]*zero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
 }
 
+// trainStep and update are the stepper's, with the step on the timeline: one event for
+// forward and backward with their gathers and reduce-scatters (ZeRO-3's collectives run
+// inside the tape, so the step is not split further here), one for the update.
 func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
-	s.e.ZeroGrad()
-	if err := fillInputs(s.prog.Input, b); err != nil {
-		return 0, err
-	}
 	start := time.Now()
-	if err := s.prog.Run(ctx); err != nil {
-		return 0, err
-	}
-	// One event for forward and backward with their gathers and reduce-scatters (ZeRO-3's
-	// collectives run inside the tape, so the step is not split further here).
+	lv, err := s.run(ctx, b)
 	s.tl.Add(ddp.Event{Name: "forward+backward", Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
-	lv, err := s.prog.LossValue()
-	if s.scaler != nil {
-		lv /= s.scaler.Scale()
-	}
 	return lv, err
 }
 
@@ -104,29 +96,7 @@ func (s *sharded) update(ctx context.Context) error {
 		s.tl.Add(ddp.Event{Name: ddp.EvOptimizer, Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
 		s.steps++
 	}()
-	grads := s.e.ShardGrad()
-	if s.scaler != nil {
-		s.scaler.Unscale(grads)
-	}
-	if s.cfg.ClipGrad > 0 {
-		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
-		if err := clipShards(ctx, s.g, grads, s.cfg.ClipGrad); err != nil {
-			return err
-		}
-	}
-	if s.scaler != nil {
-		inf, err := s.scaler.FoundInf(ctx)
-		if err != nil {
-			return err
-		}
-		if !inf {
-			if err := s.e.Step(); err != nil {
-				return err
-			}
-		}
-		return s.scaler.UpdateContext(ctx)
-	}
-	return s.e.Step()
+	return s.stepper.update(ctx)
 }
 
 func (s *sharded) optimizer() optim.Optimizer { return s.e.Optimizer() }

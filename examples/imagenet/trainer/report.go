@@ -30,7 +30,7 @@ func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, o
 	}
 	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks, final train loss %.4f, val top-1 %.2f%% top-5 %.2f%%\n",
 		res.Steps, res.ImgsPerS, world, res.FinalLoss, res.Top1, res.Top5)
-	if cfg.Strategy != "zero3" {
+	if res.ModelStateBytes == 0 { // replicated: DDP's overlap; ZeRO-3 reports its state instead
 		fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%\n", 100*res.OverlapFrac)
 	}
 	if res.ModelStateBytes > 0 {

@@ -3,77 +3,71 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/gorgonia-parallel/gp/amp"
-	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/dp"
+	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
 )
 
-// stepper runs forward and backward on one batch and leaves the gradient of the global
-// batch's mean loss in the model's gradient buffer; it returns the (unscaled by nothing:
-// as the graph computed it) loss.
-type stepper interface {
-	step(ctx context.Context, b *data.Batch) (float32, error)
+// strategy is what -strategy selects: the names are read once, here; the rest of the
+// trainer asks the strategy, never the name.
+type strategy struct {
+	// sharded: each rank holds a shard of the gradients and optimizer state (ZeRO-3):
+	// gradient norms are all-reduced, checkpoints are sharded, the model's gradient buffer
+	// is not where the gradients are.
+	sharded bool
+	// newEngine builds the strategy's engine.
+	newEngine func(ctx context.Context, cfg *Config, st strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error)
+	// compile builds the replicated engine's training program (nil for sharded ones).
+	compile func(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error)
 }
 
-// newStepper builds the training strategy: DDP over the group (also for world 1), or
-// DataParallel over cfg.DPReplicas replicas in this one process.
-func newStepper(ctx context.Context, cfg *Config, d *ddp.DDP, m *nn.Model, local, c, h, w int, scaler *amp.GradScaler, opts []nn.BuildOption) (stepper, error) {
-	switch cfg.Strategy {
-	case "ddp", "none", "":
-		p, err := d.Compile(buildFor(local, c, h, w, cfg.Smoothing, scaler), opts...)
-		if err != nil {
-			return nil, err
+var strategies = map[string]strategy{
+	"ddp":   {newEngine: newReplicatedEngine, compile: compileDDP},
+	"none":  {newEngine: newReplicatedEngine, compile: compileDDP},
+	"dp":    {newEngine: newReplicatedEngine, compile: compileDP},
+	"zero3": {sharded: true, newEngine: newShardedEngine},
+}
+
+// strategyOf looks -strategy up ("" is ddp).
+func strategyOf(name string) (strategy, error) {
+	if name == "" {
+		name = "ddp"
+	}
+	s, ok := strategies[name]
+	if !ok {
+		names := make([]string, 0, len(strategies))
+		for n := range strategies {
+			names = append(names, n)
 		}
-		return &ddpStepper{p}, nil
-	case "dp":
-		if d.Size() != 1 {
-			return nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", d.Size())
-		}
-		rep, err := dp.New(m, func(b *nn.Builder, n int) (*G.Node, error) {
-			return buildFor(n, c, h, w, cfg.Smoothing, scaler)(b)
-		}, dp.WithReplicas(cfg.DPReplicas), dp.WithBuildOptions(opts...))
-		if err != nil {
-			return nil, err
-		}
-		return &dpStepper{d: rep}, nil
+		slices.Sort(names)
+		return strategy{}, fmt.Errorf("trainer: unknown -strategy %q (%s)", name, strings.Join(names, ", "))
 	}
-	return nil, fmt.Errorf("trainer: unknown -strategy %q (ddp, dp or none)", cfg.Strategy)
+	return s, nil
 }
 
-type ddpStepper struct{ p *ddp.Program }
-
-func (s *ddpStepper) step(ctx context.Context, b *data.Batch) (float32, error) {
-	if err := fill(s.p, b); err != nil {
-		return 0, err
-	}
-	if err := s.p.Run(ctx); err != nil {
-		return 0, err
-	}
-	return s.p.LossValue()
+// compileDDP is DDP over the group (also for world 1).
+func compileDDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
+	return d.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, scaler), opts...)
 }
 
-type dpStepper struct {
-	d      *dp.DataParallel
-	labels []float32
-}
-
-func (s *dpStepper) step(ctx context.Context, b *data.Batch) (float32, error) {
-	if cap(s.labels) < b.N {
-		s.labels = make([]float32, b.N)
+// compileDP is DataParallel over cfg.DPReplicas replicas in this one process.
+func compileDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
+	if d.Size() != 1 {
+		return nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", d.Size())
 	}
-	y := s.labels[:b.N]
-	for i := range y {
-		y[i] = float32(b.Labels[i])
-	}
-	res, err := s.d.Step(ctx, dp.Batch{N: b.N, Inputs: map[string][]float32{
-		"images": b.Images[:b.N*b.C*b.H*b.W], "labels": y,
-	}})
+	rep, err := dp.New(m, func(b *nn.Builder, n int) (*G.Node, error) {
+		return buildFor(n, shape[0], shape[1], shape[2], cfg.Smoothing, scaler)(b)
+	}, dp.WithReplicas(cfg.DPReplicas), dp.WithBuildOptions(opts...))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return res.Loss, nil
+	return rep.Program(local)
 }

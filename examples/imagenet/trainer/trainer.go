@@ -53,6 +53,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 	if err := cfg.recipe(); err != nil {
 		return nil, err
 	}
+	strat, err := strategyOf(cfg.Strategy)
+	if err != nil {
+		return nil, err
+	}
 	g := cfg.Group
 	if g == nil {
 		if g, err = joinGroup(ctx, cfg.commOptions()...); err != nil {
@@ -82,7 +86,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 		return nil, err
 	}
 	mopts := []nn.ModelOption{nn.WithSeed(cfg.Seed)}
-	if cfg.Strategy != "zero3" {
+	if !strat.sharded {
 		// DDP all-reduces the gradients in place when the ranks share this host's memory.
 		mopts = append(mopts, ddp.SharedGradients(ctx, g))
 	}
@@ -97,13 +101,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 	}
 
 	shape := [3]int{train.c, train.h, train.w}
-	var eng engine
-	switch cfg.Strategy {
-	case "zero3":
-		eng, err = newSharded(ctx, &cfg, g, model, shape, log)
-	default:
-		eng, err = newReplicated(ctx, &cfg, g, model, shape, log)
-	}
+	eng, err := strat.newEngine(ctx, &cfg, strat, g, model, shape, log)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +126,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 		return nil, fmt.Errorf("trainer: run directory %s: %w", cfg.Out, err)
 	}
 	evaluate := func() (loss, top1, top5 float64, err error) {
-		return evaluate(ctx, g, val, eng, cfg.NumClasses, cfg.Strategy == "zero3")
+		return evaluate(ctx, g, val, eng, cfg.NumClasses, strat.sharded)
 	}
 	if cfg.Evaluate {
 		_, top1, top5, err := evaluate()
@@ -276,13 +274,6 @@ func buildFor(n, c, h, w int, smoothing float64, scaler *amp.GradScaler) nn.Buil
 		}
 		return scaler.ScaleLoss(b, loss)
 	}
-}
-
-// fill copies a batch into a program's inputs.
-func fill(p interface {
-	Input(string) ([]float32, error)
-}, b *data.Batch) error {
-	return fillInputs(p.Input, b)
 }
 
 // fillInputs copies a batch into the inputs that input returns.
