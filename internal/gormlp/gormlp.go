@@ -160,7 +160,9 @@ func Weights(w1, w2 *G.Node) []float32 {
 	return append(out, w2.Value().Data().([]float32)...)
 }
 
-// Solvers are gorgonia's solvers the tests run, by name, each new at every call.
+// Solvers are gorgonia's solvers the tests run, by name, each new at every call: all of
+// v0.9.18's that step float32 weights (BarzilaiBorwein fails on float32 with a dtype error,
+// on its own as under any wrapper; AdamW does nothing, see NoOpSolvers).
 var Solvers = []struct {
 	Name string
 	New  func() G.Solver
@@ -170,5 +172,16 @@ var Solvers = []struct {
 	{"adam", func() G.Solver { return G.NewAdamSolver(G.WithLearnRate(0.01)) }},
 	{"rmsprop", func() G.Solver { return G.NewRMSPropSolver(G.WithLearnRate(0.005)) }},
 	{"adagrad", func() G.Solver { return G.NewAdaGradSolver(G.WithLearnRate(0.05)) }},
+}
+
+// NoOpSolvers are gorgonia v0.9.18 solvers that do not update the weights at all, so that
+// an equivalence test with them would prove nothing: AdamW's Step computes the decayed
+// weights into a new tensor (tensor.Mul without UseUnsafe) and adds the update to that
+// copy, leaving the node's value as it was. A test asserts that they still do nothing
+// (TestNoOpSolversStillNoOp): when a newer gorgonia fixes one, move it to Solvers.
+var NoOpSolvers = []struct {
+	Name string
+	New  func() G.Solver
+}{
 	{"adamw", func() G.Solver { return G.NewAdamW(G.WithLearnRate(0.01)) }},
 }
