@@ -5,14 +5,12 @@ package checkpoint
 
 import (
 	"archive/zip"
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"codeberg.org/sbinet/npyio/npy"
@@ -23,15 +21,19 @@ import (
 // ErrCorrupt is wrapped by errors for unreadable, truncated or inconsistent files.
 var ErrCorrupt = errors.New("checkpoint: corrupt file")
 
-// testHookWriter, when set by tests, wraps the file writer of Save (to inject write errors).
+// testHookWriter, when set by tests, wraps the writer of Save (to inject write errors).
 var testHookWriter func(io.Writer) io.Writer
 
-// Save writes entries to path as an uncompressed .npz (like numpy.savez), atomically: the
-// data goes to a temporary file in the same directory, which is synced, renamed over path,
-// and the directory synced. On any error the previous file at path is left intact and the
-// error names path.
+// Save writes entries to path as an uncompressed .npz (like numpy.savez), atomically and
+// durably with WriteFile: on any error the previous file at path is left intact, no
+// temporary file remains, and the error names path.
 func Save(path string, entries []nn.StateEntry) error {
-	return writeAtomic(path, func(w io.Writer) error { return Write(w, entries) })
+	return WriteFile(path, func(w io.Writer) error {
+		if testHookWriter != nil {
+			w = testHookWriter(w)
+		}
+		return Write(w, entries)
+	})
 }
 
 // SaveArray writes one entry as a .npy file (format 1.0, like numpy.save), atomically as
@@ -40,49 +42,7 @@ func SaveArray(path string, e nn.StateEntry) error {
 	if err := checkEntry(e); err != nil {
 		return fmt.Errorf("checkpoint: save %s: %w", path, err)
 	}
-	return writeAtomic(path, func(w io.Writer) error { return writeNpy(w, e) })
-}
-
-// writeAtomic writes path through a synced temporary file in its directory and a rename.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("checkpoint: save %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("checkpoint: save %s: %w", path, err)
-		}
-	}()
-	var w io.Writer = tmp
-	if testHookWriter != nil {
-		w = testHookWriter(w)
-	}
-	bw := bufio.NewWriterSize(w, 1<<20)
-	if err = write(bw); err != nil {
-		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return WriteFile(path, func(w io.Writer) error { return writeNpy(w, e) })
 }
 
 // Write writes entries to w as an uncompressed .npz archive: one "<name>.npy" member per

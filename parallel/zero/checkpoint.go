@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,8 +17,9 @@ import (
 
 // Checkpoint layout: <dir>/<tag>/shard-<r>-of-<N>.npz per rank, <dir>/<tag>/manifest.json
 // written by rank 0 once every shard is in place, then <dir>/LATEST naming the tag. Every
-// file is written to a temporary name and renamed, so a save interrupted anywhere (a rank
-// killed) leaves LATEST naming the previous complete checkpoint.
+// file is written with checkpoint.WriteFile (temporary name, fsync, rename, directory
+// fsync), so a save interrupted anywhere (a rank killed) leaves LATEST naming the previous
+// complete checkpoint.
 const (
 	// ManifestName is the manifest's file name inside a checkpoint.
 	ManifestName = "manifest.json"
@@ -110,11 +112,11 @@ func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 		if err != nil {
 			return fmt.Errorf("zero: rank 0: manifest: %w", err)
 		}
-		if err := writeAtomic(filepath.Join(sub, ManifestName), b); err != nil {
+		if err := writeBytes(filepath.Join(sub, ManifestName), b); err != nil {
 			return fmt.Errorf("zero: rank 0: %w", err)
 		}
 		fault("manifest-written")
-		if err := writeAtomic(filepath.Join(dir, LatestName), []byte(tag+"\n")); err != nil {
+		if err := writeBytes(filepath.Join(dir, LatestName), []byte(tag+"\n")); err != nil {
 			return fmt.Errorf("zero: rank 0: %w", err)
 		}
 	}
@@ -126,31 +128,12 @@ func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 
 func shardName(rank, world int) string { return fmt.Sprintf("shard-%d-of-%d.npz", rank, world) }
 
-// writeAtomic writes b to path through a synced temporary file and a rename.
-func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+// writeBytes writes b to path with checkpoint.WriteFile (atomic and durable).
+func writeBytes(path string, b []byte) error {
+	return checkpoint.WriteFile(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
 }
 
 // ReadManifest resolves a checkpoint: dir's LATEST tag (or dir itself when it holds a

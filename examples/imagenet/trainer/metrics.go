@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
 	"os"
-	"path/filepath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 )
 
 // Record is one line of the JSON-lines metrics log.
@@ -144,20 +146,14 @@ func (m *Metrics) Plot(path string) error {
 		p.Legend.Top = !pn.log && pn.title != "validation accuracy"
 		p.Draw(tiles.At(dc, 0, i))
 	}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("trainer: plot %s: %w", path, err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("trainer: plot %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
+	err := checkpoint.WriteFile(path, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: plot: %w", err)
 	}
-	return os.Rename(tmp, filepath.Clean(path))
+	return nil
 }
 
 // positive drops non-positive points, which a log scale cannot show.
