@@ -157,3 +157,36 @@ func NewGraphModel(build BuildFunc, opts ...ModelOption) (*Model, error) {
 	}
 	return &Model{Params: ps, RNG: ops.NewRNG(uint64(cfg.seed))}, nil
 }
+
+// checkLearnablesUse fails when the forward reads an adopted learnable itself instead of the
+// node Learnable returned: its gradient would bypass the tap (and DDP's reduction, ZeRO's
+// gather), so the learnable would train on this rank's gradient alone or not at all.
+func (b *Builder) checkLearnablesUse() error {
+	for w, p := range b.learned {
+		use := b.nodes[p]
+		for it := b.Graph.To(w.ID()); it.Next(); {
+			n := it.Node().(*G.Node)
+			if n != use && !b.wraps(n, w) {
+				return fmt.Errorf("nn: learnable %s is read directly by %s: the forward must use the node b.Learnable(%s) returned", w.Name(), n.Name(), w.Name())
+			}
+		}
+	}
+	return nil
+}
+
+// wraps reports whether n is one of the nodes Learnable put between w and the forward (the
+// tap and the parameter hooks' ops take w or each other as their input).
+func (b *Builder) wraps(n, w *G.Node) bool {
+	use := b.nodes[b.learned[w]]
+	for m := use; m != nil && m != w; {
+		if m == n {
+			return true
+		}
+		kids := b.Graph.From(m.ID())
+		if kids.Len() != 1 || !kids.Next() {
+			return false
+		}
+		m = kids.Node().(*G.Node)
+	}
+	return false
+}

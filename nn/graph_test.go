@@ -196,3 +196,27 @@ func TestGraphModelBadInput(t *testing.T) {
 		t.Fatalf("duplicate names: error %v", err)
 	}
 }
+
+// A forward that reads a learnable itself, not the node Learnable returned, is refused at
+// Compile: its gradient would bypass the tap, so DDP would never reduce it.
+func TestLearnableReadDirectly(t *testing.T) {
+	build := func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("x", 4, 4)
+		if err != nil {
+			return nil, err
+		}
+		w := G.NewMatrix(b.Graph, tensor.Float32, G.WithShape(4, 1), G.WithName("w"), G.WithInit(G.Zeroes()))
+		if _, err := b.Learnable(w); err != nil {
+			return nil, err
+		}
+		return G.Sum(G.Must(G.Mul(x, w)))
+	}
+	m, err := nn.NewGraphModel(build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nn.Compile(m, build)
+	if err == nil || !strings.Contains(err.Error(), "learnable w is read directly by") {
+		t.Fatalf("error %v, want one naming w", err)
+	}
+}

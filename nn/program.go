@@ -57,6 +57,9 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 		return nil, err
 	}
 	p := &Program{Builder: b, Loss: loss}
+	if err := b.checkLearnablesUse(); err != nil {
+		return nil, err
+	}
 	if loss != nil && cfg.training {
 		if !loss.IsScalar() {
 			return nil, fmt.Errorf("nn: loss must be a scalar, got shape %v", loss.Shape())

@@ -208,6 +208,21 @@ func TestGorgoniaGraphUnderZeRO3(t *testing.T) {
 	}
 }
 
+// A replica whose parameter is changed behind DDP's back (here by 1e-6, one weight, on rank 1)
+// fails the next periodic check (after step 9) on every rank, naming the parameter and the rank.
+func TestDivergenceIsNamed(t *testing.T) {
+	job := proctest.Spawn(t, world, "GP_TRAIN_TEST_WORKER", "diverge", nil)
+	for r, err := range job.Errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, job.Outputs[r])
+		}
+		want := fmt.Sprintf("ddp: rank %d: replicas diverged after step 9: parameter w2 differs between rank 0 and rank 1 (1 of 2 tensors differ)", r)
+		if !strings.Contains(job.Outputs[r], want) {
+			t.Errorf("rank %d said:\n%s\nwant %q", r, job.Outputs[r], want)
+		}
+	}
+}
+
 // A gorgonia solver handed to ZeRO-3 is refused at Compile, saying why.
 func TestZeRO3RefusesSolver(t *testing.T) {
 	ctx := context.Background()
@@ -313,6 +328,38 @@ func worker(scenario string) error {
 		if err := writeWeights(filepath.Join(out, fmt.Sprintf("zero3-rank%d.bin", r)), all); err != nil {
 			return err
 		}
+	case "diverge":
+		// Rank 1 perturbs one weight before its 8th step; the check every 5 steps (before
+		// the 10th) catches it, on both ranks, naming the tensor.
+		m, err := nn.NewGraphModel(gormlp.Fixed(seed, per))
+		if err != nil {
+			return err
+		}
+		d, err := ddp.New(ctx, m, g, ddp.CheckEvery(5))
+		if err != nil {
+			return err
+		}
+		p, err := d.Compile(gormlp.Fixed(seed, per), nn.WithSolver(G.NewVanillaSolver(G.WithLearnRate(0.05))))
+		if err != nil {
+			return err
+		}
+		for step := range steps {
+			if step == 7 && r == 1 {
+				p.Learnables()[1].Value().Data().([]float32)[3] += 1e-6
+			}
+			gormlp.Data(x, y, step*global+r*per, per)
+			if err := feed(p, x, y); err != nil {
+				return err
+			}
+			if err := train.RunStep(ctx, p); err != nil {
+				if errors.Is(err, ddp.ErrDiverged) {
+					fmt.Println("diverged:", err)
+					return nil
+				}
+				return err
+			}
+		}
+		return errors.New("no divergence reported")
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}

@@ -54,7 +54,12 @@ func (d *DDP) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, err
 func (p *Program) Compiled() *nn.Program { return p.np }
 
 // SetInput copies data into the named input.
-func (p *Program) SetInput(name string, data []float32) error { return p.np.SetInput(name, data) }
+func (p *Program) SetInput(name string, data []float32) error {
+	if err := p.np.SetInput(name, data); err != nil {
+		return fmt.Errorf("ddp: rank %d: %w", p.d.rank, err)
+	}
+	return nil
+}
 
 // Input returns the memory of the named input.
 func (p *Program) Input(name string) ([]float32, error) { return p.np.Input(name) }

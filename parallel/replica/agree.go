@@ -71,7 +71,7 @@ func (c *Checker) Due() bool {
 // Check compares the tensors over g: each rank hashes every tensor's bits, the hashes are
 // all-gathered, and if any rank's differ from rank 0's, every rank returns the same error
 // (wrapping ErrDiverged) naming the first tensor that differs and the ranks that differ on
-// it, with how many tensors differ in all. step is only for the message. It is a collective:
+// it, with how many tensors differ in all. step (the steps completed) is only for the message. It is a collective:
 // every rank calls it with the same tensors.
 func (c *Checker) Check(ctx context.Context, g comm.Group, ts []Tensor, step int, who string) error {
 	if len(ts) == 0 {
@@ -112,7 +112,7 @@ func (c *Checker) Check(ctx context.Context, g comm.Group, ts []Tensor, step int
 		return nil
 	}
 	t := ts[first]
-	return fmt.Errorf("%s: %w at step %d: %s %s differs between rank 0 and rank %s (%d of %d tensors differ)",
+	return fmt.Errorf("%s: %w after step %d: %s %s differs between rank 0 and rank %s (%d of %d tensors differ)",
 		who, ErrDiverged, step, t.Kind, t.Name, strings.Join(ranks, ", rank "), count, len(ts))
 }
 
