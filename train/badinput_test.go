@@ -11,6 +11,8 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
+	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -133,5 +135,49 @@ func TestBadInputNamesNodeShapeAndRank(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Under ZeRO-3 a learning rate changed on one rank only (a scheduler stepped there alone)
+// fails the next periodic check on every rank.
+func TestZeRO3LearningRateDisagreementIsNamed(t *testing.T) {
+	ctx := context.Background()
+	errs := onRanks(func(r int, g comm.Group, build func(func())) error {
+		var m *nn.Model
+		var err error
+		build(func() { m, err = nn.NewGraphModel(gormlp.Fixed(1, per)) })
+		if err != nil {
+			return err
+		}
+		e, err := zero.New(ctx, m, g, zero.WithOptimizer(zero.AdamW(adamLR)), zero.CheckEvery(3))
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		var p *zero.Program
+		build(func() { p, err = e.Compile(gormlp.Fixed(1, per)) })
+		if err != nil {
+			return err
+		}
+		x, y := make([]float32, per*gormlp.In), make([]float32, per)
+		for step := range 10 {
+			if step == 4 && r == 1 {
+				e.Optimizer().SetLR(adamLR / 2)
+			}
+			gormlp.Data(x, y, step*global+r*per, per)
+			if err := feed(p, x, y); err != nil {
+				return err
+			}
+			if err := train.RunStep(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		want := "zero: rank " + string(rune('0'+r)) + ": replicas diverged after step 5: optimizer step count and learning rate differs between rank 0 and rank 1"
+		if err == nil || !errors.Is(err, zero.ErrDiverged) || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v\nwant %q", r, err, want)
+		}
 	}
 }

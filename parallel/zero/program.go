@@ -218,6 +218,11 @@ func (p *Program) Run(ctx context.Context) error {
 	if e.closed {
 		return ErrClosed
 	}
+	if p.training {
+		if err := e.checkAgreement(ctx); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	st := &p.st
 	st.ctx, st.err = ctx, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 
 	"github.com/gorgonia-parallel/gp/nn"
@@ -54,7 +55,21 @@ type config struct {
 	diskMaster  bool
 	workers     int
 	syncBN      bool
+	checkEvery  int
 }
+
+// CheckEvery sets how often, in training runs, the ranks check that they agree on what
+// ZeRO-3 keeps alike on every rank: the optimizer's step count and learning rate (a
+// scheduler stepped on one rank only would update one shard with another rate) and, under
+// SyncBatchNorm, the buffers. A difference fails the run on every rank with an error
+// (ErrDiverged) naming what differs and the ranks. Default replica.DefaultCheckEvery; 0
+// turns it off. (The parameters themselves are sharded: each exists once, so they cannot
+// disagree.)
+func CheckEvery(runs int) Option { return func(c *config) { c.checkEvery = runs } }
+
+// ErrDiverged is wrapped by a Run's error when the periodic check (CheckEvery) finds that
+// the ranks disagree.
+var ErrDiverged = replica.ErrDiverged
 
 // WithUnitDepth groups parameters into gather units by the first depth components of their
 // names (default 1: top-level modules, "layer1", "fc").
@@ -123,6 +138,8 @@ type Engine struct {
 	closed      bool
 	peak        int64
 	steps       int
+	checker     replica.Checker
+	scalars     []int64
 }
 
 // New shards model over g. Every rank calls it with the same options. It checks that the
@@ -133,11 +150,12 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 	if model == nil || model.Params == nil || g == nil {
 		return nil, errors.New("zero: nil model or process group")
 	}
-	cfg := config{key: DepthKey(1), prefetch: 1}
+	cfg := config{key: DepthKey(1), prefetch: 1, checkEvery: replica.DefaultCheckEvery}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	e := &Engine{Model: model, g: g, cfg: cfg, rank: g.Rank(), world: g.Size()}
+	e.checker.Every = cfg.checkEvery
 	ps := model.Params
 	if cfg.offload == OffloadDisk && cfg.dir == "" {
 		return nil, fmt.Errorf("zero: rank %d: disk offload needs WithOffloadDir", e.rank)
@@ -238,6 +256,17 @@ func (e *Engine) checkAndBroadcast(ctx context.Context) error {
 		return fmt.Errorf("zero: %w", err)
 	}
 	return replica.Broadcast(ctx, e.g, e.Model.Params, e.who())
+}
+
+// checkAgreement runs the periodic agreement check (CheckEvery).
+func (e *Engine) checkAgreement(ctx context.Context) error {
+	if !e.checker.Due() {
+		return nil
+	}
+	e.scalars = append(e.scalars[:0], int64(e.steps), int64(math.Float64bits(e.opt.LR())))
+	ts := []replica.Tensor{{Kind: "optimizer", Name: "step count and learning rate", I64: e.scalars}}
+	ts = append(ts, replica.Replicated(e.Model.Params, false, e.cfg.syncBN)...)
+	return e.checker.Check(ctx, e.g, ts, e.steps, e.who())
 }
 
 func (e *Engine) who() string { return fmt.Sprintf("zero: rank %d", e.rank) }
