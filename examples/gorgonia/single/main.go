@@ -1,0 +1,112 @@
+// Command single trains a two-layer perceptron written in plain gorgonia, in one process: the
+// program the other examples under examples/gorgonia wrap (README, "Wrapping a gorgonia
+// program" shows the diffs).
+//
+//	go run ./examples/gorgonia/single -steps 300
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"math/rand/v2"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// The task: y = sin(x0) + x1·x2 − x3/2 from x ~ N(0, 1)^8, learned from global batches of 64.
+const (
+	batch  = 64
+	in     = 8
+	hidden = 32
+	out    = 1
+)
+
+func main() {
+	steps := flag.Int("steps", 300, "training steps")
+	flag.Parse()
+	if err := run(*steps); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(steps int) error {
+	g := G.NewGraph()
+	x := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, in), G.WithName("x"), G.WithInit(G.Zeroes()))
+	y := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, out), G.WithName("y"), G.WithInit(G.Zeroes()))
+	w1, w2 := learnables(g)
+	loss, err := forward(x, y, w1, w2)
+	if err != nil {
+		return err
+	}
+	if _, err := G.Grad(loss, w1, w2); err != nil {
+		return err
+	}
+	vm := G.NewTapeMachine(g, G.BindDualValues(w1, w2))
+	defer vm.Close()
+	solver := G.NewAdamSolver(G.WithLearnRate(0.01))
+
+	for step := range steps {
+		samples(x.Value().Data().([]float32), y.Value().Data().([]float32), step*batch, batch)
+		if err := vm.RunAll(); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		if err := solver.Step(G.NodesToValueGrads(G.Nodes{w1, w2})); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		vm.Reset()
+		report(step, steps, loss.Value().Data().(float32))
+	}
+	sum := checksum(w1.Value().Data().([]float32)) + checksum(w2.Value().Data().([]float32))
+	fmt.Printf("final loss %.4f, sum of weights %.6f\n", loss.Value().Data().(float32), sum)
+	return nil
+}
+
+// learnables creates the weights on g, initialised as gorgonia's examples do.
+func learnables(g *G.ExprGraph) (w1, w2 *G.Node) {
+	w1 = G.NewMatrix(g, tensor.Float32, G.WithShape(in, hidden), G.WithName("w1"), G.WithInit(G.GlorotU(1)))
+	w2 = G.NewMatrix(g, tensor.Float32, G.WithShape(hidden, out), G.WithName("w2"), G.WithInit(G.GlorotU(1)))
+	return w1, w2
+}
+
+// forward is the mean squared error of relu(x·w1)·w2 against y.
+func forward(x, y, w1, w2 *G.Node) (*G.Node, error) {
+	h, err := G.Rectify(G.Must(G.Mul(x, w1)))
+	if err != nil {
+		return nil, err
+	}
+	d, err := G.Sub(G.Must(G.Mul(h, w2)), y)
+	if err != nil {
+		return nil, err
+	}
+	return G.Mean(G.Must(G.Square(d)))
+}
+
+// samples writes samples first..first+n-1 of the task into x [n,in] and y [n,out]. Sample i
+// is the same whoever draws it, so every strategy trains on the same global batches.
+func samples(x, y []float32, first, n int) {
+	for i := range n {
+		rng := rand.New(rand.NewPCG(uint64(first+i), 1))
+		xi := x[i*in : (i+1)*in]
+		for j := range xi {
+			xi[j] = float32(rng.NormFloat64())
+		}
+		y[i] = float32(math.Sin(float64(xi[0]))) + xi[1]*xi[2] - xi[3]/2
+	}
+}
+
+func report(step, steps int, loss float32) {
+	if step%50 == 0 || step == steps-1 {
+		fmt.Printf("step %4d  loss %.4f\n", step, loss)
+	}
+}
+
+func checksum(v []float32) float64 {
+	var s float64
+	for _, e := range v {
+		s += float64(e)
+	}
+	return s
+}
