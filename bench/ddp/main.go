@@ -35,6 +35,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
 )
 
 // result is what one benchmark process reports (one JSON line on stdout).
@@ -50,6 +51,9 @@ type result struct {
 	CPU      float64 `json:"cpu_s"` // user+system CPU seconds of the process over the timed steps
 	// BucketList is the bucket sizes after the rebuild, launch order, e.g. "1.95 MiB, 25.00 MiB, ...".
 	BucketList string `json:"bucket_list,omitempty"`
+	// Check is the time of one replica agreement check (hash every parameter and buffer,
+	// all-gather the hashes), measured after the timed steps, seconds.
+	Check float64 `json:"check_s,omitempty"`
 }
 
 type params struct {
@@ -166,12 +170,17 @@ func run(p params, procs, reps int, py, out string) error {
 	fmt.Printf("rank 0 per step (middle repetition): backward %.3f s, all-reduce %.3f s, wait after backward %.3f s\n",
 		r0.Backward/float64(p.steps), r0.AllRed/float64(p.steps), r0.Wait/float64(p.steps))
 	fmt.Printf("CPU per step (rank 0): plain %.3f s, DDP %.3f s, two plain %.3f s\n", cpu[0], cpu[1], cpu[2])
+	stepS := r0.Seconds / float64(p.steps)
+	checkShare := r0.Check / (float64(replica.DefaultCheckEvery) * stepS)
+	fmt.Printf("replica agreement check: %.2f ms each (%.1f%% of one DDP step), every %d steps: %.3f%% of the step time\n",
+		1e3*r0.Check, 100*r0.Check/stepS, replica.DefaultCheckEvery, 100*checkShare)
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
 		"efficiency_per_repetition": effs, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
+		"check_s": r0.Check, "check_share_of_step_time": checkShare, "check_every": replica.DefaultCheckEvery,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
 	if torchNote != "" {
@@ -339,6 +348,18 @@ func child(role string, p params) error {
 		if err := writeTrace(ctx, d, p.trace); err != nil {
 			return err
 		}
+		// The agreement check runs every replica.DefaultCheckEvery steps, so the timed steps
+		// above hold none: time it alone, as DDP runs it.
+		var c replica.Checker
+		ts := replica.Replicated(m.Params, true, true)
+		const checks = 5
+		t0 := time.Now()
+		for range checks {
+			if err := c.Check(ctx, d.Group(), ts, 0, "bench"); err != nil {
+				return err
+			}
+		}
+		res.Check = time.Since(t0).Seconds() / checks
 	}
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
