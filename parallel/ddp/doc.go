@@ -3,15 +3,23 @@
 //
 // The split follows PyTorch's c10d: package comm moves bytes, this package decides when a
 // bucket of gradients is ready and launches its reduction, and the model never learns that
-// it is distributed. A typical loop:
+// it is distributed. A typical loop (the verbs are package train's, the same under every
+// strategy):
 //
-//	d, err := ddp.New(ctx, model, group)           // checks models agree, broadcasts rank 0's
-//	prog, err := d.Compile(build)                  // adds the gradient hooks
+//	d, err := ddp.New(ctx, model, group)                  // checks models agree, broadcasts rank 0's
+//	prog, err := d.Compile(build, nn.WithOptimizer(opt))  // adds the gradient hooks
 //	for each batch {
-//		model.Params.ZeroGrad()
 //		prog.SetInput("images", x) ...
-//		err = prog.Step(ctx, opt)                  // forward, backward+all-reduce, average, opt.Step
+//		err = prog.Run(ctx)   // forward, backward with bucketed all-reduces, average
+//		err = prog.Step(ctx)  // the optimizer's update, then the gradients are zeroed
 //	}
+//
+// or prog.RunStep(ctx) for both, with each bucket updated as soon as its reduction ends.
+// A plain gorgonia program is a model too (nn.NewGraphModel): compiled with a gorgonia solver
+// (nn.WithSolver), its learnables' Node.Grad() is the averaged gradient after Run, so the
+// solver, or a hand-written update, steps every replica alike. Every CheckEvery steps the
+// ranks compare hashes of their parameters and buffers, so a replica that drifted is an
+// error naming the tensor, not a silent divergence.
 //
 // # Buckets and zero copy
 //
