@@ -8,7 +8,7 @@ PKGS    ?= ./...
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: all deps test test-cgo test-levels test-purego cross vet demo bench bench-ops bench-models bench-comm \
-        bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check fixtures clean
+        bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check fixtures clean test-examples
 
 all: test
 
@@ -18,8 +18,9 @@ deps:
 
 ## test: vet, the full test suite with OpenBLAS at the best SIMD level this CPU has, the
 ## kernel and model tests again at every lower level it has (GP_SIMD), the pure-Go
-## (CGO_ENABLED=0) build and its tests, and the cross builds (macOS, Windows, arm64).
-test: deps vet test-cgo test-levels test-purego cross
+## (CGO_ENABLED=0) build and its tests, the examples as a user runs them, and the cross
+## builds (macOS, Windows, arm64).
+test: deps vet test-cgo test-levels test-purego test-examples cross
 
 vet:
 	$(GO) vet $(PKGS)
@@ -39,6 +40,20 @@ test-levels:
 		echo "== GP_SIMD=$$l"; \
 		GP_SIMD=$$l $(GO) test -count=1 -timeout 10m $(LEVEL_PKGS) || exit 1; \
 	done
+
+## test-examples: build gprun and the examples/gorgonia programs and run each for a few
+## steps as its doc comment says (ddp and zero3 under gprun with 2 processes); any non-zero
+## exit fails. They run as binaries rather than from a Go test so that what is checked is
+## what a user types, launcher included.
+EXAMPLE_STEPS ?= 100
+test-examples:
+	$(GO) build -o bin/gprun ./cmd/gprun
+	@mkdir -p bin/examples
+	$(GO) build -o bin/examples/ ./examples/gorgonia/...
+	bin/examples/single -steps $(EXAMPLE_STEPS)
+	bin/examples/dp -steps $(EXAMPLE_STEPS)
+	bin/gprun --nproc-per-node 2 -- bin/examples/ddp -steps $(EXAMPLE_STEPS)
+	bin/gprun --nproc-per-node 2 -- bin/examples/zero3 -steps $(EXAMPLE_STEPS)
 
 ## cross: vet (which compiles the tests too) with CGO_ENABLED=0 for linux, macOS and
 ## Windows on amd64 and arm64.
