@@ -145,8 +145,15 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 		d.staticSeen = true
 	}
 	if len(unused) > 0 && len(errs) == 0 && !d.cfg.findUnused && !d.cfg.staticGraph {
-		errs = append(errs, fmt.Errorf("%w: %v (they do not reach the loss, or the graph does not use them; pass ddp.FindUnusedParameters() if that is intended)",
-			ErrUnusedParameters, unused))
+		if len(unused) == len(d.flat) {
+			// Nothing reached a tap: the backward did not run through the parameters at
+			// all, and FindUnusedParameters would only train every rank on zeros.
+			errs = append(errs, fmt.Errorf("%w: none of the %d parameters got a gradient: the loss does not depend on them (a loss built from the inputs alone, or a forward that reads the learnables instead of the nodes Builder.Param or Builder.Learnable returned)",
+				ErrUnusedParameters, len(unused)))
+		} else {
+			errs = append(errs, fmt.Errorf("%w: %v (they do not reach the loss, or the graph does not use them; if that is intended, pass ddp.FindUnusedParameters(), which reduces zeros for them)",
+				ErrUnusedParameters, unused))
+		}
 	}
 	waitStart := end
 	for i, w := range st.works {
