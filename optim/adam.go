@@ -30,7 +30,8 @@ type Adam struct {
 }
 
 // NewAdam returns torch.optim.Adam over segs: weight decay (Segment.WeightDecay) is an L2
-// term added to the gradient.
+// term added to the gradient. Its moments come from the allocator (WithAllocator), one
+// buffer per kind over every segment.
 func NewAdam(segs []Segment, lr float64, opts ...Option) (*Adam, error) {
 	return newAdam("Adam", false, segs, lr, opts)
 }
@@ -51,16 +52,16 @@ func newAdam(name string, decoupled bool, segs []Segment, lr float64, opts []Opt
 		return nil, fmt.Errorf("%w: %s betas (%g, %g), eps %g", ErrBadHyperparameter, name, c.beta1, c.beta2, c.eps)
 	}
 	o := &Adam{base: b, decoupled: decoupled}
-	alloc := func() [][]float32 {
-		out := make([][]float32, len(segs))
-		for i, s := range segs {
-			out[i] = make([]float32, len(s.Data))
-		}
-		return out
+	if o.expAvg, err = o.allocState(kindExpAvg); err != nil {
+		return nil, fmt.Errorf("optim: %s: %w", name, err)
 	}
-	o.expAvg, o.expAvgSq = alloc(), alloc()
+	if o.expAvgSq, err = o.allocState(kindExpAvgSq); err != nil {
+		return nil, fmt.Errorf("optim: %s: %w", name, err)
+	}
 	if c.amsgrad {
-		o.maxSq = alloc()
+		if o.maxSq, err = o.allocState(kindMaxExpAvgSq); err != nil {
+			return nil, fmt.Errorf("optim: %s: %w", name, err)
+		}
 	}
 	return o, nil
 }
@@ -112,9 +113,9 @@ func (o *Adam) name() string {
 	return "Adam"
 }
 
-// update applies this step's update to elements [lo, hi) of segment si.
+// update applies this step's update to elements [lo, hi) of segment si. Workers call it
+// concurrently on disjoint ranges.
 func (o *Adam) update(si, lo, hi int) {
-	c := o.cfg
 	s := o.segs[si]
 	k := o.k
 	k.decay, k.wd = 1, 0
@@ -127,17 +128,7 @@ func (o *Adam) update(si, lo, hi int) {
 	if o.maxSq != nil {
 		vmax = o.maxSq[si][lo:hi]
 	}
-	p, g, m, v := s.Data[lo:hi], s.Grad[lo:hi], o.expAvg[si][lo:hi], o.expAvgSq[si][lo:hi]
-	o.parallel(len(p), func(lo, hi int) {
-		adamKernel(&k, c.maximize, o.decoupled, p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], sub(vmax, lo, hi))
-	})
-}
-
-func sub(s []float32, lo, hi int) []float32 {
-	if s == nil {
-		return nil
-	}
-	return s[lo:hi]
+	adamKernel(&k, o.cfg.maximize, o.decoupled, s.Data[lo:hi], s.Grad[lo:hi], o.expAvg[si][lo:hi], o.expAvgSq[si][lo:hi], vmax)
 }
 
 // adamKernel updates one chunk. All slices have the same length; vmax is nil without amsgrad.

@@ -40,6 +40,7 @@ type config struct {
 	amsgrad             bool
 	workers             int
 	minChunk            int
+	alloc               Allocator
 }
 
 func defaults() config {
@@ -69,9 +70,12 @@ func WithEps(eps float64) Option { return func(c *config) { c.eps = eps } }
 // WithAMSGrad enables the AMSGrad variant of Adam and AdamW.
 func WithAMSGrad() Option { return func(c *config) { c.amsgrad = true } }
 
-// WithWorkers lets Step split segments of at least minChunk elements per worker across n
-// goroutines (n <= 0 means GOMAXPROCS). Every element is updated by the same code with the
-// same constants, so the result is bit-identical to the serial path (n = 1, the default).
+// WithWorkers lets Step (and StepGrads) split the update across n goroutines (n <= 0 means
+// GOMAXPROCS), each taking at least minChunk elements: the elements of all segments are cut
+// into pieces of about equal size, a piece spanning segment boundaries where it must, so
+// many small segments (a ZeRO shard) spread as well as one large one. Every element is
+// updated by the same code with the same constants, so the result is bit-identical to the
+// serial path (n = 1, the default) for every n and minChunk.
 func WithWorkers(n, minChunk int) Option {
 	return func(c *config) {
 		if n <= 0 {
@@ -90,6 +94,9 @@ type base struct {
 	step      int64
 	cfg       config
 	inStep    bool // between BeginStep and EndStep of a ranged step
+
+	stateElems int64     // float32 state elements allocated (StateBytes)
+	wholePlan  [][]chunk // the split of every segment across workers (Step), made once
 }
 
 func newBase(segs []Segment, lr float64, opts []Option) (base, error) {
@@ -134,19 +141,49 @@ func (b *base) initialLRValue() float64 {
 	return b.initialLR
 }
 
-// parallel runs kernel(lo, hi) over [0, n), split across the configured workers when n is
-// large enough (with ops.ForkJoin, so on the kernels' worker pool when it is free). Chunks
-// are disjoint, so the result does not depend on the split.
-func (b *base) parallel(n int, kernel func(lo, hi int)) {
-	w := min(b.cfg.workers, n/b.cfg.minChunk)
-	if w <= 1 {
-		kernel(0, n)
+// chunk is elements [lo, hi) of segment seg.
+type chunk struct{ seg, lo, hi int }
+
+// run calls kernel(seg, lo, hi) over every element of plan's chunks, one goroutine per
+// list (with ops.ForkJoin, so on the kernels' worker pool when it is free). Chunks are
+// disjoint, so the result does not depend on the split.
+func run(plan [][]chunk, kernel func(si, lo, hi int)) {
+	each := func(i int) {
+		for _, c := range plan[i] {
+			kernel(c.seg, c.lo, c.hi)
+		}
+	}
+	if len(plan) == 1 {
+		each(0)
 		return
 	}
-	chunk := (n + w - 1) / w
-	ops.ForkJoin(w, func(i int) {
-		if lo := i * chunk; lo < n {
-			kernel(lo, min(lo+chunk, n))
+	ops.ForkJoin(len(plan), each)
+}
+
+// split cuts chunks (in order) into at most workers lists of about equal element count,
+// each of at least minChunk elements: one list when the total is under 2·minChunk. A chunk
+// is cut where a list fills up, so lists may end and start inside a segment.
+func split(chunks []chunk, workers, minChunk int) [][]chunk {
+	total := 0
+	for _, c := range chunks {
+		total += c.hi - c.lo
+	}
+	w := min(workers, total/minChunk)
+	if w <= 1 {
+		return [][]chunk{chunks}
+	}
+	per := (total + w - 1) / w
+	plan := make([][]chunk, w)
+	k, filled := 0, 0
+	for _, c := range chunks {
+		for lo := c.lo; lo < c.hi; {
+			take := min(c.hi-lo, max(per-filled, 1))
+			plan[k] = append(plan[k], chunk{c.seg, lo, lo + take})
+			lo += take
+			if filled += take; filled >= per && k < w-1 {
+				k, filled = k+1, 0
+			}
 		}
-	})
+	}
+	return plan[:k+1]
 }

@@ -62,24 +62,35 @@ func (b *base) overlap(grad []float32, fn func(si, lo, hi int)) {
 }
 
 // stepWhole is Step for a Ranged optimizer: r's BeginStep, update over every element of
-// every segment, r's EndStep.
+// every segment (split across the workers once, see WithWorkers), r's EndStep.
 func (b *base) stepWhole(r Ranged, update func(si, lo, hi int)) error {
 	if err := r.BeginStep(); err != nil {
 		return err
 	}
-	for si, s := range b.segs {
-		update(si, 0, len(s.Data))
+	if b.wholePlan == nil {
+		all := make([]chunk, len(b.segs))
+		for si, s := range b.segs {
+			all[si] = chunk{si, 0, len(s.Data)}
+		}
+		b.wholePlan = split(all, b.cfg.workers, b.cfg.minChunk)
 	}
+	run(b.wholePlan, update)
 	return r.EndStep()
 }
 
 // stepGrads is StepGrads for an optimizer called name: update over the elements whose
-// gradients lie in grad, inside a step.
+// gradients lie in grad, inside a step, split across the workers as Step is.
 func (b *base) stepGrads(name string, grad []float32, update func(si, lo, hi int)) error {
 	if err := b.within(name, "StepGrads"); err != nil {
 		return err
 	}
-	b.overlap(grad, update)
+	if b.cfg.workers <= 1 {
+		b.overlap(grad, update)
+		return nil
+	}
+	var chunks []chunk
+	b.overlap(grad, func(si, lo, hi int) { chunks = append(chunks, chunk{si, lo, hi}) })
+	run(split(chunks, b.cfg.workers, b.cfg.minChunk), update)
 	return nil
 }
 

@@ -37,9 +37,8 @@ func NewSGD(segs []Segment, lr float64, opts ...Option) (*SGD, error) {
 	}
 	o := &SGD{base: b, momInit: make([]bool, len(segs))}
 	if c.momentum != 0 {
-		o.mom = make([][]float32, len(segs))
-		for i, s := range segs {
-			o.mom[i] = make([]float32, len(s.Data))
+		if o.mom, err = o.allocState(kindMomentum); err != nil {
+			return nil, fmt.Errorf("optim: SGD: %w", err)
 		}
 	}
 	return o, nil
@@ -80,7 +79,8 @@ func (o *SGD) EndStep() error {
 	return nil
 }
 
-// update applies this step's update to elements [lo, hi) of segment si.
+// update applies this step's update to elements [lo, hi) of segment si. Workers call it
+// concurrently on disjoint ranges.
 func (o *SGD) update(si, lo, hi int) {
 	c := o.cfg
 	negLR := float32(-o.lr)
@@ -95,34 +95,32 @@ func (o *SGD) update(si, lo, hi int) {
 		buf = o.mom[si][lo:hi]
 		first = o.first[si]
 	}
-	o.parallel(len(p), func(lo, hi int) {
-		if buf != nil && !first && !c.nesterov && !c.maximize {
-			sgdMomentum(p[lo:hi], g[lo:hi], buf[lo:hi], negLR, mom, damp, wd)
-			return
+	if buf != nil && !first && !c.nesterov && !c.maximize {
+		sgdMomentum(p, g, buf, negLR, mom, damp, wd)
+		return
+	}
+	for i := range p {
+		d := g[i]
+		if c.maximize {
+			d = -d
 		}
-		for i := lo; i < hi; i++ {
-			d := g[i]
-			if c.maximize {
-				d = -d
-			}
-			if wd != 0 {
-				d += wd * p[i]
-			}
-			if buf != nil {
-				if first {
-					buf[i] = d
-				} else {
-					buf[i] = buf[i]*mom + damp*d
-				}
-				if c.nesterov {
-					d += mom * buf[i]
-				} else {
-					d = buf[i]
-				}
-			}
-			p[i] += negLR * d
+		if wd != 0 {
+			d += wd * p[i]
 		}
-	})
+		if buf != nil {
+			if first {
+				buf[i] = d
+			} else {
+				buf[i] = buf[i]*mom + damp*d
+			}
+			if c.nesterov {
+				d += mom * buf[i]
+			} else {
+				d = buf[i]
+			}
+		}
+		p[i] += negLR * d
+	}
 }
 
 // StateDict returns "optim.step", "optim.lr", "optim.initial_lr" and, once set, every

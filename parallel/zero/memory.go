@@ -89,10 +89,11 @@ func (e *Engine) persistentBytes() int64 {
 	return b
 }
 
-// stateBytes counts the float32 per-parameter state of opt (its state dict aliases it).
+// stateBytes counts the per-parameter state of opt: what it allocated (optim's
+// optimizers: StateBytes), else the float32 state in its state dict (which aliases it).
 func stateBytes(opt optim.Optimizer) int64 {
-	if a, ok := opt.(*ShardAdamW); ok {
-		return 4 * int64(len(a.m)+len(a.v))
+	if s, ok := opt.(interface{ StateBytes() int64 }); ok {
+		return s.StateBytes()
 	}
 	var n int64
 	for _, e := range opt.StateDict() {

@@ -207,7 +207,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 func (e *Engine) allocate() error {
 	l, cfg := e.lay, e.cfg
 	var err error
-	e.alloc = heapAlloc{}
+	e.alloc = optim.HeapAllocator{}
 	if cfg.offload == OffloadDisk {
 		if err := os.MkdirAll(cfg.dir, 0o700); err != nil {
 			return fmt.Errorf("zero: rank %d: offload directory: %w", e.rank, err)
