@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"sync"
+	"testing"
 
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -20,8 +23,10 @@ import (
 // rank); Example_loop runs the ranks as goroutines over comm.NewLocalGroups.
 func fit(ctx context.Context, g comm.Group, ds data.Dataset, epochs int) (*nn.Model, error) {
 	const batch = 16
-	net := nn.Seq(&nn.Flatten{}, &nn.Linear{In: 16, Out: 32}, &nn.ReLU{}, &nn.Linear{In: 32, Out: 4}) // or models.New("resnet50", 1000)
-	model, err := nn.NewModel(net, nn.WithSeed(0), ddp.SharedGradients(ctx, g))                       // flat parameters; gradients in memory the host's ranks share
+	// A classifier of 1×4×4 images in 4 classes (for ImageNet: models.New("resnet50", 1000)).
+	net := nn.Seq(&nn.Flatten{}, &nn.Linear{In: 16, Out: 32}, &nn.ReLU{}, &nn.Linear{In: 32, Out: 4})
+	// Parameters in flat buffers; gradients in memory the host's ranks share.
+	model, err := nn.NewModel(net, nn.WithSeed(0), ddp.SharedGradients(ctx, g))
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +137,26 @@ func Example_loop() {
 	// epoch 1: rank 0 read 48 samples, rank 1 48, both 0
 	// epoch 2: rank 0 read 48 samples, rank 1 48, both 0
 	// parameters equal: true
+}
+
+// TestReadmeQuotesFit keeps the README's loop the code Example_loop runs.
+func TestReadmeQuotesFit(t *testing.T) {
+	src, err := os.ReadFile("example_loop_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fit, _, found := strings.Cut(string(src), "\nfunc fit(")
+	fit, _, ended := strings.Cut(string(src[len(fit)+1:]), "\n}\n")
+	if !found || !ended {
+		t.Fatal("example_loop_test.go: func fit not found")
+	}
+	if fit += "\n}\n"; !strings.Contains(string(readme), "```go\n"+fit+"```\n") {
+		t.Errorf("README.md does not quote fit of example_loop_test.go as it is: copy the function into the \"Using it\" section")
+	}
 }
 
 // samples is the size of the example's data set: 50 per rank, so 3 batches of 16 and a
