@@ -212,32 +212,9 @@ func (d *ArrayDataset) finish(opts []Option) error {
 // checkLabels refuses labels outside [0, c.classes) (only negative ones when classes is 0),
 // or under Skip leaves their samples out.
 func (d *ArrayDataset) checkLabels(c config) error {
-	bad := func(y int64) bool { return y < 0 || (c.classes > 0 && y >= int64(c.classes)) }
-	want := "want >= 0"
-	if c.classes > 0 {
-		want = fmt.Sprintf("want 0..%d for %d classes", c.classes-1, c.classes)
-	}
-	for i, y := range d.labels {
-		if !bad(y) {
-			continue
-		}
-		if c.bad == Fail {
-			return fmt.Errorf("%s: label %d at index %d (%s): %w", d.labelsName, y, i, want, ErrBadLabel)
-		}
-		d.skipped = append(d.skipped, i)
-		c.log.Warn("data: skipping sample with a bad label", "path", d.labelsName, "index", i, "label", y, "want", want)
-	}
-	if d.skipped == nil {
-		return nil
-	}
-	kept := d.labels[:0:0]
-	for i, y := range d.labels {
-		if !bad(y) {
-			d.idx, kept = append(d.idx, i), append(kept, y)
-		}
-	}
-	d.labels = kept
-	return nil
+	var err error
+	d.labels, d.idx, d.skipped, err = checkLabelRange(d.labelsName, d.labels, c)
+	return err
 }
 
 // Skipped returns the array indices of the samples left out under Skip (labels out of
