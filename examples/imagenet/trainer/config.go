@@ -66,6 +66,14 @@ type Config struct {
 	// that step (and its checkpoint) in the first attempt of a job (TORCHELASTIC_RESTART_COUNT
 	// unset or 0), as a crash would.
 	FailAtStep int64
+	// KillAtStep, for fault-injection tests, makes rank KillRank send itself SIGKILL in the
+	// middle of that step (after its forward and backward, before the trainer's update and
+	// before the step is logged or checkpointed) in the first attempt of a job: a crash that
+	// runs no deferred code, closes no connection cleanly and leaves whatever the rank had
+	// half done. 0 turns it off.
+	KillAtStep int64
+	// KillRank is the rank that KillAtStep kills.
+	KillRank int
 	// Timeout bounds each collective of the group Run joins (comm.WithTimeout; 0: the
 	// GP_COMM_TIMEOUT environment variable, else comm's 30 minutes). A collective that times
 	// out fails naming the ranks that had not arrived and the last operation each ran.
@@ -125,6 +133,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"keep and write the timeline events of the last N steps per rank (0: no timelines)")
 	fs.StringVar(&c.BadInput, "bad-input", "fail", "samples with out-of-range labels: fail | skip (left out on every rank, logged)")
 	fs.Int64Var(&c.FailAtStep, "fail-at-step", 0, "exit with status 3 after this step in the first attempt (fault-injection tests)")
+	fs.Int64Var(&c.KillAtStep, "kill-at-step", 0, "rank -kill-rank sends itself SIGKILL during this step in the first attempt (fault-injection tests)")
+	fs.IntVar(&c.KillRank, "kill-rank", 0, "the rank -kill-at-step kills")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "timeout of each collective, like 10m (default: GP_COMM_TIMEOUT, else 30m)")
 }
 

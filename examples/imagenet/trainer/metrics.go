@@ -32,43 +32,79 @@ type Record struct {
 	LossScale float64 `json:"loss_scale,omitempty"`
 }
 
-// Metrics appends records to a JSON-lines file and keeps them for the plot.
+// Metrics appends records to a JSON-lines file. It keeps nothing in memory per record:
+// Plot reads the file back.
 type Metrics struct {
-	path    string
-	f       *os.File
-	w       *bufio.Writer
-	records []Record
+	path string
+	f    *os.File
+	w    *bufio.Writer
 }
 
-// OpenMetrics opens (appending, so a resumed run continues its log) the log at path and
-// reads the records already in it.
-func OpenMetrics(path string) (*Metrics, error) {
-	m := &Metrics{path: path}
-	if b, err := os.ReadFile(path); err == nil {
-		dec := json.NewDecoder(bytesReader(b))
-		for dec.More() {
-			var r Record
-			if err := dec.Decode(&r); err != nil {
-				break // a torn last line from a killed run: keep what parsed
-			}
-			m.records = append(m.records, r)
-		}
+// OpenMetrics opens the log at path, appending, for a run that continues after step from:
+// 0 for a run from scratch, the checkpoint's step for a resumed one. The records of later
+// steps, which an interrupted attempt wrote after the checkpoint that this run resumes from
+// (and which this run writes again), are dropped first, with a torn last line, so that the
+// log holds each step once; the file is then replaced atomically (checkpoint.WriteFile).
+func OpenMetrics(path string, from int64) (*Metrics, error) {
+	if err := truncateMetrics(path, from); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: metrics log %s: %w", path, err)
 	}
-	m.f, m.w = f, bufio.NewWriter(f)
-	return m, nil
+	return &Metrics{path: path, f: f, w: bufio.NewWriter(f)}, nil
+}
+
+// truncateMetrics cuts the log at path before its first record of a step after from (or
+// its first line that does not parse), rewriting it atomically when anything is cut. The
+// records are in step order: every run appends in order, after cutting what it redoes.
+func truncateMetrics(path string, from int64) error {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("trainer: metrics log %s: %w", path, err)
+	}
+	defer f.Close()
+	keep, cut := int64(0), false
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			var rec Record
+			if line[len(line)-1] != '\n' || json.Unmarshal(line, &rec) != nil || rec.Step > from {
+				cut = true // a later step, or a torn last line from a killed run
+				break
+			}
+			keep += int64(len(line))
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("trainer: metrics log %s: %w", path, err)
+		}
+	}
+	if !cut {
+		return nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("trainer: metrics log %s: %w", path, err)
+	}
+	err = checkpoint.WriteFile(path, func(w io.Writer) error {
+		_, err := io.CopyN(w, f, keep)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: metrics log %s: dropping the records after step %d: %w", path, from, err)
+	}
+	return nil
 }
 
 // Add writes one record and flushes it, so the log survives a crash.
 func (m *Metrics) Add(r Record) error {
-	// Drop records of steps a resumed run repeats, keeping the plot monotonic.
-	for len(m.records) > 0 && m.records[len(m.records)-1].Step > r.Step {
-		m.records = m.records[:len(m.records)-1]
-	}
-	m.records = append(m.records, r)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -76,7 +112,10 @@ func (m *Metrics) Add(r Record) error {
 	if _, err := m.w.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
 	}
-	return m.w.Flush()
+	if err := m.w.Flush(); err != nil {
+		return fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
+	}
+	return nil
 }
 
 // Close flushes and closes the log.
@@ -87,20 +126,38 @@ func (m *Metrics) Close() error {
 	return m.f.Close()
 }
 
+// PlotPoints bounds each curve of the plot: a longer series is averaged over runs of
+// consecutive points (see decimated), so plotting reads the log in constant memory.
+const PlotPoints = 2048
+
 // Plot writes a PNG with three panels: training and validation loss, validation top-1 and
-// top-5 accuracy, and the learning rate, against the step.
+// top-5 accuracy, and the learning rate, against the step. It reads the log back from its
+// file; each curve has at most PlotPoints points.
 func (m *Metrics) Plot(path string) error {
-	var trainLoss, valLoss, top1, top5, lr plotter.XYs
-	for _, r := range m.records {
+	if err := m.w.Flush(); err != nil {
+		return fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
+	}
+	var trainLoss, valLoss, top1, top5, lr decimated
+	f, err := os.Open(m.path)
+	if err != nil {
+		return fmt.Errorf("trainer: plot: %w", err)
+	}
+	defer f.Close()
+	dec := json.NewDecoder(bufio.NewReader(f))
+	for dec.More() {
+		var r Record
+		if err := dec.Decode(&r); err != nil {
+			break // a line being written: plot what came before
+		}
 		x := float64(r.Step)
 		switch r.Kind {
 		case "train":
-			trainLoss = append(trainLoss, plotter.XY{X: x, Y: r.Loss})
-			lr = append(lr, plotter.XY{X: x, Y: r.LR})
+			trainLoss.add(x, r.Loss)
+			lr.add(x, r.LR)
 		case "val":
-			valLoss = append(valLoss, plotter.XY{X: x, Y: r.Loss})
-			top1 = append(top1, plotter.XY{X: x, Y: r.Top1})
-			top5 = append(top5, plotter.XY{X: x, Y: r.Top5})
+			valLoss.add(x, r.Loss)
+			top1.add(x, r.Top1)
+			top5.add(x, r.Top5)
 		}
 	}
 	panels := []struct {
@@ -108,9 +165,9 @@ func (m *Metrics) Plot(path string) error {
 		log           bool
 		series        []series
 	}{
-		{"loss (log scale)", "cross-entropy", true, []series{{"train", trainLoss, 0}, {"val", valLoss, 1}}},
-		{"validation accuracy", "%", false, []series{{"top-1", top1, 2}, {"top-5", top5, 3}}},
-		{"learning rate", "lr", false, []series{{"lr", lr, 4}}},
+		{"loss (log scale)", "cross-entropy", true, []series{{"train", trainLoss.points(), 0}, {"val", valLoss.points(), 1}}},
+		{"validation accuracy", "%", false, []series{{"top-1", top1.points(), 2}, {"top-5", top5.points(), 3}}},
+		{"learning rate", "lr", false, []series{{"lr", lr.points(), 4}}},
 	}
 	const w, h = 6 * vg.Inch, 3 * vg.Inch
 	img := vgimg.New(w, h*vg.Length(len(panels)))
@@ -146,7 +203,7 @@ func (m *Metrics) Plot(path string) error {
 		p.Legend.Top = !pn.log && pn.title != "validation accuracy"
 		p.Draw(tiles.At(dc, 0, i))
 	}
-	err := checkpoint.WriteFile(path, func(w io.Writer) error {
+	err = checkpoint.WriteFile(path, func(w io.Writer) error {
 		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
 		return err
 	})
@@ -154,6 +211,44 @@ func (m *Metrics) Plot(path string) error {
 		return fmt.Errorf("trainer: plot: %w", err)
 	}
 	return nil
+}
+
+// decimated is a series of at most PlotPoints points fed one at a time: each point is the
+// mean of a run of group consecutive inputs; when the series fills up, neighbouring points
+// are averaged in pairs and group doubles. The last run may be partial.
+type decimated struct {
+	xy         plotter.XYs
+	group      int
+	sumX, sumY float64
+	n          int
+}
+
+func (d *decimated) add(x, y float64) {
+	if d.group == 0 {
+		d.group = 1
+	}
+	d.sumX, d.sumY, d.n = d.sumX+x, d.sumY+y, d.n+1
+	if d.n < d.group {
+		return
+	}
+	d.xy = append(d.xy, plotter.XY{X: d.sumX / float64(d.n), Y: d.sumY / float64(d.n)})
+	d.sumX, d.sumY, d.n = 0, 0, 0
+	if len(d.xy) == PlotPoints {
+		for i := 0; i < PlotPoints/2; i++ {
+			a, b := d.xy[2*i], d.xy[2*i+1]
+			d.xy[i] = plotter.XY{X: (a.X + b.X) / 2, Y: (a.Y + b.Y) / 2}
+		}
+		d.xy = d.xy[:PlotPoints/2]
+		d.group *= 2
+	}
+}
+
+// points is the series, with the partial last run's mean.
+func (d *decimated) points() plotter.XYs {
+	if d.n == 0 {
+		return d.xy
+	}
+	return append(d.xy[:len(d.xy):len(d.xy)], plotter.XY{X: d.sumX / float64(d.n), Y: d.sumY / float64(d.n)})
 }
 
 // positive drops non-positive points, which a log scale cannot show.

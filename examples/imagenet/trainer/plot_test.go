@@ -1,6 +1,8 @@
 package trainer
 
 import (
+	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,7 +10,8 @@ import (
 
 func TestMetricsLogAndPlot(t *testing.T) {
 	dir := t.TempDir()
-	m, err := OpenMetrics(filepath.Join(dir, "metrics.jsonl"))
+	path := filepath.Join(dir, "metrics.jsonl")
+	m, err := OpenMetrics(path, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,17 +31,114 @@ func TestMetricsLogAndPlot(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Reopening reads the log back, as a resumed run does.
-	m2, err := OpenMetrics(filepath.Join(dir, "metrics.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
-	if len(m2.records) != 24 {
-		t.Fatalf("read back %d records, want 24", len(m2.records))
-	}
 	b, err := os.ReadFile(filepath.Join(dir, "curves.png"))
 	if err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
 		t.Fatalf("plot is not a PNG (%d bytes, %v)", len(b), err)
 	}
+	// Reopening after the last step keeps every record.
+	m2, err := OpenMetrics(path, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.Close()
+	if got := readRecords(t, path); len(got) != 24 {
+		t.Fatalf("read back %d records, want 24", len(got))
+	}
+}
+
+// A run resumed from the checkpoint of step 12, after an attempt that logged up to step 20
+// and was killed while writing a line, drops steps 13..20 and the torn line, and logs each
+// step once.
+func TestMetricsResumeDropsRedoneSteps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	m, err := OpenMetrics(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(m *Metrics, from, to int64) {
+		for s := from; s <= to; s++ {
+			if err := m.Add(Record{Kind: "train", Step: s, StepLoss: float64(s)}); err != nil {
+				t.Fatal(err)
+			}
+			if s%6 == 0 {
+				if err := m.Add(Record{Kind: "val", Step: s, Loss: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	add(m, 1, 20)
+	if _, err := m.w.WriteString(`{"kind":"train","step":21,"lo`); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+
+	m, err = OpenMetrics(path, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readRecords(t, path); len(got) != 12+2 || got[len(got)-1].Step != 12 || got[len(got)-1].Kind != "val" {
+		t.Fatalf("after resuming at step 12 the log holds %d records ending with %+v; want 14 ending with step 12's validation", len(got), got[len(got)-1])
+	}
+	add(m, 13, 24)
+	m.Close()
+	type key struct {
+		kind string
+		step int64
+	}
+	seen := map[key]bool{}
+	recs := readRecords(t, path)
+	for i, r := range recs {
+		key := key{r.Kind, r.Step}
+		if seen[key] {
+			t.Fatalf("record %d: %s step %d logged twice", i, r.Kind, r.Step)
+		}
+		seen[key] = true
+	}
+	if len(recs) != 24+4 {
+		t.Fatalf("%d records, want 28", len(recs))
+	}
+}
+
+// The plot's series stay within PlotPoints points and each point is the mean of the inputs
+// it stands for.
+func TestDecimatedSeriesIsBounded(t *testing.T) {
+	for _, n := range []int{1, PlotPoints - 1, PlotPoints, 3*PlotPoints + 7, 450_000} {
+		var d decimated
+		for i := 1; i <= n; i++ {
+			d.add(float64(i), 2*float64(i))
+		}
+		pts := d.points()
+		if len(pts) > PlotPoints+1 || len(pts) == 0 {
+			t.Fatalf("%d inputs: %d points, want 1..%d", n, len(pts), PlotPoints+1)
+		}
+		for _, p := range pts {
+			if p.Y != 2*p.X {
+				t.Fatalf("%d inputs: point %+v is not a mean of consecutive inputs", n, p)
+			}
+		}
+		if last := pts[len(pts)-1]; last.X > float64(n) || last.X < float64(n)-float64(n)/float64(len(pts))*2 {
+			t.Fatalf("%d inputs: last point at x=%g", n, last.X)
+		}
+	}
+}
+
+// readRecords parses every line of a metrics log.
+func readRecords(t *testing.T, path string) []Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: line %d: %v", path, len(out)+1, err)
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -33,13 +33,19 @@ type Result struct {
 	// ModelStateBytes is what this rank holds of parameters, gradients and optimizer state
 	// between steps (ZeRO-3 only; a replicated rank holds 16 bytes per parameter under AdamW).
 	ModelStateBytes int64
-	LossHistory     []float64 // per-step training loss on rank 0 (this run only)
-	ResumedFrom     string
-	Checkpoint      string
-	MetricsPath     string
-	PlotPath        string
-	TimelinePaths   []string
+	// LossHistory is this rank's training loss of each of the last (at most)
+	// LossHistorySteps steps of this run, oldest first: a bounded tail (32 KiB), since a run
+	// may take millions of steps; metrics.jsonl has every logged step.
+	LossHistory   []float64
+	ResumedFrom   string
+	Checkpoint    string
+	MetricsPath   string
+	PlotPath      string
+	TimelinePaths []string
 }
+
+// LossHistorySteps bounds Result.LossHistory.
+const LossHistorySteps = 4096
 
 // Run trains (or, with Evaluate, evaluates) as cfg says. It joins the process group the
 // torchrun environment describes (one process when WORLD_SIZE is unset). Progress goes to
@@ -148,7 +154,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 	if rank == 0 {
 		res.MetricsPath = filepath.Join(cfg.Out, "metrics.jsonl")
 		res.PlotPath = filepath.Join(cfg.Out, "curves.png")
-		if metrics, err = OpenMetrics(res.MetricsPath); err != nil {
+		// A resumed run redoes the steps after its checkpoint: their records, written by the
+		// attempt that was interrupted, go, so that the log holds each step once.
+		if metrics, err = OpenMetrics(res.MetricsPath, meta.Step); err != nil {
 			return nil, err
 		}
 		defer metrics.Close()
@@ -179,6 +187,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 			if err != nil {
 				return nil, err
 			}
+			maybeKill(&cfg, rank, step+1)
 			if err := eng.update(ctx); err != nil {
 				return nil, fmt.Errorf("trainer: step %d: %w", step+1, err)
 			}
@@ -187,7 +196,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 			imagesSeen += local * world
 			epochLoss += float64(lv)
 			n++
-			res.LossHistory = append(res.LossHistory, float64(lv))
+			res.LossHistory = keepLast(append(res.LossHistory, float64(lv)), LossHistorySteps)
 			if step%int64(cfg.PrintFreq) == 0 || n+skip == stepsPerEpoch {
 				// The logged loss is the mean over ranks: one tiny all-reduce every print-freq steps.
 				lossBuf[0], lossBuf[1] = epochLoss/float64(n), float64(lv)
@@ -207,7 +216,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 					return nil, err
 				}
 			}
-			if cfg.FailAtStep > 0 && step == cfg.FailAtStep && os.Getenv("TORCHELASTIC_RESTART_COUNT") <= "0" {
+			if cfg.FailAtStep > 0 && step == cfg.FailAtStep && firstAttempt() {
 				fmt.Fprintf(os.Stderr, "trainer: rank %d: failing on purpose after step %d (-fail-at-step)\n", rank, step)
 				os.Exit(3)
 			}
@@ -231,19 +240,26 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 		res.Top1, res.Top5 = top1, top5
 		fmt.Fprintf(out, "epoch %d/%d  train loss %.4f  val loss %.4f  top-1 %.2f%%  top-5 %.2f%%  %.0f img/s\n",
 			epoch+1, cfg.Epochs, res.FinalLoss, vloss, top1, top5, float64(imagesSeen)/time.Since(start).Seconds())
-		if err := save(step, epoch+1); err != nil {
-			return nil, err
-		}
+		// The validation record goes before the checkpoint: a crash between the two leaves a
+		// record that the resumed run drops and writes again, never a missing one.
 		if rank == 0 {
 			if err := metrics.Add(Record{Kind: "val", Epoch: epoch, Step: step, Loss: vloss, Top1: top1, Top5: top5, ElapsedS: time.Since(start).Seconds()}); err != nil {
 				return nil, err
 			}
+		}
+		if err := save(step, epoch+1); err != nil {
+			return nil, err
+		}
+		if rank == 0 {
 			if err := metrics.Plot(res.PlotPath); err != nil {
 				return nil, err
 			}
 		}
 	}
 	res.Steps = step
+	if n := len(res.LossHistory); n > LossHistorySteps {
+		res.LossHistory = append([]float64(nil), res.LossHistory[n-LossHistorySteps:]...)
+	}
 	res.ImgsPerS = float64(imagesSeen) / time.Since(start).Seconds()
 	if cfg.CkptEvery > 0 && step%int64(cfg.CkptEvery) != 0 && step%int64(stepsPerEpoch) != 0 {
 		if err := save(step, int(step)/stepsPerEpoch); err != nil {
@@ -257,6 +273,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 		return nil, err
 	}
 	return res, nil
+}
+
+// keepLast trims h to its last n values once it holds 2n, so that appending to it one value
+// at a time costs amortised O(1) and holds at most 2n; the caller trims the final result.
+func keepLast(h []float64, n int) []float64 {
+	if len(h) < 2*n {
+		return h
+	}
+	return append(h[:0], h[len(h)-n:]...)
 }
 
 // buildFor builds the classification graph for a batch of n images: inputs "images"

@@ -1,5 +1,0 @@
-package trainer
-
-import "bytes"
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
