@@ -22,46 +22,25 @@ type Env struct {
 	MasterPort     int    // MASTER_PORT
 	RestartCount   int    // TORCHELASTIC_RESTART_COUNT
 	RunID          string // TORCHELASTIC_RUN_ID
+
+	// Launcher names whose variables these are (LauncherTorchrun, LauncherSLURM, ...), From
+	// the variables Rank and WorldSize came from ("SLURM_PROCID, SLURM_NTASKS"), for error
+	// messages. Both are empty in an Env built by hand.
+	Launcher, From string
 }
 
-// EnvFromOS reads Env from the environment. RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are
-// required; the others default to a single node (LOCAL_RANK=RANK, LOCAL_WORLD_SIZE=WORLD_SIZE).
+// EnvFromOS reads Env from the environment of the launcher that started this process:
+// gprun or torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT required; LOCAL_RANK and
+// LOCAL_WORLD_SIZE default to a single node), SLURM's srun (SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID, SLURM_NODEID; the master is the first host of the node list, its port
+// MASTER_PORT or SLURMPortBase plus the job id's last four digits), OpenMPI's mpirun
+// (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK; MASTER_ADDR is needed across nodes) or a
+// Kubeflow PyTorchJob pod (RANK, WORLD_SIZE, MASTER_ADDR or PET_*). MASTER_ADDR and
+// MASTER_PORT, when set, win over what a launcher implies. See Note [Which launcher's
+// variables] for the order when several are present; an error names the launcher detected
+// and what is missing, or both values of a conflict and where each came from.
 func EnvFromOS() (Env, error) {
-	var e Env
-	var errs []error
-	num := func(name string, def int, required bool) int {
-		v, ok := os.LookupEnv(name)
-		if !ok || v == "" {
-			if required {
-				errs = append(errs, fmt.Errorf("%s is not set", name))
-			}
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q is not an integer", name, v))
-		}
-		return n
-	}
-	e.Rank = num("RANK", 0, true)
-	e.WorldSize = num("WORLD_SIZE", 1, true)
-	e.LocalRank = num("LOCAL_RANK", e.Rank, false)
-	e.LocalWorldSize = num("LOCAL_WORLD_SIZE", e.WorldSize, false)
-	e.GroupRank = num("GROUP_RANK", 0, false)
-	e.MasterPort = num("MASTER_PORT", 0, true)
-	e.RestartCount = num("TORCHELASTIC_RESTART_COUNT", 0, false)
-	e.MasterAddr = os.Getenv("MASTER_ADDR")
-	e.RunID = os.Getenv("TORCHELASTIC_RUN_ID")
-	if e.MasterAddr == "" {
-		errs = append(errs, errors.New("MASTER_ADDR is not set"))
-	}
-	if len(errs) == 0 && (e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize) {
-		errs = append(errs, fmt.Errorf("RANK=%d is outside WORLD_SIZE=%d", e.Rank, e.WorldSize))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return e, fmt.Errorf("comm: torchrun environment: %w", err)
-	}
-	return e, nil
+	return envFrom(os.LookupEnv)
 }
 
 // Rendezvous connects to the store for env: rank 0 hosts it on MASTER_ADDR:MASTER_PORT, every
@@ -94,6 +73,10 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 	st.server = srv
 	if err := st.join(ctx, env.Rank, env.WorldSize); err != nil {
 		st.Close()
+		if env.From != "" {
+			// The master's message names its own values; say where this rank's came from.
+			return nil, fmt.Errorf("rank %d (RANK and WORLD_SIZE=%d from %s, %s): %w", env.Rank, env.WorldSize, env.From, env.Launcher, err)
+		}
 		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
 	return st, nil
