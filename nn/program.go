@@ -24,6 +24,7 @@ type Program struct {
 	Loss *G.Node
 
 	machine G.VM
+	graph   *G.ExprGraph    // what the machine runs
 	grads   G.Nodes         // by used parameter: the gradient node G.Grad returned (the leaf's deriv)
 	views   []*tensor.Dense // by used parameter: the tensor its gradient node is bound to after a run
 	update  func() error    // the optimizer or solver of WithOptimizer/WithSolver, nil without
@@ -89,6 +90,7 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 	if len(roots) > 0 {
 		g = g.ExactSubgraphRoots(roots...)
 	}
+	p.graph = g
 	p.machine = G.NewTapeMachine(g)
 	if len(p.grads) > 0 {
 		if err := p.AliasGrads(cfg.gradBuf); err != nil {
@@ -123,6 +125,11 @@ func (p *Program) Run(ctx context.Context) error {
 	}
 	return p.rebindGrads()
 }
+
+// Graph returns the graph the program runs: the part of Builder.Graph that the loss, the
+// named outputs and the gradients need, forward and backward (G.Grad's nodes). Another
+// executor (cuda/tape) runs it in G.Sort's reverse order, as the TapeMachine does.
+func (p *Program) Graph() *G.ExprGraph { return p.graph }
 
 // Learnables returns the leaf node of every parameter the graph uses, in the model's
 // registration order: the learnables a plain gorgonia build function adopted (see
