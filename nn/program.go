@@ -283,6 +283,9 @@ func (p *Program) Output(name string) ([]float32, error) {
 	return values32(n)
 }
 
+// OutputNode returns the node named name with Builder.Output, or nil.
+func (p *Program) OutputNode(name string) *G.Node { return p.Builder.outputs[name] }
+
 // LossValue returns the loss of the last Run.
 func (p *Program) LossValue() (float32, error) {
 	if p.Loss == nil {
