@@ -132,8 +132,11 @@ func ReadTar(ctx context.Context, name string, r io.Reader, fn func(Sample) erro
 			}
 			break
 		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("shard %s: ends inside a member's header after %d samples (truncated): %w: %w", name, samples, err, data.ErrCorrupt)
+		}
 		if err != nil {
-			return fmt.Errorf("shard %s: %w", name, err)
+			return fmt.Errorf("shard %s: after %d samples: %w (not a tar archive, or a damaged one): %w", name, samples, err, data.ErrCorrupt)
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
@@ -143,6 +146,9 @@ func ReadTar(ctx context.Context, name string, r io.Reader, fn func(Sample) erro
 			continue
 		}
 		b, err := io.ReadAll(tr)
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("shard %s: ends inside member %s after %d samples (truncated): %w: %w", name, h.Name, samples, err, data.ErrCorrupt)
+		}
 		if err != nil {
 			return fmt.Errorf("shard %s: %s: %w", name, h.Name, err)
 		}

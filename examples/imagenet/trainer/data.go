@@ -223,18 +223,22 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			}
 			mine += st.Good()
 		}
-		failed := []float64{0}
+		// The lowest rank that found a bad shard (world: none). The others' errors name it
+		// as their cause (a *comm.RemoteError), so that the launcher reports its error, which
+		// names the shard, rather than theirs.
+		first := []float64{float64(world)}
 		if scanErr != nil {
-			failed[0] = 1
+			first[0] = float64(rank)
 		}
-		if err := g.AllReduce(comm.F64(failed), comm.Max).Wait(ctx); err != nil {
+		if err := g.AllReduce(comm.F64(first), comm.Min).Wait(ctx); err != nil {
 			return nil, err
 		}
 		if scanErr != nil {
 			return nil, scanErr
 		}
-		if failed[0] > 0 {
-			return nil, fmt.Errorf("trainer: rank %d: another rank found a bad %s shard (its error says which)", rank, name)
+		if r := int(first[0]); r < world {
+			return nil, fmt.Errorf("trainer: rank %d: stopping: %w", rank,
+				&comm.RemoteError{Rank: r, Msg: "bad " + name + " shard (its error names it)"})
 		}
 		counts := []float64{float64(mine), float64(mine)}
 		if err := g.AllReduce(comm.F64(counts[:1]), comm.Min).Wait(ctx); err != nil {
