@@ -36,6 +36,7 @@ type Device struct {
 	convs   map[cudnn.ConvSpec]*cudnn.Conv
 	mod     driver.Module
 	fns     map[string]driver.Function
+	missing map[string]error // pending kernels (kernels.Pending) the driver did not find
 	sms     int
 	name    string
 }
@@ -68,7 +69,7 @@ func Open(ordinal int, opts ...Option) (*Device, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]driver.Function{}, convs: map[cudnn.ConvSpec]*cudnn.Conv{}}
+	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]driver.Function{}, missing: map[string]error{}, convs: map[cudnn.ConvSpec]*cudnn.Conv{}}
 	d.name, _ = dev.Name()
 	d.sms, _ = dev.Attribute(driver.AttrMultiprocessorCount)
 	if d.ctx, err = dev.RetainPrimaryContext(); err != nil {
@@ -97,6 +98,13 @@ func (d *Device) init(o options) error {
 			return err
 		}
 		d.fns[n] = f
+	}
+	for _, n := range kernels.Pending {
+		if f, err := d.ctx.Function(d.mod, n); err == nil {
+			d.fns[n] = f
+		} else {
+			d.missing[n] = err
+		}
 	}
 	if !o.blas {
 		return nil
@@ -199,6 +207,20 @@ func (d *Device) Synchronize(ctx context.Context) error {
 	}
 }
 
+// Kernel reports whether kernel name of kernels.cu is loaded: nil, or an error that says why
+// not (a pending kernel whose PTX has not been generated yet names the command to run).
+// Executors check the kernels their operations launch when they compile, not at the first
+// launch.
+func (d *Device) Kernel(name string) error {
+	if _, ok := d.fns[name]; ok {
+		return nil
+	}
+	if err, ok := d.missing[name]; ok {
+		return fmt.Errorf("cuda: device %d: kernel %s is in kernels.cu but not in the committed PTX (%v): regenerate it with `go generate ./cuda/kernels` on a machine with nvcc", d.ordinal, name, err)
+	}
+	return fmt.Errorf("cuda: device %d: no kernel %s in the PTX", d.ordinal, name)
+}
+
 // launch enqueues kernel name over n elements (grid-stride kernels).
 func (d *Device) launch(name string, n int, args ...uint64) error {
 	const block = 256
@@ -216,7 +238,7 @@ func (d *Device) launchRows(name string, rows int, args ...uint64) error {
 func (d *Device) launchGrid(name string, grid driver.Dim3, block, shared int, args ...uint64) error {
 	f, ok := d.fns[name]
 	if !ok {
-		return fmt.Errorf("cuda: device %d: no kernel %s in the PTX", d.ordinal, name)
+		return d.Kernel(name)
 	}
 	if grid.X == 0 {
 		return nil

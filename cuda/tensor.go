@@ -147,36 +147,47 @@ func (t *Tensor) copyIn(src unsafe.Pointer) error {
 // ToHost waits for the work enqueued so far and returns the tensor's values as float32
 // (16-bit tensors are converted on the device first).
 func (t *Tensor) ToHost(ctx context.Context) ([]float32, error) {
+	out := make([]float32, t.n)
+	if err := t.CopyTo(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CopyTo is ToHost into dst, which has the tensor's number of elements.
+func (t *Tensor) CopyTo(ctx context.Context, dst []float32) error {
+	if len(dst) != t.n {
+		return fmt.Errorf("cuda: CopyTo: %v %v into %d float32", t.dtype, t.shape, len(dst))
+	}
 	src := t
 	if t.dtype != Float32 {
 		f, err := t.d.Alloc(Float32, t.shape...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer f.Free()
 		if err := t.d.Cast(f, t); err != nil {
-			return nil, err
+			return err
 		}
 		src = f
 	}
 	d := t.d
-	out := make([]float32, t.n)
 	if t.n == 0 {
-		return out, nil
+		return nil
 	}
 	pin, err := d.pinned.Alloc(4 * t.n)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer d.pinned.Free(pin)
 	if err := d.ctx.CopyDtoHAsync(pinnedPtr(pin), src.Ptr(), 4*t.n, d.stream); err != nil {
-		return nil, fmt.Errorf("cuda: device %d: %w", d.ordinal, err)
+		return fmt.Errorf("cuda: device %d: %w", d.ordinal, err)
 	}
 	if err := d.Synchronize(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	copy(out, pinnedF32(pin, t.n))
-	return out, nil
+	copy(dst, pinnedF32(pin, t.n))
+	return nil
 }
 
 // View returns a tensor of the given shape over t's elements from offset on (a reshape

@@ -90,6 +90,39 @@ func Main(m *testing.M) int {
 	return m.Run()
 }
 
+// MainEmulated is Main with the kernel emulator too (BuildEmulator, $GP_FAKE_KERNELS), so
+// that launches compute on the CPU: for tests that compare device results with the CPU. It
+// needs a C++ compiler as well; without one the tests run with the fakes unset and Require
+// skips them, saying why.
+func MainEmulated(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "cudatest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if !dl.Available {
+		reason = dl.ErrNoCgo.Error()
+		return m.Run()
+	}
+	emu, err := BuildEmulator(dir)
+	if err != nil {
+		reason = err.Error()
+		return m.Run()
+	}
+	if c, n, err := Build(dir); err == nil {
+		os.Setenv("CUDA_DRIVER_LIBRARY", c)
+		os.Setenv("NCCL_LIBRARY", n)
+		os.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
+		os.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
+		os.Setenv(EmulatorVar, emu)
+		os.Setenv(readyVar, "1")
+	} else {
+		reason = err.Error()
+	}
+	return m.Run()
+}
+
 const readyVar = "GP_CUDATEST_FAKES"
 
 var reason = "cudatest.Main did not run"

@@ -420,4 +420,81 @@ __global__ void mul_bcast_f32(float* y, const float* x, const float* b, long lon
 	DISPATCH(n, bcast_body, y, x, b, n, d1, d2, d3, true);
 }
 
+// The graph executor's (cuda/tape) elementwise, reduction and repeat kernels: one kernel per
+// kind, the operation a code, so that gorgonia's many pointwise ops cost four entries. The
+// codes are those of cuda.UnaryOp and cuda.BinaryOp (ops_pointwise.go); the float32 formulas
+// are gorgonia's (math_nooptim.go), so the device computes what the TapeMachine computes.
+__global__ void unary_f32(float* y, const float* x, int op, long long n) {
+	GRID_LOOP(i, n) {
+		float v = x[i], r;
+		switch (op) {
+		case 0: r = fabsf(v); break;
+		case 1: r = signbit(v) ? -1.f : 1.f; break;
+		case 2: r = ceilf(v); break;
+		case 3: r = floorf(v); break;
+		case 4: r = sinf(v); break;
+		case 5: r = cosf(v); break;
+		case 6: r = expf(v); break;
+		case 7: r = logf(v); break;
+		case 8: r = log2f(v); break;
+		case 9: r = -v; break;
+		case 10: r = v * v; break;
+		case 11: r = sqrtf(v); break;
+		case 12: r = 1.f / v; break;
+		case 13: r = 1.f / sqrtf(v); break;
+		case 14: r = v * v * v; break;
+		case 15: r = tanhf(v); break;
+		case 16: r = v < -88.f ? 0.f : v > 15.f ? 1.f : 1.f / (1.f + expf(-v)); break;
+		case 17: r = log1pf(v); break;
+		case 18: r = expm1f(v); break;
+		case 19: r = v < -103.f ? 0.f : v > 14.f ? v : log1pf(expf(v)); break;
+		default: r = NAN;
+		}
+		y[i] = r;
+	}
+}
+// y = a op b; a (b) is read at index 0 when sa (sb) is 0: a scalar against a tensor.
+// Comparisons give 1 or 0, as gorgonia's with retSame.
+__global__ void binary_f32(float* y, const float* a, const float* b, int op, long long n, int sa, int sb) {
+	GRID_LOOP(i, n) {
+		float u = a[sa ? i : 0], v = b[sb ? i : 0], r;
+		switch (op) {
+		case 0: r = u + v; break;
+		case 1: r = u - v; break;
+		case 2: r = u * v; break;
+		case 3: r = u / v; break;
+		case 4: r = powf(u, v); break;
+		case 5: r = u < v ? 1.f : 0.f; break;
+		case 6: r = u > v ? 1.f : 0.f; break;
+		case 7: r = u <= v ? 1.f : 0.f; break;
+		case 8: r = u >= v ? 1.f : 0.f; break;
+		case 9: r = u == v ? 1.f : 0.f; break;
+		case 10: r = u != v ? 1.f : 0.f; break;
+		default: r = NAN;
+		}
+		y[i] = r;
+	}
+}
+// y[o, i] = sum_j x[o, j, i] over x viewed as [outer, k, inner], in order of j.
+__global__ void sum_axis_f32(float* y, const float* x, long long outer, long long k, long long inner) {
+	long long total = outer * inner;
+	GRID_LOOP(t, total) {
+		long long o = t / inner, i = t - o * inner;
+		const float* p = x + o * k * inner + i;
+		float s = 0.f;
+		for (long long j = 0; j < k; j++) s += p[j * inner];
+		y[t] = s;
+	}
+}
+// y [outer, d*rep, inner] repeats every x [outer, d, inner] slice rep times along the middle
+// axis (numpy.repeat, gorgonia's Repeat; a broadcast when d is 1).
+__global__ void repeat_axis_f32(float* y, const float* x, long long outer, int d, int rep, long long inner) {
+	long long total = outer * d * rep * inner;
+	GRID_LOOP(t, total) {
+		long long i = t % inner, r = t / inner;
+		long long jr = r % ((long long)d * rep), o = r / ((long long)d * rep);
+		y[t] = x[(o * d + jr / rep) * inner + i];
+	}
+}
+
 } // extern "C"

@@ -25,6 +25,13 @@ var PTX string
 //go:embed kernels.cu
 var Source string
 
+// Pending lists the kernels of kernels.cu that the committed PTX does not have yet: they were
+// written on a machine without nvcc. The CPU emulator (cuda/cudatest) runs kernels.cu itself,
+// so tests use them; on a GPU, Device.Open records them as missing and the operations that
+// launch them fail, naming the kernel and this command, until the PTX is regenerated with
+// `go generate ./cuda/kernels` and the list emptied (TestPTXMatchesSource checks both ways).
+var Pending = []string{"unary_f32", "binary_f32", "sum_axis_f32", "repeat_axis_f32"}
+
 var entry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
 
 // Names lists the kernels PTX defines, in file order.

@@ -65,6 +65,14 @@ static void fiber_run(unsigned t) { swapcontext(&sched, &fibers[t]); }
 static void fibers_resize(unsigned nt) { fibers.resize(nt); }
 #endif
 
+// emu_has reports whether the emulator has kernel name (the fake driver finds kernels.cu's
+// pending kernels, which the committed PTX lacks, through it).
+extern "C" int emu_has(const char* name) {
+	for (int i = 0; i < emu_table_len; i++)
+		if (strcmp(emu_table[i].name, name) == 0) return 1;
+	return 0;
+}
+
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void** p) {
 	kernel = 0;

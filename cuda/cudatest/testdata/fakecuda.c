@@ -1,6 +1,8 @@
 /* A fake libcuda.so.1 for CPU tests: "device" memory is host memory, streams and events
  * complete at once, modules keep their PTX text and cuModuleGetFunction finds a kernel only
- * when the text declares ".entry <name>(", and cuLaunchKernel only counts launches. */
+ * when the text declares ".entry <name>(" (or, with the kernel emulator loaded, when the
+ * emulator has it: kernels.cu's pending kernels, not in the committed PTX yet), and
+ * cuLaunchKernel only counts launches unless $GP_FAKE_KERNELS names the emulator. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,25 +48,33 @@ int cuModuleLoadData(void** m, const void* img) {
 	if (strstr((const char*)img, ".version") == NULL) return 218; /* CUDA_ERROR_INVALID_PTX */
 	*m = strdup((const char*)img); return 0; }
 int cuModuleUnload(void* m) { free(m); return 0; }
-int cuModuleGetFunction(void** f, void* m, const char* name) {
-	char pat[512]; snprintf(pat, sizeof pat, ".entry %s(", name);
-	if (strstr((const char*)m, pat) == NULL) return 500; /* CUDA_ERROR_NOT_FOUND */
-	*f = (void*)strdup(name); return 0; }
 /* With $GP_FAKE_KERNELS naming the kernel emulator (emu.h), launches run on the CPU. */
 typedef int (*emu_fn)(const char*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void**);
+typedef int (*emu_has_fn)(const char*);
 static emu_fn emu;
-static int emuTried;
+static emu_has_fn emuHas;
+static int emuTried, emuFailed;
+static void emuLoad(void) {
+	if (emuTried) return;
+	emuTried = 1;
+	const char* p = getenv("GP_FAKE_KERNELS");
+	void* h = p && *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : 0;
+	if (p && *p && !h) { fprintf(stderr, "fakecuda: %s\n", dlerror()); emuFailed = 1; return; }
+	if (h) { emu = (emu_fn)dlsym(h, "emu_launch"); emuHas = (emu_has_fn)dlsym(h, "emu_has"); }
+}
+int cuModuleGetFunction(void** f, void* m, const char* name) {
+	char pat[512]; snprintf(pat, sizeof pat, ".entry %s(", name);
+	if (strstr((const char*)m, pat) == NULL) {
+		emuLoad();
+		if (!emuHas || !emuHas(name)) return 500; /* CUDA_ERROR_NOT_FOUND */
+	}
+	*f = (void*)strdup(name); return 0; }
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 	unsigned sh, void* st, void** params, void** extra) {
 	if (!f || gx == 0 || bx == 0 || bx * by * bz > 1024 || !params) return 1;
 	__sync_fetch_and_add(&launches, 1);
-	if (!emuTried) {
-		emuTried = 1;
-		const char* p = getenv("GP_FAKE_KERNELS");
-		void* h = p && *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : 0;
-		if (p && *p && !h) { fprintf(stderr, "fakecuda: %s\n", dlerror()); return 1; }
-		if (h) emu = (emu_fn)dlsym(h, "emu_launch");
-	}
+	emuLoad();
+	if (emuFailed) return 1;
 	return emu ? emu((const char*)f, gx, gy, gz, bx, by, bz, sh, params) : 0; }
 long fakeLaunches(void) { return launches; }
 int cuGetErrorString(int r, const char** s) {

@@ -1,0 +1,32 @@
+// Package tape runs the graphs package nn compiles on a cuda.Device: the device's
+// TapeMachine, for modules and plain gorgonia programs alike, with the user's graph code
+// unchanged (docs/DESIGN.md §9, "Graph executor").
+//
+//	dev, err := cuda.Open(0) // an error at once on a machine without a GPU
+//	...
+//	p, err := tape.Compile(dev, m, build, nn.WithSolver(G.NewAdamSolver(G.WithLearnRate(0.01))))
+//	...
+//	for step := range steps {
+//		p.SetInput("x", x) // host memory, copied in by Run
+//		if err := train.RunStep(ctx, p); err != nil { ... }
+//	}
+//
+// Compile builds the graph with nn.Compile (forward, G.Grad's backward, the taps, the
+// options' hooks) and lowers every node of nn.Program.Graph, in the TapeMachine's order, to
+// a device kernel by its op (the table in ops.go): gorgonia's ops are recognised by their
+// type and String(), which gorgonia keeps stable because its hashing and printing use it.
+// An op without a device kernel, or one whose kernel the device has not loaded, is an error
+// of Compile naming the op and the node, never a silent host fallback: a fallback would copy
+// the value to the host and back at every run, which is exactly the cost a user moves to the
+// GPU to avoid, and would hide it.
+//
+// Values stay on the device from one op to the next. Scalar subgraphs of constants and
+// static sizes (SizeOf, the counts of gorgonia's Mean) are folded on the host at Compile.
+// Each intermediate value is returned to the device's caching allocator right after its
+// last reader, so the next op reuses its memory. Leaves (inputs, parameters) are copied in
+// at each Run from the host memory nn binds them to. Each gradient leaves the device at its
+// GradHook, the Tap's backward: it is copied into host memory and handed to the hook, which
+// adds it into the gradient buffer in nn.ParamSet.Grad's layout (or gives it to the sink)
+// and runs the gradient hooks, in backward order, as on the CPU. Step is nn's: the
+// optimizer or solver steps the host parameters, which the next Run copies in.
+package tape
