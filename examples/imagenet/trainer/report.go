@@ -1,19 +1,17 @@
 package trainer
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // finishReport writes the per-rank timelines and prints the end-of-run summary on rank 0:
@@ -103,18 +101,11 @@ func writeTimelines(ctx context.Context, g comm.Group, cfg *Config, tl *ddp.Time
 
 // peakRSS is the process's peak resident set (VmHWM), in bytes; 0 where /proc is absent.
 func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+	b, err := zero.ProcStatus("VmHWM")
 	if err != nil {
 		return 0
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return b
 }
 
 // writeFileAtomic creates path's directory and writes path with checkpoint.WriteFile.
