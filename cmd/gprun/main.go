@@ -1,11 +1,30 @@
 // Command gprun launches the worker processes of a distributed job with the torchrun
 // environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), prefixes their output with
-// their rank, forwards SIGINT/SIGTERM, and restarts them after a failure.
+// their rank, forwards SIGINT/SIGTERM, and restarts them after a failure. Its flags are
+// torchrun's, with torchrun's meaning:
 //
-//	gprun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
-//	      [--max-restarts K] -- PROGRAM ARGS...
-//	gprun --nproc-per-node N --nnodes M --rdzv-backend etcd --rdzv-endpoint HOST:PORT
-//	      --run-id ID [--max-restarts K] -- PROGRAM ARGS...
+//	gprun --standalone --nproc-per-node N|gpu|cpu|auto -- PROGRAM ARGS...
+//	gprun --nnodes M --node-rank R --master-addr A --master-port P --nproc-per-node N -- ...
+//	gprun --nnodes MIN:MAX --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID -- ...
+//	gprun --nnodes M --rdzv-backend etcd --rdzv-endpoint HOST:PORT --rdzv-id ID -- ...
+//
+// and --max-restarts K, --log-dir DIR with --redirects/-r and --tee/-t (0 none, 1 stdout,
+// 2 stderr, 3 both, or per local rank "0:3,1:2"; files DIR/ID/attempt_N/LOCAL_RANK/
+// stdout.log and stderr.log), --monitor-interval SECONDS, --local-addr ADDR, --rdzv-conf
+// key=value,... (c10d: join_timeout, last_call_timeout, keep_alive_interval,
+// keep_alive_max_attempt, is_host; seconds). --run-id is --rdzv-id, --rdzv-host is
+// --local-addr, and every flag also has its underscore spelling (--nproc_per_node).
+//
+// A flag not on the command line is read from PET_<FLAG> (PET_NNODES, PET_NPROC_PER_NODE,
+// PET_NODE_RANK, PET_MASTER_ADDR, PET_RDZV_ENDPOINT, ...: what Kubeflow's PyTorchJob sets
+// and torchrun reads), and --master-addr and --master-port also from MASTER_ADDR and
+// MASTER_PORT. Started by srun as one task per node (srun --ntasks-per-node=1 gprun ...),
+// gprun takes --nnodes, --node-rank and the master (the first host of the node list) from
+// SLURM; a flag that disagrees with SLURM is an error naming both.
+//
+// --nproc-per-node gpu counts CUDA_VISIBLE_DEVICES, else the /dev/nvidiaN device files;
+// cpu is the CPUs gprun may run on; auto is gpu when there is a GPU and otherwise cpu (as
+// torchrun), each worker then running its BLAS on one thread.
 //
 // When a worker exits non-zero, gprun stops the others (SIGTERM, then SIGKILL 5 s later),
 // prints the failure once (rank, exit status and the last lines of its stderr) and restarts
@@ -15,26 +34,29 @@
 // comm.LauncherPipeEnv).
 //
 // On a single node the master port is picked free and the rendezvous secret
-// (GP_RDZV_SECRET) generated; several nodes need --master-port and a shared secret
-// (GP_RDZV_SECRET in the launcher's environment, or --rdzv-secret). With the etcd backend
-// the nodes find each other through etcd under the run id: node ranks, the master and the
-// secret come from the rendezvous, and when any node's workers fail every node restarts
-// its workers in a new round (see parallel/launch/etcdrdzv).
+// (GP_RDZV_SECRET) generated; with the static backend several nodes need --master-port and a
+// shared secret (GP_RDZV_SECRET in the launcher's environment, or --rdzv-secret). With c10d
+// the node whose address is the endpoint hosts the rendezvous store there (multi-node
+// without etcd; see parallel/launch/c10drdzv): --nnodes MIN:MAX is elastic, the job going on
+// with fewer nodes after one is lost and taking in a node that joins, between restarts of
+// the workers (which, as in torchrun, do not count against --max-restarts). Its store is
+// protected by GP_RDZV_SECRET or --rdzv-secret when every node has it, else only by the run
+// id, as torchrun's is not at all. With the etcd backend the nodes find each other through
+// etcd under the run id (see parallel/launch/etcdrdzv). With either, node ranks, the master
+// and the secret come from the rendezvous, and when any node's workers fail every node
+// restarts its workers in a new round.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/gorgonia-parallel/gp/parallel/launch"
-	"github.com/gorgonia-parallel/gp/parallel/launch/etcdrdzv"
 )
 
 func main() {
@@ -45,54 +67,13 @@ func main() {
 
 // run is gprun with its arguments, output and signals explicit; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
-	fs := flag.NewFlagSet("gprun", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg launch.Config
-	fs.IntVar(&cfg.NProcPerNode, "nproc-per-node", 1, "worker processes on this node")
-	fs.IntVar(&cfg.NProcPerNode, "nproc_per_node", 1, "alias of --nproc-per-node")
-	fs.IntVar(&cfg.NNodes, "nnodes", 1, "number of nodes")
-	fs.IntVar(&cfg.NodeRank, "node-rank", 0, "rank of this node")
-	fs.IntVar(&cfg.NodeRank, "node_rank", 0, "alias of --node-rank")
-	fs.StringVar(&cfg.MasterAddr, "master-addr", "127.0.0.1", "address of rank 0's node")
-	fs.StringVar(&cfg.MasterAddr, "master_addr", "127.0.0.1", "alias of --master-addr")
-	fs.IntVar(&cfg.MasterPort, "master-port", 0, "port of rank 0's store (0: pick a free one; single node only)")
-	fs.IntVar(&cfg.MasterPort, "master_port", 0, "alias of --master-port")
-	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "restarts of the workers after a failure")
-	fs.IntVar(&cfg.MaxRestarts, "max_restarts", 0, "alias of --max-restarts")
-	fs.StringVar(&cfg.RunID, "run-id", "", "job id (TORCHELASTIC_RUN_ID; default random)")
-	fs.StringVar(&cfg.Secret, "rdzv-secret", "", "rendezvous secret (default GP_RDZV_SECRET or random)")
-	backend := fs.String("rdzv-backend", "static", "rendezvous backend: static (rank 0 hosts the store) or etcd")
-	fs.StringVar(backend, "rdzv_backend", "static", "alias of --rdzv-backend")
-	endpoint := fs.String("rdzv-endpoint", "", "etcd endpoints host:port[,host:port...] (etcd backend)")
-	fs.StringVar(endpoint, "rdzv_endpoint", "", "alias of --rdzv-endpoint")
-	host := fs.String("rdzv-host", "", "address other nodes reach this node at (etcd backend; default: the route to etcd)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	cfg, rdzv, code := configure(ctx, args, stderr)
+	if code >= 0 {
+		return code
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "gprun: no program given; usage: gprun --nproc-per-node N -- PROGRAM ARGS...")
-		return 2
+	if rdzv != nil {
+		defer rdzv.Close()
 	}
-	switch *backend {
-	case "static", "c10d":
-	case "etcd", "etcd-v2":
-		if *endpoint == "" || cfg.RunID == "" {
-			fmt.Fprintln(stderr, "gprun: the etcd backend needs --rdzv-endpoint and a --run-id shared by the job's nodes")
-			return 2
-		}
-		rd, err := etcdrdzv.New(ctx, etcdrdzv.Config{Endpoints: strings.Split(*endpoint, ","), RunID: cfg.RunID,
-			NNodes: max(1, cfg.NNodes), Host: *host})
-		if err != nil {
-			fmt.Fprintf(stderr, "gprun: %v\n", err)
-			return 1
-		}
-		defer rd.Close()
-		cfg.Rendezvous = rd
-	default:
-		fmt.Fprintf(stderr, "gprun: rendezvous backend %q is not implemented (use static or etcd)\n", *backend)
-		return 2
-	}
-	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
 	cfg.Stdout, cfg.Stderr, cfg.Signals = stdout, stderr, sigs
 	err := launch.Run(ctx, cfg)
 	if err == nil {

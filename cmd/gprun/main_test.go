@@ -13,6 +13,9 @@ func TestMain(m *testing.M) {
 		etcdWorker()
 		os.Exit(0)
 	}
+	if mode := os.Getenv("GPRUN_TEST_C10D"); mode != "" {
+		os.Exit(c10dWorker(mode))
+	}
 	if mode := os.Getenv("GPRUN_TEST_FAIL"); mode != "" {
 		os.Exit(failWorker(mode))
 	}

@@ -61,6 +61,13 @@ type Config struct {
 	// Signals, when set, delivers signals (SIGINT, SIGTERM) to forward to the workers; after
 	// one, Run stops restarting and returns once the workers have exited.
 	Signals <-chan os.Signal
+	// LogDir is where workers' output goes when Redirects or Tee ask for it, in
+	// LogDir/RunID/attempt_N/LOCAL_RANK/stdout.log and stderr.log, as torchrun's --log-dir
+	// (default: a new temporary directory, named on Stderr, when they ask for it).
+	LogDir string
+	// Redirects sends the selected streams of each local rank to its log files only, Tee to
+	// the files as well as Stdout and Stderr (torchrun's --redirects and --tee).
+	Redirects, Tee StreamsByRank
 	// Rendezvous, when set, decides NodeRank, MasterAddr and MasterPort (and the secret, when
 	// Secret is empty) for each round of a multi-node job, e.g. through etcd (see
 	// launch/etcdrdzv); NodeRank, MasterAddr and MasterPort are then ignored.
@@ -186,6 +193,14 @@ func (c *Config) defaults() error {
 	}
 	if c.StopGrace == 0 {
 		c.StopGrace = 5 * time.Second
+	}
+	if c.LogDir == "" && (c.Redirects.any() || c.Tee.any()) {
+		dir, err := os.MkdirTemp("", "gprun-logs-")
+		if err != nil {
+			return fmt.Errorf("launch: log directory: %w", err)
+		}
+		c.LogDir = dir
+		fmt.Fprintf(c.Stderr, "gprun: the workers' logs go under %s\n", dir)
 	}
 	return nil
 }
@@ -324,10 +339,21 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 		ws[lr] = w
 		pipes := new(sync.WaitGroup)
 		pipes.Add(2)
-		go copyLines(pipes, &outMu, cfg.Stdout, stdout, prefix, nil)
-		go copyLines(pipes, &outMu, cfg.Stderr, stderr, prefix, &w.stderr)
+		conOut, conErr, fileOut, fileErr, closeLogs, err := cfg.workerLogs(lr, restart)
+		if err != nil {
+			stopAll(syscall.SIGKILL)
+			for _, w := range ws[:lr] {
+				<-w.done
+			}
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, err
+		}
+		go copyLines(pipes, &outMu, conOut, fileOut, stdout, prefix, nil)
+		go copyLines(pipes, &outMu, conErr, fileErr, stderr, prefix, &w.stderr)
 		go func() {
 			pipes.Wait() // reading all output before Wait, as os/exec requires for pipes
+			closeLogs()
 			w.err = cmd.Wait()
 			close(w.done)
 			exited <- w
@@ -390,11 +416,11 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 	return rootCause(first, failedWs).workerError(), nil
 }
 
-// copyLines copies r to w line by line, each line prefixed. A carriage return also ends a
-// segment, so a worker's progress bar (which redraws with "\r") shows up as it redraws,
-// each redraw prefixed, instead of waiting for the end of the line. When last is set it
-// keeps the last lines (see tail).
-func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, prefix string, last *tail) {
+// copyLines copies r to w line by line, each line prefixed, and to file (when set) as it
+// is. A carriage return also ends a segment, so a worker's progress bar (which redraws with
+// "\r") shows up as it redraws, each redraw prefixed, instead of waiting for the end of the
+// line. When last is set it keeps the last lines (see tail). w may be nil (redirected).
+func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w, file io.Writer, r io.Reader, prefix string, last *tail) {
 	defer wg.Done()
 	br := bufio.NewReaderSize(r, 64<<10)
 	var seg []byte
@@ -408,10 +434,15 @@ func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w io.Writer, r io.Reader, pre
 			if !end {
 				seg = append(seg, '\n')
 			}
-			mu.Lock()
-			io.WriteString(w, prefix)
-			w.Write(seg)
-			mu.Unlock()
+			if w != nil {
+				mu.Lock()
+				io.WriteString(w, prefix)
+				w.Write(seg)
+				mu.Unlock()
+			}
+			if file != nil {
+				file.Write(seg)
+			}
 			if last != nil && b != '\r' {
 				last.add(seg)
 			}

@@ -40,6 +40,11 @@ type Round struct {
 	Secret string
 	// Changed is closed when the round ends: some node's workers failed or a node left.
 	Changed <-chan struct{}
+	// Ended, when set, says after Changed closed why the round ended: failed when some
+	// node's workers failed (a restart that counts against MaxRestarts), not failed when
+	// only the membership changed (a node was lost or joins an elastic job), which, as in
+	// torchrun, restarts the workers without counting. Without Ended every end counts.
+	Ended func() (failed bool, why string)
 }
 
 // errRoundChanged stops a group of workers whose rendezvous round ended.
@@ -51,6 +56,7 @@ var errRoundChanged = errors.New("launch: rendezvous round ended")
 func runRounds(ctx context.Context, cfg Config) error {
 	cfg.NNodes = max(1, cfg.NNodes)
 	secret := cfg.Secret
+	failures := 0 // the restarts that count against MaxRestarts
 	for restart := 0; ; restart++ {
 		rd, err := cfg.Rendezvous.Next(ctx)
 		if err != nil {
@@ -70,10 +76,19 @@ func runRounds(ctx context.Context, cfg Config) error {
 		werr, err := runOnce(ctx, &c, restart, rd.Changed)
 		switch {
 		case errors.Is(err, errRoundChanged):
-			if restart >= cfg.MaxRestarts {
-				return fmt.Errorf("launch: rendezvous round %d ended (another node failed or left) after %d restarts", rd.Version, restart)
+			failed, why := true, "another node failed or left"
+			if rd.Ended != nil {
+				failed, why = rd.Ended()
 			}
-			fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d ended elsewhere; restarting the workers (%d/%d)\n", rd.Version, restart+1, cfg.MaxRestarts)
+			if !failed {
+				fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d ended: %s; restarting the workers in a new round\n", rd.Version, why)
+				continue
+			}
+			if failures >= cfg.MaxRestarts {
+				return fmt.Errorf("launch: rendezvous round %d ended (%s) after %d restarts", rd.Version, why, failures)
+			}
+			failures++
+			fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d ended: %s; restarting the workers (%d/%d)\n", rd.Version, why, failures, cfg.MaxRestarts)
 			continue
 		case err != nil:
 			return err
@@ -90,9 +105,10 @@ func runRounds(ctx context.Context, cfg Config) error {
 		if ferr := cfg.Rendezvous.Fail(ctx, rd); ferr != nil {
 			fmt.Fprintf(c.Stderr, "gprun: ending rendezvous round %d: %v\n", rd.Version, ferr)
 		}
-		if restart >= cfg.MaxRestarts {
+		if failures >= cfg.MaxRestarts {
 			return werr
 		}
-		fmt.Fprintf(c.Stderr, "gprun: %s\ngprun: new rendezvous round, restarting the workers (%d/%d)\n", werr.Report(), restart+1, cfg.MaxRestarts)
+		failures++
+		fmt.Fprintf(c.Stderr, "gprun: %s\ngprun: new rendezvous round, restarting the workers (%d/%d)\n", werr.Report(), failures, cfg.MaxRestarts)
 	}
 }
