@@ -252,3 +252,50 @@ func TestNoDeviceFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Memory is reused by liveness: a chain of 12 negations of a 64×256 tensor, whose backward
+// needs no forward value, holds a few tensors at a time, not the chain's 26 values, and a Run
+// returns everything it allocated.
+func TestMemoryFreedAfterLastReader(t *testing.T) {
+	d := device(t)
+	const rows, cols, chain = 64, 256, 12
+	build := func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("x", rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		w, err := b.Learnable(G.NewMatrix(b.Graph, G.Float32, G.WithShape(rows, cols), G.WithName("w"), G.WithInit(G.Ones())))
+		if err != nil {
+			return nil, err
+		}
+		y := G.Must(G.HadamardProd(x, w))
+		for range chain {
+			y = G.Must(G.Neg(y))
+		}
+		return G.Sum(y)
+	}
+	m, err := nn.NewGraphModel(build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tape.Compile(d, m, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	before := d.MemoryStats().InUse
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := d.MemoryStats()
+	const tensorBytes = 4 * rows * cols
+	all := int64(2*chain+2) * tensorBytes
+	peak := st.PeakInUse - before
+	t.Logf("peak %d KiB above the program's fixed memory; the chain's values are %d KiB", peak>>10, all>>10)
+	if st.InUse != before {
+		t.Errorf("a Run left %d bytes in use", st.InUse-before)
+	}
+	if peak > 4*tensorBytes {
+		t.Errorf("peak %d bytes above the fixed memory, want at most 4 tensors of %d", peak, tensorBytes)
+	}
+}
