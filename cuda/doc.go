@@ -15,25 +15,24 @@
 // implicit and a freed block may be reused by the next allocation without waiting. Only
 // copies to the host ([Tensor.ToHost]) and [Device.Synchronize] wait.
 //
-// The device path is explicit rather than hidden behind gorgonia's engine: gorgonia's
-// TapeMachine executes *tensor.Dense values whose memory it reads on the host in many places
-// (broadcasting, reductions, its own BatchNorm), so routing a graph through it with device
-// memory would fault wherever an op is not device-aware. The design is therefore
-// (docs/DESIGN.md §9):
+// Graphs run on the device through package cuda/tape, not through gorgonia's engine:
+// gorgonia's TapeMachine executes *tensor.Dense values whose memory it reads on the host in
+// many places (broadcasting, reductions, its own BatchNorm), so routing device memory
+// through it would fault wherever an op is not device-aware. Instead (docs/DESIGN.md §9):
 //
 //   - ops are device-aware functions on Tensors here (forward and backward of GEMM and
-//     batched GEMM, convolution, elementwise, activations, softmax, layer norm, batch norm,
-//     pooling, cross-entropy, reductions, row gather and scatter-add, permutations,
-//     broadcasts and the autocast rounding/casts), each documented with its layout and
-//     compared with the CPU in cuda/gpucheck;
-//   - a model's training step on the GPU is driven by the same module tree that builds the
-//     CPU graph: its structure (names, shapes, strides) selects device ops in forward order,
-//     each recording a backward closure, and the backward pass writes one gradient per named
-//     parameter, copied into the layout of the flat gradient buffer (nn.ParamSet.Grad), so
-//     DDP buckets and ZeRO shards are unchanged. cuda/gpuresnet does this for ResNet and
-//     cuda/gpuswin for the Swin Transformer (window partition, shift, padding and reverse as
-//     row gathers, the relative-position bias and mask as broadcasts, attention as batched
-//     GEMMs, stochastic depth from the model's RNG);
+//     batched GEMM, convolution, elementwise and gorgonia's pointwise ops (Unary, Binary),
+//     activations, softmax, layer norm, batch norm, pooling, cross-entropy, reductions
+//     (SumAxis), repeats, row gather and scatter-add, permutations, broadcasts and the
+//     autocast rounding/casts), each documented with its layout and compared with the CPU
+//     in cuda/gpucheck or cuda/tape;
+//   - cuda/tape lowers the graph nn.Compile builds (forward and G.Grad's backward) op by op
+//     to these functions and runs it with its values on the device; gradients come back
+//     into the flat gradient buffer (nn.ParamSet.Grad) through the taps' hooks, so DDP
+//     buckets and ZeRO shards are unchanged;
+//   - cuda/gpuresnet and cuda/gpuswin are the earlier, hand-written device steps of ResNet and
+//     the Swin Transformer, driven by the module tree in forward order with backward
+//     closures; they remain until cuda/tape lowers the project's own ops (nn/ops);
 //   - parameters stay float32 masters; with autocast, GEMM and convolution operands are cast
 //     to fp16/bf16 on the device and multiplied by cuBLAS with float32 accumulation, while
 //     norms, softmax and losses stay float32, as torch.autocast's lists.
