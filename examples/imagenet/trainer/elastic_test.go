@@ -1,13 +1,11 @@
 package trainer
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -36,7 +34,8 @@ func TestMain(m *testing.M) {
 }
 
 // launchWorld runs cfg as a real 2-process job through the launcher, restarting it up to
-// restarts times, and returns the per-step losses from the metrics log.
+// restarts times, and returns the per-step losses from the metrics log (which must hold
+// each step once, see metricsByStep).
 func launchWorld(t *testing.T, cfg Config, restarts int) []float64 {
 	t.Helper()
 	js, err := json.Marshal(cfg)
@@ -53,40 +52,7 @@ func launchWorld(t *testing.T, cfg Config, restarts int) []float64 {
 	if err != nil {
 		t.Fatalf("job failed: %v\n%s", err, out.String())
 	}
-	return stepLosses(t, filepath.Join(cfg.Out, "metrics.jsonl"))
-}
-
-// stepLosses reads the per-step training losses of a metrics log; a step logged twice (by
-// an attempt that crashed after it, then by the resumed one) keeps the last record.
-func stepLosses(t *testing.T, path string) []float64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	byStep := map[int64]float64{}
-	var last int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if r.Kind == "train" {
-			byStep[r.Step] = r.StepLoss
-			last = max(last, r.Step)
-		}
-	}
-	out := make([]float64, last)
-	for s := int64(1); s <= last; s++ {
-		v, ok := byStep[s]
-		if !ok {
-			t.Fatalf("%s: no record of step %d", path, s)
-		}
-		out[s-1] = v
-	}
-	return out
+	return metricsByStep(t, cfg.Out)
 }
 
 // A job whose workers crash right after a checkpoint is restarted by the launcher, resumes

@@ -142,3 +142,18 @@ func readRecords(t *testing.T, path string) []Record {
 	}
 	return out
 }
+
+// Result.LossHistory holds at most 2*LossHistorySteps values while a run appends to it.
+func TestKeepLastIsBounded(t *testing.T) {
+	const n = 4
+	var h []float64
+	for i := 1; i <= 1000; i++ {
+		h = keepLast(append(h, float64(i)), n)
+		if len(h) >= 2*n || cap(h) > 4*n {
+			t.Fatalf("after %d values: len %d cap %d, want len < %d", i, len(h), cap(h), 2*n)
+		}
+		if h[len(h)-1] != float64(i) || (len(h) >= n && h[len(h)-n] != float64(i-n+1)) {
+			t.Fatalf("after %d values: %v does not end with the last %d", i, h, n)
+		}
+	}
+}
