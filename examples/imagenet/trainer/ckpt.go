@@ -13,6 +13,20 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 )
 
+// Note [Exact resume]
+//
+// A run resumed from the checkpoint of step S, after an attempt that went further and was
+// killed anywhere, redoes steps S+1... exactly as an uninterrupted run does them
+// (TestSIGKILLMidEpochResumesBitIdentical). The checkpoint holds what changes from step to
+// step: parameters and buffers, the optimizer's state, the schedule, the loss scaler, the
+// step and epoch, and the dropout RNG's (seed, counter). Everything else is a function of
+// (seed, epoch, step) and so needs no saving: the sampler's order is drawn from (seed,
+// epoch); each sample's augmentation from (seed, epoch, index) (data.SampleSeed), whatever
+// the worker count (WebDataset shards: from seed, epoch, rank and worker, so for the same
+// -j); and the loader's position is S's batch within its epoch, which the
+// resumed run skips to (split.batches). The metrics log drops the records after S when it
+// opens (OpenMetrics), so the redone steps are logged once.
+
 // checkpoints manages a run directory's checkpoints: ckpt-<step>.npz, written atomically
 // (checkpoint.Save: temp file, fsync, rename), the newest keep of them kept.
 type checkpoints struct {
