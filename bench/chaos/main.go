@@ -2,9 +2,10 @@
 // minutes it runs a small DDP job again and again (gprun, 2 ranks, resnet18 on 16x16
 // WebDataset shards, --max-restarts generous, a checkpoint every few steps, -out on a tmpfs
 // it mounts) while a driver injects one fault into each: SIGKILL of a random rank, the disk
-// filled (a junk file over the tmpfs's free space, freed after a moment), or a training
-// shard corrupted in place (truncated or overwritten with random bytes, restored after a
-// moment). Each job must end either with exactly the parameters of a clean run of the same
+// filled (a junk file over the tmpfs's free space, freed after a moment), a training shard
+// corrupted in place (truncated or overwritten with random bytes, restored after a moment),
+// or that corruption with the other rank SIGKILLed during it (so that the restarted workers,
+// which scan every shard, meet the damage). Each job must end either with exactly the parameters of a clean run of the same
 // job (every entry of the final checkpoint, bit for bit) or with a clear error (gprun's one
 // report, naming a rank and a reason); and leave no process, no /dev/shm file of this
 // project's ("gp-comm-") and no half-written checkpoint (a checkpoint.WriteFile temporary,
@@ -40,10 +41,12 @@ type config struct {
 // episode is one job and the fault injected into it.
 type episode struct {
 	N     int     `json:"n"`
-	Fault string  `json:"fault"`  // kill, disk-full, corrupt-shard
-	Where string  `json:"where"`  // the rank killed, the bytes filled, the shard and how
-	At    float64 `json:"at_s"`   // seconds after the job's start
-	Hold  float64 `json:"hold_s"` // how long the disk stayed full or the shard corrupt
+	Fault string  `json:"fault"` // kill, disk-full, corrupt-shard, corrupt-and-kill
+	Where string  `json:"where"` // the rank killed, the bytes filled, the shard and how
+	At    float64 `json:"at_s"`  // seconds after the job's start
+	// Missed is set when the job had already ended when the fault came.
+	Missed bool    `json:"missed,omitempty"`
+	Hold   float64 `json:"hold_s"` // how long the disk stayed full or the shard corrupt
 	// Outcome is identical, clear-error, MISMATCH, unclear-error or HANG.
 	Outcome  string  `json:"outcome"`
 	Detail   string  `json:"detail,omitempty"` // the report, or the first differing entry
@@ -75,6 +78,7 @@ type results struct {
 type row struct {
 	Fault       string `json:"fault"`
 	Injected    int    `json:"injected"`
+	Missed      int    `json:"missed"`    // the job had ended before the fault came
 	Restarted   int    `json:"restarted"` // jobs the fault made gprun restart at least once
 	Identical   int    `json:"identical"`
 	ClearError  int    `json:"clear_error"`
@@ -144,7 +148,7 @@ func run(cfg config, jsonPath string) error {
 	fmt.Printf("chaos: clean run %.1fs, %d steps; a second clean run is bitwise equal: %v %s\n", res.CleanRunS, cfg.Steps, res.CleanAgree, diff)
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
-	kinds := []string{"kill", "disk-full", "corrupt-shard"}
+	kinds := []string{"kill", "disk-full", "corrupt-shard", "corrupt-and-kill"}
 	deadline := time.Now().Add(time.Duration(cfg.Minutes * float64(time.Minute)))
 	for n := 0; time.Now().Before(deadline); n++ {
 		ep := &episode{N: n, Fault: kinds[n%len(kinds)]}
@@ -155,10 +159,13 @@ func run(cfg config, jsonPath string) error {
 		runEpisode(ep, rng, bins, dataDir, filepath.Join(mnt, fmt.Sprintf("ep%03d", n)), cleanDirs[0], res.CleanRunS, cfg)
 		res.Episodes = append(res.Episodes, ep)
 		mark := ""
+		if ep.Missed {
+			mark = "  (missed: the job had ended)"
+		}
 		if !ep.ok() {
 			mark = "  <-- not OK"
 		}
-		fmt.Printf("  #%-3d %-13s %-28s at %4.1fs hold %3.1fs: %-13s restarts %d, %5.1fs%s\n", n, ep.Fault, ep.Where, ep.At, ep.Hold,
+		fmt.Printf("  #%-3d %-16s %-40s at %4.1fs hold %3.1fs: %-13s restarts %d, %5.1fs%s\n", n, ep.Fault, ep.Where, ep.At, ep.Hold,
 			ep.Outcome, ep.Restarts, ep.Seconds, mark)
 		if !ep.ok() {
 			fmt.Printf("        %s %v %v %v %v\n", ep.Detail, ep.LeftProcs, ep.LeftSHM, ep.LeftTemps, ep.BadCkpts)
@@ -190,15 +197,20 @@ func run(cfg config, jsonPath string) error {
 func runEpisode(ep *episode, rng *rand.Rand, bins binaries, dataDir, out, cleanDir string, cleanS float64, cfg config) {
 	shmBefore := shmFiles()
 	j := startJob(bins, dataDir, out, cfg)
-	// The fault lands between 15% and 85% of a clean run's time, so in the middle of
-	// training (start-up takes the first few tenths of a second).
-	ep.At = cleanS * (0.15 + 0.7*rng.Float64())
+	// The fault lands between 10% and 70% of a clean run's time, so in the middle of
+	// training (start-up takes the first second or so).
+	ep.At = cleanS * (0.1 + 0.6*rng.Float64())
 	hold := time.Duration((0.5 + 2.5*rng.Float64()) * float64(time.Second))
 	rank := rng.IntN(2)
 	truncate := rng.IntN(2) == 0
 	select {
 	case <-j.done:
 	case <-time.After(time.Until(j.start.Add(time.Duration(ep.At * float64(time.Second))))):
+	}
+	select {
+	case <-j.done:
+		ep.Missed = true
+	default:
 	}
 	switch ep.Fault {
 	case "kill":
@@ -217,7 +229,7 @@ func runEpisode(ep *episode, rng *rand.Rand, bins binaries, dataDir, out, cleanD
 		ep.Hold = hold.Seconds()
 		time.Sleep(hold)
 		restore()
-	case "corrupt-shard":
+	case "corrupt-shard", "corrupt-and-kill":
 		shard := filepath.Join(dataDir, fmt.Sprintf("train-%06d.tar", rank))
 		how := "random bytes"
 		if truncate {
@@ -229,6 +241,16 @@ func runEpisode(ep *episode, rng *rand.Rand, bins binaries, dataDir, out, cleanD
 			ep.Where += " failed: " + err.Error()
 		}
 		ep.Hold = hold.Seconds()
+		if ep.Fault == "corrupt-and-kill" {
+			// The loader reads a shard only as an epoch begins; a restart reads (scans) every
+			// shard at once. Kill the other rank, so that the restarted job meets the damage.
+			ep.Where += fmt.Sprintf(", rank %d killed", 1-rank)
+			if pid := j.workerPID(1 - rank); pid > 0 {
+				killPID(pid)
+			} else {
+				ep.Where += " (not running)"
+			}
+		}
 		time.Sleep(hold)
 		if err := restore(); err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: restoring %s: %v (stopping)\n", shard, err)
@@ -305,6 +327,9 @@ func summarize(eps []*episode) ([]row, bool) {
 			by[e.Fault] = r
 		}
 		r.Injected++
+		if e.Missed {
+			r.Missed++
+		}
 		if e.Restarts > 0 {
 			r.Restarted++
 		}
@@ -333,11 +358,12 @@ func summarize(eps []*episode) ([]row, bool) {
 func printTable(res *results) {
 	fmt.Printf("\nchaos: %d jobs in %.1f min (each %d steps, clean run %.1fs), outcomes against the clean run's final checkpoint (bitwise):\n",
 		len(res.Episodes), res.Config.Minutes, res.Config.Steps, res.CleanRunS)
-	fmt.Printf("%-14s %9s %10s %10s %12s %5s %12s %13s\n", "fault", "injected", "restarted", "identical", "clear error", "bad", "left behind", "max restarts")
+	fmt.Printf("%-17s %9s %7s %10s %10s %12s %5s %12s %13s\n", "fault", "injected", "missed", "restarted", "identical", "clear error", "bad", "left behind", "max restarts")
 	var tot row
 	for _, r := range res.Summary {
-		fmt.Printf("%-14s %9d %10d %10d %12d %5d %12d %13d\n", r.Fault, r.Injected, r.Restarted, r.Identical, r.ClearError, r.Bad, r.LeftBehind, r.MaxRestarts)
+		fmt.Printf("%-17s %9d %7d %10d %10d %12d %5d %12d %13d\n", r.Fault, r.Injected, r.Missed, r.Restarted, r.Identical, r.ClearError, r.Bad, r.LeftBehind, r.MaxRestarts)
 		tot.Injected += r.Injected
+		tot.Missed += r.Missed
 		tot.Restarted += r.Restarted
 		tot.Identical += r.Identical
 		tot.ClearError += r.ClearError
@@ -345,8 +371,8 @@ func printTable(res *results) {
 		tot.LeftBehind += r.LeftBehind
 		tot.MaxRestarts = max(tot.MaxRestarts, r.MaxRestarts)
 	}
-	fmt.Printf("%-14s %9d %10d %10d %12d %5d %12d %13d\n", "all", tot.Injected, tot.Restarted, tot.Identical, tot.ClearError, tot.Bad, tot.LeftBehind, tot.MaxRestarts)
-	fmt.Println("(restarted: jobs the fault made gprun restart; bad: a final state unlike the clean run's, an error without a cause, or a hang;")
+	fmt.Printf("%-17s %9d %7d %10d %10d %12d %5d %12d %13d\n", "all", tot.Injected, tot.Missed, tot.Restarted, tot.Identical, tot.ClearError, tot.Bad, tot.LeftBehind, tot.MaxRestarts)
+	fmt.Println("(missed: the job had ended before the fault came; restarted: jobs the fault made gprun restart; bad: a final state unlike the clean run's, an error without a cause, or a hang;")
 	fmt.Println(" left behind: processes, /dev/shm/gp-comm-* files, checkpoint temporaries or unloadable checkpoints after the job)")
 }
 
