@@ -5,6 +5,25 @@
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
+# The launchers the cluster tests start (parallel/launch/clustertest: mpirun, and a one-node
+# SLURM cluster with munge). Optional: when they cannot be installed the tests skip and say
+# why, so a failure here does not fail `make deps`.
+cluster=()
+for pkg in openmpi-bin slurm-wlm munge; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || cluster+=("$pkg")
+done
+if [ ${#cluster[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+    echo "install-deps: not installing ${cluster[*]} (need root or sudo); the cluster tests will skip" >&2
+  else
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "install-deps: installing ${cluster[*]} (for the cluster tests)"
+    if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${cluster[@]}"; }; then
+      echo "install-deps: could not install ${cluster[*]}; the cluster tests will skip" >&2
+    fi
+  fi
+fi
+
 need=()
 for pkg in libopenblas-dev libjpeg62-turbo-dev etcd-server; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
