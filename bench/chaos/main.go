@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -197,6 +198,28 @@ func run(cfg config, jsonPath string) error {
 func runEpisode(ep *episode, rng *rand.Rand, bins binaries, dataDir, out, cleanDir string, cleanS float64, cfg config) {
 	shmBefore := shmFiles()
 	j := startJob(bins, dataDir, out, cfg)
+	// The job's process ids, polled while it runs: a /dev/shm file left behind counts
+	// against the job only when its name's creator pid (gp-comm-<pid>-...) was one of them,
+	// since other programs on the machine may be using shared memory at the same time.
+	pids := map[int]bool{}
+	var pidsMu sync.Mutex
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			ps := jobProcesses(j.id)
+			pidsMu.Lock()
+			for _, p := range ps {
+				pids[p] = true
+			}
+			pidsMu.Unlock()
+			select {
+			case <-j.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
 	// The fault lands between 10% and 70% of a clean run's time, so in the middle of
 	// training (start-up takes the first second or so).
 	ep.At = cleanS * (0.1 + 0.6*rng.Float64())
@@ -273,8 +296,11 @@ func runEpisode(ep *episode, rng *rand.Rand, bins binaries, dataDir, out, cleanD
 	for _, pid := range ep.LeftProcs {
 		killPID(pid)
 	}
+	<-polled
 	for f := range shmFiles() {
-		if !shmBefore[f] {
+		var pid int
+		fmt.Sscanf(f, "gp-comm-%d-", &pid)
+		if !shmBefore[f] && pids[pid] {
 			ep.LeftSHM = append(ep.LeftSHM, f)
 		}
 	}
