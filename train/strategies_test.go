@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +224,45 @@ func TestDivergenceIsNamed(t *testing.T) {
 	}
 }
 
+// heapSteps, heapFrom and heapBound: a DDP job of 2,000 steps (two real processes) whose
+// live heap grows by at most heapBound between step 1,000 (rings full, buckets rebuilt,
+// first checks done) and step 2,000. What grew per step before the timeline became a ring
+// was ~9 KB a step for resnet18 (70 events); this model's steps have fewer events, and a
+// timeline kept whole grows the heap here by ~0.8 MB over those 1,000 steps.
+const (
+	heapSteps = 2000
+	heapFrom  = 1000
+	heapBound = 64 << 10
+)
+
+func TestLiveHeapBoundedOverLongRun(t *testing.T) {
+	job := proctest.Spawn(t, world, "GP_TRAIN_TEST_WORKER", "heap", nil)
+	for r, err := range job.Errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, job.Outputs[r])
+		}
+		var a, b uint64
+		if _, err := fmt.Sscanf(job.Outputs[r][strings.Index(job.Outputs[r], "heap: "):], "heap: %d %d", &a, &b); err != nil {
+			t.Fatalf("rank %d: %v in %q", r, err, job.Outputs[r])
+		}
+		growth := int64(b) - int64(a)
+		t.Logf("rank %d: live heap %d B after step %d, %d B after step %d: %+d B", r, a, heapFrom, b, heapSteps, growth)
+		if growth > heapBound {
+			t.Errorf("rank %d: live heap grew by %d B over %d steps, bound %d B", r, growth, heapSteps-heapFrom, heapBound)
+		}
+	}
+}
+
+// liveHeap is the heap in use after collections settle.
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
 // A gorgonia solver handed to ZeRO-3 is refused at Compile, saying why.
 func TestZeRO3RefusesSolver(t *testing.T) {
 	ctx := context.Background()
@@ -360,6 +400,40 @@ func worker(scenario string) error {
 			}
 		}
 		return errors.New("no divergence reported")
+	case "heap":
+		// 2,000 steps of DDP with the default timeline ring and agreement check: the live
+		// heap after step heapFrom and after the last.
+		m, err := nn.NewGraphModel(gormlp.Fixed(seed, per))
+		if err != nil {
+			return err
+		}
+		d, err := ddp.New(ctx, m, g)
+		if err != nil {
+			return err
+		}
+		p, err := d.Compile(gormlp.Fixed(seed, per), nn.WithSolver(G.NewVanillaSolver(G.WithLearnRate(0.01))))
+		if err != nil {
+			return err
+		}
+		var from uint64
+		for step := range heapSteps {
+			gormlp.Data(x, y, (step%64)*global+r*per, per)
+			if err := feed(p, x, y); err != nil {
+				return err
+			}
+			if err := train.RunStep(ctx, p); err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
+			}
+			if step+1 == heapFrom {
+				from = liveHeap()
+			}
+		}
+		end := liveHeap()
+		// Measured while the program and its DDP are still in use: the collector would
+		// otherwise free them, and their timeline, before the second reading.
+		runtime.KeepAlive(p)
+		runtime.KeepAlive(d)
+		fmt.Printf("heap: %d %d\n", from, end)
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
