@@ -13,6 +13,8 @@ import (
 type Pipeline struct {
 	ops  []Transform
 	lut  [3][256]float32
+	mean [3]float32
+	std  [3]float32
 	w, h int // static output size, 0 when it depends on the input
 	dct  bool
 }
@@ -40,6 +42,7 @@ func Compose(ts ...Transform) (*Pipeline, error) {
 			p.ops = append(p.ops, t)
 		}
 	}
+	p.mean, p.std = mean, std
 	for c := 0; c < 3; c++ {
 		for v := 0; v < 256; v++ {
 			// torch: img.float().div(255), then sub_(mean).div_(std), each rounded to float32.
@@ -156,6 +159,7 @@ func (p *Pipeline) exec(pl *Plan, img *rgb.Image, off image.Point, denom int, s 
 	crop = crop.Sub(off)
 	if !pl.Resized {
 		copyWindow(img, crop.Min.Add(pl.Win.Min), pl, &p.lut, dst[:3*w*h])
+		p.finish(pl, w, h, dst)
 		return w, h, nil
 	}
 	crop = crop.Intersect(image.Rect(0, 0, img.W, img.H))
@@ -163,6 +167,7 @@ func (p *Pipeline) exec(pl *Plan, img *rgb.Image, off image.Point, denom int, s 
 		return 0, 0, fmt.Errorf("crop %v outside the %dx%d image: %w", pl.Box, img.W, img.H, ErrCompose)
 	}
 	resample(img, crop, pl, &p.lut, s, dst[:3*w*h])
+	p.finish(pl, w, h, dst)
 	return w, h, nil
 }
 

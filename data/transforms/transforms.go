@@ -1,6 +1,7 @@
-// Package transforms implements torchvision's image transforms (RandomResizedCrop,
-// RandomHorizontalFlip, Resize, CenterCrop, ToTensor, Normalize) fused into one resampling pass
-// that writes normalized CHW float32 straight into a batch, matching PIL's numerics.
+// Package transforms implements torchvision's image transforms (RandomResizedCrop, RandomCrop
+// with padding, RandomHorizontalFlip, RandomVerticalFlip, Resize, CenterCrop, ColorJitter,
+// ToTensor, Normalize) fused into one resampling pass that writes normalized CHW float32
+// straight into a batch, matching PIL's numerics (ColorJitter: torchvision's on tensors).
 package transforms
 
 import (
@@ -30,7 +31,9 @@ type Plan struct {
 	OutW, OutH int             // size Box is resampled to (Box's own size until a resize)
 	Win        image.Rectangle // output window in resampled pixels; outside it is zero padding
 	Flip       bool            // mirror the window left-right
+	FlipV      bool            // mirror the window top-bottom
 	Resized    bool            // a resize has been planned
+	Jitter     *Jitter         // colour adjustment of the output (ColorJitter), nil for none
 }
 
 // NewPlan returns the identity plan for a w×h source.
@@ -46,6 +49,9 @@ func (p *Plan) Size() (w, h int) { return p.Win.Dx(), p.Win.Dy() }
 func (p *Plan) Crop(top, left, h, w int) {
 	if p.Flip {
 		left = p.Win.Dx() - left - w
+	}
+	if p.FlipV {
+		top = p.Win.Dy() - top - h
 	}
 	p.Win = image.Rect(p.Win.Min.X+left, p.Win.Min.Y+top, p.Win.Min.X+left+w, p.Win.Min.Y+top+h)
 }
