@@ -10,6 +10,7 @@ package launch
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -416,10 +417,12 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 	return rootCause(first, failedWs).workerError(), nil
 }
 
-// copyLines copies r to w line by line, each line prefixed, and to file (when set) as it
-// is. A carriage return also ends a segment, so a worker's progress bar (which redraws with
-// "\r") shows up as it redraws, each redraw prefixed, instead of waiting for the end of the
-// line. When last is set it keeps the last lines (see tail). w may be nil (redirected).
+// copyLines copies r to w line by line, each whole line prefixed once, and to file (when
+// set) as it is. Only a newline ends a line: a line a worker redrew with carriage returns
+// (a progress bar) reaches w as what a terminal would show of it, the text after its last
+// "\r" (a "\r\n" line end counts as "\n"), so that a log holds one prefixed line per line
+// and no redraws. A line longer than 64 KiB goes out in pieces as it arrives. When last is
+// set it keeps the last lines (see tail). w may be nil (redirected).
 func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w, file io.Writer, r io.Reader, prefix string, last *tail) {
 	defer wg.Done()
 	br := bufio.NewReaderSize(r, 64<<10)
@@ -429,22 +432,23 @@ func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w, file io.Writer, r io.Reade
 		if err == nil {
 			seg = append(seg, b)
 		}
-		end := err == nil && (b == '\n' || b == '\r')
+		end := err == nil && b == '\n'
 		if end || err != nil && len(seg) > 0 || err == nil && br.Buffered() == 0 && len(seg) >= 64<<10 {
 			if !end {
 				seg = append(seg, '\n')
 			}
-			if w != nil {
-				mu.Lock()
-				io.WriteString(w, prefix)
-				w.Write(seg)
-				mu.Unlock()
-			}
 			if file != nil {
 				file.Write(seg)
 			}
-			if last != nil && b != '\r' {
-				last.add(seg)
+			line := lastRedraw(seg)
+			if w != nil {
+				mu.Lock()
+				io.WriteString(w, prefix)
+				w.Write(line)
+				mu.Unlock()
+			}
+			if last != nil {
+				last.add(line)
 			}
 			seg = seg[:0]
 		}
@@ -452,4 +456,17 @@ func copyLines(wg *sync.WaitGroup, mu *sync.Mutex, w, file io.Writer, r io.Reade
 			return
 		}
 	}
+}
+
+// lastRedraw is what a terminal shows of seg: the text after its last carriage return
+// (before the line's end), ending in a newline.
+func lastRedraw(seg []byte) []byte {
+	body := bytes.TrimSuffix(bytes.TrimSuffix(seg, []byte("\n")), []byte("\r"))
+	for len(body) > 0 && body[len(body)-1] == '\r' {
+		body = body[:len(body)-1]
+	}
+	if i := bytes.LastIndexByte(body, '\r'); i >= 0 {
+		body = body[i+1:]
+	}
+	return append(body[:len(body):len(body)], '\n')
 }
