@@ -16,6 +16,9 @@ func (g *group) run(w *work) (string, error) {
 	if w.kind == kindReduceScatter {
 		h.Count = uint64(w.src.Len())
 	}
+	if g.hier != nil && w.kind != kindBarrier {
+		return "hier", g.hier.run(g, w, &h)
+	}
 	n := g.size
 	switch w.kind {
 	case kindBarrier:
@@ -140,6 +143,14 @@ func (g *group) tmpBytes(stream, n int) []byte {
 
 func mod(a, n int) int { return ((a % n) + n) % n }
 
+// global is the rank of a sub-group's rank p in the whole group (p itself in a group).
+func (g *group) global(p int) int {
+	if g.ranks == nil {
+		return p
+	}
+	return g.ranks[p]
+}
+
 // stagedComms is a transport that runs large collectives itself, through memory every rank
 // can read (the shared-memory transport; see shmstage.go). They block until done and fail with the transport's error (naming a dead peer) or ErrMismatch when
 // the peers run a different collective.
@@ -166,14 +177,14 @@ func (g *group) recv(peer, s int, want *Header, b []byte) error {
 
 func (g *group) recvErr(peer int, want, got *Header, n int, err error) error {
 	if got.Seq != 0 && !got.sameOp(want) {
-		return fmt.Errorf("%w: desync: rank %d runs %s, rank %d sent %s", ErrMismatch, g.rank, want, peer, got)
+		return fmt.Errorf("%w: desync: rank %d runs %s, rank %d sent %s", ErrMismatch, g.global(g.rank), want, g.global(peer), got)
 	}
 	if err != nil {
 		if errors.Is(err, ErrMismatch) && got.Seq != 0 {
 			return fmt.Errorf("%w: rank %d runs %s and expected %d bytes, rank %d sent %s with %d bytes",
-				ErrMismatch, g.rank, want, n, peer, got, got.Len)
+				ErrMismatch, g.global(g.rank), want, n, g.global(peer), got, got.Len)
 		}
-		return fmt.Errorf("recv from rank %d: %w", peer, err)
+		return fmt.Errorf("recv from rank %d: %w", g.global(peer), err)
 	}
 	return nil
 }
@@ -211,7 +222,7 @@ func (g *group) recvReduce(peer, s int, want *Header, dt DType, op Op, out, red,
 
 func (g *group) send(peer, s int, h *Header, b []byte) error {
 	if err := g.t.Send(peer, s, h, b); err != nil {
-		return fmt.Errorf("send to rank %d: %w", peer, err)
+		return fmt.Errorf("send to rank %d: %w", g.global(peer), err)
 	}
 	return nil
 }

@@ -111,36 +111,70 @@ func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error)
 		return nil, err
 	}
 	cfg := newConfig(opts)
-	t, err := dialHost(ctx, st, env, cfg)
+	t, local, first, err := dialHost(ctx, st, env, cfg)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
 	gr := newGroup(t, cfg)
+	if first != nil {
+		gr.attachHier(first, local)
+		if local != nil {
+			gr.onClose = append(gr.onClose, func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.closeTimeout)
+				defer cancel()
+				return local.Close(ctx)
+			})
+		}
+	}
 	gr.store = st
 	gr.onClose = append(gr.onClose, st.Close)
 	return gr, nil
 }
 
 // dialHost builds the transport WithTransport (or GP_COMM_TRANSPORT) asks for; by default
-// shared memory when every rank is on this host and can map the others' rings, else TCP.
-func dialHost(ctx context.Context, st *Store, env Env, cfg config) (Transport, error) {
+// shared memory when every rank is on this host and can map the others' rings, else TCP,
+// run hierarchically (first not nil, local the transport among this host's ranks) when
+// HierarchyEnv asks for it or, by default, when some host runs several ranks.
+func dialHost(ctx context.Context, st *Store, env Env, cfg config) (t, local Transport, first []int, err error) {
 	mode := cfg.transport
 	if mode == "" {
 		mode = os.Getenv("GP_COMM_TRANSPORT")
 	}
 	switch mode {
 	case "tcp":
-		return dialTCP(ctx, st, env.Rank, env.WorldSize, cfg)
+		t, err = dialTCP(ctx, st, env.Rank, env.WorldSize, cfg)
+		return t, nil, nil, err
 	case "shm":
-		return dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, true)
+		t, err = dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, true)
+		return t, nil, nil, err
 	case "", "auto":
-		if env.LocalWorldSize != env.WorldSize {
-			return dialTCP(ctx, st, env.Rank, env.WorldSize, cfg)
+		hmode, err := hierarchyMode()
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		return dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, false)
+		if env.WorldSize > 1 && (hmode == "on" || hmode == "auto" && env.LocalWorldSize != env.WorldSize) {
+			first, err := hostLayout(ctx, st, env, cfg)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			use, err := useHierarchy(hmode, first, env)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if use {
+				t, local, err := dialHier(ctx, st, env, cfg, first)
+				return t, local, first, err
+			}
+		}
+		if env.LocalWorldSize != env.WorldSize {
+			t, err = dialTCP(ctx, st, env.Rank, env.WorldSize, cfg)
+			return t, nil, nil, err
+		}
+		t, err = dialSHM(ctx, st, env.Rank, env.WorldSize, cfg, false)
+		return t, nil, nil, err
 	}
-	return nil, fmt.Errorf("%w: transport %q (GP_COMM_TRANSPORT or WithTransport): want tcp, shm or auto", ErrInvalid, mode)
+	return nil, nil, nil, fmt.Errorf("%w: transport %q (GP_COMM_TRANSPORT or WithTransport): want tcp, shm or auto", ErrInvalid, mode)
 }
 
 // Environment variables of the timeouts, read by InitFromEnv and InitFromConfig. Each holds
@@ -204,6 +238,9 @@ func TransportOf(g Group) string {
 	gr, ok := g.(*group)
 	if !ok {
 		return ""
+	}
+	if gr.hier != nil {
+		return "hier"
 	}
 	switch gr.t.(type) {
 	case *tcpTransport:

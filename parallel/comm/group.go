@@ -77,7 +77,7 @@ type config struct {
 	secret         *string
 	transport      string // "", "tcp" or "shm" (InitFromEnv's choice; "" = GP_COMM_TRANSPORT or auto)
 	shmRingBytes   int
-	onAbort        func() // the TCP transport's abort hook (set by the shared-memory transport)
+	onAbort        func(error) // the TCP transport's abort hook (set by the shared-memory transport and the hierarchy)
 }
 
 func newConfig(opts []Option) config {
@@ -318,6 +318,11 @@ type group struct {
 	p2p     sync.WaitGroup
 	onClose []func() error
 	store   *Store
+
+	hier   *hierarchy                // set when collectives run hierarchically (hier.go)
+	parent *group                    // a hierarchy's sub-group: failures belong to parent
+	ranks  []int                     // a sub-group's ranks in the parent, for messages (nil: identity)
+	segs   func(seg int) (lo, hi int) // a sub-group ring's segments (nil: ShardRange)
 }
 
 func newGroup(t Transport, cfg config) *group {
@@ -448,6 +453,10 @@ func (g *group) p2pWork(k kind, buf Buffer, peer int, tag int64, tagOK bool) Wor
 
 // fail poisons the group with err and aborts the transport (telling the peers when notify).
 func (g *group) fail(err error, notify bool) {
+	if g.parent != nil {
+		g.parent.fail(err, notify)
+		return
+	}
 	g.errMu.Lock()
 	if g.err != nil {
 		g.errMu.Unlock()
@@ -457,9 +466,15 @@ func (g *group) fail(err error, notify bool) {
 	close(g.dead)
 	g.errMu.Unlock()
 	g.t.Abort(err, notify)
+	if g.hier != nil && g.hier.localT != nil {
+		g.hier.localT.Abort(err, false)
+	}
 }
 
 func (g *group) failure() error {
+	if g.parent != nil {
+		return g.parent.failure()
+	}
 	g.errMu.Lock()
 	defer g.errMu.Unlock()
 	return g.err

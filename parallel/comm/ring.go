@@ -23,14 +23,22 @@ func (g *group) ring(h *Header, dt DType, op Op, count, t0, t1 int,
 	right, left := mod(r+1, n), mod(r-1, n)
 	// part returns the byte range of stream s's part of segment seg.
 	part := func(seg, s int) (int, int) {
-		lo, hi := ShardRange(count, n, seg)
+		lo, hi := g.segRange(count, n, seg)
 		plo, phi := ShardRange(hi-lo, k, s)
 		return (lo + plo) * es, (lo + phi) * es
 	}
 	// chunks is the number of frames a part is sent as (at least one, so that every step
 	// carries a header and ranks that disagree are caught).
 	chunks := func(lo, hi int) int { return max(1, (hi-lo+chunk-1)/chunk) }
-	maxChunks := chunks(0, ((count+n-1)/n+k-1)/k*es)
+	maxSeg := (count + n - 1) / n
+	if g.segs != nil {
+		maxSeg = 0
+		for seg := range n {
+			lo, hi := g.segs(seg)
+			maxSeg = max(maxSeg, hi-lo)
+		}
+	}
+	maxChunks := chunks(0, (maxSeg+k-1)/k*es)
 	steps := t1 - t0 + 1
 
 	fns := make([]func() error, 0, 2*k)
@@ -79,6 +87,14 @@ func (g *group) ring(h *Header, dt DType, op Op, count, t0, t1 int,
 		})
 	}
 	return g.parallel(fns...)
+}
+
+// segRange is segment seg of count elements: g.segs's when set, else ShardRange's.
+func (g *group) segRange(count, n, seg int) (lo, hi int) {
+	if g.segs != nil {
+		return g.segs(seg)
+	}
+	return ShardRange(count, n, seg)
 }
 
 // chainBroadcast pipelines root's buffer along the ring root -> root+1 -> ... -> root-1 in

@@ -305,14 +305,42 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 	if size == 1 {
 		return dialTCP(ctx, st, rank, size, cfg)
 	}
-	cctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
-	defer cancel()
-	k := cfg.streams
-	gen, err := st.Add(cctx, "comm/shmgen/"+strconv.Itoa(rank), 1)
+	t, problem, err := shmRings(ctx, st, "", rank, size, cfg)
 	if err != nil {
 		return nil, err
 	}
-	prefix := fmt.Sprintf("comm/shm%d/", gen)
+	if problem != nil {
+		if required {
+			return nil, fmt.Errorf("shared-memory transport: %w", problem)
+		}
+		cfg.logger.Debug("comm: shared memory unavailable, using TCP", "rank", rank, "reason", problem)
+		return dialTCP(ctx, st, rank, size, cfg)
+	}
+	ccfg := cfg
+	ccfg.streams = 0 // control connections only
+	ccfg.onAbort = func(error) { t.wakeAll() }
+	tt, err := dialTCP(ctx, st, rank, size, ccfg)
+	if err != nil {
+		t.unmap()
+		return nil, err
+	}
+	t.tcpTransport = tt
+	return t, nil
+}
+
+// shmRings maps the rings and staging areas of size ranks (see dialSHM), with store keys
+// under ns (several groups of ranks, one per host, share one store in a hierarchical group).
+// problem, when not nil, is why shared memory cannot be used; every rank gets the same
+// verdict. The transport returned has no control plane yet (tcpTransport is nil).
+func shmRings(ctx context.Context, st *Store, ns string, rank, size int, cfg config) (_ *shmTransport, problem, _ error) {
+	cctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	k := cfg.streams
+	gen, err := st.Add(cctx, "comm/shmgen/"+ns+strconv.Itoa(rank), 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := fmt.Sprintf("comm/shm%d/%s", gen, ns)
 	t := &shmTransport{k: k, in: make([][]*shmRing, size), out: make([][]*shmRing, size), smallBytes: cfg.smallBytes}
 	for p := range size {
 		t.in[p], t.out[p] = make([]*shmRing, k), make([]*shmRing, k)
@@ -346,9 +374,9 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 		}
 	}
 	defer unlink()
-	fail := func(err error) (Transport, error) {
+	fail := func(err error) (*shmTransport, error, error) {
 		t.unmap()
-		return nil, err
+		return nil, nil, err
 	}
 	if cerr == nil {
 		t.maps = append(t.maps, mem)
@@ -373,7 +401,6 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 		return fail(err)
 	}
 	// Phase 2: map the peers' files and report.
-	var problem error
 	if cerr != nil {
 		problem = fmt.Errorf("rank %d: %w", rank, cerr)
 	}
@@ -434,21 +461,9 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 	unlink() // every rank has mapped it (or given up): the memory lives as long as a mapping
 	if problem != nil {
 		t.unmap()
-		if required {
-			return nil, fmt.Errorf("shared-memory transport: %w", problem)
-		}
-		cfg.logger.Debug("comm: shared memory unavailable, using TCP", "rank", rank, "reason", problem)
-		return dialTCP(ctx, st, rank, size, cfg)
+		return nil, problem, nil
 	}
-	ccfg := cfg
-	ccfg.streams = 0 // control connections only
-	ccfg.onAbort = t.wakeAll
-	tt, err := dialTCP(ctx, st, rank, size, ccfg)
-	if err != nil {
-		return fail(err)
-	}
-	t.tcpTransport = tt
-	return t, nil
+	return t, nil, nil
 }
 
 // createSHM creates a fresh file of size bytes under /dev/shm and maps it. Its pages are
@@ -511,3 +526,18 @@ var (
 	_ viewRecver  = (*shmTransport)(nil)
 	_ stagedComms = (*shmTransport)(nil)
 )
+
+// dialLocalSHM maps the rings among the size ranks of one host of a hierarchical group
+// (store keys under ns). Its control plane is the whole group's: the transport returned has
+// none of its own and fails only when aborted (by the group, or by the TCP transport's
+// abort hook). problem says why shared memory cannot be used (the host's ranks agree).
+func dialLocalSHM(ctx context.Context, st *Store, ns string, rank, size int, cfg config) (_ Transport, problem, _ error) {
+	t, problem, err := shmRings(ctx, st, ns, rank, size, cfg)
+	if err != nil || problem != nil {
+		return nil, problem, err
+	}
+	t.tcpTransport = &tcpTransport{rank: rank, size: size, logger: cfg.logger,
+		ctrl: make([]*ctrlConn, size), data: make([][]*dataConn, size), abort: make(chan struct{}),
+		onAbort: func(error) { t.wakeAll() }}
+	return t, nil, nil
+}

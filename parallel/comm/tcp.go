@@ -47,7 +47,7 @@ type tcpTransport struct {
 	once     sync.Once
 	abort    chan struct{}
 	err      error
-	onAbort  func()      // run once by the first Abort (the shared-memory transport wakes its waits)
+	onAbort  func(error) // run once by the first Abort with its error (shared memory wakes its waits)
 	notified atomic.Bool // this rank sent abort notices: Close waits for acknowledgements
 
 	readers sync.WaitGroup
@@ -378,7 +378,7 @@ func (t *tcpTransport) Abort(err error, notify bool) {
 		return
 	}
 	if t.onAbort != nil {
-		t.onAbort()
+		t.onAbort(err)
 	}
 	past := time.Unix(1, 0)
 	for _, ds := range t.data {
