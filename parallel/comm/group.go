@@ -319,9 +319,9 @@ type group struct {
 	onClose []func() error
 	store   *Store
 
-	hier   *hierarchy                // set when collectives run hierarchically (hier.go)
-	parent *group                    // a hierarchy's sub-group: failures belong to parent
-	ranks  []int                     // a sub-group's ranks in the parent, for messages (nil: identity)
+	hier   *hierarchy                 // set when collectives run hierarchically (hier.go)
+	parent *group                     // a hierarchy's sub-group: failures belong to parent
+	ranks  []int                      // a sub-group's ranks in the parent, for messages (nil: identity)
 	segs   func(seg int) (lo, hi int) // a sub-group ring's segments (nil: ShardRange)
 }
 

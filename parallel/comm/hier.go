@@ -471,5 +471,5 @@ func (v *viewTransport) SendMsg(ctx context.Context, peer int, tag int64, b []by
 func (v *viewTransport) RecvMsg(ctx context.Context, peer int, tag int64, b []byte) error {
 	return v.t.RecvMsg(ctx, v.ranks[peer], tag, b)
 }
-func (v *viewTransport) Abort(err error, notify bool)  { v.t.Abort(err, notify) }
-func (v *viewTransport) Close(context.Context) error { return nil }
+func (v *viewTransport) Abort(err error, notify bool) { v.t.Abort(err, notify) }
+func (v *viewTransport) Close(context.Context) error  { return nil }
