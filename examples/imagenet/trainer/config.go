@@ -34,6 +34,22 @@ type Config struct {
 	Smoothing   float64
 	ClipGrad    float64
 	Optimizer   string // sgd or adamw
+	MinLR       float64 // the cosine schedule's floor (timm's --min-lr)
+	WarmupLR    float64 // the warmup's first learning rate (timm's --warmup-lr; 0: 1% of LR)
+	// StartEpoch starts the run at this epoch, the schedule advanced to its first step, as
+	// PyTorch's --start-epoch does (0: the checkpoint's, or the first); a checkpoint of a
+	// later step still wins.
+	StartEpoch int
+
+	// Augment is the training augmentation and its preset (augment.go).
+	Augment Augment
+	// GradAccum is how many batches each optimizer step accumulates (timm's
+	// --grad-accum-steps): the batch of one step is GradAccum × Batch images.
+	GradAccum int
+	SyncBN    bool    // BatchNorm statistics over the whole group (ddp/zero SyncBatchNorm)
+	DropPath  float64 // stochastic depth of the last block (Swin); negative: the architecture's
+	ModelEMA  bool    // keep an exponential moving average of the weights, evaluated and saved
+	EMADecay  float64 // its decay per optimizer step
 
 	Resume     string // a checkpoint path, "auto" (latest in Out, the default) or "none"
 	Evaluate   bool
@@ -50,7 +66,13 @@ type Config struct {
 	Keep      int    // checkpoints kept
 	MaxSteps  int    // stop after this many steps in total (0: no limit); for tests
 	Synthetic SyntheticConfig
-	Quiet     bool // no progress bar (tests)
+	Quiet     bool // no progress bar and no per-print-freq lines (tests)
+	// Progress is how training progress is shown: "bar" (a redrawn progress bar: what a
+	// terminal wants), "log" (one line per -print-freq steps: what a file or a pipe wants)
+	// or "" (bar when out is a terminal, else log).
+	Progress string
+	// TensorBoard writes a TensorBoard event file into Out (rank 0), beside metrics.jsonl.
+	TensorBoard bool
 	// TimelineSteps is how many of the most recent steps each rank's timeline keeps and
 	// writes to OUT/timeline-rankN.json: 0 takes ddp.DefaultTimelineSteps, negative turns the
 	// timelines off (no files; the overlap summary is still computed). The -timeline-steps
@@ -99,15 +121,28 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ImageSize, "image-size", 224, "training crop size")
 	fs.IntVar(&c.Epochs, "epochs", 90, "number of epochs")
 	fs.IntVar(&c.Batch, "b", 256, "global batch size over all ranks")
+	fs.IntVar(&c.Batch, "batch-size", 256, "alias of -b")
 	fs.Float64Var(&c.LR, "lr", 0, "initial learning rate (default: the recipe's, scaled by batch)")
+	fs.Float64Var(&c.LR, "learning-rate", 0, "alias of -lr")
 	fs.Float64Var(&c.Momentum, "momentum", 0.9, "SGD momentum")
 	fs.Float64Var(&c.WeightDecay, "wd", -1, "weight decay (default: the recipe's)")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", -1, "alias of -wd")
 	fs.IntVar(&c.Workers, "j", 2, "data loading workers per rank")
+	fs.IntVar(&c.Workers, "workers", 2, "alias of -j")
 	fs.StringVar(&c.Sched, "sched", "", "step | cosine (default: the recipe's)")
 	fs.IntVar(&c.Warmup, "warmup-epochs", -1, "linear warmup epochs (default: the recipe's)")
 	fs.Float64Var(&c.Smoothing, "label-smoothing", -1, "label smoothing (default: the recipe's)")
 	fs.Float64Var(&c.ClipGrad, "clip-grad", -1, "clip gradients to this global norm, 0 off (default: the recipe's)")
 	fs.StringVar(&c.Optimizer, "opt", "", "sgd | adamw (default: the recipe's)")
+	fs.Float64Var(&c.MinLR, "min-lr", 0, "floor of the cosine schedule")
+	fs.Float64Var(&c.WarmupLR, "warmup-lr", 0, "learning rate the warmup starts from (default: 1% of -lr)")
+	fs.IntVar(&c.StartEpoch, "start-epoch", 0, "epoch to start at (0-based), the schedule advanced to it (default: the checkpoint's)")
+	c.Augment.RegisterFlags(fs)
+	fs.IntVar(&c.GradAccum, "grad-accum-steps", 1, "batches accumulated per optimizer step")
+	fs.BoolVar(&c.SyncBN, "sync-bn", false, "BatchNorm statistics over all ranks (SyncBatchNorm)")
+	fs.Float64Var(&c.DropPath, "drop-path", -1, "stochastic depth of the last block, rising linearly from 0 (Swin); -1: the architecture's")
+	fs.BoolVar(&c.ModelEMA, "model-ema", false, "keep an exponential moving average of the weights; evaluate and checkpoint it")
+	fs.Float64Var(&c.EMADecay, "model-ema-decay", 0.9998, "decay of -model-ema per optimizer step")
 	fs.StringVar(&c.Resume, "resume", "auto", "checkpoint to resume from: a path, auto (latest in -out) or none")
 	fs.BoolVar(&c.Evaluate, "evaluate", false, "evaluate the model on the validation set and exit")
 	fs.BoolVar(&c.Evaluate, "e", false, "alias of -evaluate")
@@ -127,7 +162,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Synthetic.TrainPer, "synthetic-train", 300, "training images per class of the generated data set")
 	fs.IntVar(&c.Synthetic.ValPer, "synthetic-val", 50, "validation images per class of the generated data set")
 	fs.IntVar(&c.Synthetic.Size, "synthetic-size", 40, "side of the generated images")
-	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar and no per-print-freq lines")
+	fs.StringVar(&c.Progress, "progress", "", "bar | log (default: bar on a terminal, one line per -print-freq otherwise)")
+	fs.BoolVar(&c.TensorBoard, "tensorboard", true, "write TensorBoard event files (scalars) into OUT, beside metrics.jsonl")
 	c.TimelineSteps = ddp.DefaultTimelineSteps
 	fs.Var(timelineStepsFlag{&c.TimelineSteps}, "timeline-steps",
 		"keep and write the timeline events of the last N steps per rank (0: no timelines)")
@@ -210,6 +247,35 @@ func (c *Config) recipe() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("trainer: -timeout %v is negative", c.Timeout)
+	}
+	if err := c.Augment.resolve(c.DataFormat, c.ImageSize); err != nil {
+		return err
+	}
+	if c.GradAccum <= 0 {
+		c.GradAccum = 1
+	}
+	if c.WarmupLR <= 0 {
+		c.WarmupLR = 0.01 * c.LR
+	}
+	if c.MinLR < 0 || c.MinLR > c.LR {
+		return fmt.Errorf("trainer: -min-lr %g: want it in [0, lr %g]", c.MinLR, c.LR)
+	}
+	if c.EMADecay == 0 {
+		c.EMADecay = 0.9998
+	}
+	if c.ModelEMA && !(c.EMADecay > 0 && c.EMADecay < 1) {
+		return fmt.Errorf("trainer: -model-ema-decay %g: want it in (0, 1)", c.EMADecay)
+	}
+	if c.DropPath > 0 && !swin {
+		return fmt.Errorf("trainer: -drop-path: %s has no stochastic depth (the Swin models have)", c.Arch)
+	}
+	if c.DropPath > 1 {
+		return fmt.Errorf("trainer: -drop-path %g: want it in [0, 1]", c.DropPath)
+	}
+	switch c.Progress {
+	case "", "bar", "log":
+	default:
+		return fmt.Errorf("trainer: unknown -progress %q (bar or log)", c.Progress)
 	}
 	if c.Out == "" {
 		c.Out = "runs/" + c.Arch

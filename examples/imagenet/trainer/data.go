@@ -58,16 +58,11 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 	if _, err := os.Stat(cfg.Data); err != nil {
 		return nil, nil, fmt.Errorf("trainer: data folder: %w", err)
 	}
-	rrc := transforms.NewRandomResizedCrop(cfg.ImageSize)
-	if cfg.DataFormat == "synthetic" {
-		rrc.Scale = [2]float64{0.35, 1} // the objects of small generated images survive the crop
-	}
-	trainT, err := transforms.Compose(rrc, transforms.RandomHorizontalFlip{P: 0.5}, transforms.ToTensor{},
-		transforms.Normalize{Mean: transforms.ImageNetMean, Std: transforms.ImageNetStd})
+	trainT, err := trainTransform(cfg) // -preset and the augmentation flags (augment.go)
 	if err != nil {
 		return nil, nil, err
 	}
-	valT := transforms.Eval(cfg.ImageSize*8/7, cfg.ImageSize)
+	valT := evalTransform(cfg)
 	var train, val *split
 	if _, err := badInput(cfg); err != nil {
 		return nil, nil, err

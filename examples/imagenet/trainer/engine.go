@@ -16,10 +16,10 @@ import (
 // engine is a training strategy: where the parameters, gradients and optimizer state live,
 // how a step reduces gradients, and how checkpoints are written and read.
 type engine interface {
-	// trainStep zeroes the gradients and runs forward and backward on b; on return the
-	// gradients of the global batch's mean loss are ready for update. It returns the loss
-	// of this rank's batch (unscaled).
-	trainStep(ctx context.Context, b *data.Batch) (float32, error)
+	// trainStep runs forward and backward on b, adding to the gradients; after the last
+	// batch of an optimizer step (at.last) they are reduced and ready for update. It
+	// returns the loss of this rank's batch (unscaled).
+	trainStep(ctx context.Context, b *data.Batch, at micro) (float32, error)
 	// update unscales and clips the gradients, steps the optimizer (skipping a step whose
 	// gradients overflowed, under fp16) and updates the loss scale.
 	update(ctx context.Context) error

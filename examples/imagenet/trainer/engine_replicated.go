@@ -27,12 +27,19 @@ type replicated struct {
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	ck      *checkpoints
+	ema     *modelEMA // -model-ema, nil without
 }
+
+func (r *replicated) modelEMA() *modelEMA { return r.ema }
 
 func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
 	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
-	d, err := ddp.New(ctx, model, g, timelineSteps(cfg))
+	dopts := []ddp.Option{timelineSteps(cfg)}
+	if cfg.SyncBN {
+		dopts = append(dopts, ddp.SyncBatchNorm())
+	}
+	d, err := ddp.New(ctx, model, g, dopts...)
 	if err != nil {
 		return nil, err
 	}
@@ -52,16 +59,21 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	if err != nil {
 		return nil, err
 	}
-	return &replicated{
+	var ema *modelEMA
+	if cfg.ModelEMA {
+		ema = newModelEMA(model.Params, cfg.EMADecay)
+	}
+	return &replicated{ema: ema,
 		// Every rank holds the same averaged gradients: no communication for the norm.
-		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad},
+		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad,
+			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank())},
 		cfg:     cfg, g: g, d: d, model: model, opt: opt,
 		evals: map[int]*ddp.Program{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
 		shape: shape, ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
 }
 
-func (r *replicated) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
-	return r.run(ctx, b)
+func (r *replicated) trainStep(ctx context.Context, b *data.Batch, at micro) (float32, error) {
+	return r.run(ctx, b, at)
 }
 
 func (r *replicated) optimizer() optim.Optimizer { return r.opt }
@@ -70,7 +82,7 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 	p, ok := r.evals[b.N]
 	if !ok {
 		var err error
-		if p, err = r.d.Compile(buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, nil), r.evalOpt...); err != nil {
+		if p, err = r.d.Compile(buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, false, 0, nil), r.evalOpt...); err != nil {
 			return nil, err
 		}
 		r.evals[b.N] = p
@@ -87,6 +99,9 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 func (r *replicated) state(meta *checkpoint.State) *checkpoint.State {
 	st := *meta
 	st.Model, st.Optimizer = r.model.Params, r.opt
+	if r.ema != nil {
+		st.Optimizer = r.ema.stateful(r.opt)
+	}
 	if r.scaler != nil {
 		st.Scaler = r.scaler
 	}

@@ -39,7 +39,13 @@ type sharded struct {
 }
 
 func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
+	if cfg.ModelEMA {
+		return nil, fmt.Errorf("trainer: -model-ema needs a replicated strategy (ddp, dp or none): under zero3 no rank holds the whole model")
+	}
 	opts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
+	if cfg.SyncBN {
+		opts = append(opts, zero.SyncBatchNorm())
+	}
 	switch cfg.Offload {
 	case "":
 	case "cpu":
@@ -68,13 +74,14 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 		return nil, err
 	}
 	local := cfg.Batch / g.Size()
-	prog, err := e.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, scaler), bopts...)
+	prog, err := e.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler), bopts...)
 	if err != nil {
 		return nil, err
 	}
 	return &sharded{
 		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
-		stepper: stepper{prog: prog, grads: e.ShardGrad, normGroup: g, scaler: scaler, clip: cfg.ClipGrad},
+		stepper: stepper{prog: prog, grads: e.ShardGrad, normGroup: g, scaler: scaler, clip: cfg.ClipGrad,
+			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
 		cfg:     cfg, g: g, e: e, evals: map[int]*zero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
@@ -83,9 +90,9 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 // trainStep and update are the stepper's, with the step on the timeline: one event for
 // forward and backward with their gathers and reduce-scatters (ZeRO-3's collectives run
 // inside the tape, so the step is not split further here), one for the update.
-func (s *sharded) trainStep(ctx context.Context, b *data.Batch) (float32, error) {
+func (s *sharded) trainStep(ctx context.Context, b *data.Batch, at micro) (float32, error) {
 	start := time.Now()
-	lv, err := s.run(ctx, b)
+	lv, err := s.run(ctx, b, at)
 	s.tl.Add(ddp.Event{Name: "forward+backward", Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
 	return lv, err
 }
@@ -107,7 +114,7 @@ func (s *sharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, err
 	p, ok := s.evals[b.N]
 	if !ok {
 		var err error
-		if p, err = s.e.Compile(buildFor(b.N, s.shape[0], s.shape[1], s.shape[2], 0, nil), s.evalOpt...); err != nil {
+		if p, err = s.e.Compile(buildFor(b.N, s.shape[0], s.shape[1], s.shape[2], 0, false, 0, nil), s.evalOpt...); err != nil {
 			return nil, err
 		}
 		s.evals[b.N] = p

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"os"
 
 	"gonum.org/v1/plot"
@@ -15,11 +16,12 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/tensorboard"
 )
 
 // Record is one line of the JSON-lines metrics log.
 type Record struct {
-	Kind      string  `json:"kind"` // "train" (every print-freq steps) or "val" (every epoch)
+	Kind      string  `json:"kind"` // "train" (every print-freq steps), "val" (every epoch), "val_ema" (-model-ema)
 	Epoch     int     `json:"epoch"`
 	Step      int64   `json:"step"`
 	Loss      float64 `json:"loss"`                // train: mean over the epoch so far; val: mean over the set
@@ -32,12 +34,65 @@ type Record struct {
 	LossScale float64 `json:"loss_scale,omitempty"`
 }
 
-// Metrics appends records to a JSON-lines file. It keeps nothing in memory per record:
-// Plot reads the file back.
+// Metrics appends records to a JSON-lines file and, once OpenTensorBoard is called, the same
+// figures as TensorBoard scalars. It keeps nothing in memory per record: Plot reads the file
+// back.
 type Metrics struct {
 	path string
 	f    *os.File
 	w    *bufio.Writer
+	tb   *tensorboard.Writer
+}
+
+// OpenTensorBoard starts a TensorBoard event file in dir (a new one per run, as PyTorch's
+// SummaryWriter) that Add writes every record's scalars to: train/loss (the epoch's mean so
+// far), train/step_loss, train/lr, train/img_per_s, val/loss, val/top1, val/top5; Scalar
+// adds others. It returns the file's path.
+func (m *Metrics) OpenTensorBoard(dir string) (string, error) {
+	w, err := tensorboard.NewWriter(dir)
+	if err != nil {
+		return "", fmt.Errorf("trainer: %w", err)
+	}
+	m.tb = w
+	return w.Path(), nil
+}
+
+// Scalar writes one scalar to the TensorBoard file (nothing without one).
+func (m *Metrics) Scalar(tag string, step int64, v float64) error {
+	if m.tb == nil {
+		return nil
+	}
+	if err := m.tb.Scalar(tag, step, v); err != nil {
+		return fmt.Errorf("trainer: tensorboard: %w", err)
+	}
+	return nil
+}
+
+// scalars writes r's figures to the TensorBoard file.
+func (m *Metrics) scalars(r Record) error {
+	type kv struct {
+		tag string
+		v   float64
+		on  bool
+	}
+	var vs []kv
+	switch r.Kind {
+	case "train":
+		vs = []kv{{"train/loss", r.Loss, true}, {"train/step_loss", r.StepLoss, true}, {"train/lr", r.LR, true},
+			{"train/img_per_s", r.ImgsPerS, r.ImgsPerS > 0}, {"train/loss_scale", r.LossScale, r.LossScale > 0}}
+	case "val":
+		vs = []kv{{"val/loss", r.Loss, true}, {"val/top1", r.Top1, true}, {"val/top5", r.Top5, true}}
+	case "val_ema":
+		vs = []kv{{"val_ema/loss", r.Loss, true}, {"val_ema/top1", r.Top1, true}, {"val_ema/top5", r.Top5, true}}
+	}
+	for _, x := range vs {
+		if x.on {
+			if err := m.Scalar(x.tag, r.Step, x.v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // OpenMetrics opens the log at path, appending, for a run that continues after step from:
@@ -115,15 +170,22 @@ func (m *Metrics) Add(r Record) error {
 	if err := m.w.Flush(); err != nil {
 		return fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
 	}
-	return nil
+	return m.scalars(r)
 }
 
-// Close flushes and closes the log.
+// Close flushes and closes the log and the TensorBoard file.
 func (m *Metrics) Close() error {
-	if err := m.w.Flush(); err != nil {
-		return err
+	err := m.w.Flush()
+	if cerr := m.f.Close(); err == nil {
+		err = cerr
 	}
-	return m.f.Close()
+	if m.tb != nil {
+		if cerr := m.tb.Close(); err == nil {
+			err = cerr
+		}
+		m.tb = nil
+	}
+	return err
 }
 
 // PlotPoints bounds each curve of the plot: a longer series is averaged over runs of
@@ -183,6 +245,7 @@ func (m *Metrics) Plot(path string) error {
 			p.Y.Scale = plot.LogScale{}
 			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		}
+		var all plotter.XYs
 		for _, s := range pn.series {
 			if len(s.xy) == 0 {
 				continue
@@ -191,6 +254,10 @@ func (m *Metrics) Plot(path string) error {
 			if pn.log {
 				xy = positive(xy)
 			}
+			if len(xy) == 0 {
+				continue
+			}
+			all = append(all, xy...)
 			l, err := plotter.NewLine(xy)
 			if err != nil {
 				return fmt.Errorf("trainer: plot %s: %w", pn.title, err)
@@ -198,8 +265,21 @@ func (m *Metrics) Plot(path string) error {
 			l.Color = palette[s.color%len(palette)]
 			l.Width = vg.Points(1.5)
 			p.Add(l)
-			p.Legend.Add(s.name, l)
+			if len(xy) <= markedPoints {
+				// A series of a few points (validation once per epoch, a short run) is
+				// drawn with markers: a line of one point is invisible.
+				sc, err := plotter.NewScatter(xy)
+				if err != nil {
+					return fmt.Errorf("trainer: plot %s: %w", pn.title, err)
+				}
+				sc.GlyphStyle = draw.GlyphStyle{Color: l.Color, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
+				p.Add(sc)
+				p.Legend.Add(s.name, l, sc)
+			} else {
+				p.Legend.Add(s.name, l)
+			}
 		}
+		fitAxes(p, all, pn.log)
 		p.Legend.Top = !pn.log && pn.title != "validation accuracy"
 		p.Draw(tiles.At(dc, 0, i))
 	}
@@ -211,6 +291,46 @@ func (m *Metrics) Plot(path string) error {
 		return fmt.Errorf("trainer: plot: %w", err)
 	}
 	return nil
+}
+
+// markedPoints is the longest series the plot draws with a marker at each point.
+const markedPoints = 50
+
+// fitAxes sets the ranges of p's axes so that a few points get readable ticks: a range of
+// zero width (one point, or a constant series) is widened around its value; a log axis
+// spans at least one decade, from and to powers of ten, so that it has labelled ticks.
+func fitAxes(p *plot.Plot, xy plotter.XYs, log bool) {
+	if len(xy) == 0 {
+		return
+	}
+	xmin, xmax, ymin, ymax := xy[0].X, xy[0].X, xy[0].Y, xy[0].Y
+	for _, q := range xy {
+		xmin, xmax = min(xmin, q.X), max(xmax, q.X)
+		ymin, ymax = min(ymin, q.Y), max(ymax, q.Y)
+	}
+	if xmin == xmax {
+		xmin, xmax = max(0, xmin-1), xmax+1
+	}
+	p.X.Min, p.X.Max = xmin, xmax
+	switch {
+	case log:
+		lo, hi := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
+		if hi <= lo {
+			hi = lo + 1
+		}
+		p.Y.Min, p.Y.Max = math.Pow(10, lo), math.Pow(10, hi)
+	case ymin == ymax:
+		d := math.Abs(ymin) / 2
+		if d == 0 {
+			d = 1
+		}
+		p.Y.Min, p.Y.Max = ymin-d, ymax+d
+		if ymin >= 0 {
+			p.Y.Min = max(0, p.Y.Min)
+		}
+	default:
+		p.Y.Min, p.Y.Max = ymin, ymax
+	}
 }
 
 // decimated is a series of at most PlotPoints points fed one at a time: each point is the

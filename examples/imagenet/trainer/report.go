@@ -27,24 +27,49 @@ func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, o
 	if rank != 0 {
 		return nil
 	}
-	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks, final train loss %.4f, val top-1 %.2f%% top-5 %.2f%%\n",
-		res.Steps, res.ImgsPerS, world, res.FinalLoss, res.Top1, res.Top5)
-	if res.ModelStateBytes == 0 { // replicated: DDP's overlap; ZeRO-3 reports its state instead
+	writeSummary(out, world, res)
+	return nil
+}
+
+// writeSummary prints the end-of-run summary: only what this run did and wrote (no
+// accuracy without a validation, no path of a file that was not written).
+func writeSummary(out io.Writer, world int, res *Result) {
+	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks", res.Steps, res.ImgsPerS, world)
+	if res.Steps > 0 {
+		fmt.Fprintf(out, ", final train loss %.4f", res.FinalLoss)
+	}
+	if res.Evaluated {
+		fmt.Fprintf(out, ", val top-1 %.2f%% top-5 %.2f%%", res.Top1, res.Top5)
+	} else {
+		fmt.Fprint(out, ", no validation (the run stopped before an epoch's end)")
+	}
+	fmt.Fprintln(out)
+	if res.Evaluated && (res.EMATop1 > 0 || res.EMATop5 > 0) {
+		fmt.Fprintf(out, "         weight average (EMA): val top-1 %.2f%% top-5 %.2f%%\n", res.EMATop1, res.EMATop5)
+	}
+	if res.ModelStateBytes == 0 && res.Steps > 0 { // replicated: DDP's overlap; ZeRO-3 reports its state instead
 		fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%\n", 100*res.OverlapFrac)
 	}
 	if res.ModelStateBytes > 0 {
 		fmt.Fprintf(out, "         ZeRO-3 model state held per rank: %.1f MiB\n", float64(res.ModelStateBytes)/(1<<20))
 	}
-	fmt.Fprintf(out, "         peak memory per rank:")
-	for r, b := range rss {
-		fmt.Fprintf(out, " rank%d %.0f MiB", r, b/(1<<20))
+	if len(res.RSSBytes) > 0 {
+		fmt.Fprintf(out, "         peak memory per rank:")
+		for r, b := range res.RSSBytes {
+			fmt.Fprintf(out, " rank%d %.0f MiB", r, b/(1<<20))
+		}
+		fmt.Fprintln(out)
 	}
-	fmt.Fprintln(out)
-	fmt.Fprintf(out, "         checkpoint %s\n         metrics    %s\n         plot       %s\n", res.Checkpoint, res.MetricsPath, res.PlotPath)
+	for _, f := range []struct{ name, path string }{
+		{"checkpoint ", res.Checkpoint}, {"metrics    ", res.MetricsPath}, {"tensorboard", res.TensorBoardPath}, {"plot       ", res.PlotPath},
+	} {
+		if f.path != "" {
+			fmt.Fprintf(out, "         %s %s\n", f.name, f.path)
+		}
+	}
 	if res.TimelinePaths != nil {
-		fmt.Fprintf(out, "         timelines  %s\n", strings.Join(res.TimelinePaths, ", "))
+		fmt.Fprintf(out, "         timelines   %s\n", strings.Join(res.TimelinePaths, ", "))
 	}
-	return nil
 }
 
 // timelineSteps is the ddp option that sizes each rank's timeline from cfg.TimelineSteps,

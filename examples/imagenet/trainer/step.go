@@ -12,8 +12,16 @@ import (
 
 // stepper is the one training step of every strategy: it drives the strategy's
 // train.Program (Run, then Step), with what the trainer adds between the two (the loss
-// scale's unscaling and inf check, gradient clipping). With neither, it calls train.RunStep,
-// so a strategy that overlaps the update with the reduction (DDP's per-bucket update) does.
+// scale's unscaling and inf check, gradient clipping, gradient accumulation). With none of
+// them, it calls train.RunStep, so a strategy that overlaps the update with the reduction
+// (DDP's per-bucket update) does.
+//
+// Gradient accumulation (-grad-accum-steps A): an optimizer step is A Runs on A batches;
+// the first A-1 run inside noSync (DDP's NoSync: no all-reduce, the gradients add up
+// locally), the last one reduces the sum, and update scales it by 1/A before clipping and
+// stepping, so that the step sees the gradient of the mean loss over the A batches, as timm
+// dividing each loss by A does. Without noSync (ZeRO-3) every Run reduces: plain
+// accumulation, the same sum at A times the communication.
 type stepper struct {
 	prog train.Program
 	// grads returns the gradients this rank holds: all of them, or its ZeRO-3 shard.
@@ -24,21 +32,39 @@ type stepper struct {
 	scaler    *amp.GradScaler
 	clip      float64
 	labels    []float32
+	// accum is the number of batches per optimizer step (1 or less: one).
+	accum int
+	// noSync runs fn with the gradient reduction off (ddp.DDP.NoSync); nil where each Run
+	// must reduce (ZeRO-3's reduce-scatter frees the full gradients).
+	noSync func(fn func() error) error
+	// mix mixes each batch (mixup, cutmix) and feeds soft targets; nil feeds the labels.
+	mix *mixer
+}
+
+// micro says where a batch falls in the run: pos counts batches from the start of training
+// (optimizer step × accumulation + index within the step), last marks the last batch of an
+// optimizer step.
+type micro struct {
+	pos  int64
+	last bool
 }
 
 // fused reports whether the step is one RunStep (nothing happens between Run and Step).
-func (s *stepper) fused() bool { return s.scaler == nil && s.clip <= 0 }
+func (s *stepper) fused() bool { return s.scaler == nil && s.clip <= 0 && s.accum <= 1 }
 
 // run feeds b and runs the program (and, when fused, steps it); it returns this rank's loss,
-// unscaled.
-func (s *stepper) run(ctx context.Context, b *data.Batch) (float32, error) {
-	if err := s.feed(b); err != nil {
+// unscaled. A batch that is not the last of its optimizer step runs without reducing.
+func (s *stepper) run(ctx context.Context, b *data.Batch, at micro) (float32, error) {
+	if err := s.feed(b, at.pos); err != nil {
 		return 0, err
 	}
 	var err error
-	if s.fused() {
+	switch {
+	case s.fused():
 		err = train.RunStep(ctx, s.prog)
-	} else {
+	case !at.last && s.noSync != nil:
+		err = s.noSync(func() error { return s.prog.Run(ctx) })
+	default:
 		err = s.prog.Run(ctx)
 	}
 	if err != nil {
@@ -51,11 +77,19 @@ func (s *stepper) run(ctx context.Context, b *data.Batch) (float32, error) {
 	return lv, err
 }
 
-// feed copies a batch into the program's inputs "images" and "labels".
-func (s *stepper) feed(b *data.Batch) error {
+// feed copies a batch into the program's inputs "images" and "labels", or, mixing, mixes
+// it first and feeds "images" and "targets".
+func (s *stepper) feed(b *data.Batch, pos int64) error {
 	n := b.N * b.C * b.H * b.W
 	if len(b.Images) < n {
 		return fmt.Errorf("trainer: batch of %d images holds %d values, want %d", b.N, len(b.Images), n)
+	}
+	if s.mix != nil {
+		targets, _ := s.mix.mix(b, pos)
+		if err := s.prog.SetInput("images", b.Images[:n]); err != nil {
+			return err
+		}
+		return s.prog.SetInput("targets", targets)
 	}
 	if err := s.prog.SetInput("images", b.Images[:n]); err != nil {
 		return err
@@ -79,6 +113,12 @@ func (s *stepper) update(ctx context.Context) error {
 	grads := s.grads()
 	if s.scaler != nil {
 		s.scaler.Unscale(grads)
+	}
+	if s.accum > 1 {
+		f := 1 / float32(s.accum)
+		for i := range grads {
+			grads[i] *= f
+		}
 	}
 	if s.clip > 0 {
 		if err := clipShards(ctx, s.normGroup, grads, s.clip); err != nil {

@@ -55,7 +55,7 @@ func strategyOf(name string) (strategy, error) {
 
 // compileDDP is DDP over the group (also for world 1).
 func compileDDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
-	return d.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, scaler), opts...)
+	return d.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler), opts...)
 }
 
 // compileDP is DataParallel over cfg.DPReplicas replicas in this one process.
@@ -64,7 +64,7 @@ func compileDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, sc
 		return nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", d.Size())
 	}
 	rep, err := dp.New(m, func(b *nn.Builder, n int) (*G.Node, error) {
-		return buildFor(n, shape[0], shape[1], shape[2], cfg.Smoothing, scaler)(b)
+		return buildFor(n, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)(b)
 	}, dp.WithReplicas(cfg.DPReplicas), dp.WithBuildOptions(opts...))
 	if err != nil {
 		return nil, err
