@@ -33,7 +33,7 @@ type Config struct {
 	Warmup      int // warmup epochs (linear from 1% of lr)
 	Smoothing   float64
 	ClipGrad    float64
-	Optimizer   string // sgd or adamw
+	Optimizer   string  // sgd or adamw
 	MinLR       float64 // the cosine schedule's floor (timm's --min-lr)
 	WarmupLR    float64 // the warmup's first learning rate (timm's --warmup-lr; 0: 1% of LR)
 	// StartEpoch starts the run at this epoch, the schedule advanced to its first step, as

@@ -82,7 +82,7 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
 		stepper: stepper{prog: prog, grads: e.ShardGrad, normGroup: g, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg:     cfg, g: g, e: e, evals: map[int]*zero.Program{},
+		cfg: cfg, g: g, e: e, evals: map[int]*zero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
 }

@@ -25,31 +25,31 @@ import (
 
 // Result summarises a finished run.
 type Result struct {
-	Steps       int64
-	Epochs      int
-	FinalLoss   float64
-	Top1, Top5  float64 // last validation accuracy, percent
-	Evaluated   bool    // a validation ran (Top1 and Top5 are its)
+	Steps      int64
+	Epochs     int
+	FinalLoss  float64
+	Top1, Top5 float64 // last validation accuracy, percent
+	Evaluated  bool    // a validation ran (Top1 and Top5 are its)
 	// EMATop1 and EMATop5 are the last validation accuracy of the weights' moving average
 	// (-model-ema), percent.
 	EMATop1, EMATop5 float64
-	ImgsPerS    float64 // training images per second over all ranks
-	OverlapFrac float64 // fraction of all-reduce time hidden behind backward (DDP)
-	RSSBytes    []float64
+	ImgsPerS         float64 // training images per second over all ranks
+	OverlapFrac      float64 // fraction of all-reduce time hidden behind backward (DDP)
+	RSSBytes         []float64
 	// ModelStateBytes is what this rank holds of parameters, gradients and optimizer state
 	// between steps (ZeRO-3 only; a replicated rank holds 16 bytes per parameter under AdamW).
 	ModelStateBytes int64
 	// LossHistory is this rank's training loss of each of the last (at most)
 	// LossHistorySteps steps of this run, oldest first: a bounded tail (32 KiB), since a run
 	// may take millions of steps; metrics.jsonl has every logged step.
-	LossHistory   []float64
-	ResumedFrom   string
-	Checkpoint    string
-	MetricsPath   string
-	PlotPath      string // "" when no plot was written
+	LossHistory []float64
+	ResumedFrom string
+	Checkpoint  string
+	MetricsPath string
+	PlotPath    string // "" when no plot was written
 	// TensorBoardPath is the event file rank 0 wrote (-tensorboard), "" when none.
 	TensorBoardPath string
-	TimelinePaths []string
+	TimelinePaths   []string
 }
 
 // LossHistorySteps bounds Result.LossHistory.
