@@ -1,0 +1,78 @@
+// Package netbed is a multi-host test bed on one machine: network namespaces (one per
+// "host", plus one holding the switch), joined by veth pairs to a bridge, with links shaped by
+// tc. Tests and benchmarks start ranks inside the hosts to run jobs across a real network
+// stack. It needs root and iproute2; New skips the test, and Create fails with
+// ErrUnavailable, saying why, when either is missing.
+//
+// Safety: addresses (10.213.0.0/24) exist only on interfaces inside the namespaces the bed
+// created, so traffic between hosts never leaves them. Namespaces are named
+// gpnb-<creator pid>-<seq>-...; Close removes the bed's processes, namespaces and with them
+// their veths and qdiscs, and Create first removes the leftovers of beds whose creator died.
+package netbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// ErrUnavailable is wrapped by Create's error when the machine cannot host a bed (not root,
+// no ip or tc, namespaces refused).
+var ErrUnavailable = errors.New("netbed: unavailable")
+
+// Link is the shaping of every host's link to the switch, both directions.
+type Link struct {
+	// Rate in tc's syntax ("1gbit", "10gbit"); "" leaves the link unshaped.
+	Rate string
+	// Delay is the one-way delay added to each host's outgoing packets (netem). Kernels
+	// without netem (some containers) get the rate alone; Bed.Shaping says which.
+	Delay time.Duration
+}
+
+// Bed is a set of hosts on one switch. Host i has address Addr(i) on its interface eth0.
+type Bed struct {
+	prefix string
+	ns     []string // [0]: the switch, then the hosts
+	// Shaping describes the qdisc each link got ("netem delay 500us rate 1gbit", "tbf rate
+	// 1gbit (no netem: no delay)", "none").
+	Shaping string
+}
+
+// Hosts is the number of hosts.
+func (b *Bed) Hosts() int { return len(b.ns) - 1 }
+
+// Addr is host i's IPv4 address (inside the bed only).
+func (b *Bed) Addr(i int) string { return fmt.Sprintf("10.213.0.%d", i+1) }
+
+// Namespace is host i's network namespace.
+func (b *Bed) Namespace(i int) string { return b.ns[i+1] }
+
+// Command runs name with args inside host i (ip netns exec). The caller starts and waits for
+// it; ctx bounds it.
+func (b *Bed) Command(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", b.Namespace(i), name}, args...)...)
+}
+
+// New creates a bed of hosts for the test and removes it at its end (t.Cleanup); it skips
+// the test, with the reason, when the machine cannot host one.
+func New(t testing.TB, hosts int, link Link) *Bed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Create(ctx, hosts, link)
+	if errors.Is(err, ErrUnavailable) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
