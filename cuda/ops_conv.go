@@ -96,9 +96,14 @@ func (d *Device) Conv2d(y, x, w *Tensor, p Conv2dParams, dtype16 DType) error {
 	return nil
 }
 
-// Conv2dBackward computes dx (may be nil, for the first layer) and dw (overwritten) of Conv2d
-// from dy.
+// Conv2dBackward computes dx and dw (both overwritten) of Conv2d from dy. Either may be nil
+// (not both): dx for the first layer, one of them for an executor whose graph has a node per
+// gradient (cuda/tape). x is read only for dw and w only for dx; the other gives its shape
+// (so dx may stand for x and dw for w).
 func (d *Device) Conv2dBackward(dx, dw, dy, x, w *Tensor, p Conv2dParams, dtype16 DType) error {
+	if dx == nil && dw == nil {
+		return fmt.Errorf("cuda: device %d: conv2d backward: neither dx nor dw", d.ordinal)
+	}
 	cd, err := d.convDims("conv2d backward", x, w, dy, p)
 	if err != nil {
 		return err
@@ -112,6 +117,32 @@ func (d *Device) Conv2dBackward(dx, dw, dy, x, w *Tensor, p Conv2dParams, dtype1
 		return err
 	}
 	defer col.Free()
+	if dw != nil {
+		if err := d.convFilterGrad(dw, dy, x, col, cd, p, dtype16); err != nil {
+			return err
+		}
+	}
+	if dx == nil {
+		return nil
+	}
+	wt, gg, dt2, free2, err := d.operands(w, dy, dtype16)
+	if err != nil {
+		return err
+	}
+	defer free2()
+	// dcol[n] (K×P) = Wᵀ (K×OC) · dy[n] (OC×P), then col2im sums the overlaps into dx.
+	if err := d.withContext(func() error {
+		return d.blas.GemmStridedBatched(true, false, k, pix, cd.oc, 1, uintptr(wt.Ptr()), 0, uintptr(gg.Ptr()), int64(cd.oc*pix),
+			dt2.blas(), 0, uintptr(col.Ptr()), int64(k*pix), Float32.blas(), cd.n)
+	}); err != nil {
+		return fmt.Errorf("cuda: device %d: conv2d backward (input) %v: %w", d.ordinal, x.shape, err)
+	}
+	return d.im2col("col2im_f32", dx, col, cd, p)
+}
+
+// convFilterGrad computes dw from dy and x through the im2col columns col.
+func (d *Device) convFilterGrad(dw, dy, x, col *Tensor, cd convDims, p Conv2dParams, dtype16 DType) error {
+	k, pix := cd.c*cd.kh*cd.kw, cd.oh*cd.ow
 	if err := d.im2col("im2col_f32", col, x, cd, p); err != nil {
 		return err
 	}
@@ -137,24 +168,9 @@ func (d *Device) Conv2dBackward(dx, dw, dy, x, w *Tensor, p Conv2dParams, dtype1
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("cuda: device %d: conv2d backward (weight) %v: %w", d.ordinal, w.shape, err)
+		return fmt.Errorf("cuda: device %d: conv2d backward (weight) %v: %w", d.ordinal, dw.shape, err)
 	}
-	if dx == nil {
-		return nil
-	}
-	wt, gg, dt2, free2, err := d.operands(w, dy, dtype16)
-	if err != nil {
-		return err
-	}
-	defer free2()
-	// dcol[n] (K×P) = Wᵀ (K×OC) · dy[n] (OC×P), then col2im sums the overlaps into dx.
-	if err := d.withContext(func() error {
-		return d.blas.GemmStridedBatched(true, false, k, pix, cd.oc, 1, uintptr(wt.Ptr()), 0, uintptr(gg.Ptr()), int64(cd.oc*pix),
-			dt2.blas(), 0, uintptr(col.Ptr()), int64(k*pix), Float32.blas(), cd.n)
-	}); err != nil {
-		return fmt.Errorf("cuda: device %d: conv2d backward (input) %v: %w", d.ordinal, x.shape, err)
-	}
-	return d.im2col("col2im_f32", dx, col, cd, p)
+	return nil
 }
 
 // operands returns a and b as GEMM operands: themselves for float32, or 16-bit copies (which

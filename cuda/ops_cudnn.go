@@ -158,17 +158,21 @@ func (d *Device) conv2dBackwardDNN(dx, dw, dy, x, w *Tensor, cd convDims, p Conv
 			return err
 		}
 		defer free()
-		if gw, err = d.Alloc(dt, w.shape...); err != nil {
-			return err
+		if dx != nil {
+			if gw, err = d.Alloc(dt, w.shape...); err != nil {
+				return err
+			}
+			defer gw.Free()
+			if err := d.Cast(gw, w); err != nil {
+				return err
+			}
 		}
-		defer gw.Free()
-		if err := d.Cast(gw, w); err != nil {
-			return err
+		if dw != nil {
+			if gdw, err = d.Alloc(dt, dw.shape...); err != nil {
+				return err
+			}
+			defer gdw.Free()
 		}
-		if gdw, err = d.Alloc(dt, dw.shape...); err != nil {
-			return err
-		}
-		defer gdw.Free()
 		if dx != nil {
 			if gdx, err = d.Alloc(dt, dx.shape...); err != nil {
 				return err
@@ -177,8 +181,10 @@ func (d *Device) conv2dBackwardDNN(dx, dw, dy, x, w *Tensor, cd convDims, p Conv
 		}
 	}
 	err = d.withContext(func() error {
-		if err := c.BackwardFilter(uintptr(gx.Ptr()), uintptr(gdy.Ptr()), uintptr(gdw.Ptr()), wsp, 1, 0); err != nil {
-			return err
+		if dw != nil {
+			if err := c.BackwardFilter(uintptr(gx.Ptr()), uintptr(gdy.Ptr()), uintptr(gdw.Ptr()), wsp, 1, 0); err != nil {
+				return err
+			}
 		}
 		if dx == nil {
 			return nil
@@ -191,8 +197,10 @@ func (d *Device) conv2dBackwardDNN(dx, dw, dy, x, w *Tensor, cd convDims, p Conv
 	if dt == Float32 {
 		return nil
 	}
-	if err := d.Cast(dw, gdw); err != nil {
-		return err
+	if dw != nil {
+		if err := d.Cast(dw, gdw); err != nil {
+			return err
+		}
 	}
 	if dx != nil {
 		return d.Cast(dx, gdx)

@@ -497,4 +497,54 @@ __global__ void repeat_axis_f32(float* y, const float* x, long long outer, int d
 	}
 }
 
+// Cross-entropy of logits x [rows, cols] against class indices held as floats (nn/ops's
+// labels), with label smoothing s, one block per row: loss[i] = (1-s)·(lse - x[label]) +
+// s·(lse - mean_j x[j]), NaN for a label outside [0, cols). Sums as cross_entropy_f32.
+__global__ void cross_entropy_ls_f32(float* loss, const float* x, const float* label, int rows, int cols, float s) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float m = -INFINITY;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[o + j]);
+	m = block_max(m, sh);
+	float e = 0.f, t = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) { e += expf(x[o + j] - m); t += x[o + j]; }
+	e = block_sum(e, sh);
+	t = block_sum(t, sh);
+	if (threadIdx.x == 0) {
+		float lf = label[blockIdx.x];
+		int c = (int)lf;
+		float lse = logf(e) + m;
+		loss[blockIdx.x] = ((float)c != lf || c < 0 || c >= cols) ? NAN : (1.f - s) * (lse - x[o + c]) + s * (lse - t / cols);
+	}
+}
+// Its gradient, one block per row: dx = g[0]/rows·(softmax(x) - (1-s)·onehot(label) - s/cols),
+// with g the loss's gradient (a device scalar).
+__global__ void cross_entropy_ls_bwd_f32(float* dx, const float* x, const float* label, const float* g, int rows, int cols, float s) {
+	extern __shared__ float sh[];
+	long long o = (long long)blockIdx.x * cols;
+	float m = -INFINITY;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[o + j]);
+	m = block_max(m, sh);
+	float e = 0.f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) e += expf(x[o + j] - m);
+	e = block_sum(e, sh);
+	float scale = g[0] / rows, off = s / cols, lse = logf(e) + m;
+	int c = (int)label[blockIdx.x];
+	for (int j = threadIdx.x; j < cols; j += blockDim.x)
+		dx[o + j] = scale * (expf(x[o + j] - lse) - off - (j == c ? 1.f - s : 0.f));
+}
+// Dropout and DropPath with nn/ops's counter-based mask: element i belongs to draw i/row,
+// kept when SplitMix64(key + draw·golden) >> 11 >= thresh (nn/ops.DropMask.Threshold), so
+// the device drops exactly what the CPU drops; kept elements are scaled.
+__global__ void dropout_f32(float* y, const float* x, unsigned long long key, unsigned long long thresh, float scale,
+		long long n, long long row) {
+	GRID_LOOP(i, n) {
+		unsigned long long z = key + (unsigned long long)(i / row) * 0x9e3779b97f4a7c15ULL;
+		z ^= z >> 30; z *= 0xbf58476d1ce4e5b9ULL;
+		z ^= z >> 27; z *= 0x94d049bb133111ebULL;
+		z ^= z >> 31;
+		y[i] = (z >> 11) >= thresh ? x[i] * scale : 0.f;
+	}
+}
+
 } // extern "C"

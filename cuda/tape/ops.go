@@ -6,7 +6,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/models/swin"
+	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -16,14 +19,16 @@ type kernel struct {
 	run     func(d *cuda.Device, out *cuda.Tensor, in []*cuda.Tensor) error
 	alias   bool
 	hook    bool
-	kernels []string // the device kernels run launches, checked at Compile
+	kernels []string  // the device kernels run launches, checked at Compile
+	extra   []*G.Node // nodes run reads after the node's inputs (a backward's forward inputs)
 }
 
 // lowerFunc lowers node n, whose op has the description desc (its String()), with inputs in.
 type lowerFunc func(n *G.Node, desc string, in []*G.Node) (*kernel, error)
 
-// Op table: the op's type (package.Type, without the pointer) to its lowering. The project's
-// own ops of package nn/ops are not in it yet (issue 20); gorgonia's are those users write.
+// Op table: the op's type (package.Type, without the pointer) to its lowering, for gorgonia's
+// ops (those users write). The project's own ops are lowered by their descriptions
+// (ops.Describe, swin.DescribeOp, amp.DescribeOp; lowerNode).
 var table = map[string]lowerFunc{
 	"gorgonia.elemBinOp":     lowerBinary,
 	"gorgonia.elemUnaryOp":   lowerUnary,
@@ -40,6 +45,22 @@ var table = map[string]lowerFunc{
 
 // opType is the op's Go type without pointer and package path: "gorgonia.elemBinOp".
 func opType(op G.Op) string { return strings.TrimPrefix(fmt.Sprintf("%T", op), "*") }
+
+// lowerNode lowers the project's ops (nn/ops, models/swin, amp) by their descriptions and
+// gorgonia's by the table.
+func (p *Program) lowerNode(n *G.Node, in []*G.Node) (*kernel, error) {
+	op := n.Op()
+	if d, ok := ops.Describe(op); ok {
+		return p.lowerNN(n, d, in)
+	}
+	if d, ok := swin.DescribeOp(op); ok {
+		return p.lowerSwin(n, d)
+	}
+	if d, ok := amp.DescribeOp(op); ok {
+		return lowerAmp(d)
+	}
+	return lower(n, in)
+}
 
 func lower(n *G.Node, in []*G.Node) (*kernel, error) {
 	op := n.Op()

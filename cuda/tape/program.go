@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -24,6 +25,13 @@ type Program struct {
 	lossV float32
 	outs  map[string]*output
 	ran   bool
+
+	nodeOf   map[G.Op]*G.Node // the node of each lowered op (a backward's forward)
+	inputsOf map[*G.Node][]*G.Node
+	saved    map[G.Op]*saved               // what forward ops leave their backward ops, per Run
+	runOwned []*cuda.Tensor                // allocated during a Run for its remainder
+	own      []*cuda.Tensor                // the program's own device memory (indices, running statistics)
+	post     []func(context.Context) error // at the end of every Run (running statistics back to the host)
 }
 
 // output is a named output, copied to the host at the end of every Run.
@@ -66,7 +74,7 @@ func Compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, opts ...nn.Build
 	if err != nil {
 		return nil, err
 	}
-	p := &Program{cpu: cpu, dev: dev, loss: -1}
+	p := &Program{cpu: cpu, dev: dev, loss: -1, nodeOf: map[G.Op]*G.Node{}, inputsOf: map[*G.Node][]*G.Node{}, saved: map[G.Op]*saved{}}
 	if err := p.lower(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -115,7 +123,11 @@ func (p *Program) lower() error {
 			persistent[s] = true
 			continue
 		}
-		k, err := lower(n, in)
+		if reflect.TypeOf(n.Op()).Comparable() { // the project's ops are pointers; some of gorgonia's hold slices
+			p.nodeOf[n.Op()] = n
+		}
+		p.inputsOf[n] = in
+		k, err := p.lowerNode(n, in)
 		if errors.Is(err, errNoKernel) {
 			return fmt.Errorf("cuda/tape: op %v (%s) of node %s has no device kernel", n.Op(), opType(n.Op()), n.Name())
 		}
@@ -131,8 +143,12 @@ func (p *Program) lower() error {
 		if k.hook {
 			st.hook = &hostHook{op: n.Op(), buf: tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.WithBacking(make([]float32, n.Shape().TotalSize())))}
 		}
-		for _, x := range in {
-			st.in = append(st.in, slot[x])
+		for _, x := range append(append([]*G.Node(nil), in...), k.extra...) {
+			s, ok := slot[x]
+			if !ok {
+				return fmt.Errorf("cuda/tape: op %v of node %s reads %s, which is not in the graph", n.Op(), n.Name(), x.Name())
+			}
+			st.in = append(st.in, s)
 		}
 		idx := len(p.steps)
 		for _, x := range st.in {
@@ -229,6 +245,11 @@ func (p *Program) Run(ctx context.Context) error {
 			return fmt.Errorf("cuda/tape: reading output %s: %w", name, err)
 		}
 	}
+	for _, f := range p.post {
+		if err := f(ctx); err != nil {
+			return fmt.Errorf("cuda/tape: copying running statistics back: %w", err)
+		}
+	}
 	p.ran = true
 	return nil
 }
@@ -281,6 +302,13 @@ func (p *Program) release() {
 		}
 		p.vals[s] = nil
 	}
+	for _, t := range p.runOwned {
+		t.Free()
+	}
+	p.runOwned = p.runOwned[:0]
+	for _, s := range p.saved {
+		*s = saved{}
+	}
 }
 
 // Step applies the optimizer or solver given at Compile to the gradients on the host, then
@@ -330,5 +358,9 @@ func (p *Program) Close() error {
 		t.Free()
 		p.fixed[s] = nil
 	}
+	for _, t := range p.own {
+		t.Free()
+	}
+	p.own = nil
 	return p.cpu.Close()
 }
