@@ -23,7 +23,10 @@ import (
 //
 // The buffer is cut into pieces (hierPieceChunks chunks each) that flow through the three
 // stages as a pipeline: while the leaders exchange piece j over the network, the leader
-// already reduces piece j+1 out of shared memory and sends piece j-1 down. Inside a stage,
+// already reduces piece j+1 out of shared memory and sends piece j-1 down. All-reduce's
+// pieces are contiguous (the ring splits each among the hosts); reduce-scatter's and
+// all-gather's piece j is the j-th slice of every host's range, so that every leader sends
+// in every piece (contiguous pieces would keep one host's link idle while another's works). Inside a stage,
 // frames are chunks (WithChunkBytes), so the shared-memory rings stream too.
 //
 // Determinism: every element of a reduction is computed once, by one rank, in an order that
@@ -128,16 +131,6 @@ func (hr *hierarchy) pieces(g *group, count, es int) (n, per int) {
 func (hr *hierarchy) hostRange(count, n, h int) (lo, hi int) {
 	lo, _ = ShardRange(count, n, hr.first[h])
 	_, hi = ShardRange(count, n, hr.first[h+1]-1)
-	return lo, hi
-}
-
-// inPiece clips the element range [lo, hi) to [a, b) and returns it relative to a (empty
-// ranges as lo == hi).
-func inPiece(lo, hi, a, b int) (int, int) {
-	lo, hi = max(lo, a)-a, min(hi, b)-a
-	if hi < lo {
-		return 0, 0
-	}
 	return lo, hi
 }
 
@@ -249,61 +242,73 @@ func (hr *hierarchy) allReduce(g *group, h *Header, dt DType, op Op, count int, 
 
 // reduceScatter: see Note [Hierarchical collectives]. The leader reduces into the group's
 // scratch buffer (src is read-only), and the ring leaves host h's range of it reduced over
-// all hosts on host h's leader.
+// all hosts on host h's leader. Piece j is the j-th slice of every host's range (see
+// hostPiece), so that every leader sends during every piece.
 func (hr *hierarchy) reduceScatter(g *group, h *Header, dt DType, op Op, count int, dst, src []byte) error {
 	es, n := dt.Size(), g.size
-	np, per := hr.pieces(g, count, es)
-	piece := func(j int) (int, int) { return j * per, min(count, (j+1)*per) }
+	np, _ := hr.pieces(g, count, es)
 	lg, ig := hr.local, hr.inter
 	mlo, mhi := ShardRange(count, n, g.rank)
+	hosts := len(hr.first) - 1
+	// eachRange calls fn for host h's slice of piece j, for every host.
+	eachRange := func(j int, fn func(lo, hi int) error) error {
+		for hh := range hosts {
+			lo, hi := hr.hostPiece(count, n, np, hh, j)
+			if err := fn(lo, hi); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if lg == nil || lg.rank == 0 {
 		acc := g.scratchBytes(len(src))
 		var up, inter func(j int) error
 		if lg == nil {
-			up = func(j int) error { a, z := piece(j); copy(acc[a*es:z*es], src[a*es:z*es]); return nil }
+			up = func(j int) error {
+				return eachRange(j, func(lo, hi int) error { copy(acc[lo*es:hi*es], src[lo*es:hi*es]); return nil })
+			}
 		} else {
 			tmp := lg.tmpBytes(0, g.cfg.chunkBytes)
 			up = func(j int) error {
-				a, z := piece(j)
-				return chunked(g, a*es, z*es, func(c, e int) error {
-					for p := 1; p < lg.size; p++ {
-						red := acc
-						if p == 1 {
-							red = src
+				return eachRange(j, func(lo, hi int) error {
+					return chunked(g, lo*es, hi*es, func(c, e int) error {
+						for p := 1; p < lg.size; p++ {
+							red := acc
+							if p == 1 {
+								red = src
+							}
+							if err := lg.recvReduce(p, 0, h, dt, op, acc[c:e], red[c:e], tmp); err != nil {
+								return err
+							}
 						}
-						if err := lg.recvReduce(p, 0, h, dt, op, acc[c:e], red[c:e], tmp); err != nil {
-							return err
-						}
-					}
-					return nil
+						return nil
+					})
 				})
 			}
 		}
 		if ig != nil {
 			hr.view.ranks, ig.ranks = hr.leaders, hr.leaders
 			inter = func(j int) error {
-				a, z := piece(j)
-				p := acc[a*es : z*es]
-				ig.segs = func(seg int) (int, int) { lo, hi := hr.hostRange(count, n, seg); return inPiece(lo, hi, a, z) }
+				ig.segs = func(seg int) (int, int) { return hr.hostPiece(count, n, np, seg, j) }
 				defer func() { ig.segs = nil }()
-				return ig.ring(h, dt, op, z-a, 0, ig.size-2,
-					func(int) []byte { return p },
-					func(int) ([]byte, int) { return p, 0 },
-					func(int) []byte { return p })
+				return ig.ring(h, dt, op, count, 0, ig.size-2,
+					func(int) []byte { return acc },
+					func(int) ([]byte, int) { return acc, 0 },
+					func(int) []byte { return acc })
 			}
 		}
 		down := func(j int) error {
-			a, z := piece(j)
-			if lo, hi := inPiece(mlo, mhi, a, z); lo < hi {
-				copy(dst[(a+lo-mlo)*es:], acc[(a+lo)*es:(a+hi)*es])
+			s0, s1 := hr.hostPiece(count, n, np, hr.host, j)
+			if lo, hi := max(mlo, s0), min(mhi, s1); lo < hi {
+				copy(dst[(lo-mlo)*es:], acc[lo*es:hi*es])
 			}
 			if lg == nil {
 				return nil
 			}
 			for p := 1; p < lg.size; p++ {
 				plo, phi := ShardRange(count, n, lg.global(p))
-				if lo, hi := inPiece(plo, phi, a, z); lo < hi {
-					if err := chunked(g, (a+lo)*es, (a+hi)*es, func(c, e int) error { return lg.send(p, 0, h, acc[c:e]) }); err != nil {
+				if lo, hi := max(plo, s0), min(phi, s1); lo < hi {
+					if err := chunked(g, lo*es, hi*es, func(c, e int) error { return lg.send(p, 0, h, acc[c:e]) }); err != nil {
 						return err
 					}
 				}
@@ -313,70 +318,96 @@ func (hr *hierarchy) reduceScatter(g *group, h *Header, dt DType, op Op, count i
 		return g.pipeline(np, up, inter, down)
 	}
 	up := func(j int) error {
-		a, z := piece(j)
-		return chunked(g, a*es, z*es, func(c, e int) error { return lg.send(0, 0, h, src[c:e]) })
+		return eachRange(j, func(lo, hi int) error {
+			return chunked(g, lo*es, hi*es, func(c, e int) error { return lg.send(0, 0, h, src[c:e]) })
+		})
 	}
 	down := func(j int) error {
-		a, z := piece(j)
-		lo, hi := inPiece(mlo, mhi, a, z)
-		if lo == hi {
+		s0, s1 := hr.hostPiece(count, n, np, hr.host, j)
+		lo, hi := max(mlo, s0), min(mhi, s1)
+		if lo >= hi {
 			return nil
 		}
-		return chunked(g, (a+lo-mlo)*es, (a+hi-mlo)*es, func(c, e int) error { return lg.recv(0, 0, h, dst[c:e]) })
+		return chunked(g, (lo-mlo)*es, (hi-mlo)*es, func(c, e int) error { return lg.recv(0, 0, h, dst[c:e]) })
 	}
 	return g.pipeline(np, up, down)
 }
 
-// allGather: see Note [Hierarchical collectives].
+// hostPiece is host h's slice of pipeline piece j of np: the j-th of np near-equal slices of
+// its range (reduce-scatter and all-gather cut every host's range alike, so that all
+// leaders send in every piece).
+func (hr *hierarchy) hostPiece(count, n, np, h, j int) (lo, hi int) {
+	lo, hi = hr.hostRange(count, n, h)
+	a, b := ShardRange(hi-lo, np, j)
+	return lo + a, lo + b
+}
+
+// allGather: see Note [Hierarchical collectives]; pieces as in reduceScatter.
 func (hr *hierarchy) allGather(g *group, h *Header, dt DType, count int, dst, src []byte) error {
 	n, es := g.size, dt.Size()
-	np, per := hr.pieces(g, count, es)
-	piece := func(j int) (int, int) { return j * per, min(count, (j+1)*per) }
+	np, _ := hr.pieces(g, count, es)
 	lg, ig := hr.local, hr.inter
 	mlo, mhi := ShardRange(count, n, g.rank)
 	copy(dst[mlo*es:], src)
+	hosts := len(hr.first) - 1
+	// whole moves every host's slice of piece j down, chunk by chunk.
+	whole := func(j int, fn func(c, e int) error) error {
+		for hh := range hosts {
+			lo, hi := hr.hostPiece(count, n, np, hh, j)
+			if err := chunked(g, lo*es, hi*es, fn); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if lg != nil && lg.rank != 0 {
 		up := func(j int) error {
-			a, z := piece(j)
-			lo, hi := inPiece(mlo, mhi, a, z)
-			if lo == hi {
+			s0, s1 := hr.hostPiece(count, n, np, hr.host, j)
+			lo, hi := max(mlo, s0), min(mhi, s1)
+			if lo >= hi {
 				return nil
 			}
-			return chunked(g, (a+lo-mlo)*es, (a+hi-mlo)*es, func(c, e int) error { return lg.send(0, 0, h, src[c:e]) })
+			return chunked(g, (lo-mlo)*es, (hi-mlo)*es, func(c, e int) error { return lg.send(0, 0, h, src[c:e]) })
 		}
 		down := func(j int) error {
-			a, z := piece(j)
-			return chunked(g, a*es, z*es, func(c, e int) error { return lg.recv(0, 0, h, dst[c:e]) })
+			return whole(j, func(c, e int) error { return lg.recv(0, 0, h, dst[c:e]) })
 		}
 		return g.pipeline(np, up, down)
 	}
 	var up, inter, down func(j int) error
 	if lg != nil {
 		up = func(j int) error {
-			a, z := piece(j)
+			s0, s1 := hr.hostPiece(count, n, np, hr.host, j)
 			for p := 1; p < lg.size; p++ {
 				plo, phi := ShardRange(count, n, lg.global(p))
-				if lo, hi := inPiece(plo, phi, a, z); lo < hi {
-					if err := chunked(g, (a+lo)*es, (a+hi)*es, func(c, e int) error { return lg.recv(p, 0, h, dst[c:e]) }); err != nil {
+				if lo, hi := max(plo, s0), min(phi, s1); lo < hi {
+					if err := chunked(g, lo*es, hi*es, func(c, e int) error { return lg.recv(p, 0, h, dst[c:e]) }); err != nil {
 						return err
 					}
 				}
 			}
 			return nil
 		}
-		down = func(j int) error { a, z := piece(j); return lg.sendDown(h, dst, a*es, z*es) }
+		down = func(j int) error {
+			return whole(j, func(c, e int) error {
+				for p := 1; p < lg.size; p++ {
+					if err := lg.send(p, 0, h, dst[c:e]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
 	}
 	if ig != nil {
 		hr.view.ranks, ig.ranks = hr.leaders, hr.leaders
 		inter = func(j int) error {
-			a, z := piece(j)
-			p := dst[a*es : z*es]
-			ig.segs = func(seg int) (int, int) { lo, hi := hr.hostRange(count, n, seg); return inPiece(lo, hi, a, z) }
+			ig.segs = func(seg int) (int, int) { return hr.hostPiece(count, n, np, seg, j) }
 			defer func() { ig.segs = nil }()
 			m := ig.size
-			return ig.ring(h, dt, 0, z-a, m-1, 2*m-3,
-				func(int) []byte { return p },
-				func(int) ([]byte, int) { return p, 0 },
+			return ig.ring(h, dt, 0, count, m-1, 2*m-3,
+				func(int) []byte { return dst },
+				func(int) ([]byte, int) { return dst, 0 },
 				func(int) []byte { return nil })
 		}
 	}

@@ -1,0 +1,325 @@
+// Command netbed benchmarks the process group across hosts of the multi-host test bed
+// (internal/netbed: network namespaces on a bridge, links shaped by tc): for each number of
+// hosts and link rate it runs the same job twice, flat (GP_COMM_HIERARCHY=0: TCP between
+// every pair of ranks, the ring over all ranks) and hierarchical (GP_COMM_HIERARCHY=1: shared
+// memory inside a host, TCP among one leader per host), and prints a table and a JSON file.
+// Needs root and iproute2.
+//
+// Units: algbw = bytes/time (bytes: the full buffer, as in bench/comm); busbw follows
+// nccl-tests over the whole world n (all-reduce algbw*2(n-1)/n, reduce-scatter and
+// all-gather algbw*(n-1)/n); link is the fraction of the shaped link rate that each host's
+// uplink would carry with an ideal host-level algorithm at that algbw (all-reduce
+// algbw*2(H-1)/H, the others algbw*(H-1)/H, over H hosts): 1.0 is the link's speed.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
+	"github.com/gorgonia-parallel/gp/internal/netbed"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+var (
+	hostsFlag = flag.String("hosts", "2,3", "numbers of hosts")
+	local     = flag.Int("local", 2, "ranks per host")
+	rates     = flag.String("rates", "1gbit,10gbit", "link rates (tc syntax)")
+	delay     = flag.Duration("delay", 500*time.Microsecond, "one-way delay per link (netem; ignored where the kernel has none)")
+	opsFlag   = flag.String("ops", "all-reduce,reduce-scatter,all-gather", "collectives")
+	sizes     = flag.String("sizes", "1048576,4194304,16777216,67108864", "buffer sizes (bytes)")
+	reps      = flag.Int("reps", 3, "timed runs per row (median reported)")
+	out       = flag.String("o", filepath.Join("bench", "results", "netbed.json"), "JSON output")
+)
+
+const workerEnv = "GP_NETBED_BENCH_WORKER"
+
+type row struct {
+	Op       string  `json:"op"`
+	Hosts    int     `json:"hosts"`
+	Local    int     `json:"ranks_per_host"`
+	Rate     string  `json:"rate"`
+	Shaping  string  `json:"shaping"`
+	Bytes    int     `json:"bytes"`
+	FlatLat  float64 `json:"flat_latency_s"`
+	HierLat  float64 `json:"hier_latency_s"`
+	FlatBus  float64 `json:"flat_busbw_gbps"`
+	HierBus  float64 `json:"hier_busbw_gbps"`
+	FlatLink float64 `json:"flat_link_fraction"`
+	HierLink float64 `json:"hier_link_fraction"`
+	Load     float64 `json:"loadavg"`
+}
+
+// sample is one worker measurement (rank 0 prints it as a JSON line).
+type sample struct {
+	Op        string  `json:"op"`
+	Bytes     int     `json:"bytes"`
+	Latency   float64 `json:"latency_s"`
+	Transport string  `json:"transport"`
+}
+
+func main() {
+	flag.Parse()
+	var err error
+	if os.Getenv(workerEnv) != "" {
+		err = worker()
+	} else {
+		err = parent()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "netbed:", err)
+		os.Exit(1)
+	}
+}
+
+func parent() error {
+	var rows []row
+	port := 29500
+	for _, hs := range strings.Split(*hostsFlag, ",") {
+		hosts, err := strconv.Atoi(hs)
+		if err != nil {
+			return fmt.Errorf("-hosts: %w", err)
+		}
+		for _, rate := range strings.Split(*rates, ",") {
+			bps, err := rateBytes(rate)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			bed, err := netbed.Create(ctx, hosts, netbed.Link{Rate: rate, Delay: *delay})
+			if err != nil {
+				cancel()
+				return err
+			}
+			load := loadavg()
+			res := map[string]map[[2]any]float64{}
+			for _, mode := range []string{"0", "1"} {
+				port++
+				ss, err := job(ctx, bed, hosts, mode, port)
+				if err != nil {
+					bed.Close()
+					cancel()
+					return fmt.Errorf("%d hosts, %s, GP_COMM_HIERARCHY=%s: %w", hosts, rate, mode, err)
+				}
+				res[mode] = map[[2]any]float64{}
+				for _, s := range ss {
+					res[mode][[2]any{s.Op, s.Bytes}] = s.Latency
+				}
+			}
+			shaping := bed.Shaping
+			if err := bed.Close(); err != nil {
+				cancel()
+				return err
+			}
+			cancel()
+			n := hosts * *local
+			for _, op := range strings.Split(*opsFlag, ",") {
+				for _, sz := range strings.Split(*sizes, ",") {
+					b, _ := strconv.Atoi(sz)
+					fl, hl := res["0"][[2]any{op, b}], res["1"][[2]any{op, b}]
+					r := row{Op: op, Hosts: hosts, Local: *local, Rate: rate, Shaping: shaping, Bytes: b,
+						FlatLat: fl, HierLat: hl, Load: load}
+					r.FlatBus, r.HierBus = busbw(op, n, b, fl), busbw(op, n, b, hl)
+					r.FlatLink, r.HierLink = busbw(op, hosts, b, fl)*1e9/bps, busbw(op, hosts, b, hl)*1e9/bps
+					rows = append(rows, r)
+				}
+			}
+		}
+	}
+	printTable(rows)
+	js, err := json.MarshalIndent(rows, "", " ")
+	if err != nil {
+		return err
+	}
+	fmt.Println("JSON " + *out)
+	return os.WriteFile(*out, append(js, '\n'), 0o644)
+}
+
+// job runs hosts × local workers inside the bed with GP_COMM_HIERARCHY=mode and returns
+// rank 0's samples.
+func job(ctx context.Context, bed *netbed.Bed, hosts int, mode string, port int) ([]sample, error) {
+	n := hosts * *local
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		cmd := bed.Command(ctx, r / *local, os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), workerEnv+"=1", "GP_COMM_HIERARCHY="+mode, "GP_RDZV_SECRET=netbed",
+			"TORCHELASTIC_RUN_ID=netbed", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"LOCAL_RANK="+strconv.Itoa(r%*local), "LOCAL_WORLD_SIZE="+strconv.Itoa(*local),
+			"GROUP_RANK="+strconv.Itoa(r / *local), "MASTER_ADDR="+bed.Addr(0), "MASTER_PORT="+strconv.Itoa(port))
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		cmds[r] = cmd
+	}
+	var errs []string
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Sprintf("rank %d: %v: %s", r, err, tail(outs[r].String(), 2000)))
+		}
+	}
+	if errs != nil {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	var ss []sample
+	for _, line := range strings.Split(outs[0].String(), "\n") {
+		if js, ok := strings.CutPrefix(line, "SAMPLE "); ok {
+			var s sample
+			if err := json.Unmarshal([]byte(js), &s); err != nil {
+				return nil, err
+			}
+			want := map[string]string{"0": "tcp", "1": "hier"}[mode]
+			if s.Transport != want {
+				return nil, fmt.Errorf("GP_COMM_HIERARCHY=%s ran on %q, want %q", mode, s.Transport, want)
+			}
+			ss = append(ss, s)
+		}
+	}
+	return ss, nil
+}
+
+func worker() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute), comm.WithConnectTimeout(time.Minute))
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	n, r := g.Size(), g.Rank()
+	for _, op := range strings.Split(*opsFlag, ",") {
+		for _, sz := range strings.Split(*sizes, ",") {
+			b, err := strconv.Atoi(sz)
+			if err != nil {
+				return err
+			}
+			count := b / 4
+			lo, hi := comm.ShardRange(count, n, r)
+			full, shard := make([]float32, count), make([]float32, hi-lo)
+			for i := range full {
+				full[i] = float32(i%97) * 0.25
+			}
+			var fn func() comm.Work
+			switch op {
+			case "all-reduce":
+				fn = func() comm.Work { return g.AllReduce(comm.F32(full), comm.Sum) }
+			case "reduce-scatter":
+				fn = func() comm.Work { return g.ReduceScatter(comm.F32(shard), comm.F32(full), comm.Sum) }
+			case "all-gather":
+				fn = func() comm.Work { return g.AllGather(comm.F32(full), comm.F32(shard)) }
+			case "broadcast":
+				fn = func() comm.Work { return g.Broadcast(comm.F32(full), 0) }
+			default:
+				return fmt.Errorf("unknown op %q", op)
+			}
+			iters := max(2, min(16, (32<<20)/b))
+			lat, err := timeOp(ctx, g, fn, iters)
+			if err != nil {
+				return fmt.Errorf("%s %d bytes: %w", op, b, err)
+			}
+			if r == 0 {
+				js, _ := json.Marshal(sample{Op: op, Bytes: b, Latency: lat, Transport: comm.TransportOf(g)})
+				fmt.Println("SAMPLE " + string(js))
+			}
+		}
+	}
+	return nil
+}
+
+// timeOp is the median over -reps runs of iters operations of the slowest rank's time per
+// operation, after one warm-up.
+func timeOp(ctx context.Context, g comm.Group, fn func() comm.Work, iters int) (float64, error) {
+	if err := fn().Wait(ctx); err != nil {
+		return 0, err
+	}
+	lats := make([]float64, *reps)
+	for i := range lats {
+		if err := g.Barrier().Wait(ctx); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		for range iters {
+			if err := fn().Wait(ctx); err != nil {
+				return 0, err
+			}
+		}
+		lat := comm.F64{time.Since(start).Seconds() / float64(iters)}
+		if err := g.AllReduce(lat, comm.Max).Wait(ctx); err != nil {
+			return 0, err
+		}
+		lats[i] = lat[0]
+	}
+	return benchutil.Median(lats), nil
+}
+
+// busbw in GB/s over n participants (see the package comment).
+func busbw(op string, n, bytes int, lat float64) float64 {
+	if lat == 0 {
+		return 0
+	}
+	alg := float64(bytes) / lat / 1e9
+	switch op {
+	case "all-reduce":
+		return alg * 2 * float64(n-1) / float64(n)
+	case "reduce-scatter", "all-gather":
+		return alg * float64(n-1) / float64(n)
+	}
+	return alg
+}
+
+// rateBytes is a tc rate ("1gbit") in bytes per second.
+func rateBytes(s string) (float64, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"gbit", 1e9}, {"mbit", 1e6}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f * u.mult / 8, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("rate %q: want <n>gbit or <n>mbit", s)
+}
+
+func printTable(rows []row) {
+	fmt.Printf("%-15s %5s %7s %9s %12s %12s %7s %7s %10s %10s\n", "op", "hosts", "rate", "bytes",
+		"flat GB/s", "hier GB/s", "flat", "hier", "flat ms", "hier ms")
+	fmt.Printf("%-15s %5s %7s %9s %12s %12s %7s %7s %10s %10s\n", "", "xrank", "", "", "busbw", "busbw",
+		"link", "link", "", "")
+	for _, r := range rows {
+		fmt.Printf("%-15s %3dx%d %7s %9d %12.3f %12.3f %7.2f %7.2f %10.2f %10.2f\n", r.Op, r.Hosts, r.Local,
+			r.Rate, r.Bytes, r.FlatBus, r.HierBus, r.FlatLink, r.HierLink, r.FlatLat*1e3, r.HierLat*1e3)
+	}
+	if len(rows) > 0 {
+		fmt.Printf("shaping: %s; load average before each bed: see JSON\n", rows[0].Shaping)
+	}
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
+
+// loadavg is the one-minute load average (the machine is shared).
+func loadavg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
