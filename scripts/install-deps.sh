@@ -6,10 +6,11 @@
 set -euo pipefail
 
 # The launchers the cluster tests start (parallel/launch/clustertest: mpirun, and a one-node
-# SLURM cluster with munge). Optional: when they cannot be installed the tests skip and say
-# why, so a failure here does not fail `make deps`.
+# SLURM cluster with munge), and iproute2's ip and tc for the multi-host test bed
+# (internal/netbed). Optional: when they cannot be installed the tests skip and say why, so
+# a failure here does not fail `make deps`.
 cluster=()
-for pkg in openmpi-bin slurm-wlm munge; do
+for pkg in openmpi-bin slurm-wlm munge iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || cluster+=("$pkg")
 done
 if [ ${#cluster[@]} -gt 0 ]; then
