@@ -38,8 +38,11 @@
 //
 // Transports: between processes, InitFromEnv uses shared memory when every rank runs on
 // one host (rings under /dev/shm, with TCP control connections that detect a dead peer) and
-// TCP otherwise; GP_COMM_TRANSPORT=tcp|shm (or WithTransport) forces one. NewLocalGroups
-// runs ranks as goroutines of one process.
+// TCP otherwise; GP_COMM_TRANSPORT=tcp|shm (or WithTransport) forces one. A job on several
+// hosts with several ranks on some host runs its collectives hierarchically: shared memory
+// inside each host, TCP among one rank per host (see Note [Hierarchical collectives] in
+// hier.go; GP_COMM_HIERARCHY=0|1 overrides the choice). NewLocalGroups runs ranks as
+// goroutines of one process.
 //
 // Stalls: a collective that waits past the warning threshold (WithWarnAfter,
 // GP_COMM_WARN_AFTER; default 30 s or half the timeout) makes its rank ask every peer what

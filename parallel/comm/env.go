@@ -232,8 +232,9 @@ func StoreOf(g Group) *Store {
 	return nil
 }
 
-// TransportOf names the transport g runs on: "shm" (shared memory), "tcp", "local"
-// (in-process) or "" for a transport from outside the package.
+// TransportOf names the transport g runs on: "shm" (shared memory), "tcp", "hier" (shared
+// memory inside hosts and TCP between them; see HierarchyEnv), "local" (in-process) or ""
+// for a transport from outside the package.
 func TransportOf(g Group) string {
 	gr, ok := g.(*group)
 	if !ok {
