@@ -303,8 +303,12 @@ func printTable(rows []row) {
 		fmt.Printf("%-15s %3dx%d %7s %9d %12.3f %12.3f %7.2f %7.2f %10.2f %10.2f\n", r.Op, r.Hosts, r.Local,
 			r.Rate, r.Bytes, r.FlatBus, r.HierBus, r.FlatLink, r.HierLink, r.FlatLat*1e3, r.HierLat*1e3)
 	}
-	if len(rows) > 0 {
-		fmt.Printf("shaping: %s; load average before each bed: see JSON\n", rows[0].Shaping)
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !seen[r.Rate] {
+			seen[r.Rate] = true
+			fmt.Printf("%s links: %s; one-minute load average before the bed: %.1f (2 cores)\n", r.Rate, r.Shaping, r.Load)
+		}
 	}
 }
 
