@@ -7,6 +7,7 @@ package trainer
 import (
 	"flag"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/cuda"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +60,7 @@ type Config struct {
 	Strategy   string // ddp (the default; also world 1), zero3, dp, none
 	DPReplicas int
 	AMP        string // "", bf16, fp16
+	Device     string // cpu (the default), cuda (this rank's GPU, see deviceOrdinal) or cuda:N
 	Offload    string
 
 	Out       string // run directory: checkpoints, metrics.jsonl, curves.png, timelines
@@ -104,6 +106,8 @@ type Config struct {
 	// Group, when set, is the process group to train in (tests run ranks as goroutines);
 	// otherwise Run joins the group the torchrun environment describes.
 	Group comm.Group
+
+	dev *cuda.Device // opened by recipe for -device cuda
 }
 
 // SyntheticConfig sizes the generated data set of -data-format synthetic.
@@ -153,6 +157,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Strategy, "strategy", "ddp", "ddp | zero3 | dp | none (none: DDP machinery over a world of one)")
 	fs.IntVar(&c.DPReplicas, "dp-replicas", 2, "replicas of -strategy dp")
 	fs.StringVar(&c.AMP, "amp", "", "autocast: bf16 | fp16 (default off)")
+	fs.StringVar(&c.Device, "device", "cpu", "cpu | cuda | cuda:N (cuda: the GPU of LOCAL_RANK; -strategy none, or ddp at world 1, for now)")
 	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload of the shard and optimizer state: cpu | disk (needs -opt adamw)")
 	fs.StringVar(&c.Out, "out", "", "run directory (default runs/ARCH)")
 	fs.IntVar(&c.CkptEvery, "ckpt-every", 0, "also checkpoint every N steps")
@@ -206,6 +211,9 @@ func (c *Config) recipe() error {
 	swin := strings.HasPrefix(c.Arch, "swin")
 	if !swin && !strings.HasPrefix(c.Arch, "resnet") {
 		return fmt.Errorf("trainer: unknown architecture %q", c.Arch)
+	}
+	if err := c.openDevice(); err != nil {
+		return err
 	}
 	// Negative means "the recipe's" (the flags' defaults); a learning rate of 0 too.
 	set := func(v *float64, def float64) {

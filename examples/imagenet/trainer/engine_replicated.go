@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -23,7 +24,7 @@ type replicated struct {
 	d       *ddp.DDP
 	model   *nn.Model
 	opt     optim.Optimizer
-	evals   map[int]*ddp.Program
+	evals   map[int]evalProgram
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	ck      *checkpoints
@@ -68,7 +69,7 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank())},
 		cfg: cfg, g: g, d: d, model: model, opt: opt,
-		evals: map[int]*ddp.Program{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
+		evals: map[int]evalProgram{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
 		shape: shape, ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
 }
 
@@ -81,8 +82,14 @@ func (r *replicated) optimizer() optim.Optimizer { return r.opt }
 func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
 	p, ok := r.evals[b.N]
 	if !ok {
+		build := buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, false, 0, nil)
 		var err error
-		if p, err = r.d.Compile(buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, false, 0, nil), r.evalOpt...); err != nil {
+		if r.cfg.dev != nil {
+			p, err = tape.Compile(r.cfg.dev, r.model, build, r.evalOpt...)
+		} else {
+			p, err = r.d.Compile(build, r.evalOpt...)
+		}
+		if err != nil {
 			return nil, err
 		}
 		r.evals[b.N] = p
@@ -94,6 +101,13 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 		return nil, err
 	}
 	return p.Output("logits")
+}
+
+// evalProgram is an eval-mode program: ddp's on the CPU, cuda/tape's on the device.
+type evalProgram interface {
+	Input(name string) ([]float32, error)
+	Run(ctx context.Context) error
+	Output(name string) ([]float32, error)
 }
 
 func (r *replicated) state(meta *checkpoint.State) *checkpoint.State {

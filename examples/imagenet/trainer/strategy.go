@@ -55,7 +55,11 @@ func strategyOf(name string) (strategy, error) {
 
 // compileDDP is DDP over the group (also for world 1).
 func compileDDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
-	return d.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler), opts...)
+	build := buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
+	if cfg.dev != nil {
+		return compileOn(cfg, d.Size(), m, build, opts)
+	}
+	return d.Compile(build, opts...)
 }
 
 // compileDP is DataParallel over cfg.DPReplicas replicas in this one process.
