@@ -30,9 +30,11 @@
 //     to these functions and runs it with its values on the device; gradients come back
 //     into the flat gradient buffer (nn.ParamSet.Grad) through the taps' hooks, so DDP
 //     buckets and ZeRO shards are unchanged;
-//   - cuda/gpuresnet and cuda/gpuswin are the earlier, hand-written device steps of ResNet and
-//     the Swin Transformer, driven by the module tree in forward order with backward
-//     closures; they remain until cuda/tape lowers the project's own ops (nn/ops);
+//   - cuda/tape lowers the project's own ops too (nn/ops, models/swin, amp; found by
+//     ops.Describe, swin.DescribeOp and amp.DescribeOp), so ResNet and the Swin Transformer
+//     run on the device as the graphs they are, and the trainer's -device cuda uses it;
+//     cuda/gpuresnet and cuda/gpuswin, the earlier hand-written device steps, remain for
+//     cuda/gpucheck until it runs the models through cuda/tape;
 //   - parameters stay float32 masters; with autocast, GEMM and convolution operands are cast
 //     to fp16/bf16 on the device and multiplied by cuBLAS with float32 accumulation, while
 //     norms, softmax and losses stay float32, as torch.autocast's lists.
