@@ -1,5 +1,5 @@
 // Package models names the reference architectures (torchvision's ResNets and Swin
-// Transformers), builds them by name, imports and exports their weights as torchvision
+// Transformers, and He et al.'s CIFAR ResNets for small images), builds them by name, imports and exports their weights as torchvision
 // state dicts in .npz files, and runs them once on fixed inputs to compare with PyTorch.
 //
 // Weights exported from PyTorch with
@@ -20,14 +20,28 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 )
 
-// Archs lists every architecture New builds.
+// Archs lists every architecture New builds: torchvision's (TorchvisionArchs), then the
+// CIFAR ResNets of resnet.CIFARArchs.
 func Archs() []string {
+	return append(TorchvisionArchs(), resnet.CIFARArchs...)
+}
+
+// TorchvisionArchs lists the architectures whose names, shapes and initialisation are
+// torchvision's, so that torchvision state dicts load into them.
+func TorchvisionArchs() []string {
 	return append(append([]string(nil), resnet.Archs...), swin.Archs...)
 }
 
 // New returns the module of the named architecture ("resnet50", "swin_t") with numClasses
-// outputs (0 means 1000). Build it with nn.NewModel.
+// outputs (0 means 1000; 10 for the CIFAR ResNets). Build it with nn.NewModel.
 func New(arch string, numClasses int) (nn.Module, error) {
+	if resnet.IsCIFAR(arch) {
+		c, err := resnet.CIFARArch(arch, numClasses)
+		if err != nil {
+			return nil, err
+		}
+		return resnet.NewCIFAR(c)
+	}
 	if strings.HasPrefix(arch, "resnet") {
 		c, err := resnet.Arch(arch, numClasses)
 		if err != nil {
