@@ -1,6 +1,7 @@
 // Package models names the reference architectures (torchvision's ResNets and Swin
-// Transformers, and He et al.'s CIFAR ResNets for small images), builds them by name, imports and exports their weights as torchvision
-// state dicts in .npz files, and runs them once on fixed inputs to compare with PyTorch.
+// Transformers; He et al.'s CIFAR ResNets for small images), builds them by name, imports
+// and exports their weights as torchvision state dicts in .npz files, and runs them once on
+// fixed inputs to compare with PyTorch.
 //
 // Weights exported from PyTorch with
 //

@@ -21,8 +21,8 @@ import (
 	G "gorgonia.org/gorgonia"
 )
 
-// Every torchvision architecture declares torchvision 0.14.1's state-dict keys, in its order, with its
-// shapes, and the same learnable parameter count (testdata/params_<arch>.txt, written by
+// Every torchvision architecture declares torchvision 0.14.1's state-dict keys, in its order,
+// with its shapes, and the same learnable parameter count (testdata/params_<arch>.txt, written by
 // make_model_fixtures.py; swin_l built from torchvision's SwinTransformer class).
 func TestNamesShapesCounts(t *testing.T) {
 	for _, arch := range models.TorchvisionArchs() {

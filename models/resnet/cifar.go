@@ -23,9 +23,10 @@ import (
 // option B) rather than option A's zero-padded identity; the names follow torchvision's
 // (conv1, bn1, layer1.0.conv1, ..., layer2.0.downsample.0, fc).
 
-// CIFARArchs lists named CIFAR ResNets CIFARArch knows, among all it parses: the paper's
-// six depths at widths 16, 32, 64, the 8- and 14-layer nets, and the demo's resnet8_w24_s2.
-var CIFARArchs = []string{"resnet8", "resnet14", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet8_w32", "resnet8_w24_s2"}
+// CIFARArchs lists CIFAR ResNets by name, among all that CIFARArch parses: the paper's five
+// depths at widths 16, 32, 64, the 8- and 14-layer nets, a wider 8-layer net, and the
+// Fashion-MNIST demo's resnet8_s2.
+var CIFARArchs = []string{"resnet8", "resnet14", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet8_w32", "resnet8_s2"}
 
 // CIFARConfig describes a CIFAR-style ResNet (see Note [CIFAR ResNets]).
 type CIFARConfig struct {
@@ -35,7 +36,7 @@ type CIFARConfig struct {
 	Widths [3]int
 	// StemStride is the stride of the 3x3 stem (default 1, the paper's). 2 runs the stages
 	// at half the resolution, a quarter of the cost: for 28x28 images the stages see 14x14,
-	// 7x7 and 4x4, which wider stages make up for (resnet8_w24_s2, the demo's model).
+	// 7x7 and 4x4 (resnet8_s2, the Fashion-MNIST demo's model).
 	StemStride int
 	// NumClasses is the size of the fc head (default 10).
 	NumClasses int

@@ -118,7 +118,7 @@ type SyntheticConfig struct {
 // RegisterFlags binds c's fields to flags named as in PyTorch's examples/imagenet/main.py.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", "", "dataset root (imagefolder: DIR/train and DIR/val)")
-	fs.StringVar(&c.DataFormat, "data-format", "imagefolder", "imagefolder | synthetic | npy | webdataset")
+	fs.StringVar(&c.DataFormat, "data-format", "imagefolder", "imagefolder | synthetic | npy | webdataset | fashion-mnist | idx (MNIST-style IDX files; -data defaults to Debian's /usr/share/datasets/fashion-mnist)")
 	fs.StringVar(&c.Arch, "arch", "resnet18", "model architecture: resnet18..152, swin_t, swin_s, swin_b, swin_l")
 	fs.StringVar(&c.Arch, "a", "resnet18", "alias of -arch")
 	fs.IntVar(&c.NumClasses, "num-classes", 0, "classes (default: the data set's)")

@@ -33,13 +33,19 @@ type split struct {
 //   - npy: DATA/{train,val}_images.npy (uint8 NHWC) and DATA/{train,val}_labels.npy (int64);
 //   - webdataset: DATA/train-*.tar and DATA/val-*.tar shards with .jpg/.png and .cls members;
 //     DATA/sizes.json, when present, gives each shard's sample count (open_clip's
-//     {"train-000000.tar": 1000, ...}, or a wids shard list), and a shorter shard is an error.
+//     {"train-000000.tar": 1000, ...}, or a wids shard list), and a shorter shard is an error;
+//   - fashion-mnist, idx: DATA/train-{images-idx3,labels-idx1}-ubyte[.gz] for training and the
+//     whole t10k-* pair for validation (MNIST's names; DATA defaults to Debian's
+//     dataset-fashion-mnist folder), with the preset of Note [Fashion-MNIST preset].
 //
 // Every label is checked against cfg.NumClasses when the data opens (npy without
 // -num-classes infers the count, refusing negative labels and a count far beyond the labels
 // that occur); cfg.BadInput chooses between an error naming the file, index and value and
 // leaving those samples out on every rank alike.
 func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) (*split, *split, error) {
+	if cfg.Data == "" && isIDX(cfg.DataFormat) {
+		cfg.Data = data.FashionMNISTDir
+	}
 	if cfg.Data == "" {
 		return nil, nil, fmt.Errorf("trainer: -data is required")
 	}
@@ -74,8 +80,10 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 		train, val, err = openArrays(g, cfg, trainT, valT, log)
 	case "webdataset":
 		train, val, err = openShards(ctx, g, cfg, trainT, valT, log)
+	case "fashion-mnist", "idx":
+		train, val, err = openIDX(g, cfg, log)
 	default:
-		err = fmt.Errorf("trainer: unknown -data-format %q (imagefolder, synthetic, npy or webdataset)", cfg.DataFormat)
+		err = fmt.Errorf("trainer: unknown -data-format %q (imagefolder, synthetic, npy, webdataset, fashion-mnist or idx)", cfg.DataFormat)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -297,6 +305,9 @@ func badInput(cfg *Config) (data.BadInput, error) {
 	}
 	return data.Fail, fmt.Errorf("trainer: unknown -bad-input %q (fail or skip)", cfg.BadInput)
 }
+
+// isIDX reports whether format reads MNIST-style IDX files (openIDX).
+func isIDX(format string) bool { return format == "fashion-mnist" || format == "idx" }
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
