@@ -27,8 +27,9 @@ import (
 // crop, 92.3% after 5 without; it pays off in longer runs). The grey channel is
 // repeated three times (torchvision's Grayscale(3)) so that every architecture, all built for
 // RGB, takes the images unchanged; only the stem's first convolution sees the copies. idx
-// normalises with Fashion-MNIST's statistics too (MNIST's are 0.1307 and 0.3081; the stem's
-// BatchNorm makes the difference small).
+// normalises with Fashion-MNIST's statistics too (MNIST's own are 0.1307 and 0.3081): away
+// from the zero-padded borders, another shift and scale of the input only shifts and scales
+// the stem convolution's output, which its BatchNorm removes.
 
 // greyPreset is the augmentation and normalisation of a grey data set's images.
 type greyPreset struct {
