@@ -121,13 +121,37 @@ func TestStallNamesMissingRank(t *testing.T) {
 					t.Errorf("rank %d: want a timeout naming rank 1's last op %q, got %v", r, wantLastOp, err)
 				}
 			}
-			var te *TimeoutError
-			if !errors.As(errs[0], &te) && !errors.As(errs[2], &te) {
+			// A rank whose question to its peers goes unanswered within the answer wait (a
+			// tenth of the timeout) reports them as silent instead: on a loaded machine one of
+			// the two timing-out ranks may, so the test wants one report that names rank 1 as
+			// not arrived, and no report that names it wrongly.
+			var named *TimeoutError
+			found := false
+			for _, r := range []int{0, 2} {
+				var te *TimeoutError
+				if !errors.As(errs[r], &te) {
+					continue
+				}
+				found = true
+				rep := te.Report
+				switch got := rep.NotArrived(); {
+				case rep.Seq != 4:
+					t.Errorf("rank %d: report of seq %d, want seq 4", r, rep.Seq)
+				case slices.Equal(got, []int{1}):
+					named = te
+				case len(got) != 0 || !slices.Contains(rep.Silent(), 1):
+					t.Errorf("rank %d: report names %v as not arrived and %v as silent, want rank 1 in one of them", r, got, rep.Silent())
+				default:
+					t.Logf("rank %d: rank 1 did not answer in time: %v", r, te)
+				}
+			}
+			switch {
+			case !found:
 				t.Errorf("no rank failed with a *TimeoutError: %v; %v", errs[0], errs[2])
-			} else if got := te.Report.NotArrived(); !slices.Equal(got, []int{1}) || te.Report.Seq != 4 {
-				t.Errorf("report of seq %d names %v as not arrived, want seq 4 and [1]", te.Report.Seq, got)
-			} else {
-				t.Logf("timeout error: %v", te)
+			case named == nil:
+				t.Errorf("no timeout report names rank 1 as not arrived: %v; %v", errs[0], errs[2])
+			default:
+				t.Logf("timeout error: %v", named)
 			}
 			if took > timeout+3*time.Second {
 				t.Errorf("the stalled collective failed %v after it began, timeout %v", took, timeout)
