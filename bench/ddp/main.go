@@ -352,6 +352,12 @@ func child(role string, p params) error {
 		// above hold none: time it alone, as DDP runs it.
 		var c replica.Checker
 		ts := replica.Replicated(m.Params, true, true)
+		// As in DDP, the buffers are compared after rank 0's are broadcast (each rank's
+		// running statistics are those of its own last forward until then).
+		var bc replica.Broadcaster
+		if err := bc.Buffers(ctx, d.Group(), m.Params.Buffers, 0, "bench"); err != nil {
+			return err
+		}
 		const checks = 5
 		t0 := time.Now()
 		for range checks {
