@@ -161,3 +161,55 @@ func TestCloseBoundedByCloseTimeout(t *testing.T) {
 
 // since is the time since the instant stamped in ns.
 func since(ns *atomic.Int64) time.Duration { return time.Duration(time.Now().UnixNano() - ns.Load()) }
+
+// A Recv from a rank that left, cleanly or by Abort, fails at once naming it, whether it was
+// pending when the notice came or issued after; a message sent before a clean leave is
+// still received. The 20 s timeout is what the Recv waited for before.
+func TestRecvFromLeftPeerFailsAtOnce(t *testing.T) {
+	for _, how := range []string{"close", "abort"} {
+		for _, mk := range abortMakers {
+			t.Run(how+"/"+mk.name, func(t *testing.T) {
+				gs := mk.mk(t, 2, WithTimeout(20*time.Second), WithCloseTimeout(300*time.Millisecond))
+				ctx := context.Background()
+				pending := gs[0].Recv(F32(make([]float32, 4)), 1, 3)
+				if err := gs[1].Send(F32([]float32{1, 2, 3, 4}), 0, 7).Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				leaveAt := time.Now()
+				left := make(chan error, 1)
+				go func() { // Close waits for rank 0's own leave (up to 300 ms): not in took
+					if how == "close" {
+						left <- gs[1].Close(ctx)
+					} else {
+						left <- Abort(ctx, gs[1], errBadJPEG)
+					}
+				}()
+				err := pending.Wait(ctx)
+				took := time.Since(leaveAt)
+				if !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "rank 1") {
+					t.Errorf("pending Recv: %v, want ErrPeerGone naming rank 1", err)
+				}
+				if took > time.Second {
+					t.Errorf("pending Recv failed %v after rank 1 left", took)
+				}
+				t.Logf("pending Recv failed %v after rank 1 left: %v", took, err)
+				if err := <-left; how == "close" && err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, 4)
+				err = gs[0].Recv(F32(got), 1, 7).Wait(ctx)
+				if how == "close" && (err != nil || got[3] != 4) {
+					t.Errorf("Recv of the message sent before Close: %v %v, want [1 2 3 4]", err, got)
+				}
+				if how == "abort" && !errors.Is(err, ErrPeerGone) {
+					t.Errorf("Recv after the abort: %v, want ErrPeerGone", err)
+				}
+				start := time.Now()
+				err = gs[0].Recv(F32(got), 1, 7).Wait(ctx)
+				if !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "rank 1") || time.Since(start) > time.Second {
+					t.Errorf("later Recv: %v after %v, want ErrPeerGone naming rank 1 at once", err, time.Since(start))
+				}
+			})
+		}
+	}
+}

@@ -40,6 +40,8 @@ type Group interface {
 	// Tags are >= 0. Messages with the same (peer, tag) arrive in order.
 	Send(buf Buffer, peer int, tag int) Work
 	// Recv receives the message from peer with tag into buf; its length must equal len(buf).
+	// Once peer has left (Close or Abort), a Recv that no message it sent can satisfy fails
+	// at once with ErrPeerGone naming it.
 	Recv(buf Buffer, peer int, tag int) Work
 	// Close waits for queued operations, tells the peers this rank is leaving and releases
 	// the connections. Operations issued after Close fail with ErrClosed. A peer still in a
@@ -295,10 +297,11 @@ type group struct {
 	err       error
 	dead      chan struct{}
 	opMu      sync.Mutex
-	running   uint64        // seq of the collective in progress, 0 when idle
-	issued    atomic.Uint64 // the highest seq issued (status replies read it without mu)
-	completed uint64        // seq of the last collective that completed without error
-	left      []int64       // [peer]: the last collective a peer completed before it left, -1 until then
+	running   uint64          // seq of the collective in progress, 0 when idle
+	issued    atomic.Uint64   // the highest seq issued (status replies read it without mu)
+	completed uint64          // seq of the last collective that completed without error
+	left      []int64         // [peer]: the last collective a peer completed before it left, -1 until then
+	gone      []chan struct{} // [peer]: closed when the peer's leave notice arrives (fails its Recvs)
 
 	watchers  sync.WaitGroup // leave-notice watchers (leave.go) and status responders (flight.go)
 	stopWatch context.CancelFunc
@@ -333,9 +336,11 @@ func newGroup(t Transport, cfg config) *group {
 		dead:   make(chan struct{}),
 		tmp:    make([][]byte, t.Streams()),
 		left:   make([]int64, t.Size()),
+		gone:   make([]chan struct{}, t.Size()),
 	}
 	for p := range g.left {
 		g.left[p] = -1
+		g.gone[p] = make(chan struct{})
 	}
 	var wctx context.Context
 	wctx, g.stopWatch = context.WithCancel(context.Background())
@@ -438,7 +443,7 @@ func (g *group) p2pWork(k kind, buf Buffer, peer int, tag int64, tagOK bool) Wor
 		if k == kindSend {
 			err = g.t.SendMsg(tctx, peer, tag, buf.bytes())
 		} else {
-			err = g.t.RecvMsg(tctx, peer, tag, buf.bytes())
+			err = g.recvMsg(tctx, cancel, peer, tag, buf.bytes())
 		}
 		if err != nil && tctx.Err() != nil {
 			err = context.Cause(tctx)

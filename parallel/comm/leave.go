@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -14,6 +15,10 @@ import (
 // for it until their timeout. A rank that leaves after the last collective, the clean case,
 // fails nothing. The data a leaving rank sent for its completed collectives is already in
 // flight and is still delivered.
+
+// A point-to-point Recv from a rank that left fails the same way, at once (see recvMsg):
+// no message can come after its leave notice, and those it sent before are already queued
+// (the transports deliver a peer's messages in order), so they are still received.
 
 // tagLeave is the message tag of the leave notice (negative tags belong to the package).
 const tagLeave int64 = -1
@@ -57,6 +62,7 @@ func (g *group) peerLeft(peer int, last uint64) {
 	g.left[peer] = int64(last)
 	running := g.running
 	g.opMu.Unlock()
+	close(g.gone[peer])
 	if running > last {
 		g.fail(leftError(peer, last, running), true)
 	}
@@ -75,4 +81,28 @@ func (g *group) leftPeer(seq uint64) error {
 
 func leftError(peer int, last, seq uint64) error {
 	return &PeerGoneError{Rank: peer, Cause: fmt.Errorf("it closed the group after collective seq %d, so collective seq %d cannot complete", last, seq)}
+}
+
+// recvMsg receives the message from peer with tag into b, and fails with a PeerGoneError
+// naming peer once peer's leave notice has arrived and no message is queued. cancel cancels
+// ctx's parent with a cause.
+func (g *group) recvMsg(ctx context.Context, cancel context.CancelCauseFunc, peer int, tag int64, b []byte) error {
+	goneErr := &PeerGoneError{Rank: peer, Cause: errors.New("it closed the group, so no further message can arrive")}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-g.gone[peer]:
+			cancel(goneErr)
+		case <-stop:
+		}
+	}()
+	err := g.t.RecvMsg(ctx, peer, tag, b)
+	if err != nil && context.Cause(ctx) == goneErr {
+		// A message that was queued when the notice came is still taken (mailbox.take).
+		if err = g.t.RecvMsg(ctx, peer, tag, b); err != nil {
+			err = goneErr
+		}
+	}
+	return err
 }

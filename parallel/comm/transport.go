@@ -120,19 +120,36 @@ func (m *mailbox) box(peer int, tag int64) chan []byte {
 }
 
 // take waits for the next message from peer with tag and copies it into b.
+// A message already queued is taken even when ctx has ended (not when the transport has
+// aborted): the group relies on that to deliver what a peer sent before it left (leave.go).
 func (m *mailbox) take(ctx context.Context, peer int, tag int64, b []byte, abort <-chan struct{}, abortErr func() error) error {
 	select {
-	case msg := <-m.box(peer, tag):
-		if len(msg) != len(b) {
-			return fmt.Errorf("%w: message from rank %d tag %d has %d bytes, receive buffer %d", ErrMismatch, peer, tag, len(msg), len(b))
-		}
-		copy(b, msg)
-		return nil
+	case <-abort:
+		return abortErr()
+	default:
+	}
+	box := m.box(peer, tag)
+	select {
+	case msg := <-box:
+		return takeMsg(peer, tag, msg, b)
+	default:
+	}
+	select {
+	case msg := <-box:
+		return takeMsg(peer, tag, msg, b)
 	case <-ctx.Done():
 		return ctxErr(ctx)
 	case <-abort:
 		return abortErr()
 	}
+}
+
+func takeMsg(peer int, tag int64, msg, b []byte) error {
+	if len(msg) != len(b) {
+		return fmt.Errorf("%w: message from rank %d tag %d has %d bytes, receive buffer %d", ErrMismatch, peer, tag, len(msg), len(b))
+	}
+	copy(b, msg)
+	return nil
 }
 
 func ctxErr(ctx context.Context) error {
