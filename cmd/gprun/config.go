@@ -39,7 +39,7 @@ func configure(ctx context.Context, args []string, stderr io.Writer) (cfg launch
 			fs.IntVar(p, n, def, u)
 		}
 	}
-	var nproc, nnodes, backend, endpoint, localAddr, conf, monitor, redirects, tee string
+	var nproc, nnodes, backend, endpoint, localAddr, conf, monitor, redirects, tee, backoff, termTimeout string
 	var standalone bool
 	str(&nproc, "1", "workers on this node: N, gpu, cpu or auto", "nproc-per-node", "nproc_per_node")
 	str(&nnodes, "1", "number of nodes: N, or MIN:MAX (elastic, c10d backend)", "nnodes")
@@ -47,6 +47,8 @@ func configure(ctx context.Context, args []string, stderr io.Writer) (cfg launch
 	str(&cfg.MasterAddr, "127.0.0.1", "address of rank 0's node (static backend)", "master-addr", "master_addr")
 	num(&cfg.MasterPort, 0, "port of rank 0's store (0: pick a free one; single node only)", "master-port", "master_port")
 	num(&cfg.MaxRestarts, 0, "restarts of the workers after a failure", "max-restarts", "max_restarts")
+	str(&backoff, "1", "seconds before the first restart, doubling after each attempt that failed within a minute, up to 30 (0: restart at once)", "restart-backoff", "restart_backoff")
+	str(&termTimeout, "5", "seconds between SIGTERM and SIGKILL when gprun stops the workers (0: SIGKILL at once)", "term-timeout", "term_timeout")
 	str(&cfg.RunID, "", "job id (TORCHELASTIC_RUN_ID; default random, or \"none\" for c10d as torchrun)", "rdzv-id", "rdzv_id", "run-id")
 	str(&cfg.Secret, "", "rendezvous secret (default GP_RDZV_SECRET or random)", "rdzv-secret", "rdzv_secret")
 	str(&backend, "static", "rendezvous backend: static (rank 0 hosts the store), c10d (the endpoint's node hosts it) or etcd", "rdzv-backend", "rdzv_backend")
@@ -102,6 +104,17 @@ func configure(ctx context.Context, args []string, stderr io.Writer) (cfg launch
 	interval, err := seconds(monitor)
 	if err != nil || interval == 0 {
 		return usage("--monitor-interval %q: want a positive number of seconds", monitor)
+	}
+	if cfg.RestartBackoff, err = seconds(backoff); err != nil {
+		return usage("--restart-backoff: %v", err)
+	}
+	grace, err := seconds(termTimeout)
+	if err != nil {
+		return usage("--term-timeout: %v", err)
+	}
+	cfg.StopGrace = grace
+	if grace == 0 {
+		cfg.StopGrace = -1 // launch's zero is its default of 5 s
 	}
 	cfg.Program, cfg.Args = fs.Arg(0), fs.Args()[1:]
 

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,15 @@ func failWorker(mode string) int {
 			return 1
 		}
 		time.Sleep(30 * time.Second) // until gprun stops it
+		return 0
+	case "ignoreterm": // TestGprunTermTimeout: rank 0 ignores SIGTERM, rank 1 fails
+		if rank == "1" {
+			time.Sleep(time.Second) // rank 0 ignores SIGTERM by then
+			fmt.Printf("failing at %d\n", time.Now().UnixNano())
+			return 1
+		}
+		signal.Ignore(syscall.SIGTERM)
+		time.Sleep(30 * time.Second) // until gprun kills it
 		return 0
 	case "abort":
 		ctx := context.Background()

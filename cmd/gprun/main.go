@@ -26,9 +26,14 @@
 // cpu is the CPUs gprun may run on; auto is gpu when there is a GPU and otherwise cpu (as
 // torchrun), each worker then running its BLAS on one thread.
 //
-// When a worker exits non-zero, gprun stops the others (SIGTERM, then SIGKILL 5 s later),
-// prints the failure once (rank, exit status and the last lines of its stderr) and restarts
-// them all while --max-restarts allows; it exits with the failed worker's exit code. The
+// When a worker exits non-zero, gprun stops the others (SIGTERM, then SIGKILL
+// --term-timeout SECONDS later, 5 by default; 0 kills at once), prints the failure once
+// (rank, exit status and the last lines of its stderr) and restarts them all while
+// --max-restarts allows; it exits with the failed worker's exit code. Restarts are spaced
+// by --restart-backoff SECONDS (default 1), doubling after each attempt that failed within
+// a minute up to 30 s and starting again after a longer one, so that a fault lasting a few
+// seconds (a full disk being freed) does not use up the restarts; 0 restarts at once, as
+// torchrun does (which has no backoff: only its --monitor-interval spaces restarts). The
 // workers die with gprun, even a SIGKILLed one: on Linux through the parent-death signal,
 // elsewhere through a pipe the workers inherit (comm.InitFromEnv watches it; see
 // comm.LauncherPipeEnv).

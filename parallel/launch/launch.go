@@ -43,6 +43,10 @@ type Config struct {
 	MasterPort int
 	// MaxRestarts is how many times the workers are restarted after a failure.
 	MaxRestarts int
+	// RestartBackoff is the wait before the first restart; it doubles after each attempt
+	// that failed within a minute, up to 30 s, and starts again after a longer one (see
+	// Note [Restart backoff]). 0 restarts at once.
+	RestartBackoff time.Duration
 	// RunID names the job (TORCHELASTIC_RUN_ID; default random).
 	RunID string
 	// Secret is the rendezvous secret given to the workers as GP_RDZV_SECRET (default: the
@@ -56,8 +60,9 @@ type Config struct {
 	// Stdout and Stderr receive the workers' output, each line prefixed "[rankN]: "
 	// (default os.Stdout and os.Stderr).
 	Stdout, Stderr io.Writer
-	// StopGrace is how long a worker gets between SIGTERM and SIGKILL (default 5s). Where
-	// signals cannot be sent to another process (windows) a worker is killed at once.
+	// StopGrace is how long a worker gets between SIGTERM and SIGKILL (default 5s; negative:
+	// SIGKILL at once, gprun's --term-timeout 0). Where signals cannot be sent to another
+	// process (windows) a worker is killed at once.
 	StopGrace time.Duration
 	// Signals, when set, delivers signals (SIGINT, SIGTERM) to forward to the workers; after
 	// one, Run stops restarting and returns once the workers have exited.
@@ -136,7 +141,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
+	bo := backoff{first: cfg.RestartBackoff}
 	for restart := 0; ; restart++ {
+		start := time.Now()
 		werr, err := runOnce(ctx, &cfg, restart, nil)
 		if err != nil || werr == nil {
 			return err
@@ -145,7 +152,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if restart >= cfg.MaxRestarts {
 			return werr
 		}
-		fmt.Fprintf(cfg.Stderr, "gprun: %s\ngprun: restarting the workers (%d/%d)\n", werr.Report(), restart+1, cfg.MaxRestarts)
+		wait := bo.next(time.Since(start))
+		fmt.Fprintf(cfg.Stderr, "gprun: %s\ngprun: restarting the workers (%d/%d)%s\n", werr.Report(), restart+1, cfg.MaxRestarts, restartIn(wait))
+		if err := cfg.sleep(ctx, wait); err != nil {
+			return err
+		}
 	}
 }
 

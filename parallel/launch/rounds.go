@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Rendezvous gathers the nodes of a multi-node job, round after round, as torchrun's
@@ -57,6 +58,7 @@ func runRounds(ctx context.Context, cfg Config) error {
 	cfg.NNodes = max(1, cfg.NNodes)
 	secret := cfg.Secret
 	failures := 0 // the restarts that count against MaxRestarts
+	bo := backoff{first: cfg.RestartBackoff}
 	for restart := 0; ; restart++ {
 		rd, err := cfg.Rendezvous.Next(ctx)
 		if err != nil {
@@ -73,6 +75,7 @@ func runRounds(ctx context.Context, cfg Config) error {
 		}
 		fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d: node rank %d of %d, master %s:%d\n",
 			rd.Version, rd.NodeRank, rd.NNodes, rd.MasterAddr, rd.MasterPort)
+		start := time.Now()
 		werr, err := runOnce(ctx, &c, restart, rd.Changed)
 		switch {
 		case errors.Is(err, errRoundChanged):
@@ -88,7 +91,11 @@ func runRounds(ctx context.Context, cfg Config) error {
 				return fmt.Errorf("launch: rendezvous round %d ended (%s) after %d restarts", rd.Version, why, failures)
 			}
 			failures++
-			fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d ended: %s; restarting the workers (%d/%d)\n", rd.Version, why, failures, cfg.MaxRestarts)
+			wait := bo.next(time.Since(start))
+			fmt.Fprintf(c.Stderr, "gprun: rendezvous round %d ended: %s; restarting the workers (%d/%d)%s\n", rd.Version, why, failures, cfg.MaxRestarts, restartIn(wait))
+			if err := c.sleep(ctx, wait); err != nil {
+				return err
+			}
 			continue
 		case err != nil:
 			return err
@@ -109,6 +116,10 @@ func runRounds(ctx context.Context, cfg Config) error {
 			return werr
 		}
 		failures++
-		fmt.Fprintf(c.Stderr, "gprun: %s\ngprun: new rendezvous round, restarting the workers (%d/%d)\n", werr.Report(), failures, cfg.MaxRestarts)
+		wait := bo.next(time.Since(start))
+		fmt.Fprintf(c.Stderr, "gprun: %s\ngprun: new rendezvous round, restarting the workers (%d/%d)%s\n", werr.Report(), failures, cfg.MaxRestarts, restartIn(wait))
+		if err := c.sleep(ctx, wait); err != nil {
+			return err
+		}
 	}
 }
