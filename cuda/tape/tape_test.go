@@ -20,13 +20,18 @@ import (
 )
 
 // The fake libcuda, cuBLAS and the CPU emulator of kernels.cu: device results are computed.
-// TestNoDeviceFailsAtOnce's child process runs without them.
+// TestNoDeviceFailsAtOnce's child process runs without them, and so does the GPU check
+// (REQUIRE_GPU=1, set by cuda/gpucheck's run.sh, which runs this test binary too): there the
+// real libraries are used and a device that does not open fails every test instead of
+// skipping it.
 func TestMain(m *testing.M) {
-	if os.Getenv(noDeviceVar) == "1" {
+	if os.Getenv(noDeviceVar) == "1" || realGPU {
 		os.Exit(m.Run())
 	}
 	os.Exit(cudatest.MainEmulated(m))
 }
+
+var realGPU = os.Getenv("REQUIRE_GPU") == "1"
 
 var _ train.Program = (*tape.Program)(nil)
 
@@ -34,13 +39,18 @@ var shared *cuda.Device
 
 func device(t *testing.T) *cuda.Device {
 	t.Helper()
-	cudatest.Require(t)
+	if !realGPU {
+		cudatest.Require(t)
+	}
 	if shared == nil {
 		d, err := cuda.Open(0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		shared = d
+		if realGPU {
+			t.Logf("device 0: %s (real libraries, REQUIRE_GPU=1)", d.Name())
+		}
 	}
 	return shared
 }
