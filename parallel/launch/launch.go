@@ -12,8 +12,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -186,7 +184,7 @@ func (c *Config) defaults() error {
 		l.Close()
 	}
 	if c.RunID == "" {
-		c.RunID = randomHex(8)
+		c.RunID = RandomHex(8)
 	}
 	if c.Secret == "" {
 		c.Secret = os.Getenv("GP_RDZV_SECRET")
@@ -195,7 +193,7 @@ func (c *Config) defaults() error {
 		if c.NNodes > 1 {
 			return errors.New("launch: several nodes need a shared secret (GP_RDZV_SECRET or --rdzv-secret)")
 		}
-		c.Secret = randomHex(16)
+		c.Secret = RandomHex(16)
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -215,12 +213,6 @@ func (c *Config) defaults() error {
 		fmt.Fprintf(c.Stderr, "gprun: the workers' logs go under %s\n", dir)
 	}
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 type worker struct {

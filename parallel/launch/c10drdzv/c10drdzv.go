@@ -27,7 +27,6 @@ package c10drdzv
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -110,7 +109,7 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	host, _, _ := net.SplitHostPort(cfg.Endpoint)
 	r := &Rendezvous{cfg: cfg, prefix: "c10d/" + cfg.RunID + "/", last: -1}
 	hn, _ := os.Hostname()
-	r.id = fmt.Sprintf("%s-%d-%s", hn, os.Getpid(), randomHex(3))
+	r.id = fmt.Sprintf("%s-%d-%s", hn, os.Getpid(), launch.RandomHex(3))
 	opts := []comm.Option{comm.WithSecret(cfg.Secret), comm.WithTimeout(cfg.JoinTimeout)}
 	if cfg.Host == "true" || cfg.Host == "" && isLocal(host) {
 		listen := cfg.Endpoint
@@ -186,7 +185,7 @@ func (c *Config) defaults() error {
 		c.JoinTimeout = 10 * time.Minute
 	}
 	if c.LocalAddr == "" {
-		c.LocalAddr = routeTo(c.Endpoint)
+		c.LocalAddr = launch.RouteAddr(c.Endpoint)
 	}
 	if c.Log == nil {
 		c.Log = func(string, ...any) {}
@@ -244,9 +243,9 @@ func (r *Rendezvous) Next(ctx context.Context) (launch.Round, error) {
 			return launch.Round{}, r.wrap(ctx, err)
 		}
 		idx := int(n - 1)
-		port, err := freePort(r.cfg.LocalAddr)
+		port, err := launch.FreePort(r.cfg.LocalAddr)
 		if err != nil {
-			return launch.Round{}, err
+			return launch.Round{}, fmt.Errorf("c10drdzv: master port (--local-addr): %w", err)
 		}
 		reg, _ := json.Marshal(registration{ID: r.id, Addr: net.JoinHostPort(r.cfg.LocalAddr, strconv.Itoa(port)),
 			NProc: r.cfg.NProc, Command: r.cfg.Command})
@@ -479,31 +478,6 @@ func isLocal(host string) bool {
 func portOf(endpoint string) string {
 	_, p, _ := net.SplitHostPort(endpoint)
 	return p
-}
-
-// routeTo returns the local address of the route to endpoint (no packet is sent).
-func routeTo(endpoint string) string {
-	c, err := net.Dial("udp", endpoint)
-	if err != nil {
-		return "127.0.0.1"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
-}
-
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("c10drdzv: picking a master port on %s (--local-addr): %w", host, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // commandKey is how commands are compared across nodes: the program's base name (nodes may

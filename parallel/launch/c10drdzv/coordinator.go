@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
 // coordinator decides the rounds; it runs on the node that hosts the store (see Note [c10d
@@ -25,7 +26,7 @@ func (c *coordinator) key(v int64, rest string) string {
 
 // run gathers and watches round after round until ctx ends.
 func (c *coordinator) run(ctx context.Context) {
-	c.secret = randomHex(16)
+	c.secret = launch.RandomHex(16)
 	v, err := c.st.Add(ctx, c.prefix+"round", 0)
 	if err != nil {
 		return

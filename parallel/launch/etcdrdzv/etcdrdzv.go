@@ -20,8 +20,6 @@ package etcdrdzv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -86,7 +84,7 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 		cfg.Timeout = 10 * time.Minute
 	}
 	if cfg.Host == "" {
-		cfg.Host = routeTo(cfg.Endpoints[0])
+		cfg.Host = launch.RouteAddr(cfg.Endpoints[0])
 	}
 	// The client's own logger reports every cancelled call (as on Close); errors reach the
 	// caller anyway.
@@ -103,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	}
 	host, _ := os.Hostname()
 	r := &Rendezvous{cfg: cfg, cli: cli, lease: lg.ID, prefix: "/gp/rdzv/" + cfg.RunID + "/",
-		id: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))}
+		id: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), launch.RandomHex(4))}
 	kctx, kcancel := context.WithCancel(context.Background())
 	r.cancel = kcancel
 	ka, err := cli.KeepAlive(kctx, lg.ID)
@@ -158,9 +156,9 @@ func (r *Rendezvous) Next(ctx context.Context) (launch.Round, error) {
 			}
 			continue
 		}
-		port, err := freePort(r.cfg.Host)
+		port, err := launch.FreePort(r.cfg.Host)
 		if err != nil {
-			return launch.Round{}, err
+			return launch.Round{}, fmt.Errorf("etcdrdzv: master port: %w", err)
 		}
 		addr := net.JoinHostPort(r.cfg.Host, strconv.Itoa(port))
 		if _, err := r.cli.Put(ctx, rp+"node/"+r.id, addr, clientv3.WithLease(r.lease)); err != nil {
@@ -351,7 +349,7 @@ func (r *Rendezvous) secret(ctx context.Context) (string, error) {
 	key := r.prefix + "secret"
 	tx, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, randomHex(16))).
+		Then(clientv3.OpPut(key, launch.RandomHex(16))).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return "", r.wrap(err)
@@ -370,29 +368,4 @@ func (r *Rendezvous) wrap(err error) error {
 		return fmt.Errorf("etcdrdzv: etcd at %v: %w (is etcd running?)", r.cfg.Endpoints, err)
 	}
 	return fmt.Errorf("etcdrdzv: etcd at %v: %w", r.cfg.Endpoints, err)
-}
-
-// routeTo returns the local address of the route to endpoint (no packet is sent).
-func routeTo(endpoint string) string {
-	c, err := net.Dial("udp", endpoint)
-	if err != nil {
-		return "127.0.0.1"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
-}
-
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("etcdrdzv: picking a master port on %s: %w", host, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
