@@ -30,7 +30,7 @@ var (
 	_ train.Program    = (*nn.Program)(nil)
 	_ train.Overlapped = (*ddp.Program)(nil)
 	_ train.Program    = (*dp.Program)(nil)
-	_ train.Overlapped = (*zero.Program)(nil)
+	_ train.Program    = (*zero.Program)(nil) // no overlap: the shard update needs every reduce-scatter
 )
 
 // The equivalence tests train gormlp's perceptron for 50 steps on a global batch of 16

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/train"
 	"log"
 	"math/rand"
 	"os"
@@ -227,7 +228,7 @@ func child(strategy string, p params) error {
 			return err
 		}
 		prog = zp
-		step = func() error { e.ZeroGrad(); return zp.RunStep(ctx) }
+		step = func() error { e.ZeroGrad(); return train.RunStep(ctx, zp) }
 		account = func() {
 			mem := e.Memory()
 			r.ModelStateBytes, r.InFilesBytes = mem.InMemoryBytes(), mem.FileBytes

@@ -3,6 +3,7 @@ package zero
 import (
 	"context"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/train"
 	"math"
 	"slices"
 	"testing"
@@ -139,7 +140,7 @@ func TestAutocastBF16(t *testing.T) {
 				if err := feed(p, step, r*per, (r+1)*per); err != nil {
 					return err
 				}
-				if err := p.RunStep(ctx); err != nil {
+				if err := train.RunStep(ctx, p); err != nil {
 					return err
 				}
 			}

@@ -2,6 +2,7 @@ package zero
 
 import (
 	"context"
+	"github.com/gorgonia-parallel/gp/train"
 	"math"
 	"path/filepath"
 	"testing"
@@ -55,7 +56,7 @@ func steps(rs []rankState, per, from, to int) error {
 			if err := feed(rs[r].p, s, r*per, (r+1)*per); err != nil {
 				return err
 			}
-			if err := rs[r].p.RunStep(context.Background()); err != nil {
+			if err := train.RunStep(context.Background(), rs[r].p); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package zero_test
 import (
 	"context"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/train"
 	"math"
 	"sync"
 
@@ -24,7 +25,7 @@ func Example() {
 		go func() {
 			defer wg.Done()
 			defer groups[r].Close(context.Background())
-			out[r] = train(groups[r])
+			out[r] = trainRank(groups[r])
 		}()
 	}
 	wg.Wait()
@@ -34,7 +35,7 @@ func Example() {
 	// rank 1: units [fc1 fc2], 4 steps, model state 16Ψ/N: true, between steps nothing gathered: true
 }
 
-func train(g comm.Group) string {
+func trainRank(g comm.Group) string {
 	ctx := context.Background()
 	model, err := nn.NewModel(&nn.Sequential{Names: []string{"fc1", "relu", "fc2"},
 		Layers: []nn.Module{&nn.Linear{In: 8, Out: 16}, &nn.ReLU{}, &nn.Linear{In: 16, Out: 3}}}, nn.WithSeed(1))
@@ -72,7 +73,7 @@ func train(g comm.Group) string {
 	prog.SetInput("y", []float32{0, 1, 2, 1})
 	for range 4 {
 		e.ZeroGrad()
-		if err := prog.RunStep(ctx); err != nil {
+		if err := train.RunStep(ctx, prog); err != nil {
 			return err.Error()
 		}
 	}

@@ -3,6 +3,7 @@ package zero
 import (
 	"context"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/train"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/testnet"
@@ -157,7 +158,7 @@ func trainZero(bn bool, world, per, steps int, opts ...Option) (*zeroRun, error)
 			if err := feed(p, s, r*per, (r+1)*per); err != nil {
 				return err
 			}
-			if err := p.RunStep(ctx); err != nil {
+			if err := train.RunStep(ctx, p); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package zero
 import (
 	"context"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/train"
 	"math/rand"
 	"runtime"
 	"testing"
@@ -124,7 +125,7 @@ func TestMemoryAccounting(t *testing.T) {
 					if err := feedMLP(progs[r], s*world+r, batch, w); err != nil {
 						return err
 					}
-					if err := progs[r].RunStep(context.Background()); err != nil {
+					if err := train.RunStep(context.Background(), progs[r]); err != nil {
 						return err
 					}
 				}

@@ -2,6 +2,7 @@ package zero
 
 import (
 	"context"
+	"github.com/gorgonia-parallel/gp/train"
 	"math"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func trainMLP(t *testing.T, w int, opts ...Option) *Engine {
 		if err := feedMLP(p, s, 4, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.RunStep(context.Background()); err != nil {
+		if err := train.RunStep(context.Background(), p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package zero
 
 import (
 	"context"
+	"github.com/gorgonia-parallel/gp/train"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/nn"
@@ -46,7 +47,7 @@ func TestModelPlaceholders(t *testing.T) {
 				if err := feedMLP(p, s*world+r, batch, w); err != nil {
 					return err
 				}
-				if err := p.RunStep(context.Background()); err != nil {
+				if err := train.RunStep(context.Background(), p); err != nil {
 					return err
 				}
 			}

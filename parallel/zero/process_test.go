@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/train"
 	"hash/fnv"
 	"math"
 	"os"
@@ -49,7 +50,7 @@ func worker(scenario string) error {
 		if err := feed(p, s, r*procPer, (r+1)*procPer); err != nil {
 			return err
 		}
-		return p.RunStep(ctx)
+		return train.RunStep(ctx, p)
 	}
 	switch scenario {
 	case "equiv":

@@ -300,15 +300,6 @@ func (p *Program) Step(ctx context.Context) error {
 	return nil
 }
 
-// RunStep is Run followed by Step. ZeRO-3 has no overlap to offer here: the shard's update
-// needs every unit's reduce-scatter, which completes only at the end of backward.
-func (p *Program) RunStep(ctx context.Context) error {
-	if err := p.Run(ctx); err != nil {
-		return err
-	}
-	return p.Step(ctx)
-}
-
 // ZeroGrad zeroes the gradients (Engine.ZeroGrad).
 func (p *Program) ZeroGrad() { p.e.ZeroGrad() }
 

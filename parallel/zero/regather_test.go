@@ -2,6 +2,7 @@ package zero
 
 import (
 	"context"
+	"github.com/gorgonia-parallel/gp/train"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/models"
@@ -113,7 +114,7 @@ func TestRegatherResNet(t *testing.T) {
 				if err := feedRes(p, s, r*per, (r+1)*per); err != nil {
 					return err
 				}
-				if err := p.RunStep(ctx); err != nil {
+				if err := train.RunStep(ctx, p); err != nil {
 					return err
 				}
 			}
