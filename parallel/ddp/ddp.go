@@ -49,6 +49,7 @@ type DDP struct {
 
 	bcast   replica.Broadcaster
 	checker replica.Checker
+	name    string // "ddp: rank R", the prefix of errors from shared mechanisms
 }
 
 // New wraps model for the process group g: it checks that every rank's model has the same
@@ -60,6 +61,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 		return nil, fmt.Errorf("ddp: rank %d: nil model", g.Rank())
 	}
 	d := &DDP{Model: model, g: g, cfg: newConfig(opts), rank: g.Rank(), size: g.Size()}
+	d.name = fmt.Sprintf("ddp: rank %d", d.rank)
 	d.tl = newTimeline(d.rank, d.cfg.timelineSteps)
 	_, d.prescale = d.cfg.hook.(allReduceHook)
 	ps := model.Params
@@ -132,4 +134,6 @@ func (d *DDP) checkAgreement(ctx context.Context) error {
 	return nil
 }
 
-func (d *DDP) who() string { return fmt.Sprintf("ddp: rank %d", d.rank) }
+// who prefixes the errors of the shared mechanisms; made once, as the buffer broadcast
+// passes it at every step.
+func (d *DDP) who() string { return d.name }
