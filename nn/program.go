@@ -27,6 +27,7 @@ type Program struct {
 	graph   *G.ExprGraph    // what the machine runs
 	grads   G.Nodes         // by used parameter: the gradient node G.Grad returned (the leaf's deriv)
 	views   []*tensor.Dense // by used parameter: the tensor its gradient node is bound to after a run
+	aliased []float32       // the buffer views look into
 	update  func() error    // the optimizer or solver of WithOptimizer/WithSolver, nil without
 }
 
@@ -156,6 +157,11 @@ func (p *Program) AliasGrads(buf []float32) error {
 	if len(buf) != len(p.Builder.Model.Params.Grad) {
 		return fmt.Errorf("nn: gradient buffer of %d elements for a model of %d parameters", len(buf), len(p.Builder.Model.Params.Grad))
 	}
+	if len(buf) > 0 && len(p.aliased) == len(buf) && &p.aliased[0] == &buf[0] {
+		// DataParallel aliases the master's buffer after every run: keep the views.
+		return p.rebindGrads()
+	}
+	p.aliased = buf
 	p.views = p.views[:0]
 	for _, prm := range p.Builder.used {
 		view := tensor.New(tensor.WithShape(prm.Shape...), tensor.WithBacking(buf[prm.Offset:prm.Offset+len(prm.Data)]))
