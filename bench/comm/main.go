@@ -129,7 +129,7 @@ func parent() error {
 		}
 		// The default transport (shared memory here: every rank on one host), then TCP.
 		fmt.Fprintf(os.Stderr, "world %d: gp...\n", world)
-		gpLoad := loadavg()
+		gpLoad := benchutil.LoadAvg()
 		gp, err := runJob(ctx, world, self, wargs, []string{"GP_BENCH_WORKER=1", "OPENBLAS_NUM_THREADS=1"})
 		if err != nil {
 			return fmt.Errorf("gp workers: %w", err)
@@ -150,7 +150,7 @@ func parent() error {
 		note := "python3-torch not installed (/usr/bin/python3 cannot import torch.distributed)"
 		if haveTorch {
 			fmt.Fprintf(os.Stderr, "world %d: gloo...\n", world)
-			glooLoad = loadavg()
+			glooLoad = benchutil.LoadAvg()
 			gs, err := runJob(ctx, world, "/usr/bin/python3", append([]string{script}, args...), []string{"OMP_NUM_THREADS=1", "GP_BENCH_OPS=" + *opsFlag, "GP_BENCH_REPS=" + strconv.Itoa(*reps)})
 			if err != nil {
 				note = "gloo run failed: " + err.Error()
@@ -345,20 +345,6 @@ func timeOp(ctx context.Context, g comm.Group, fn func() comm.Work, iters int) (
 		return 0, 0, err
 	}
 	return benchutil.Median(lats), cpu[0], nil
-}
-
-// loadavg is the machine's one-minute load average (0 when /proc/loadavg is unreadable).
-func loadavg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
 }
 
 // benchOptions are the group options; GP_BENCH_STREAMS and GP_BENCH_CHUNK override the

@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,8 +100,8 @@ func drive(ctx context.Context, w workload, out string) error {
 	}
 	args := []string{"-replicas", fmt.Sprint(w.replicas), "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
 		"-steps", fmt.Sprint(w.steps), "-warmup", fmt.Sprint(w.warmup)}
-	fmt.Printf("bench/dp: resnet18 %dx%d, global batch %d, %d measured steps after %d warm-up; load average %s\n",
-		w.size, w.size, w.batch, w.steps, w.warmup, loadavg())
+	fmt.Printf("bench/dp: resnet18 %dx%d, global batch %d, %d measured steps after %d warm-up; load average %.2f\n",
+		w.size, w.size, w.batch, w.steps, w.warmup, benchutil.LoadAvg())
 	child := func(name, role string, procs, threads int) (row, error) {
 		fmt.Printf("  running %s ...\n", name)
 		cmd := exec.CommandContext(ctx, self, append([]string{"-role", role}, args...)...)
@@ -225,7 +226,7 @@ func report(rows []row, w workload, out string) error {
 		"cpu_s_per_step":              []float64{rows[0].CPUS, rows[1].CPUS, rows[2].CPUS, rows[3].CPUS},
 		"dp_run_s":                    rows[2].RunS,
 		"dp_master_reduce_s":          rows[2].MasterS,
-		"load_average":                loadavg(),
+		"load_average":                benchutil.LoadAvg(),
 	}
 	js, err := json.Marshal(res)
 	if err != nil {
@@ -236,15 +237,6 @@ func report(rows []row, w workload, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(js, '\n'), 0o644)
-}
-
-// loadavg is the 1-minute load average, which says how much the machine was shared.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Fields(string(b))[0]
 }
 
 // since is a helper for workers: seconds since t.

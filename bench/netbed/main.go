@@ -100,7 +100,7 @@ func parent() error {
 				cancel()
 				return err
 			}
-			load := loadavg()
+			load := benchutil.LoadAvg()
 			res := map[string]map[[2]any]float64{}
 			for _, mode := range []string{"0", "1"} {
 				port++
@@ -313,17 +313,3 @@ func printTable(rows []row) {
 }
 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
-
-// loadavg is the one-minute load average (the machine is shared).
-func loadavg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
-}

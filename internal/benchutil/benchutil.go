@@ -96,3 +96,18 @@ func Launch[T any](n int, cmdline func(rank int) []string, args, env []string, t
 	}
 	return res, nil
 }
+
+// LoadAvg is the machine's one-minute load average, which says how much a measurement
+// shared the machine (0 when /proc/loadavg is unreadable, as off Linux).
+func LoadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
