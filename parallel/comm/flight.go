@@ -164,23 +164,16 @@ func decodeStatus(peer int, b []byte) (id uint64, ps PeerStatus) {
 // answerStatus runs one responder per peer until ctx ends (Close): it answers each status
 // request of the peer with this rank's flight recorder.
 func (g *group) answerStatus(ctx context.Context) {
-	for p := range g.size {
-		if p == g.rank {
-			continue
-		}
-		g.watchers.Add(1)
-		go func() {
-			defer g.watchers.Done()
-			var req [8]byte
-			for g.t.RecvMsg(ctx, p, tagStatus, req[:]) == nil {
-				// A failed send means the transport is failing too; the asking rank then
-				// reports this rank as not answering, or sees its failure.
-				if g.t.SendMsg(ctx, p, tagStatusReply, g.encodeStatus(binary.LittleEndian.Uint64(req[:]))) != nil {
-					return
-				}
+	g.eachPeer(func(p int) {
+		var req [8]byte
+		for g.t.RecvMsg(ctx, p, tagStatus, req[:]) == nil {
+			// A failed send means the transport is failing too; the asking rank then
+			// reports this rank as not answering, or sees its failure.
+			if g.t.SendMsg(ctx, p, tagStatusReply, g.encodeStatus(binary.LittleEndian.Uint64(req[:]))) != nil {
+				return
 			}
-		}()
-	}
+		}
+	})
 }
 
 // probe asks every peer for its state (see Note [Flight recorder]) and waits for the answers

@@ -40,6 +40,17 @@ func (g *group) sendLeave(ctx context.Context) {
 
 // watchLeaves waits for every peer's leave notice until ctx ends (Close).
 func (g *group) watchLeaves(ctx context.Context) {
+	g.eachPeer(func(p int) {
+		var b [8]byte
+		if g.t.RecvMsg(ctx, p, tagLeave, b[:]) == nil {
+			g.peerLeft(p, binary.LittleEndian.Uint64(b[:]))
+		}
+	})
+}
+
+// eachPeer runs fn(peer) on a goroutine of its own for every other rank, counted in
+// g.watchers (Close waits for them).
+func (g *group) eachPeer(fn func(peer int)) {
 	for p := range g.size {
 		if p == g.rank {
 			continue
@@ -47,10 +58,7 @@ func (g *group) watchLeaves(ctx context.Context) {
 		g.watchers.Add(1)
 		go func() {
 			defer g.watchers.Done()
-			var b [8]byte
-			if g.t.RecvMsg(ctx, p, tagLeave, b[:]) == nil {
-				g.peerLeft(p, binary.LittleEndian.Uint64(b[:]))
-			}
+			fn(p)
 		}()
 	}
 }
