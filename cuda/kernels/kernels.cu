@@ -547,4 +547,71 @@ __global__ void dropout_f32(float* y, const float* x, unsigned long long key, un
 	}
 }
 
+// Optimizers on the device (cuda/tape's device state), element for element the loops of
+// package optim, so that a step on the device equals optim's on the CPU (up to the FMA a
+// GPU compiler may contract). sgd_f32 is optim.SGD.update: flags 1 has a momentum buffer,
+// 2 the buffer starts this step, 4 Nesterov, 8 maximize.
+__global__ void sgd_f32(float* p, const float* g, float* buf, float negLR, float mom, float damp, float wd, int flags, long long n) {
+	GRID_LOOP(i, n) {
+		float d = g[i];
+		if (flags & 8) d = -d;
+		if (wd != 0.f) d += wd * p[i];
+		if (flags & 1) {
+			float b = (flags & 2) ? d : buf[i] * mom + damp * d;
+			buf[i] = b;
+			if (flags & 4) d += mom * b; else d = b;
+		}
+		p[i] += negLR * d;
+	}
+}
+// adam_f32 is optim.Adam's adamKernel (Adam and AdamW): flags 1 decoupled (AdamW), 2
+// maximize, 4 AMSGrad (vmax is read and written only then).
+__global__ void adam_f32(float* p, const float* g, float* m, float* v, float* vmax, float decay, float wd, float b1, float omb1,
+		float b2, float omb2, float bc2sqrt, float eps, float negStep, int flags, long long n) {
+	GRID_LOOP(i, n) {
+		float gi = g[i];
+		if (flags & 2) gi = -gi;
+		float pi = p[i];
+		if (flags & 1) pi *= decay;
+		else if (wd != 0.f) gi += wd * pi;
+		float mi = m[i] * b1 + omb1 * gi;
+		float vi = v[i] * b2 + omb2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		if (flags & 4) { vi = fmaxf(vmax[i], vi); vmax[i] = vi; }
+		float denom = sqrtf(vi) / bc2sqrt + eps;
+		p[i] = pi + negStep * mi / denom;
+	}
+}
+
+// Autocast's 16-bit operands (cuda/tape, ops_amp.go). round_cast_* round x once to the
+// 16-bit format and store it twice: in 16 bits (h, what the 16-bit GEMMs and convolutions
+// read) and widened back to float32 (y, what float32 ops read), in one pass.
+__global__ void round_cast_f32_bf16(float* y, __nv_bfloat16* h, const float* x, long long n) {
+	GRID_LOOP(i, n) { __nv_bfloat16 r = __float2bfloat16_rn(x[i]); h[i] = r; y[i] = __bfloat162float(r); }
+}
+__global__ void round_cast_f32_f16(float* y, __half* h, const float* x, long long n) {
+	GRID_LOOP(i, n) { __half r = __float2half_rn(x[i]); h[i] = r; y[i] = __half2float(r); }
+}
+// im2col (im2col_f32's layout) of 16-bit images, bf16 or fp16 alike: elements are moved, not
+// converted, and the padding is +0 in both formats.
+template <typename I>
+__device__ void im2col_x16_body(unsigned short* col, const unsigned short* x, int n, int c, int h, int w, int kh, int kw,
+		int sh, int sw, int ph, int pw, int dh, int dw, int oh, int ow) {
+	I total = (I)n * c * kh * kw * oh * ow;
+	GRID_LOOP_T(I, t, total) {
+		I r = t / ow; int ox = (int)(t - r * ow);
+		I r2 = r / oh; int oy = (int)(r - r2 * oh);
+		I r3 = r2 / kw; int j = (int)(r2 - r3 * kw);
+		I r4 = r3 / kh; int i = (int)(r3 - r4 * kh);
+		I img = r4 / c; int ch = (int)(r4 - img * c);
+		int y = oy * sh - ph + i * dh, xx = ox * sw - pw + j * dw;
+		col[t] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[((img * c + ch) * h + y) * w + xx] : (unsigned short)0;
+	}
+}
+__global__ void im2col_x16(unsigned short* col, const unsigned short* x, int n, int c, int h, int w, int kh, int kw, int sh,
+		int sw, int ph, int pw, int dh, int dw, int oh, int ow) {
+	DISPATCH((long long)n * c * kh * kw * oh * ow, im2col_x16_body, col, x, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
+}
+
 } // extern "C"

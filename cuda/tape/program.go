@@ -32,6 +32,16 @@ type Program struct {
 	runOwned []*cuda.Tensor                // allocated during a Run for its remainder
 	own      []*cuda.Tensor                // the program's own device memory (indices, running statistics)
 	post     []func(context.Context) error // at the end of every Run (running statistics back to the host)
+
+	st      *State     // the device state the program was compiled from (State.Compile), nil for tape.Compile
+	pleaves []paramLeaf // under st: parameter leaves, viewing the state's device buffer
+}
+
+// paramLeaf is a parameter's leaf under a State: its slot holds a view of the device buffer.
+type paramLeaf struct {
+	slot  int
+	node  *G.Node
+	param *nn.Param
 }
 
 // output is a named output, copied to the host at the end of every Run.
@@ -67,6 +77,11 @@ type leafIn struct {
 // gradients, optimizer or solver), and lowers it to dev. An op that has no device kernel,
 // or whose kernel dev has not loaded, is an error naming the op and its node.
 func Compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
+	return compile(dev, m, build, nil, opts)
+}
+
+// compile is Compile, and under st (non-nil) State.Compile.
+func compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, st *State, opts []nn.BuildOption) (*Program, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("cuda/tape: no device (open one with cuda.Open)")
 	}
@@ -74,7 +89,11 @@ func Compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, opts ...nn.Build
 	if err != nil {
 		return nil, err
 	}
-	p := &Program{cpu: cpu, dev: dev, loss: -1, nodeOf: map[G.Op]*G.Node{}, inputsOf: map[*G.Node][]*G.Node{}, saved: map[G.Op]*saved{}}
+	if st != nil && cpu.HasUpdate() {
+		_ = cpu.Close()
+		return nil, fmt.Errorf("cuda/tape: a program of a device state steps with the state's optimizer (tape.WithOptimizer), not nn.WithOptimizer or nn.WithSolver, which step the host's parameters")
+	}
+	p := &Program{cpu: cpu, dev: dev, loss: -1, nodeOf: map[G.Op]*G.Node{}, inputsOf: map[*G.Node][]*G.Node{}, saved: map[G.Op]*saved{}, st: st}
 	if err := p.lower(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -94,6 +113,14 @@ func (p *Program) lower() error {
 	lastUse := map[int]int{} // storage slot -> index of the last step that reads it
 	root := map[int]int{}    // slot -> the slot whose memory it views
 	persistent := map[int]bool{}
+	paramOf := map[*G.Node]*nn.Param{}
+	var scratch []float32 // under a State: the placeholder every GradHook hands nn (never read)
+	if p.st != nil {
+		for _, prm := range p.cpu.Builder.UsedParams() {
+			paramOf[p.cpu.Builder.Leaf(prm)] = prm
+			scratch = make([]float32, max(len(scratch), prm.Numel()))
+		}
+	}
 	for i := len(sorted) - 1; i >= 0; i-- {
 		n := sorted[i]
 		s := len(slot)
@@ -110,8 +137,12 @@ func (p *Program) lower() error {
 			if n.Value() == nil {
 				return fmt.Errorf("cuda/tape: leaf %s has no value", n.Name())
 			}
-			p.ins = append(p.ins, leafIn{s, n})
 			persistent[s] = true
+			if prm, ok := paramOf[n]; ok {
+				p.pleaves = append(p.pleaves, paramLeaf{s, n, prm})
+				continue
+			}
+			p.ins = append(p.ins, leafIn{s, n})
 			continue
 		}
 		if foldable(n, in, folded) {
@@ -141,7 +172,11 @@ func (p *Program) lower() error {
 		}
 		st := step{node: n, out: s, shape: dims(n), run: k.run, alias: k.alias}
 		if k.hook {
-			st.hook = &hostHook{op: n.Op(), buf: tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.WithBacking(make([]float32, n.Shape().TotalSize())))}
+			backing := make([]float32, n.Shape().TotalSize())
+			if p.st != nil {
+				backing = scratch[:len(backing)]
+			}
+			st.hook = &hostHook{op: n.Op(), buf: tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.WithBacking(backing))}
 		}
 		for _, x := range append(append([]*G.Node(nil), in...), k.extra...) {
 			s, ok := slot[x]
@@ -198,6 +233,13 @@ func (p *Program) lower() error {
 			return fmt.Errorf("cuda/tape: leaf %s: %w", in.node.Name(), err)
 		}
 		p.fixed[in.slot] = t
+	}
+	for _, pl := range p.pleaves {
+		v, err := p.st.paramView(pl.param).View(0, dims(pl.node)...)
+		if err != nil {
+			return fmt.Errorf("cuda/tape: parameter %s: %w", pl.param.Name, err)
+		}
+		p.fixed[pl.slot] = v
 	}
 	for r, idx := range lastUse {
 		if !persistent[r] {
@@ -268,6 +310,11 @@ func (p *Program) exec(ctx context.Context, st *step) error {
 			return err
 		}
 		p.vals[st.out] = v
+	case st.hook != nil && p.st != nil:
+		if err := p.st.runHook(st.hook.op, in[0], st.hook.buf); err != nil {
+			return err
+		}
+		p.vals[st.out] = in[0]
 	case st.hook != nil:
 		if err := in[0].CopyTo(ctx, st.hook.buf.Data().([]float32)); err != nil {
 			return err
@@ -312,11 +359,28 @@ func (p *Program) release() {
 }
 
 // Step applies the optimizer or solver given at Compile to the gradients on the host, then
-// zeroes them (nn.Program.Step); the next Run copies the updated parameters in.
-func (p *Program) Step(ctx context.Context) error { return p.cpu.Step(ctx) }
+// zeroes them (nn.Program.Step); the next Run copies the updated parameters in. A program
+// of a State steps with the state's device optimizer and zeroes the device gradients
+// (State.Step).
+func (p *Program) Step(ctx context.Context) error {
+	if p.st != nil {
+		return p.st.Step(ctx)
+	}
+	return p.cpu.Step(ctx)
+}
 
-// ZeroGrad zeroes the gradient buffer.
-func (p *Program) ZeroGrad() { p.cpu.ZeroGrad() }
+// ZeroGrad zeroes the gradient buffer (the device's, for a program of a State).
+func (p *Program) ZeroGrad() {
+	if p.st != nil {
+		// The only failure is a launch on a broken device, which the next Run reports.
+		_ = p.st.ZeroGrad()
+		return
+	}
+	p.cpu.ZeroGrad()
+}
+
+// State is the device state the program was compiled from (State.Compile), or nil.
+func (p *Program) State() *State { return p.st }
 
 // SetInput copies data into the named input's host memory; Run copies it to the device.
 func (p *Program) SetInput(name string, data []float32) error { return p.cpu.SetInput(name, data) }

@@ -1,0 +1,261 @@
+package tape
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
+	G "gorgonia.org/gorgonia"
+)
+
+// State is a model's training state on a device: its parameters and gradient buffer as two
+// flat device buffers in nn.ParamSet's layout (so a DDP bucket is a range of Grads, as on
+// the host), and with WithOptimizer the device copy of an optim optimizer. Programs
+// compiled from it (State.Compile) read the parameters where they lie, add each gradient
+// into the device buffer at its GradHook, with no copy to the host, and step on the device.
+//
+// The device is the master copy from NewState on. The host's ParamSet.Data and the host
+// optimizer's state are brought up to date by ToHost (before a checkpoint, a state dict, a
+// host-side check of the parameters); after the host changed them (a restored checkpoint, a
+// broadcast) FromHost copies them back in. The model's buffers (BatchNorm's running
+// statistics) stay the host's, as for tape.Compile (Note [Running statistics on the
+// device]). The host's ParamSet.Grad is not used.
+//
+// A State is used from one goroutine, as the device's stream is.
+type State struct {
+	dev   *cuda.Device
+	model *nn.Model
+	data  *cuda.Tensor // parameters, ParamSet.Data's layout
+	grad  *cuda.Tensor // gradients, ParamSet.Grad's layout
+	opt   *deviceOptimizer
+	cur   *cuda.Tensor // the gradient a GradHook is handing to sink
+	views map[*nn.Param][2]*cuda.Tensor
+}
+
+// Option configures NewState.
+type Option func(*stateConfig)
+
+type stateConfig struct {
+	opt optim.Optimizer
+}
+
+// WithOptimizer makes the State step on the device as host would on the CPU: host is an
+// optim.SGD or optim.Adam/AdamW over segments of the model's ParamSet (optim.Segments). The
+// device runs the same element loop with the same float32 scalars; host remains the source
+// of the learning rate (read at every step, so schedulers that SetLR on host work) and of
+// the hyperparameters, and receives the step count and state (momentum, moments) at ToHost.
+func WithOptimizer(host optim.Optimizer) Option { return func(c *stateConfig) { c.opt = host } }
+
+// NewState copies m's parameters (and the optimizer's state) to dev and zeroes the device
+// gradient buffer.
+func NewState(dev *cuda.Device, m *nn.Model, opts ...Option) (*State, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("cuda/tape: no device (open one with cuda.Open)")
+	}
+	if m == nil || m.Params == nil {
+		return nil, fmt.Errorf("cuda/tape: nil model")
+	}
+	var cfg stateConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ps := m.Params
+	s := &State{dev: dev, model: m, views: map[*nn.Param][2]*cuda.Tensor{}}
+	var err error
+	if s.data, err = dev.FromHost(ps.Data, len(ps.Data)); err != nil {
+		return nil, fmt.Errorf("cuda/tape: parameters (%d floats) to the device: %w", len(ps.Data), err)
+	}
+	if s.grad, err = dev.Alloc(cuda.Float32, len(ps.Grad)); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("cuda/tape: gradient buffer (%d floats): %w", len(ps.Grad), err)
+	}
+	if err := dev.Zero(s.grad); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("cuda/tape: zeroing the gradient buffer: %w", err)
+	}
+	for _, p := range ps.Params {
+		dv, err := s.data.View(p.Offset, p.Shape...)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cuda/tape: parameter %s: %w", p.Name, err)
+		}
+		gv, err := s.grad.View(p.Offset, p.Shape...)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cuda/tape: gradient of %s: %w", p.Name, err)
+		}
+		s.views[p] = [2]*cuda.Tensor{dv, gv}
+	}
+	if cfg.opt != nil {
+		if s.opt, err = newDeviceOptimizer(dev, ps, cfg.opt); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Device is the device the state lies on.
+func (s *State) Device() *cuda.Device { return s.dev }
+
+// Model is the model whose state this is.
+func (s *State) Model() *nn.Model { return s.model }
+
+// Params is the flat parameter buffer (ParamSet.Data's layout) on the device.
+func (s *State) Params() *cuda.Tensor { return s.data }
+
+// Grads is the flat gradient buffer (ParamSet.Grad's layout) on the device.
+func (s *State) Grads() *cuda.Tensor { return s.grad }
+
+// HasOptimizer reports whether the state was made WithOptimizer.
+func (s *State) HasOptimizer() bool { return s.opt != nil }
+
+// Compile builds m with build and the options as tape.Compile does, but the program reads
+// the parameters from the state's device buffer and adds every gradient into the state's
+// device gradient buffer at its GradHook (no host copy), then runs the options' gradient
+// hooks (nn.WithGradHook: DDP's "this gradient is ready"), in backward order; its Step is
+// the device optimizer's. Do not pass nn.WithGradBuffer, nn.WithGradSink,
+// nn.WithParamBacking, nn.WithOptimizer or nn.WithSolver: the state is the buffer and the
+// optimizer (the last two are an error).
+func (s *State) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
+	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradSink(s.sink))
+	return compile(s.dev, s.model, build, s, all)
+}
+
+// sink adds the gradient being handed over (s.cur, on the device) into p's range of the
+// device gradient buffer; the host slice nn passes is a placeholder and is not read.
+func (s *State) sink(p *nn.Param, _ []float32) error {
+	if s.cur == nil {
+		return fmt.Errorf("cuda/tape: gradient of %s handed to the device state outside a device program", p.Name)
+	}
+	v, ok := s.views[p]
+	if !ok {
+		return fmt.Errorf("cuda/tape: parameter %s is not in the device state's model", p.Name)
+	}
+	g, err := s.cur.View(0, p.Shape...)
+	if err != nil {
+		return fmt.Errorf("cuda/tape: gradient of %s: %w", p.Name, err)
+	}
+	if err := s.dev.Add(v[1], v[1], g); err != nil {
+		return fmt.Errorf("cuda/tape: adding the gradient of %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// paramView is p's view of the device parameter buffer.
+func (s *State) paramView(p *nn.Param) *cuda.Tensor { return s.views[p][0] }
+
+// GradRange is elements [lo, hi) of the device gradient buffer (a DDP bucket).
+func (s *State) GradRange(lo, hi int) (*cuda.Tensor, error) { return s.grad.View(lo, hi-lo) }
+
+// ScaleGrad multiplies p's gradient on the device by f (DDP's division by the world size).
+func (s *State) ScaleGrad(p *nn.Param, f float32) error {
+	v, ok := s.views[p]
+	if !ok {
+		return fmt.Errorf("cuda/tape: parameter %s is not in the device state's model", p.Name)
+	}
+	return s.dev.Scale(v[1], v[1], f)
+}
+
+// ZeroGrad zeroes the device gradient buffer.
+func (s *State) ZeroGrad() error {
+	if err := s.dev.Zero(s.grad); err != nil {
+		return fmt.Errorf("cuda/tape: zeroing the gradients: %w", err)
+	}
+	return nil
+}
+
+// Step applies the device optimizer to every parameter, then zeroes the gradients (train's
+// Step). Without WithOptimizer it is an error.
+func (s *State) Step(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.BeginStep(); err != nil {
+		return err
+	}
+	if err := s.StepRange(0, s.grad.Len()); err != nil {
+		return err
+	}
+	if err := s.EndStep(); err != nil {
+		return err
+	}
+	return s.ZeroGrad()
+}
+
+// BeginStep starts an optimizer step applied in pieces by StepRange (DDP's per-bucket
+// update): it reads the host optimizer's learning rate and computes the step's scalars.
+func (s *State) BeginStep() error {
+	if s.opt == nil {
+		return fmt.Errorf("cuda/tape: Step: the device state has no optimizer (tape.WithOptimizer)")
+	}
+	return s.opt.begin()
+}
+
+// StepRange updates the parameters whose gradients lie in elements [lo, hi) of the flat
+// buffer, on the device's stream. Disjoint ranges covering the buffer, in any order, give
+// what one whole step gives.
+func (s *State) StepRange(lo, hi int) error {
+	if s.opt == nil {
+		return fmt.Errorf("cuda/tape: Step: the device state has no optimizer (tape.WithOptimizer)")
+	}
+	return s.opt.stepRange(s.data, s.grad, lo, hi)
+}
+
+// EndStep ends a step started by BeginStep.
+func (s *State) EndStep() error {
+	if s.opt == nil {
+		return fmt.Errorf("cuda/tape: Step: the device state has no optimizer (tape.WithOptimizer)")
+	}
+	return s.opt.end()
+}
+
+// ToHost copies the device parameters into the model's ParamSet.Data and the device
+// optimizer's step count and state into the host optimizer (LoadStateDict), so that
+// checkpoints, state dicts and host-side checks see the device's values. It waits for the
+// device.
+func (s *State) ToHost(ctx context.Context) error {
+	if err := s.data.CopyTo(ctx, s.model.Params.Data); err != nil {
+		return fmt.Errorf("cuda/tape: parameters to the host: %w", err)
+	}
+	if s.opt != nil {
+		if err := s.opt.toHost(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FromHost copies the model's ParamSet.Data and the host optimizer's state to the device:
+// after a checkpoint was restored or the parameters broadcast on the host.
+func (s *State) FromHost() error {
+	if err := s.data.CopyFrom(s.model.Params.Data); err != nil {
+		return fmt.Errorf("cuda/tape: parameters to the device: %w", err)
+	}
+	if s.opt != nil {
+		if err := s.opt.fromHost(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close frees the state's device memory.
+func (s *State) Close() {
+	s.data.Free()
+	s.grad.Free()
+	if s.opt != nil {
+		s.opt.free()
+	}
+}
+
+// deviceHook is a GradHook under a State: the gradient, on the device, is handed to the
+// state's sink through nn's hook (placeholder host value of the right shape, never read).
+func (s *State) runHook(op G.Op, grad *cuda.Tensor, placeholder G.Value) error {
+	s.cur = grad
+	defer func() { s.cur = nil }()
+	_, err := op.Do(placeholder)
+	return err
+}
