@@ -14,3 +14,15 @@ func Create(ctx context.Context, hosts int, link Link) (*Bed, error) {
 
 // Close removes the bed.
 func (b *Bed) Close() error { return nil }
+
+// SetLink needs Linux.
+func (b *Bed) SetLink(ctx context.Context, i int, up bool) error { return ErrUnavailable }
+
+// DeleteLink needs Linux.
+func (b *Bed) DeleteLink(ctx context.Context, i int) error { return ErrUnavailable }
+
+// Loss needs Linux.
+func (b *Bed) Loss(ctx context.Context, i int, p float64) error { return ErrUnavailable }
+
+// Dropped needs Linux.
+func (b *Bed) Dropped(ctx context.Context, i int) (int64, error) { return 0, ErrUnavailable }
