@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <ucontext.h>
 #include <vector>
+#include <mutex>
 
 extern "C" {
 dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -75,6 +76,11 @@ extern "C" int emu_has(const char* name) {
 
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void** p) {
+	// One launch at a time in the process: the scheduler's state (the running block's
+	// indices, shared memory, fibers) is global, and ranks of one process (cuda/devddp's
+	// tests) launch from several threads.
+	static std::mutex mu;
+	std::lock_guard<std::mutex> lock(mu);
 	kernel = 0;
 	bool sync = false;
 	for (int i = 0; i < emu_table_len; i++)
