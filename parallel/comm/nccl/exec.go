@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -92,21 +93,40 @@ func hostBytes(b comm.Buffer) []byte {
 	return nil
 }
 
-// exec runs one operation to completion on the worker's thread.
+// ncclRemoteError is the ncclResult_t NCCL returns when a peer's process exited or its
+// connection failed.
+const ncclRemoteError = 6
+
+// exec runs one operation to completion on the worker's thread. NCCL's remote error is
+// reported as comm.ErrPeerGone, as comm's own backends report a dead peer.
 func (w *worker) exec(o *task) error {
 	err := w.execInner(o)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.describe(), err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if ne := (*libnccl.Error)(nil); errors.As(err, &ne) && ne.Code == ncclRemoteError {
+		return fmt.Errorf("%s: %w: %w", o.describe(), comm.ErrPeerGone, err)
+	}
+	return fmt.Errorf("%s: %w", o.describe(), err)
 }
 
 func (w *worker) execInner(o *task) error {
 	c, s := w.g.ctx, uintptr(w.stream)
 	if o.dev != 0 {
+		if o.waitEv != 0 {
+			if err := c.StreamWaitEvent(w.stream, o.waitEv); err != nil {
+				return err
+			}
+		}
 		if err := w.comm.AllReduce(uintptr(o.dev), uintptr(o.dev), o.devN, o.devType, ncclOp(o.op), s); err != nil {
 			return err
 		}
+		if o.doneEv != 0 {
+			if err := c.EventRecord(o.doneEv, w.stream); err != nil {
+				return err
+			}
+		}
+		o.enqueued()
 		return w.wait(o)
 	}
 	if o.kind == kBarrier {

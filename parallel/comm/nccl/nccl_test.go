@@ -11,10 +11,16 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(procWorkerVar) != "" {
+		proctest.Main(m, procWorkerVar, procWorker) // a rank of process_test.go: runs and exits
+	}
+	os.Exit(cudatest.Main(m))
+}
 
 // groups builds world NCCL groups in this process over a loopback store and the fake libraries.
 func groups(t *testing.T, world int, opts ...Option) []*Group {
