@@ -99,13 +99,24 @@ func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 
 // InitFromConfig is InitFromEnv with an explicit Env. Both read the timeouts from the
 // environment (see TimeoutEnv, WarnAfterEnv and RendezvousTimeoutEnv); options passed
-// explicitly take precedence.
+// explicitly take precedence. Both build the backend BackendEnv (GP_COMM_BACKEND) names, or
+// a registered backend that asks for this job (the MPI one under mpirun), with no
+// rendezvous of this package's own; see RegisterBackend.
 func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error) {
 	envOpts, err := timeoutsFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
 	opts = append(envOpts, opts...)
+	bcfg := newConfig(opts)
+	name, b, ok, err := chooseBackend(env, &bcfg.transport)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	if ok {
+		return initBackend(ctx, name, b, env, bcfg)
+	}
+	opts = append(opts, WithTransport(bcfg.transport))
 	st, err := Rendezvous(ctx, env, opts...)
 	if err != nil {
 		return nil, err
@@ -233,11 +244,14 @@ func StoreOf(g Group) *Store {
 }
 
 // TransportOf names the transport g runs on: "shm" (shared memory), "tcp", "hier" (shared
-// memory inside hosts and TCP between them; see HierarchyEnv), "local" (in-process) or ""
-// for a transport from outside the package.
+// memory inside hosts and TCP between them; see HierarchyEnv), "local" (in-process), what a
+// group from another package's Backend() method says ("mpi"), or "".
 func TransportOf(g Group) string {
 	gr, ok := g.(*group)
 	if !ok {
+		if b, ok := g.(interface{ Backend() string }); ok {
+			return b.Backend()
+		}
 		return ""
 	}
 	if gr.hier != nil {

@@ -1,0 +1,48 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// registerErr is why the backend could not be registered with comm (nil when it was).
+var registerErr error
+
+// init registers the backend "mpi" with comm, as database/sql drivers register themselves;
+// it loads nothing.
+func init() {
+	registerErr = comm.RegisterBackend("mpi", comm.Backend{New: newFromEnv, Auto: auto})
+}
+
+// auto chooses MPI under mpirun when libmpi loads.
+func auto(env comm.Env) bool { return env.Launcher == comm.LauncherOpenMPI && Load() == nil }
+
+// newFromEnv is the backend comm.InitFromEnv builds: New with comm's settings, checked
+// against the launcher's rank and world size.
+func newFromEnv(ctx context.Context, cfg comm.BackendConfig) (comm.Group, error) {
+	if cfg.ConnectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.ConnectTimeout)
+		defer cancel()
+	}
+	g, err := New(ctx, WithTimeout(cfg.Timeout), WithWarnAfter(cfg.WarnAfter), WithCloseTimeout(cfg.CloseTimeout),
+		WithLogger(cfg.Logger), WithDebug(cfg.Debug))
+	if err != nil {
+		return nil, err
+	}
+	if g.Rank() != cfg.Env.Rank || g.Size() != cfg.Env.WorldSize {
+		err := fmt.Errorf("mpi: MPI_COMM_WORLD has this process as rank %d of %d, the environment (%s) says %d of %d: start the job with mpirun, or choose another backend (%s)",
+			g.Rank(), g.Size(), cfg.Env.From, cfg.Env.Rank, cfg.Env.WorldSize, comm.BackendEnv)
+		return nil, fmt.Errorf("%w: %w", comm.ErrInvalid, joinClose(err, g))
+	}
+	return g, nil
+}
+
+func joinClose(err error, g *Group) error {
+	if cerr := g.Close(context.Background()); cerr != nil {
+		return fmt.Errorf("%w (closing: %w)", err, cerr)
+	}
+	return err
+}
