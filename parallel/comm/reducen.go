@@ -12,6 +12,10 @@ import (
 // through tmp.
 func reduceN(dt DType, op Op, out []byte, ins [][]byte, tmp []byte) {
 	n := len(ins)
+	if dt == BFloat16 || dt == Float16 {
+		reduceHalf(dt, op, out, ins) // one rounding for all n inputs
+		return
+	}
 	if (op == Sum || op == Avg) && n <= 4 {
 		switch dt {
 		case Float32:

@@ -58,6 +58,10 @@ func ncclType(d comm.DType) (libnccl.DataType, error) {
 		return libnccl.Float64, nil
 	case comm.Int64:
 		return libnccl.Int64, nil
+	case comm.BFloat16:
+		return libnccl.Bfloat16, nil
+	case comm.Float16:
+		return libnccl.Float16, nil
 	}
 	return 0, fmt.Errorf("dtype %v: %w", d, comm.ErrInvalid)
 }
