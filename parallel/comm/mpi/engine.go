@@ -153,9 +153,10 @@ func (e *engine) cancel(o *op) {
 func (e *engine) poll() bool {
 	n := len(e.reqs)
 	if cap(e.idx) < n {
-		e.idx, e.st = make([]int32, n, 2*n), make([]status, n, 2*n)
+		e.idx, e.st = make([]int32, 2*n), make([]status, 2*n)
 	}
-	count, code := mpiTestsome(e.reqs, e.idx[:n], e.st[:n])
+	e.idx, e.st = e.idx[:n], e.st[:n]
+	count, code := mpiTestsome(e.reqs, e.idx, e.st)
 	if count <= 0 {
 		if code != 0 {
 			// An error not tied to one request: every pending operation has failed.
