@@ -3,7 +3,9 @@
 // and the NCCL backend on machines without a GPU.
 //
 // The fake driver keeps "device" memory in host memory and completes streams at once; the
-// fake NCCL runs real collectives between the ranks of one process (see the C sources).
+// fake NCCL runs real collectives between ranks in one process or in several (they meet in a
+// shared-memory segment named by the unique id, so a test binary re-executed as the ranks of
+// a job runs DDP over NCCL on the CPU; see testdata/fakenccl.c).
 // Both are loaded through the same environment variables users set:
 //
 //	func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }

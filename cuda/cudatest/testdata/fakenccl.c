@@ -35,13 +35,16 @@
  * of the other ranks are alive (/proc/<pid>/stat: present, not a zombie, same start time); a
  * dead one marks the segment with ncclRemoteError (6), which every rank then returns and
  * ncclCommGetAsyncError reports. ncclCommInitRank gives up with ncclSystemError (2) when not
- * every rank has joined within $GP_FAKE_NCCL_INIT_TIMEOUT seconds (default 120); that case is
- * the only one that can leave a segment in /dev/shm (if the process is killed while waiting).
+ * every rank has joined within $GP_FAKE_NCCL_INIT_TIMEOUT seconds (default 120, fractions allowed). A process
+ * killed while its ranks wait there leaves its segment in /dev/shm, the only way one can be
+ * left; the next ncclGetUniqueId on the machine unlinks such segments (maker gone, older than
+ * the init timeout).
  *
  * Calls complete before they return (streams are ignored); ncclGroupStart/End do nothing.
  * Data types: int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16
  * (the 16-bit floats reduce in float32); ops: sum, prod, max, min, avg (integer avg truncates). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -203,8 +206,38 @@ static int barrier(comm* m) {
 	return waitfor(m, bgenMoved, &g, 0);
 }
 
+static long long initTimeoutMs(void) {
+	const char* s = getenv("GP_FAKE_NCCL_INIT_TIMEOUT");
+	double v = s && *s ? strtod(s, 0) : 0;
+	return v > 0 ? (long long)(v * 1000) : 120000;
+}
+/* sweep unlinks the segments that a job killed while its ranks were joining left behind:
+ * those whose maker (the pid in the name) is gone and that are older than the init timeout,
+ * so that no rank can still be about to join. */
+static void sweep(void) {
+#ifdef __linux__
+	DIR* d = opendir("/dev/shm");
+	if (!d) return;
+	struct dirent* e;
+	struct stat st;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	while ((e = readdir(d))) {
+		int pid;
+		char state = 0;
+		if (sscanf(e->d_name, "gpfakenccl-%d-", &pid) != 1 || pid <= 0) continue;
+		if (starttime(pid, &state) && state != 'Z' && state != 'X') continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+		long long age = (long long)(now.tv_sec - st.st_ctim.tv_sec) * 1000 + (now.tv_nsec - st.st_ctim.tv_nsec) / 1000000;
+		if (age > initTimeoutMs()) unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+#endif
+}
+
 int ncclGetVersion(int* v) { *v = 22703; return ok; }
 int ncclGetUniqueId(ncclUniqueId* id) {
+	sweep();
 	uint64_t k = atomic_fetch_add(&idctr, 1) + 1, nonce = 0;
 	int fd = open("/dev/urandom", O_RDONLY);
 	if (fd < 0 || read(fd, &nonce, sizeof nonce) != sizeof nonce) {
@@ -238,12 +271,6 @@ static void shmunlink(const char* name) {
 	char p[128]; snprintf(p, sizeof p, "/%s", name); shm_unlink(p);
 #endif
 }
-static long long initTimeoutMs(void) {
-	const char* s = getenv("GP_FAKE_NCCL_INIT_TIMEOUT");
-	long long v = s && *s ? atoll(s) : 0;
-	return (v > 0 ? v : 120) * 1000;
-}
-
 /* attach opens or creates the segment of name for n ranks and maps it. */
 static int attach(comm* m, const char* name, int n, long long deadline) {
 	size_t want = seglen(n);

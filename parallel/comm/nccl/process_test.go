@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,11 +195,11 @@ func procDevice(g *Group, want comm.F32) error {
 		return err
 	}
 	// 1.0 is 0x3f80 in bfloat16 and 0x3c00 in float16; rank r contributes r+1, 2(r+1), ...
-	enc := map[libnccl.DataType]func(float32) uint16{
-		libnccl.Bfloat16: func(x float32) uint16 { return uint16(math.Float32bits(x) >> 16) },
-		libnccl.Float16:  f16,
-	}
-	for dt, e := range enc {
+	for _, c16 := range []struct {
+		dt  libnccl.DataType
+		enc func(float32) uint16
+	}{{libnccl.Bfloat16, func(x float32) uint16 { return uint16(math.Float32bits(x) >> 16) }}, {libnccl.Float16, f16}} {
+		dt, e := c16.dt, c16.enc
 		h, w := make([]uint16, 8), make([]uint16, 8)
 		for i := range h {
 			h[i] = e(float32((r + 1) * (i + 1)))
@@ -312,11 +313,15 @@ func noSegments(t *testing.T, pids ...int) {
 // shared-memory clique; each rank checks its results against the reference it computes from
 // all ranks' inputs.
 func TestProcessesCollectives(t *testing.T) {
-	job := spawnRanks(t, 2, "collectives")
-	for r, err := range job.Errs {
-		if err != nil || !strings.Contains(job.Outputs[r], "collectives ok") {
-			t.Errorf("rank %d: %v\n%s", r, err, job.Outputs[r])
-		}
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprint("world", world), func(t *testing.T) {
+			job := spawnRanks(t, world, "collectives")
+			for r, err := range job.Errs {
+				if err != nil || !strings.Contains(job.Outputs[r], "collectives ok") {
+					t.Errorf("rank %d: %v\n%s", r, err, job.Outputs[r])
+				}
+			}
+		})
 	}
 }
 
@@ -353,4 +358,51 @@ func TestMismatchedCollectiveFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	noSegments(t, os.Getpid())
+}
+
+// A rank whose peers never join fails after the fake's init timeout and unlinks its segment.
+func TestInitTimeoutLeavesNoSegment(t *testing.T) {
+	cudatest.Require(t)
+	t.Setenv("GP_FAKE_NCCL_INIT_TIMEOUT", "0.2")
+	id, err := libnccl.GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := libnccl.CommInitRank(2, id, 0); err == nil || !strings.Contains(err.Error(), "not every rank joined") {
+		t.Fatalf("init without the peer: %v", err)
+	}
+	noSegments(t, os.Getpid())
+}
+
+// A segment left by a killed job (its maker gone, older than the init timeout) is unlinked
+// by the next unique id made on the machine.
+func TestStaleSegmentSwept(t *testing.T) {
+	cudatest.Require(t)
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := dead.Process.Pid
+	stale := fmt.Sprintf("/dev/shm/gpfakenccl-%d-1-0000000000000000", pid)
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(stale)
+	t.Setenv("GP_FAKE_NCCL_INIT_TIMEOUT", "0.1")
+	if _, err := libnccl.GetUniqueID(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("swept before it was older than the init timeout: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := libnccl.GetUniqueID(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale segment of dead process %d still there: %v", pid, err)
+	}
 }
