@@ -30,6 +30,25 @@ func (p Conv2dParams) OutSize(h, w, kh, kw int) (int, int) {
 type convDims struct{ n, c, h, w, oc, kh, kw, oh, ow int }
 
 func (d *Device) convDims(op string, x, wt, y *Tensor, p Conv2dParams) (convDims, error) {
+	cd, err := d.convShape(op, x, wt, y, p)
+	if err != nil {
+		return convDims{}, err
+	}
+	for _, t := range []*Tensor{x, wt, y} {
+		if t.dtype != Float32 {
+			return convDims{}, fmt.Errorf("cuda: device %d: %s: tensors must be float32 on this device", d.ordinal, op)
+		}
+	}
+	return cd, nil
+}
+
+// convShape is convDims without the element type: the geometry, checked.
+func (d *Device) convShape(op string, x, wt, y *Tensor, p Conv2dParams) (convDims, error) {
+	for _, t := range []*Tensor{x, wt, y} {
+		if t == nil || t.d != d {
+			return convDims{}, fmt.Errorf("cuda: device %d: %s: tensors must be on this device", d.ordinal, op)
+		}
+	}
 	if len(x.shape) != 4 || len(wt.shape) != 4 || len(y.shape) != 4 {
 		return convDims{}, fmt.Errorf("cuda: device %d: %s: x %v, w %v, y %v must be 4-D", d.ordinal, op, x.shape, wt.shape, y.shape)
 	}
@@ -38,11 +57,6 @@ func (d *Device) convDims(op string, x, wt, y *Tensor, p Conv2dParams) (convDims
 	if wt.shape[1] != cd.c || y.shape[0] != cd.n || y.shape[1] != cd.oc || y.shape[2] != cd.oh || y.shape[3] != cd.ow {
 		return convDims{}, fmt.Errorf("cuda: device %d: %s: x %v, w %v (groups must be 1), y %v, want y [%d %d %d %d]",
 			d.ordinal, op, x.shape, wt.shape, y.shape, cd.n, cd.oc, cd.oh, cd.ow)
-	}
-	for _, t := range []*Tensor{x, wt, y} {
-		if t.dtype != Float32 || t.d != d {
-			return convDims{}, fmt.Errorf("cuda: device %d: %s: tensors must be float32 on this device", d.ordinal, op)
-		}
 	}
 	return cd, nil
 }
@@ -198,6 +212,177 @@ func (d *Device) operands(a, b *Tensor, dtype16 DType) (*Tensor, *Tensor, DType,
 		return nil, nil, 0, nil, err
 	}
 	return a16, b16, dtype16, free, nil
+}
+
+// Conv2d16 is Conv2d for operands already in 16 bits (autocast's cast of a value, made once
+// for every convolution that reads it): x and w both Float16 or both BFloat16, float32
+// accumulation. A float32 y receives the float32 sums, through im2col in 16 bits and a
+// strided batched cublasGemmEx (cuDNN's 16-bit convolutions store their result in the input
+// type, so they cannot give them). A y of the operands' type receives the sums rounded to
+// nearest even: by cuDNN when in use (see SetConvImpl), else by the im2col path and a cast.
+func (d *Device) Conv2d16(y, x, w *Tensor, p Conv2dParams) error {
+	cd, dt, err := d.conv16("conv2d", x, w, y, p, []*Tensor{x, w}, []*Tensor{y})
+	if err != nil {
+		return err
+	}
+	if y.dtype == dt && d.useDNN() {
+		return d.dnnErrorf("conv2d", d.conv16DNN(0, cd, p, dt, x, w, y))
+	}
+	yf, done, err := d.f32Out(y)
+	if err != nil {
+		return err
+	}
+	k, pix := cd.c*cd.kh*cd.kw, cd.oh*cd.ow
+	col, err := d.Alloc(dt, cd.n, k, pix)
+	if err != nil {
+		return done(err)
+	}
+	defer col.Free()
+	if err := d.im2col("im2col_x16", col, x, cd, p); err != nil {
+		return done(err)
+	}
+	// y[n] (OC×P) = W (OC×K) · col[n] (K×P) for every n.
+	err = d.withContext(func() error {
+		return d.blas.GemmStridedBatched(false, false, cd.oc, pix, k, 1, uintptr(w.Ptr()), 0, uintptr(col.Ptr()), int64(k*pix),
+			dt.blas(), 0, uintptr(yf.Ptr()), int64(cd.oc*pix), Float32.blas(), cd.n)
+	})
+	if err != nil {
+		err = fmt.Errorf("cuda: device %d: conv2d %v*%v in %v: %w", d.ordinal, x.shape, w.shape, dt, err)
+	}
+	return done(err)
+}
+
+// Conv2dBackward16 is Conv2dBackward for operands already in 16 bits: dy, and x (read for
+// dw) and w (read for dx), all Float16 or all BFloat16, float32 accumulation. dx and dw are
+// float32 (the float32 sums: GEMMs of the 16-bit operands, then col2im for dx) or of the
+// operands' type (the sums rounded, by cuDNN when in use), as Conv2d16's y.
+func (d *Device) Conv2dBackward16(dx, dw, dy, x, w *Tensor, p Conv2dParams) error {
+	if dx == nil && dw == nil {
+		return fmt.Errorf("cuda: device %d: conv2d backward: neither dx nor dw", d.ordinal)
+	}
+	read := []*Tensor{dy}
+	if dw != nil {
+		read = append(read, x)
+	}
+	if dx != nil {
+		read = append(read, w)
+	}
+	cd, dt, err := d.conv16("conv2d backward", x, w, dy, p, read, []*Tensor{dx, dw})
+	if err != nil {
+		return err
+	}
+	k, pix := cd.c*cd.kh*cd.kw, cd.oh*cd.ow
+	if dw != nil {
+		if err := d.convFilterGrad16(dw, dy, x, cd, p, dt); err != nil {
+			return err
+		}
+	}
+	if dx == nil {
+		return nil
+	}
+	if dx.dtype == dt && d.useDNN() {
+		return d.dnnErrorf("conv2d backward (input)", d.conv16DNN(1, cd, p, dt, w, dy, dx))
+	}
+	dxf, done, err := d.f32Out(dx)
+	if err != nil {
+		return err
+	}
+	col, err := d.Alloc(Float32, cd.n, k, pix)
+	if err != nil {
+		return done(err)
+	}
+	defer col.Free()
+	// dcol[n] (K×P) = Wᵀ (K×OC) · dy[n] (OC×P), then col2im sums the overlaps into dx.
+	if err := d.withContext(func() error {
+		return d.blas.GemmStridedBatched(true, false, k, pix, cd.oc, 1, uintptr(w.Ptr()), 0, uintptr(dy.Ptr()), int64(cd.oc*pix),
+			dt.blas(), 0, uintptr(col.Ptr()), int64(k*pix), Float32.blas(), cd.n)
+	}); err != nil {
+		return done(fmt.Errorf("cuda: device %d: conv2d backward (input) %v in %v: %w", d.ordinal, x.shape, dt, err))
+	}
+	return done(d.im2col("col2im_f32", dxf, col, cd, p))
+}
+
+// convFilterGrad16 is Conv2dBackward16's dw.
+func (d *Device) convFilterGrad16(dw, dy, x *Tensor, cd convDims, p Conv2dParams, dt DType) error {
+	if dw.dtype == dt && d.useDNN() {
+		return d.dnnErrorf("conv2d backward (weight)", d.conv16DNN(2, cd, p, dt, x, dy, dw))
+	}
+	dwf, done, err := d.f32Out(dw)
+	if err != nil {
+		return err
+	}
+	k, pix := cd.c*cd.kh*cd.kw, cd.oh*cd.ow
+	col, err := d.Alloc(dt, cd.n, k, pix)
+	if err != nil {
+		return done(err)
+	}
+	defer col.Free()
+	if err := d.im2col("im2col_x16", col, x, cd, p); err != nil {
+		return done(err)
+	}
+	// dW (OC×K) = Σ_n dy[n] (OC×P) · col[n]ᵀ (P×K): accumulate image by image, in float32.
+	es := uintptr(dt.Size())
+	err = d.withContext(func() error {
+		for i := range cd.n {
+			beta := float32(1)
+			if i == 0 {
+				beta = 0
+			}
+			err := d.blas.GemmEx(false, true, cd.oc, k, pix, 1, uintptr(dy.Ptr())+uintptr(i*cd.oc*pix)*es,
+				uintptr(col.Ptr())+uintptr(i*k*pix)*es, dt.blas(), beta, uintptr(dwf.Ptr()), Float32.blas())
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("cuda: device %d: conv2d backward (weight) %v in %v: %w", d.ordinal, dw.shape, dt, err)
+	}
+	return done(err)
+}
+
+// conv16 checks a 16-bit convolution: the geometry of x, w and y, the tensors read all of
+// one 16-bit type (returned), the results (nil ones skipped) float32 or that type.
+func (d *Device) conv16(op string, x, w, y *Tensor, p Conv2dParams, read, outs []*Tensor) (convDims, DType, error) {
+	cd, err := d.convShape(op, x, w, y, p)
+	if err != nil {
+		return convDims{}, 0, err
+	}
+	dt := read[0].dtype
+	if dt != Float16 && dt != BFloat16 {
+		return convDims{}, 0, fmt.Errorf("cuda: device %d: %s: operands are %v, want float16 or bfloat16", d.ordinal, op, dt)
+	}
+	for _, t := range read {
+		if t.dtype != dt {
+			return convDims{}, 0, fmt.Errorf("cuda: device %d: %s: operands of types %v and %v", d.ordinal, op, dt, t.dtype)
+		}
+	}
+	for _, t := range outs {
+		if t != nil && t.dtype != Float32 && t.dtype != dt {
+			return convDims{}, 0, fmt.Errorf("cuda: device %d: %s: a %v result of %v operands", d.ordinal, op, t.dtype, dt)
+		}
+	}
+	return cd, dt, nil
+}
+
+// f32Out returns t itself when it is float32, else a float32 temporary; done(err) casts the
+// temporary into t (when err is nil), frees it and returns the first error.
+func (d *Device) f32Out(t *Tensor) (*Tensor, func(error) error, error) {
+	if t.dtype == Float32 {
+		return t, func(err error) error { return err }, nil
+	}
+	f, err := d.Alloc(Float32, t.shape...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func(err error) error {
+		defer f.Free()
+		if err != nil {
+			return err
+		}
+		return d.Cast(t, f)
+	}, nil
 }
 
 // MaxPool2d computes y = max pooling of NCHW x with a kh×kw window (dilation 1) and returns

@@ -208,6 +208,31 @@ func (d *Device) conv2dBackwardDNN(dx, dw, dy, x, w *Tensor, cd convDims, p Conv
 	return nil
 }
 
+// conv16DNN runs one cuDNN pass on tensors all of the 16-bit type dt (cuDNN's
+// PSEUDO_HALF/PSEUDO_BFLOAT16 configurations: float32 accumulation, the result stored in
+// dt): pass 0 forward (a x, b w, out y), 1 backward data (a w, b dy, out dx), 2 backward
+// filter (a x, b dy, out dw).
+func (d *Device) conv16DNN(pass int, cd convDims, p Conv2dParams, dt DType, a, b, out *Tensor) error {
+	c, err := d.dnnConv(cd, p, dt)
+	if err != nil {
+		return err
+	}
+	ws, wsp, err := d.workspace([3]int{c.FwdWorkspace, c.BwdDataWorkspace, c.BwdFilterWorkspace}[pass])
+	if err != nil {
+		return err
+	}
+	defer ws.Free()
+	return d.withContext(func() error {
+		switch pass {
+		case 0:
+			return c.Forward(uintptr(a.Ptr()), uintptr(b.Ptr()), uintptr(out.Ptr()), wsp, 1, 0)
+		case 1:
+			return c.BackwardData(uintptr(a.Ptr()), uintptr(b.Ptr()), uintptr(out.Ptr()), wsp, 1, 0)
+		}
+		return c.BackwardFilter(uintptr(a.Ptr()), uintptr(b.Ptr()), uintptr(out.Ptr()), wsp, 1, 0)
+	})
+}
+
 func (d *Device) dnnErrorf(op string, err error) error {
 	if err == nil {
 		return nil

@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+
+	"github.com/gorgonia-parallel/gp/cuda/driver"
 )
 
 // MatMul computes c = alpha·op(a)·op(b) + beta·c for row-major 2-D tensors: op(a) is m×k,
@@ -62,4 +64,25 @@ func (d *Device) MatMulAutocast(c, a, b *Tensor, transA, transB bool, f Format) 
 		return err
 	}
 	return d.MatMul(c, a16, b16, transA, transB, 1, 0)
+}
+
+// RoundCast rounds float32 x to nearest even in the 16-bit type of h (Float16 or BFloat16)
+// and stores the result twice, in one pass: in h, and widened back to float32 in y (which
+// may be x). It is autocast's cast of a value that both 16-bit GEMMs (reading h) and float32
+// ops (reading y, bit-equal to Round's output) read. x, y and h have the same length.
+func (d *Device) RoundCast(y, h, x *Tensor) error {
+	if y == nil || h == nil || x == nil || y.d != d || h.d != d || x.d != d || y.n != x.n || h.n != x.n ||
+		x.dtype != Float32 || y.dtype != Float32 {
+		return fmt.Errorf("cuda: device %d: round-cast: want float32 x and y and a 16-bit h of one length", d.ordinal)
+	}
+	var name string
+	switch h.dtype {
+	case BFloat16:
+		name = "round_cast_f32_bf16"
+	case Float16:
+		name = "round_cast_f32_f16"
+	default:
+		return fmt.Errorf("cuda: device %d: round-cast to %v: want float16 or bfloat16", d.ordinal, h.dtype)
+	}
+	return d.launch(name, x.n, ptr(y), ptr(h), ptr(x), driver.ArgI64(int64(x.n)))
 }

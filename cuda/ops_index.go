@@ -119,14 +119,18 @@ func (d *Device) bcast(name, op string, y, x, b *Tensor, d1, d2, d3 int) error {
 // MatMulBatched computes c[i] = alpha·op(a[i])·op(b[i]) + beta·c[i] for row-major 3-D
 // float32 tensors [batch, rows, cols] with one strided batched cuBLAS GEMM: op(a[i]) is
 // m×k, op(b[i]) is k×n, c[i] is m×n (attention's Q·Kᵀ and P·V over windows and heads).
+// a and b may both be float16 or bfloat16 (autocast), accumulated in float32 into c.
 func (d *Device) MatMulBatched(c, a, b *Tensor, transA, transB bool, alpha, beta float32) error {
 	if !d.hasBLAS {
 		return fmt.Errorf("cuda: device %d: batched matmul: opened without cuBLAS", d.ordinal)
 	}
 	for _, t := range []*Tensor{a, b, c} {
-		if t == nil || t.d != d || t.dtype != Float32 || len(t.shape) != 3 {
-			return fmt.Errorf("cuda: device %d: batched matmul: operands must be 3-D float32 tensors of this device", d.ordinal)
+		if t == nil || t.d != d || len(t.shape) != 3 || (t.dtype != Float32 && t != c && t.dtype != Float16 && t.dtype != BFloat16) {
+			return fmt.Errorf("cuda: device %d: batched matmul: operands must be 3-D float32 tensors of this device (a and b may both be 16-bit)", d.ordinal)
 		}
+	}
+	if a.dtype != b.dtype {
+		return fmt.Errorf("cuda: device %d: batched matmul: a is %v, b %v", d.ordinal, a.dtype, b.dtype)
 	}
 	batch := a.shape[0]
 	m, k := a.shape[1], a.shape[2]
@@ -145,7 +149,7 @@ func (d *Device) MatMulBatched(c, a, b *Tensor, transA, transB bool, alpha, beta
 	}
 	err := d.withContext(func() error {
 		return d.blas.GemmStridedBatched(transA, transB, m, n, k, alpha, uintptr(a.Ptr()), int64(m*k), uintptr(b.Ptr()), int64(k*n),
-			Float32.blas(), beta, uintptr(c.Ptr()), int64(m*n), Float32.blas(), batch)
+			a.dtype.blas(), beta, uintptr(c.Ptr()), int64(m*n), Float32.blas(), batch)
 	})
 	if err != nil {
 		return fmt.Errorf("cuda: device %d: batched matmul %v x %v: %w", d.ordinal, a.shape, b.shape, err)

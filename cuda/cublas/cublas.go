@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda/internal/dl"
@@ -166,6 +167,7 @@ func (h Handle) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b uintp
 	err := call("cublasSgemm", fSgemm, uintptr(h), op(transB), op(transA), uintptr(n), uintptr(m), uintptr(k),
 		uintptr(unsafe.Pointer(&ab[0])), b, uintptr(ldb), a, uintptr(lda), uintptr(unsafe.Pointer(&ab[1])), c, uintptr(n))
 	runtime.KeepAlive(ab)
+	count(fSgemm, R32F, err)
 	if err != nil {
 		return fmt.Errorf("%dx%dx%d: %w", m, n, k, err)
 	}
@@ -182,6 +184,7 @@ func (h Handle) GemmEx(transA, transB bool, m, n, k int, alpha float32, a, b uin
 		uintptr(unsafe.Pointer(&ab[0])), b, uintptr(in), uintptr(ldb), a, uintptr(in), uintptr(lda),
 		uintptr(unsafe.Pointer(&ab[1])), c, uintptr(out), uintptr(n), compute32F, intArg(gemmDefault))
 	runtime.KeepAlive(ab)
+	count(fGemmEx, in, err)
 	if err != nil {
 		return fmt.Errorf("%dx%dx%d %v: %w", m, n, k, in, err)
 	}
@@ -199,10 +202,44 @@ func (h Handle) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float
 		uintptr(unsafe.Pointer(&ab[0])), b, uintptr(in), uintptr(ldb), uintptr(strideB), a, uintptr(in), uintptr(lda), uintptr(strideA),
 		uintptr(unsafe.Pointer(&ab[1])), c, uintptr(out), uintptr(n), uintptr(strideC), uintptr(batch), compute32F, intArg(gemmDefault))
 	runtime.KeepAlive(ab)
+	count(fGemmStridedBatchedEx, in, err)
 	if err != nil {
 		return fmt.Errorf("batch %d of %dx%dx%d: %w", batch, m, n, k, err)
 	}
 	return nil
+}
+
+// calls counts the GEMMs issued, by function (fSgemm, fGemmEx, fGemmStridedBatchedEx) and
+// input type (typeIndex).
+var calls [nFuncs][3]atomic.Int64
+
+func typeIndex(t DataType) int {
+	switch t {
+	case R16F:
+		return 1
+	case R16BF:
+		return 2
+	}
+	return 0
+}
+
+// Calls returns how many GEMMs of the named cuBLAS function ("cublasSgemm", "cublasGemmEx",
+// "cublasGemmStridedBatchedEx") with inputs of type t the process has issued successfully
+// (a batched call counts once): cheap counters that show which path a program took, for
+// example that autocast's matmuls and convolutions ran in 16 bits. Unknown names count 0.
+func Calls(function string, t DataType) int64 {
+	for i, n := range names {
+		if n == function || strings.TrimSuffix(n, "_v2") == function {
+			return calls[i][typeIndex(t)].Load()
+		}
+	}
+	return 0
+}
+
+func count(f int, t DataType, err error) {
+	if err == nil {
+		calls[f][typeIndex(t)].Add(1)
+	}
 }
 
 // lead is the leading dimension (row length) of a row-major operand stored rows×cols when

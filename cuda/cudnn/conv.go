@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda/internal/dl"
@@ -25,6 +26,7 @@ type Conv struct {
 	w                             uintptr // filter descriptor
 	conv                          uintptr
 	fwdAlgo, bwdDataAlgo, bwdFilt int
+	typ                           DataType
 	// FwdWorkspace, BwdDataWorkspace and BwdFilterWorkspace are the workspace bytes each
 	// pass needs with its algorithm.
 	FwdWorkspace, BwdDataWorkspace, BwdFilterWorkspace int
@@ -50,7 +52,7 @@ type perf struct {
 // cuDNN's heuristics (the first that succeeds within the workspace bound). Float data uses
 // FMA math (no TF32, as torch with allow_tf32 off); 16-bit data may use tensor cores.
 func NewConv(h Handle, s ConvSpec) (*Conv, error) {
-	c := &Conv{h: h}
+	c := &Conv{h: h, typ: s.Type}
 	if err := c.init(s); err != nil {
 		c.Destroy()
 		return nil, fmt.Errorf("conv %dx%dx%dx%d * %dx%dx%dx%d: %w", s.N, s.C, s.H, s.W, s.K, s.C, s.KH, s.KW, err)
@@ -166,6 +168,7 @@ func (c *Conv) Forward(x, w, y, ws uintptr, alpha, beta float32) error {
 	err := call("cudnnConvolutionForward", fForward, uintptr(c.h), uintptr(unsafe.Pointer(&ab[0])), c.x, x, c.w, w, c.conv,
 		uintptr(c.fwdAlgo), ws, uintptr(c.FwdWorkspace), uintptr(unsafe.Pointer(&ab[1])), c.y, y)
 	runtime.KeepAlive(ab)
+	c.count(fForward, err)
 	return err
 }
 
@@ -175,6 +178,7 @@ func (c *Conv) BackwardData(w, dy, dx, ws uintptr, alpha, beta float32) error {
 	err := call("cudnnConvolutionBackwardData", fBackwardData, uintptr(c.h), uintptr(unsafe.Pointer(&ab[0])), c.w, w, c.y, dy,
 		c.conv, uintptr(c.bwdDataAlgo), ws, uintptr(c.BwdDataWorkspace), uintptr(unsafe.Pointer(&ab[1])), c.x, dx)
 	runtime.KeepAlive(ab)
+	c.count(fBackwardData, err)
 	return err
 }
 
@@ -184,5 +188,40 @@ func (c *Conv) BackwardFilter(x, dy, dw, ws uintptr, alpha, beta float32) error 
 	err := call("cudnnConvolutionBackwardFilter", fBackwardFilter, uintptr(c.h), uintptr(unsafe.Pointer(&ab[0])), c.x, x, c.y, dy,
 		c.conv, uintptr(c.bwdFilt), ws, uintptr(c.BwdFilterWorkspace), uintptr(unsafe.Pointer(&ab[1])), c.w, dw)
 	runtime.KeepAlive(ab)
+	c.count(fBackwardFilter, err)
 	return err
+}
+
+// calls counts the convolutions run, by pass (fForward, fBackwardData, fBackwardFilter) and
+// data type (Float, Half, BFloat16).
+var calls [3][3]atomic.Int64
+
+func typeIndex(t DataType) int {
+	switch t {
+	case Half:
+		return 1
+	case BFloat16:
+		return 2
+	}
+	return 0
+}
+
+func (c *Conv) count(f int, err error) {
+	if err == nil {
+		calls[f-fForward][typeIndex(c.typ)].Add(1)
+	}
+}
+
+// Calls returns how many convolutions of the named cuDNN function
+// ("cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+// "cudnnConvolutionBackwardFilter") on data of type t the process has run successfully:
+// counters that show which path a program took (autocast's 16-bit convolutions, for
+// example). Unknown names count 0.
+func Calls(function string, t DataType) int64 {
+	for f := fForward; f <= fBackwardFilter; f++ {
+		if names[f] == function {
+			return calls[f-fForward][typeIndex(t)].Load()
+		}
+	}
+	return 0
 }
