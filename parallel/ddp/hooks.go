@@ -2,7 +2,7 @@ package ddp
 
 import (
 	"context"
-	"math"
+	"sync"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -40,30 +40,64 @@ func (allReduceHook) Reduce(g comm.Group, b *Bucket) comm.Work {
 }
 
 // FP16CompressHook is PyTorch's fp16_compress_hook: the bucket is rounded to IEEE half
-// precision (round to nearest even, overflow to ±Inf), divided by the world size in half
-// precision, all-reduced, and the result rounded to half precision again before it is
-// written back. comm has no 16-bit transport, so the wire carries the rounded values as
-// float32: this reproduces the numerics of the compression, not its bandwidth saving, and
-// the sum itself is exact in float32 where a 16-bit ring would round every partial sum.
-func FP16CompressHook() CommHook { return compressHook(roundF16) }
+// precision (round to nearest, ties to even, overflow to ±Inf), divided by the world size in
+// half precision, all-reduced as 16-bit values (comm.F16: half the bytes of float32 on the
+// wire; see comm's Note 16-bit reductions for how the sum rounds), and the result widened
+// back into the bucket's float32 gradients.
+func FP16CompressHook() CommHook { return newCompressHook(comm.Float16) }
 
-// BF16CompressHook is PyTorch's bf16_compress_hook, emulated like FP16CompressHook with
-// bfloat16 rounding (8 bits of significand, float32's exponent range).
-func BF16CompressHook() CommHook { return compressHook(roundBF16) }
+// BF16CompressHook is PyTorch's bf16_compress_hook: as FP16CompressHook with bfloat16 (8 bits
+// of significand, float32's exponent range, so no overflow), all-reduced as comm.BF16.
+func BF16CompressHook() CommHook { return newCompressHook(comm.BFloat16) }
 
-func compressHook(round func(float32) float32) CommHook {
-	return HookFunc(func(g comm.Group, b *Bucket) comm.Work {
-		n := float32(g.Size())
-		for i, v := range b.Grad {
-			b.Grad[i] = round(round(v) / n)
-		}
-		w := g.AllReduce(comm.F32(b.Grad), comm.Sum)
-		return Then(w, func() error {
-			for i, v := range b.Grad {
-				b.Grad[i] = round(v)
-			}
-			return nil
-		})
+// compressHook keeps one 16-bit buffer per group and bucket index (one hook may serve several
+// ranks of one process); a bucket's buffer is in use from its Reduce until its Work
+// completes, and DDP does not launch that bucket again before.
+type compressHook struct {
+	dt   comm.DType
+	mu   sync.Mutex
+	bufs map[bucketKey][]uint16
+}
+
+type bucketKey struct {
+	g     comm.Group
+	index int
+}
+
+func newCompressHook(dt comm.DType) *compressHook {
+	return &compressHook{dt: dt, bufs: map[bucketKey][]uint16{}}
+}
+
+func (h *compressHook) buffer(g comm.Group, b *Bucket) []uint16 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := bucketKey{g, b.Index}
+	buf := h.bufs[k]
+	if len(buf) != len(b.Grad) {
+		buf = make([]uint16, len(b.Grad))
+		h.bufs[k] = buf
+	}
+	return buf
+}
+
+func (h *compressHook) Reduce(g comm.Group, b *Bucket) comm.Work {
+	buf := h.buffer(g, b)
+	narrow, widen, wire := simd.F32ToBF16, simd.BF16ToF32, comm.Buffer(comm.BF16(buf))
+	if h.dt == comm.Float16 {
+		narrow, widen, wire = simd.F32ToF16, simd.F16ToF32, comm.F16(buf)
+	}
+	// round(round(v)/n), as torch's grad.to(half).div_(n): b.Grad holds the rounded values
+	// while they are divided (it is overwritten with the result anyway).
+	narrow(buf, b.Grad)
+	if g.Size() > 1 {
+		widen(b.Grad, buf)
+		scale(b.Grad, g.Size())
+		narrow(buf, b.Grad)
+	}
+	w := g.AllReduce(wire, comm.Sum)
+	return Then(w, func() error {
+		widen(b.Grad, buf)
+		return nil
 	})
 }
 
@@ -132,33 +166,8 @@ func scale(x []float32, n int) {
 }
 
 // roundBF16 rounds x to the nearest bfloat16 (ties to even), keeping NaN.
-func roundBF16(x float32) float32 {
-	b := math.Float32bits(x)
-	if b&0x7f800000 == 0x7f800000 {
-		return x // Inf or NaN
-	}
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b & 0xffff0000)
-}
+func roundBF16(x float32) float32 { return simd.BF16ToF32One(simd.BF16FromF32(x)) }
 
 // roundF16 rounds x to the nearest IEEE binary16 value (ties to even), with subnormals,
 // and overflow to ±Inf.
-func roundF16(x float32) float32 {
-	if x != x || x == 0 {
-		return x
-	}
-	a := math.Abs(float64(x))
-	if math.IsInf(a, 0) {
-		return x
-	}
-	_, exp := math.Frexp(a) // a in [2^(exp-1), 2^exp)
-	q := math.Ldexp(1, exp-11)
-	if exp-1 < -14 {
-		q = math.Ldexp(1, -24)
-	}
-	r := math.RoundToEven(a/q) * q
-	if r > 65504 {
-		r = math.Inf(1)
-	}
-	return float32(math.Copysign(r, float64(x)))
-}
+func roundF16(x float32) float32 { return simd.F16ToF32One(simd.F16FromF32(x)) }
