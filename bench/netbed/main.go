@@ -3,7 +3,10 @@
 // hosts and link rate it runs the same job twice, flat (GP_COMM_HIERARCHY=0: TCP between
 // every pair of ranks, the ring over all ranks) and hierarchical (GP_COMM_HIERARCHY=1: shared
 // memory inside a host, TCP among one leader per host), and prints a table and a JSON file.
-// Needs root and iproute2.
+// With -python (default Debian's /usr/bin/python3 with torch) it also runs torch.distributed's
+// gloo backend on the same namespaces and ranks (bench/comm/gloo_bench.py, GLOO_SOCKET_IFNAME
+// eth0): gloo is flat, a ring over all ranks. gloo on CPU in torch 1.13 has no reduce_scatter,
+// so that column reads n/a. Needs root and iproute2.
 //
 // Units: algbw = bytes/time (bytes: the full buffer, as in bench/comm); busbw follows
 // nccl-tests over the whole world n (all-reduce algbw*2(n-1)/n, reduce-scatter and
@@ -39,6 +42,8 @@ var (
 	sizes     = flag.String("sizes", "1048576,4194304,16777216,67108864", "buffer sizes (bytes)")
 	reps      = flag.Int("reps", 3, "timed runs per row (median reported)")
 	out       = flag.String("o", filepath.Join("bench", "results", "netbed.json"), "JSON output")
+	python    = flag.String("python", "/usr/bin/python3", "Python with torch for the gloo side (\"\": skip gloo)")
+	glooPy    = flag.String("gloo-script", filepath.Join("bench", "comm", "gloo_bench.py"), "gloo benchmark script")
 )
 
 const workerEnv = "GP_NETBED_BENCH_WORKER"
@@ -56,6 +61,11 @@ type row struct {
 	HierBus  float64 `json:"hier_busbw_gbps"`
 	FlatLink float64 `json:"flat_link_fraction"`
 	HierLink float64 `json:"hier_link_fraction"`
+	// GlooLat is 0 and GlooErr says why when gloo did not run the op.
+	GlooLat  float64 `json:"gloo_latency_s,omitempty"`
+	GlooBus  float64 `json:"gloo_busbw_gbps,omitempty"`
+	GlooLink float64 `json:"gloo_link_fraction,omitempty"`
+	GlooErr  string  `json:"gloo_error,omitempty"`
 	Load     float64 `json:"loadavg"`
 }
 
@@ -65,6 +75,7 @@ type sample struct {
 	Bytes     int     `json:"bytes"`
 	Latency   float64 `json:"latency_s"`
 	Transport string  `json:"transport"`
+	Error     string  `json:"error"` // gloo: the op is missing
 }
 
 func main() {
@@ -115,6 +126,23 @@ func parent() error {
 					res[mode][[2]any{s.Op, s.Bytes}] = s.Latency
 				}
 			}
+			glooErr := map[[2]any]string{}
+			if *python != "" {
+				port++
+				gs, err := glooJob(ctx, bed, hosts, port)
+				if err != nil {
+					bed.Close()
+					cancel()
+					return fmt.Errorf("%d hosts, %s, gloo: %w", hosts, rate, err)
+				}
+				res["gloo"] = map[[2]any]float64{}
+				for _, s := range gs {
+					res["gloo"][[2]any{s.Op, s.Bytes}] = s.Latency
+					if s.Error != "" {
+						glooErr[[2]any{s.Op, s.Bytes}] = s.Error
+					}
+				}
+			}
 			shaping := bed.Shaping
 			if err := bed.Close(); err != nil {
 				cancel()
@@ -130,6 +158,11 @@ func parent() error {
 						FlatLat: fl, HierLat: hl, Load: load}
 					r.FlatBus, r.HierBus = busbw(op, n, b, fl), busbw(op, n, b, hl)
 					r.FlatLink, r.HierLink = busbw(op, hosts, b, fl)*1e9/bps, busbw(op, hosts, b, hl)*1e9/bps
+					if gl := res["gloo"][[2]any{op, b}]; gl > 0 {
+						r.GlooLat, r.GlooBus, r.GlooLink = gl, busbw(op, n, b, gl), busbw(op, hosts, b, gl)*1e9/bps
+					} else if *python != "" {
+						r.GlooErr = glooErr[[2]any{op, b}]
+					}
 					rows = append(rows, r)
 				}
 			}
@@ -223,8 +256,7 @@ func worker() error {
 			default:
 				return fmt.Errorf("unknown op %q", op)
 			}
-			iters := max(2, min(16, (32<<20)/b))
-			lat, err := timeOp(ctx, g, fn, iters)
+			lat, err := timeOp(ctx, g, fn, iters(b))
 			if err != nil {
 				return fmt.Errorf("%s %d bytes: %w", op, b, err)
 			}
@@ -295,13 +327,23 @@ func rateBytes(s string) (float64, error) {
 }
 
 func printTable(rows []row) {
-	fmt.Printf("%-15s %5s %7s %9s %12s %12s %7s %7s %10s %10s\n", "op", "hosts", "rate", "bytes",
-		"flat GB/s", "hier GB/s", "flat", "hier", "flat ms", "hier ms")
-	fmt.Printf("%-15s %5s %7s %9s %12s %12s %7s %7s %10s %10s\n", "", "xrank", "", "", "busbw", "busbw",
-		"link", "link", "", "")
+	fmt.Printf("%-15s %5s %7s %9s %10s %10s %10s %6s %6s %6s %9s %9s %9s\n", "op", "hosts", "rate", "bytes",
+		"flat GB/s", "hier GB/s", "gloo GB/s", "flat", "hier", "gloo", "flat ms", "hier ms", "gloo ms")
+	fmt.Printf("%-15s %5s %7s %9s %10s %10s %10s %6s %6s %6s %9s %9s %9s\n", "", "xrank", "", "", "busbw", "busbw",
+		"busbw", "link", "link", "link", "", "", "")
 	for _, r := range rows {
-		fmt.Printf("%-15s %3dx%d %7s %9d %12.3f %12.3f %7.2f %7.2f %10.2f %10.2f\n", r.Op, r.Hosts, r.Local,
-			r.Rate, r.Bytes, r.FlatBus, r.HierBus, r.FlatLink, r.HierLink, r.FlatLat*1e3, r.HierLat*1e3)
+		gb, gl, gms := "n/a", "n/a", "n/a"
+		if r.GlooLat > 0 {
+			gb, gl, gms = fmt.Sprintf("%.3f", r.GlooBus), fmt.Sprintf("%.2f", r.GlooLink), fmt.Sprintf("%.2f", r.GlooLat*1e3)
+		}
+		fmt.Printf("%-15s %3dx%d %7s %9d %10.3f %10.3f %10s %6.2f %6.2f %6s %9.2f %9.2f %9s\n", r.Op, r.Hosts, r.Local,
+			r.Rate, r.Bytes, r.FlatBus, r.HierBus, gb, r.FlatLink, r.HierLink, gl, r.FlatLat*1e3, r.HierLat*1e3, gms)
+	}
+	for _, r := range rows {
+		if r.GlooErr != "" {
+			fmt.Printf("gloo n/a: %s\n", r.GlooErr)
+			break
+		}
 	}
 	seen := map[string]bool{}
 	for _, r := range rows {
@@ -311,5 +353,58 @@ func printTable(rows []row) {
 		}
 	}
 }
+
+// glooJob runs the gloo benchmark as hosts × local ranks inside the bed, placed as job
+// places ours, with the same sizes and iteration counts, and returns rank 0's samples.
+func glooJob(ctx context.Context, bed *netbed.Bed, hosts, port int) ([]sample, error) {
+	n := hosts * *local
+	var plan []string
+	for _, sz := range strings.Split(*sizes, ",") {
+		b, err := strconv.Atoi(sz)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, fmt.Sprintf("%d:%d", b, iters(b)))
+	}
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		cmd := bed.Command(ctx, r / *local, *python, append([]string{*glooPy}, plan...)...)
+		cmd.Env = append(os.Environ(), "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1",
+			"GP_BENCH_OPS="+*opsFlag, "GP_BENCH_REPS="+strconv.Itoa(*reps),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR="+bed.Addr(0), "MASTER_PORT="+strconv.Itoa(port))
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		cmds[r] = cmd
+	}
+	var errs []string
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Sprintf("gloo rank %d: %v: %s", r, err, tail(outs[r].String(), 2000)))
+		}
+	}
+	if errs != nil {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	var ss []sample
+	for _, line := range strings.Split(outs[0].String(), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var s sample
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			return nil, err
+		}
+		ss = append(ss, s)
+	}
+	return ss, nil
+}
+
+// iters is the number of operations per timed run for a buffer of b bytes (ours and gloo's).
+func iters(b int) int { return max(2, min(16, (32<<20)/b)) }
 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
