@@ -593,6 +593,8 @@ __global__ void round_cast_f32_bf16(float* y, __nv_bfloat16* h, const float* x, 
 __global__ void round_cast_f32_f16(float* y, __half* h, const float* x, long long n) {
 	GRID_LOOP(i, n) { __half r = __float2half_rn(x[i]); h[i] = r; y[i] = __half2float(r); }
 }
+} // extern "C" (a template cannot have C linkage)
+
 // im2col (im2col_f32's layout) of 16-bit images, bf16 or fp16 alike: elements are moved, not
 // converted, and the padding is +0 in both formats.
 template <typename I>
@@ -609,6 +611,7 @@ __device__ void im2col_x16_body(unsigned short* col, const unsigned short* x, in
 		col[t] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[((img * c + ch) * h + y) * w + xx] : (unsigned short)0;
 	}
 }
+extern "C" {
 __global__ void im2col_x16(unsigned short* col, const unsigned short* x, int n, int c, int h, int w, int kh, int kw, int sh,
 		int sw, int ph, int pw, int dh, int dw, int oh, int ow) {
 	DISPATCH((long long)n * c * kh * kw * oh * ow, im2col_x16_body, col, x, n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);

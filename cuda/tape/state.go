@@ -217,13 +217,23 @@ func (s *State) EndStep() error {
 // checkpoints, state dicts and host-side checks see the device's values. It waits for the
 // device.
 func (s *State) ToHost(ctx context.Context) error {
-	if err := s.data.CopyTo(ctx, s.model.Params.Data); err != nil {
-		return fmt.Errorf("cuda/tape: parameters to the host: %w", err)
+	if err := s.ParamsToHost(ctx); err != nil {
+		return err
 	}
 	if s.opt != nil {
 		if err := s.opt.toHost(ctx); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ParamsToHost copies the device parameters into the model's ParamSet.Data (not the
+// optimizer's state): what a host-side check of the parameters needs. It waits for the
+// device.
+func (s *State) ParamsToHost(ctx context.Context) error {
+	if err := s.data.CopyTo(ctx, s.model.Params.Data); err != nil {
+		return fmt.Errorf("cuda/tape: parameters to the host: %w", err)
 	}
 	return nil
 }

@@ -223,6 +223,28 @@ func (g *Group) AllReduceDevice(p driver.DevPtr, n int, dt libnccl.DataType, op 
 	return g.coll.submit(&task{kind: kAllReduce, dev: p, devN: n, devType: dt, op: op})
 }
 
+// DeviceWork is a collective on device memory ordered by CUDA events (AllReduceDeviceAfter).
+// Done and Wait are comm.Work's: the group's stream has run the collective (or it failed).
+type DeviceWork interface {
+	comm.Work
+	// Enqueued is closed once the collective, and the record of its done event, are on the
+	// group's stream (or the operation failed before: Wait then says why). A consumer
+	// stream may then wait on the done event, with no host wait for the collective.
+	Enqueued() <-chan struct{}
+}
+
+// AllReduceDeviceAfter all-reduces n elements of type dt at device address p in place, on
+// the group's stream, ordered by events instead of host waits: the group's stream first
+// waits for wait (recorded by the caller on its compute stream once the data is final; 0
+// for none), and records done after the collective (0 for none), so that the caller's
+// stream can wait for the result with cuStreamWaitEvent once Enqueued is closed. Collectives
+// are issued in call order with the group's others, as comm requires.
+func (g *Group) AllReduceDeviceAfter(p driver.DevPtr, n int, dt libnccl.DataType, op comm.Op, wait, done driver.Event) DeviceWork {
+	o := &task{kind: kAllReduce, dev: p, devN: n, devType: dt, op: op, waitEv: wait, doneEv: done, enq: make(chan struct{})}
+	g.coll.submit(o)
+	return o
+}
+
 // Close waits for queued operations, then destroys the communicators and releases the
 // device. Operations issued after Close fail with comm.ErrClosed.
 func (g *Group) Close(ctx context.Context) error {

@@ -42,6 +42,26 @@ type task struct {
 	w        *worker
 	done     chan struct{}
 	err      error
+	waitEv   driver.Event  // device collective: the group's stream waits for it first
+	doneEv   driver.Event  // device collective: recorded on the group's stream after it
+	enq      chan struct{} // AllReduceDeviceAfter: closed once enqueued (or failed)
+	enqOnce  sync.Once
+}
+
+// Enqueued is closed once the operation is on the group's stream, or has failed.
+func (o *task) Enqueued() <-chan struct{} { return o.enq }
+
+// enqueued closes enq (once), for tasks that have it.
+func (o *task) enqueued() {
+	if o.enq != nil {
+		o.enqOnce.Do(func() { close(o.enq) })
+	}
+}
+
+// finish completes the operation: Enqueued, then Done.
+func (o *task) finish() {
+	o.enqueued()
+	close(o.done)
 }
 
 // Done is closed when the operation has completed.
@@ -162,7 +182,7 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 			}
 			w.setPoison(o.err)
 		}
-		close(o.done)
+		o.finish()
 	}
 }
 
@@ -175,12 +195,12 @@ func (w *worker) submit(o *task) comm.Work {
 	o.seq = w.seq
 	if w.qclosed {
 		o.err = fmt.Errorf("%s: %w", o.describe(), comm.ErrClosed)
-		close(o.done)
+		o.finish()
 		return o
 	}
 	if err := w.validate(o); err != nil {
 		o.err = fmt.Errorf("%s: %w", o.describe(), err)
-		close(o.done)
+		o.finish()
 		return o
 	}
 	w.queue <- o

@@ -1,0 +1,256 @@
+package devddp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/cuda/devddp"
+	"github.com/gorgonia-parallel/gp/cuda/tape"
+	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/train"
+)
+
+// The fake libcuda, cuBLAS, NCCL (ranks of one process meet in it) and the CPU emulator of
+// kernels.cu: device results are computed.
+func TestMain(m *testing.M) { os.Exit(cudatest.MainEmulated(m)) }
+
+var _ train.Overlapped = (*devddp.Program)(nil)
+
+// tol bounds the difference between device DDP over 2 ranks and one CPU process on the
+// global batch, relative to each tensor's scale. The device's GEMMs and reductions sum in
+// other orders than gorgonia's CPU kernels (a few ulps, ~1e-7 relative, as cuda/tape's
+// TestMLPMatchesCPU measures), and the global batch's mean is two half-batch means averaged
+// by the all-reduce instead of one sum; 4 steps of the perceptron keep that under 1e-6 (the
+// measured values are logged), and a bucket reduced twice, not at all, or not divided by
+// the world size is off by 1e-1.
+const tol = 1e-5
+
+const world, global, steps = 2, 8, 4
+
+var optimizers = []struct {
+	name string
+	new  func([]optim.Segment) (optim.Optimizer, error)
+}{
+	{"sgd-momentum", func(s []optim.Segment) (optim.Optimizer, error) {
+		return optim.NewSGD(s, 0.05, optim.WithMomentum(0.9))
+	}},
+	{"adamw", func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewAdamW(s, 0.01) }},
+}
+
+// The gorgonia perceptron trained 4 steps by device DDP on 2 in-process ranks (each its own
+// cuda.Device, an NCCL group over the fake NCCL for the buckets, an in-process comm group
+// for the host's collectives) equals one CPU process (nn.Compile, optim) on the global
+// batch: every step's loss (the ranks' mean) and the parameters after, with SGD with
+// momentum and with AdamW, both with weight decay. One bucket per parameter, so that a
+// bucket reduces while the backward goes on; steps 0-1 are Run then Step, steps 2-3 RunStep
+// (each bucket stepped after its reduction); the agreement check runs every 2 steps.
+func TestTwoRanksMatchCPU(t *testing.T) {
+	cudatest.Require(t)
+	for _, o := range optimizers {
+		t.Run(o.name, func(t *testing.T) {
+			wantLoss, wantParams := cpuRun(t, o.new)
+			gotLoss, gotParams, nb := deviceRun(t, o.new)
+			if nb < 2 {
+				t.Fatalf("%d buckets, want one per parameter", nb)
+			}
+			for r := 1; r < world; r++ {
+				if fmt.Sprint(gotParams[r]) != fmt.Sprint(gotParams[0]) {
+					t.Fatalf("rank %d's parameters differ from rank 0's", r)
+				}
+			}
+			var worstLoss float64
+			for s := range steps {
+				mean := (gotLoss[0][s] + gotLoss[1][s]) / 2
+				worstLoss = math.Max(worstLoss, math.Abs(float64(mean-wantLoss[s]))/math.Abs(float64(wantLoss[s])))
+			}
+			w := maxRel(gotParams[0], wantParams)
+			t.Logf("%d buckets, %d steps: losses within %.3g, parameters within %.3g of one CPU process (tolerance %g)", nb, steps, worstLoss, w, tol)
+			if worstLoss > tol || w > tol {
+				t.Fatalf("device DDP differs from the CPU: losses %.3g, parameters %.3g (tolerance %g)\ndevice %v\ncpu    %v", worstLoss, w, tol, gotParams[0], wantParams)
+			}
+		})
+	}
+}
+
+func cpuRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)) ([]float32, []float32) {
+	ctx := context.Background()
+	build := gormlp.Fixed(1, global)
+	m, err := nn.NewGraphModel(build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := mustOpt(t, m, newOpt)
+	p, err := nn.Compile(m, build, nn.WithOptimizer(opt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	x, y := make([]float32, global*gormlp.In), make([]float32, global*gormlp.Out)
+	var losses []float32
+	for s := range steps {
+		gormlp.Data(x, y, s*global, global)
+		if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+			t.Fatal(err)
+		}
+		if err := train.RunStep(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := p.LossValue()
+		losses = append(losses, l)
+	}
+	return losses, append([]float32(nil), m.Params.Data...)
+}
+
+// deviceRun trains on world in-process ranks and returns each rank's losses and final
+// parameters, and the number of buckets.
+func deviceRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)) ([][]float32, [][]float32, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	host := comm.NewLocalGroups(world)
+	defer func() {
+		for _, g := range host {
+			g.Close(context.Background())
+		}
+	}()
+	// Devices are opened one after the other: the fake driver loads the kernel emulator at
+	// the first lookup of a pending kernel, without a lock.
+	devs := make([]*cuda.Device, world)
+	for r := range devs {
+		if devs[r], err = cuda.Open(0); err != nil {
+			t.Fatal(err)
+		}
+		defer devs[r].Close()
+	}
+	losses, params := make([][]float32, world), make([][]float32, world)
+	errs := make([]error, world)
+	buckets := 0
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				store, err := comm.DialStore(ctx, srv.Addr())
+				if err != nil {
+					return err
+				}
+				defer store.Close()
+				g, err := nccl.New(ctx, store, r, world, nccl.WithDevice(0))
+				if err != nil {
+					return err
+				}
+				defer g.Close(context.Background())
+				dev := devs[r]
+				build := gormlp.Fixed(1, global/world)
+				m, err := nn.NewGraphModel(build)
+				if err != nil {
+					return err
+				}
+				d, err := ddp.New(ctx, m, host[r], ddp.FirstBucketBytes(4), ddp.BucketCapBytes(4), ddp.LastBucketBytes(0), ddp.CheckEvery(2))
+				if err != nil {
+					return err
+				}
+				opt := mustOpt(t, m, newOpt)
+				st, err := tape.NewState(dev, m, tape.WithOptimizer(opt))
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				dd, err := devddp.New(d, st, g)
+				if err != nil {
+					return err
+				}
+				defer dd.Close()
+				p, err := dd.Compile(build)
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				if r == 0 {
+					buckets = len(d.Buckets())
+				}
+				n := global / world
+				x, y := make([]float32, n*gormlp.In), make([]float32, n*gormlp.Out)
+				for s := range steps {
+					gormlp.Data(x, y, s*global+r*n, n)
+					if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+						return err
+					}
+					if s < 2 {
+						err = p.Run(ctx)
+						if err == nil {
+							err = p.Step(ctx)
+						}
+					} else {
+						err = train.RunStep(ctx, p)
+					}
+					if err != nil {
+						return fmt.Errorf("step %d: %w", s, err)
+					}
+					l, err := p.LossValue()
+					if err != nil {
+						return err
+					}
+					losses[r] = append(losses[r], l)
+				}
+				if err := st.ToHost(ctx); err != nil {
+					return err
+				}
+				params[r] = append([]float32(nil), m.Params.Data...)
+				return nil
+			}()
+			if errs[r] != nil {
+				cancel() // the other rank must not wait for this one
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return losses, params, buckets
+}
+
+func mustOpt(t *testing.T, m *nn.Model, f func([]optim.Segment) (optim.Optimizer, error)) optim.Optimizer {
+	segs, err := optim.Segments(m.Params, 0.01)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	o, err := f(segs)
+	if err != nil {
+		t.Error(err)
+	}
+	return o
+}
+
+// maxRel is max|a-b| / max|b|.
+func maxRel(a, b []float32) float64 {
+	var num, den float64
+	for i := range b {
+		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
+		den = math.Max(den, math.Abs(float64(b[i])))
+	}
+	if den == 0 {
+		return num
+	}
+	return num / den
+}
