@@ -3,6 +3,8 @@ package nccl
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
@@ -101,10 +103,26 @@ func hostBytes(b comm.Buffer) []byte {
 // connection failed.
 const ncclRemoteError = 6
 
-// exec runs one operation to completion on the worker's thread. NCCL's remote error is
-// reported as comm.ErrPeerGone, as comm's own backends report a dead peer.
+// exec runs one operation to completion on the worker's thread, aborting the communicator
+// when it has not completed within the timeout: wait enforces the timeout while the stream
+// runs the operation, and the timer covers a call that blocks until the peers arrive (as
+// the fake NCCL of cuda/cudatest does). NCCL's remote error is reported as
+// comm.ErrPeerGone, as comm's own backends report a dead peer.
 func (w *worker) exec(o *task) error {
+	var mu sync.Mutex
+	done := false
+	t := time.AfterFunc(w.timeout, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			w.abort(fmt.Errorf("%s: %w after %v", o.describe(), comm.ErrTimeout, w.timeout))
+		}
+	})
 	err := w.execInner(o)
+	mu.Lock()
+	done = true
+	mu.Unlock()
+	t.Stop()
 	if err == nil {
 		return nil
 	}

@@ -406,3 +406,17 @@ func TestStaleSegmentSwept(t *testing.T) {
 		t.Fatalf("stale segment of dead process %d still there: %v", pid, err)
 	}
 }
+
+// The fake's calls block until every rank arrives, so wait's deadline is never reached;
+// WithTimeout must still bound a collective that a peer never enters, aborting the
+// communicator with comm.ErrTimeout (not a hang until the caller's context ends).
+func TestTimeoutBoundsBlockedCollective(t *testing.T) {
+	gs := groups(t, 2, WithTimeout(200*time.Millisecond))
+	err := wait(gs[0].AllReduce(comm.F32{1}, comm.Sum))
+	if !errors.Is(err, comm.ErrTimeout) {
+		t.Fatalf("all-reduce no peer entered: %v, want comm.ErrTimeout", err)
+	}
+	if err := wait(gs[0].Barrier()); !errors.Is(err, comm.ErrTimeout) {
+		t.Fatalf("after the timeout: %v, want the group poisoned with comm.ErrTimeout", err)
+	}
+}
