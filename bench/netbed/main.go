@@ -144,6 +144,7 @@ func parent() error {
 				}
 			}
 			shaping := bed.Shaping
+			fmt.Fprintf(os.Stderr, "netbed: %d hosts at %s done (load %.1f before, %.1f after)\n", hosts, rate, load, benchutil.LoadAvg())
 			if err := bed.Close(); err != nil {
 				cancel()
 				return err

@@ -126,6 +126,8 @@ type netbedRow struct {
 	Rate    string  `json:"rate"`
 	Bytes   int     `json:"bytes"`
 	Hier    float64 `json:"hier_latency_s"`
+	Flat    float64 `json:"flat_latency_s"`
+	Load    float64 `json:"loadavg"`
 }
 
 type netbedRows []netbedRow

@@ -21,6 +21,8 @@ import (
 
 const MiB = 1 << 20
 
+var fitFile *string
+
 type row struct {
 	Point     string  `json:"point"`
 	Quantity  string  `json:"quantity"`
@@ -32,6 +34,7 @@ type row struct {
 
 func main() {
 	dir := flag.String("results", "bench/results", "folder with the measured JSON files; scaling.json is written there")
+	fitFile = flag.String("fit", "bench/results/netbed-run1.json", "bench/netbed run the host-level model is fitted on (checked on netbed.json)")
 	flag.Parse()
 	if err := run(*dir); err != nil {
 		fmt.Fprintln(os.Stderr, "scaling:", err)
@@ -88,42 +91,28 @@ func run(dir string) error {
 	add("bench/ddp 1x2 shm, β from the trace", "step ms", s2.Time*1e3, tr.stepMean*1e3, "ddp_trace.json")
 	add("bench/ddp 1x2 shm, β from the trace", "efficiency", ceiling*s2.Efficiency, effMeas, "ddp.json")
 
-	// 2. bench/netbed: hierarchical collectives; the inter-host link is fitted per rate on the
-	// 2x2 all-reduce at 1 MiB (α) and 64 MiB (β); every other point is predicted.
-	nb, err := readNetbed(filepath.Join(dir, "netbed.json"))
+	// 2. The test bed: the host-level model fitted on one bench/netbed run, checked on
+	// another; the DDP runs across hosts (bench/ddpnet) predicted from it.
+	bed, err := fitBed(*fitFile, filepath.Join(dir, "netbed.json"), shm, add)
 	if err != nil {
 		return err
 	}
-	inter := map[string]scaling.Link{}
-	for _, rate := range []string{"1gbit", "10gbit"} {
-		small, big := nb.find("all-reduce", 2, rate, 1*MiB), nb.find("all-reduce", 2, rate, 64*MiB)
-		if small == nil || big == nil {
-			return fmt.Errorf("netbed.json: no 2x2 %s all-reduce at 1 and 64 MiB to fit the link", rate)
-		}
-		l := fitLink([]int{1 * MiB, 64 * MiB}, []float64{small.Hier - shm.Ring(2, 1*MiB), big.Hier - shm.Ring(2, 64*MiB)}, 2)
-		inter[rate] = l
-		fmt.Printf("inter-host link %s (tbf) fitted on 2x2 all-reduce 1 and 64 MiB: α %.2f ms, β %.3f GB/s (%.0f%% of the rate)\n", rate, l.Alpha*1e3, l.Beta/1e9, 100*l.Beta/rateBps(rate))
+	fmt.Printf("α–β model of before (inter-host link fitted per rate on the fit run's 2x2 all-reduce at 1 and 64 MiB) on the check run: %d of %d hierarchical points within 15%%\n",
+		bed.AlphaBetaWithin, bed.AlphaBetaPoints)
+	ddpnet, err := predictDDPNet(filepath.Join(dir, "ddpnet.json"), prof, cuts, 16, bed.Costs, add)
+	if err != nil {
+		return err
 	}
-	for _, r := range nb {
-		if r.Op == "all-reduce" && r.Hosts == 2 && (r.Bytes == 1*MiB || r.Bytes == 64*MiB) {
-			continue // used for the fit
-		}
-		t := scaling.Topology{Hosts: r.Hosts, PerHost: r.PerHost, Rails: 1, Intra: shm, Inter: inter[r.Rate]}
-		pred := t.Half(float64(r.Bytes))
-		if r.Op == "all-reduce" {
-			pred = t.AllReduce(float64(r.Bytes))
-		}
-		add(fmt.Sprintf("netbed %dx%d %s %s %d MiB", r.Hosts, r.PerHost, r.Rate, r.Op, r.Bytes/MiB), "latency ms", pred*1e3, r.Hier*1e3, "netbed.json (hier)")
-	}
-	// DDP step predictions on the test bed (no measured DDP run across namespaces yet).
 	var bedPred []map[string]any
 	for _, h := range []int{2, 3} {
 		for _, rate := range []string{"1gbit", "10gbit"} {
-			t := scaling.Topology{Hosts: h, PerHost: 2, Rails: 1, Intra: shm, Inter: inter[rate]}
-			d, _ := scaling.DDP(prof, t, cuts)
-			z, _ := scaling.ZeRO3(prof, t)
-			fmt.Printf("prediction, no measurement yet: netbed %dx2 %s resnet18: DDP step %.0f ms eff %.3f; ZeRO-3 step %.0f ms eff %.3f\n", h, rate, d.Time*1e3, d.Efficiency, z.Time*1e3, z.Efficiency)
-			bedPred = append(bedPred, map[string]any{"hosts": h, "per_host": 2, "rate": rate, "ddp_step_s": d.Time, "ddp_efficiency": d.Efficiency, "zero3_step_s": z.Time, "zero3_efficiency": z.Efficiency})
+			c := bed.Costs.AtRate(rateBps(rate))
+			d, _ := scaling.DDPCost(prof, cuts, func(b float64) (float64, float64) {
+				pl, _ := scaling.PlanOf("all-reduce", scaling.Hier, h, 2, b)
+				return c.Time(pl), c.CPU(pl) / float64(2*h)
+			})
+			fmt.Printf("prediction, not measured: netbed %dx2 %s resnet18 DDP (hier): step %.0f ms, efficiency %.3f\n", h, rate, d.Time*1e3, d.Efficiency)
+			bedPred = append(bedPred, map[string]any{"hosts": h, "per_host": 2, "rate": rate, "ddp_step_s": d.Time, "ddp_efficiency": d.Efficiency})
 		}
 	}
 
@@ -140,13 +129,17 @@ func run(dir string) error {
 		z, _ := scaling.ZeRO3(p.prof, p.top)
 		fmt.Printf("\n%s\n  assumptions: %s\n  compute: %s\n  predicted DDP efficiency %.3f (step %.1f ms, compute %.1f ms, link busy %.1f ms) against published %.2f; ZeRO-3 %.3f\n",
 			p.name, p.assume, p.computeNote, d.Efficiency, d.Time*1e3, d.Compute*1e3, d.Comm*1e3, p.published, z.Efficiency)
+		// Contention, at its worst: every second the link works during backward delays
+		// backward by as much (NCCL kernels taking the SMs; on CPUs, the copies taking the cores).
+		full, _ := scaling.DDPCost(p.prof, p.cuts, func(b float64) (float64, float64) { t := p.top.AllReduce(b); return t, t })
+		fmt.Printf("  with full compute/communication contention: %.3f\n", full.Efficiency)
 		sens := sensitivity(p.prof, p.top, p.cuts, p.first, p.cap, p.last)
 		fmt.Printf("  sensitivity (efficiency at −20%% / +20%% of each input):\n")
 		for _, s := range sens {
 			fmt.Printf("    %-28s %.3f / %.3f (Δ %+.3f / %+.3f)\n", s.Input, s.Minus, s.Plus, s.Minus-d.Efficiency, s.Plus-d.Efficiency)
 		}
 		pubOut = append(pubOut, map[string]any{"point": p.name, "assumptions": p.assume, "compute": p.computeNote, "published_efficiency": p.published,
-			"predicted_ddp_efficiency": d.Efficiency, "predicted_step_s": d.Time, "compute_s": d.Compute, "link_busy_s": d.Comm, "predicted_zero3_efficiency": z.Efficiency, "sensitivity": sens})
+			"predicted_ddp_efficiency": d.Efficiency, "predicted_step_s": d.Time, "compute_s": d.Compute, "link_busy_s": d.Comm, "predicted_zero3_efficiency": z.Efficiency, "sensitivity": sens, "full_contention_efficiency": full.Efficiency})
 	}
 	sens := sensitivity(prof, busy, cuts, 1*MiB, 25*MiB, 1*MiB)
 	fmt.Printf("\nsensitivity, bench/ddp 1x2 (β from the trace), efficiency before the ceiling factor %.3f:\n", s2.Efficiency)
@@ -154,20 +147,41 @@ func run(dir string) error {
 		fmt.Printf("    %-28s %.3f / %.3f\n", s.Input, s.Minus, s.Plus)
 	}
 
+	// Summaries: the check run of the test bed is the test; the fit run is shown to say how
+	// well the model can fit at all; the one-host bench/ddp points are apart.
+	groups := []struct{ name, prefix string }{{"test bed, check run (not fitted)", "check:"}, {"test bed, fit run", "fit:"}, {"bench/ddp one host", ""}}
+	summary := map[string]any{}
 	var abs []float64
-	for _, r := range rows {
-		abs = append(abs, math.Abs(r.ErrorPct))
-	}
-	sort.Float64s(abs)
 	within := 0
-	for _, a := range abs {
-		if a <= 15 {
-			within++
+	for _, gr := range groups {
+		var es []float64
+		for _, r := range rows {
+			isBed := strings.HasPrefix(r.Source, "check:") || strings.HasPrefix(r.Source, "fit:")
+			if (gr.prefix == "" && !isBed) || (gr.prefix != "" && strings.HasPrefix(r.Source, gr.prefix)) {
+				es = append(es, math.Abs(r.ErrorPct))
+			}
 		}
+		if len(es) == 0 {
+			continue
+		}
+		sort.Float64s(es)
+		in := 0
+		for _, e := range es {
+			if e <= 15 {
+				in++
+			}
+		}
+		if gr.prefix == "check:" {
+			abs, within = es, in
+		}
+		fmt.Printf("%s: %d of %d predicted-vs-measured points within 15%%; median |error| %.1f%%\n", gr.name, in, len(es), es[len(es)/2])
+		summary[gr.name] = map[string]any{"within_15pct": in, "points": len(es), "median_abs_error_pct": es[len(es)/2]}
 	}
-	fmt.Printf("\n%d of %d predicted-vs-measured points within 15%%; median |error| %.1f%%\n", within, len(abs), abs[len(abs)/2])
-	out := map[string]any{"rows": rows, "within_15pct": within, "points": len(rows), "median_abs_error_pct": abs[len(abs)/2],
-		"shm_link": shm, "inter_links": inter, "trace_link": busy.Intra, "published": pubOut, "netbed_ddp_predictions": bedPred,
+	if len(abs) == 0 {
+		return fmt.Errorf("no check points")
+	}
+	out := map[string]any{"rows": rows, "summary": summary, "check_within_15pct": within, "check_points": len(abs), "check_median_abs_error_pct": abs[len(abs)/2],
+		"shm_link": shm, "bed_model": bed, "netbed_ddp_measured": ddpnet, "trace_link": busy.Intra, "published": pubOut, "netbed_ddp_predictions": bedPred,
 		"profile": "resnet18 64x64 batch 16, rank 0 of bench/ddp's world-2 timeline (EvGradient instants)", "buckets_mib": scaling.BucketBytes(prof.Layers, cuts)}
 	b, err := json.MarshalIndent(out, "", " ")
 	if err != nil {

@@ -21,7 +21,9 @@ import (
 //   - mem: bytes reduced or copied through shared memory (and the ring's reductions), at Mem
 //     CPU seconds per byte;
 //
-// CPU seconds are shared by Cores cores. The collective is pipelined by chunks, so the wire
+// CPU seconds are shared by Cores cores. A byte costs more CPU once the job's buffers (all
+// ranks' together, Plan.Working) no longer fit the last-level cache: the CPU seconds grow by
+// Spill × the fraction of the working set beyond Cache. The collective is pipelined by chunks, so the wire
 // and the CPUs work at once: its time is max(wire, cpu) + Serial·min(wire, cpu) + Steps·α,
 // where Serial is the part of the shorter that the pipeline does not hide (0: perfect
 // overlap, 1: none). The constants are fitted (FitCosts) on measured runs and checked on
@@ -36,12 +38,15 @@ type Costs struct {
 	Mem    float64 // CPU seconds per byte reduced or copied in memory
 	Cores  float64 // cores the CPU work is spread over
 	Serial float64 // fraction of min(wire, cpu) not hidden by the pipeline
+	Cache  float64 // bytes of last-level cache shared by the ranks (0: no cache effect)
+	Spill  float64 // extra CPU cost, relative, of a working set far beyond Cache
 }
 
 // Plan is what one collective moves (see Note [Hosts whose CPUs move the bytes]).
 type Plan struct {
 	Steps          float64 // ring steps (latency terms)
 	Wire, TCP, Mem float64 // bytes
+	Working        float64 // bytes of the buffers of all ranks together
 }
 
 // Algorithm names accepted by PlanOf.
@@ -71,7 +76,7 @@ func PlanOf(op, algo string, hosts, perHost int, b float64) (Plan, error) {
 	if half {
 		f = 1
 	}
-	var p Plan
+	p := Plan{Working: n * b}
 	switch algo {
 	case Hier:
 		p.Steps = f * (H - 1)
@@ -112,7 +117,13 @@ func (c Costs) Time(p Plan) float64 {
 }
 
 // CPU is the plan's CPU seconds, all ranks together.
-func (c Costs) CPU(p Plan) float64 { return c.TCP*p.TCP + c.Mem*p.Mem }
+func (c Costs) CPU(p Plan) float64 {
+	spill := 1.0
+	if c.Cache > 0 && p.Working > c.Cache {
+		spill += c.Spill * (1 - c.Cache/p.Working)
+	}
+	return (c.TCP*p.TCP + c.Mem*p.Mem) * spill
+}
 
 // Point is one measured collective for FitCosts.
 type Point struct {
@@ -121,7 +132,7 @@ type Point struct {
 	Seconds float64 // measured
 }
 
-// FitCosts fits c's Alpha, TCP, Mem and Serial and the wire efficiency (Wire = efficiency ×
+// FitCosts fits c's Alpha, TCP, Mem, Serial, Spill (when start has a Cache) and the wire efficiency (Wire = efficiency ×
 // the point's rate) to the points by least squares on log(predicted/measured), starting from
 // start (Cores and Wire/rate of start kept as the initial guess); it returns the costs with
 // Wire as the efficiency (the caller multiplies by a rate, see AtRate) and the median
@@ -140,6 +151,9 @@ func FitCosts(points []Point, start Costs) (Costs, float64) {
 	}
 	c := start
 	params := []*float64{&c.Alpha, &c.Wire, &c.TCP, &c.Mem, &c.Serial}
+	if c.Cache > 0 {
+		params = append(params, &c.Spill)
+	}
 	for _, v := range params {
 		if *v <= 0 {
 			*v = 1e-12

@@ -28,6 +28,9 @@ func TestPlanOf(t *testing.T) {
 		{"all-reduce", Flat, 1, 2, Plan{Steps: 2, Wire: 0, TCP: 2, Mem: 1}},
 	} {
 		got, err := PlanOf(c.op, c.algo, c.h, c.l, 1)
+		if w := float64(c.h * c.l); !near(got.Working, w) {
+			t.Errorf("PlanOf(%s, %s, %d, %d).Working = %g, want %g", c.op, c.algo, c.h, c.l, got.Working, w)
+		}
 		if err != nil || !near(got.Steps, c.want.Steps) || !near(got.Wire, c.want.Wire) || !near(got.TCP, c.want.TCP) || !near(got.Mem, c.want.Mem) {
 			t.Errorf("PlanOf(%s, %s, %d, %d) = %+v, %v; want %+v", c.op, c.algo, c.h, c.l, got, err, c.want)
 		}
@@ -48,12 +51,17 @@ func TestCostsTime(t *testing.T) {
 	if got, want := c.Time(p), 2e-4+cpu+0.5*1e-3; !near(got, want) {
 		t.Errorf("CPU-bound Time = %g, want %g", got, want)
 	}
+	// Working set 4 times the cache: 3/4 of it spills, CPU × (1 + 0.4·3/4).
+	c.Cache, c.Spill, p.Working = 1e6, 0.4, 4e6
+	if got, want := c.Time(p), 2e-4+cpu*1.3+0.5*1e-3; !near(got, want) {
+		t.Errorf("spilled Time = %g, want %g", got, want)
+	}
 }
 
 // FitCosts recovers the constants that generated the points (exact times, so the fit's
 // error must be near 0), over two rates and both algorithms.
 func TestFitCostsRecovers(t *testing.T) {
-	truth := Costs{Alpha: 2e-4, Wire: 0.9, TCP: 1.5e-9, Mem: 3e-10, Cores: 2, Serial: 0.3}
+	truth := Costs{Alpha: 2e-4, Wire: 0.9, TCP: 1.5e-9, Mem: 3e-10, Cores: 2, Serial: 0.3, Cache: 32 << 20, Spill: 0.6}
 	var pts []Point
 	for _, rate := range []float64{125e6, 1.25e9} {
 		for _, op := range []string{"all-reduce", "reduce-scatter", "all-gather"} {
@@ -67,7 +75,7 @@ func TestFitCostsRecovers(t *testing.T) {
 			}
 		}
 	}
-	got, med := FitCosts(pts, Costs{Alpha: 1e-3, Wire: 0.5, TCP: 1e-8, Mem: 1e-8, Cores: 2, Serial: 0.5})
+	got, med := FitCosts(pts, Costs{Alpha: 1e-3, Wire: 0.5, TCP: 1e-8, Mem: 1e-8, Cores: 2, Serial: 0.5, Cache: 32 << 20, Spill: 0.1})
 	if med > 0.01 {
 		t.Errorf("median error %.3f after the fit, want < 1%%: %+v", med, got)
 	}
