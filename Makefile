@@ -127,11 +127,12 @@ bench-zero: deps
 bench-amp: deps
 	$(GO) run ./bench/amp
 
-## gpu-check: build the GPU check (a self-contained test binary, a run script and the PyTorch
-## side) into build/gpu-check; copy that folder to a GPU machine (no Go needed there) and run
-## build/gpu-check/run.sh. Nothing here needs CUDA.
+## gpu-check: build the GPU check (the check and executor test binaries, the trainer, run.sh,
+## the PyTorch side and the table script) into build/gpu-check; copy that folder to a GPU
+## machine (no Go needed there) and run build/gpu-check/run.sh. Nothing here needs CUDA.
+## EMULATE=1 also builds the fake GPU libraries into it, for EMULATE=1 build/gpu-check/run.sh.
 gpu-check:
-	bash cuda/gpucheck/build.sh build/gpu-check
+	EMULATE=$(EMULATE) bash cuda/gpucheck/build.sh build/gpu-check
 
 ## fixtures: regenerate the committed PyTorch fixtures (needs Debian's python3-torch).
 fixtures:

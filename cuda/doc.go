@@ -32,9 +32,8 @@
 //     buckets and ZeRO shards are unchanged;
 //   - cuda/tape lowers the project's own ops too (nn/ops, models/swin, amp; found by
 //     ops.Describe, swin.DescribeOp and amp.DescribeOp), so ResNet and the Swin Transformer
-//     run on the device as the graphs they are, and the trainer's -device cuda uses it;
-//     cuda/gpuresnet and cuda/gpuswin, the earlier hand-written device steps, remain for
-//     cuda/gpucheck until it runs the models through cuda/tape;
+//     run on the device as the graphs they are, with no hand-written device copy of a
+//     model: the trainer's -device cuda and cuda/gpucheck's model tests use it;
 //   - parameters stay float32 masters; with autocast, GEMM and convolution operands are cast
 //     to fp16/bf16 on the device and multiplied by cuBLAS with float32 accumulation, while
 //     norms, softmax and losses stay float32, as torch.autocast's lists.

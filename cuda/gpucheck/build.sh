@@ -1,25 +1,72 @@
 #!/usr/bin/env bash
 # Builds the GPU check into one folder that runs on a GPU machine without Go:
 #   bash cuda/gpucheck/build.sh [OUT]      (default OUT: build/gpu-check)
-# then copy OUT to the GPU machine and run OUT/run.sh there.
+# then copy OUT to the GPU machine and run OUT/run.sh there. With EMULATE=1 it also builds
+# cuda/cudatest's fake GPU libraries and the kernel emulator into OUT/emulator, for
+# `EMULATE=1 OUT/run.sh` on a machine without a GPU.
+#
+# The binaries (gpucheck.test, tape.test, and the trainer imagenet) are built with cgo (the
+# GPU libraries are opened with dlopen) and, where the static archives are installed
+# (libopenblas-dev, libjpeg-dev), link OpenBLAS and libjpeg statically, so that they need
+# only glibc and the CPU references run at OpenBLAS's speed; without them the test binaries
+# fall back to -tags purego (gonum's Go BLAS) and the trainer needs the shared libraries ldd
+# lists in BUILD_INFO. They are stripped and gzipped (run.sh unpacks them): the folder must
+# stay small enough to carry.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-build/gpu-check}
 go=${GO:-go}
+cc=${CC:-cc}
 mkdir -p "$out"
-# cgo is required: the GPU libraries are opened with dlopen.
-# purego: gonum's Go BLAS for the CPU references, so the binary needs only libc.
-CGO_ENABLED=1 "$go" test -c -tags purego -o "$out/gpucheck.test" ./cuda/gpucheck
+rm -f "$out"/*.test "$out"/imagenet "$out"/*.gz
+static=$(mktemp -d)
+trap 'rm -rf "$static"' EXIT
+tags=()
+ldflags="-s -w"
+blas=$("$cc" -print-file-name=libopenblas.a 2>/dev/null || true)
+jpeg=$("$cc" -print-file-name=libjpeg.a 2>/dev/null || true)
+if [ -f "$blas" ] && [ -f "$jpeg" ]; then
+  # A folder holding only the archives, searched first: -lopenblas and -ljpeg resolve to them.
+  ln -s "$(readlink -f "$blas")" "$static/libopenblas.a"
+  ln -s "$(readlink -f "$jpeg")" "$static/libjpeg.a"
+  export CGO_LDFLAGS="${CGO_LDFLAGS:+$CGO_LDFLAGS }-L$static"
+  ldflags="$ldflags -extldflags=-lm"
+  linking="OpenBLAS and libjpeg linked statically"
+else
+  tags=(-tags purego)
+  linking="no static OpenBLAS/libjpeg archives: purego (gonum's BLAS); the trainer links the shared libraries"
+fi
+echo "gpu-check: building into $out ($linking)"
+CGO_ENABLED=1 "$go" test -c "${tags[@]}" -ldflags="$ldflags" -o "$out/gpucheck.test" ./cuda/gpucheck
 # The graph executor's tests (cuda/tape): on the emulator here, on the real GPU with REQUIRE_GPU=1.
-CGO_ENABLED=1 "$go" test -c -tags purego -o "$out/tape.test" ./cuda/tape
-cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py cuda/gpucheck/README.md "$out/"
+CGO_ENABLED=1 "$go" test -c "${tags[@]}" -ldflags="$ldflags" -o "$out/tape.test" ./cuda/tape
+# The trainer (examples/imagenet), whose runs run.sh times and compares with the CPU. It keeps
+# libjpeg (the data loader's decoder) even under purego, hence no tags.
+if [ ${#tags[@]} -eq 0 ]; then
+  CGO_ENABLED=1 "$go" build -ldflags="$ldflags" -o "$out/imagenet" ./examples/imagenet
+else
+  CGO_ENABLED=1 "$go" build -ldflags="-s -w" -o "$out/imagenet" ./examples/imagenet
+fi
+cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py cuda/gpucheck/compare.py cuda/gpucheck/README.md "$out/"
 # kernels.cu, so that run.sh can regenerate the PTX where nvcc is (the binaries embed the
 # committed PTX), and the kernels the committed PTX lacks (cuda/kernels' Pending), one a line.
 cp cuda/kernels/kernels.cu "$out/"
 sed -n '/^var Pending = /,/}/p' cuda/kernels/kernels.go | grep -o '"[A-Za-z0-9_]*"' | tr -d '"' > "$out/PTX_PENDING" || true
-chmod +x "$out/run.sh" "$out/gpucheck.test" "$out/tape.test"
+chmod +x "$out/run.sh" "$out/gpucheck.test" "$out/tape.test" "$out/imagenet"
 {
-  echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown) with $("$go" version)"
-  echo "needs glibc >= $(objdump -T "$out/gpucheck.test" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1 || echo '?')"
+  echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)') with $("$go" version); $linking"
+  echo "needs glibc >= $(objdump -T "$out/gpucheck.test" "$out/tape.test" "$out/imagenet" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1 || echo '?')"
+  for b in gpucheck.test tape.test imagenet; do
+    echo "$b needs: $(ldd "$out/$b" 2>/dev/null | awk '/=>/ {print $1} !/=>/ && /\// {print $1}' | tr '\n' ' ')"
+  done
 } > "$out/BUILD_INFO"
-echo "gpu-check: $out ready; on the GPU machine run: $out/run.sh"
+cat "$out/BUILD_INFO"
+for b in gpucheck.test tape.test imagenet; do
+  gzip -f -6 "$out/$b"
+done
+rm -rf "$out/emulator"
+if [ "${EMULATE:-0}" = 1 ]; then
+  CGO_ENABLED=1 "$go" run ./cuda/gpucheck/fakelibs "$out/emulator"
+  echo "gpu-check: fake GPU libraries and the kernel emulator in $out/emulator (EMULATE=1 $out/run.sh)"
+fi
+echo "gpu-check: $out ready ($(du -sh "$out" | cut -f1)); on the GPU machine run: $out/run.sh"

@@ -72,6 +72,7 @@ func TestGemmVsCPU(t *testing.T) {
 // sizes torch_bench.py measures with PyTorch).
 func TestGemmThroughput(t *testing.T) {
 	d := device(t)
+	realGPUOnly(t, "throughput")
 	const s = 4096
 	r := rand.New(rand.NewPCG(13, 14))
 	a, b := upload(t, d, randn(r, s*s, 1), s, s), upload(t, d, randn(r, s*s, 1), s, s)

@@ -3,7 +3,7 @@ package swin
 // Geometry is one block's window-attention geometry on an H×W feature map: padding to
 // window multiples, the shift after torchvision's "a window that covers the map does not
 // shift" rule, and the index maps and mask the CPU model gathers with. It is exported so
-// that device implementations (cuda/gpuswin) gather exactly as the CPU model does.
+// that device implementations can gather exactly as the CPU model does.
 type Geometry struct{ g windowGeom }
 
 // NewGeometry is the geometry of a block with window win and shift shift (0 for the

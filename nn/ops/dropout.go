@@ -73,7 +73,7 @@ func keep(key uint64, i int, p float64) bool {
 
 // DropPathScales returns the per-sample factors DropPath applies in the forward run that
 // draws stream number stream of an RNG seeded with seed (see RNG.State): 0 for a dropped
-// sample, 1/(1-p) in float32 for a kept one. Device implementations (cuda/gpuswin) use it to
+// sample, 1/(1-p) in float32 for a kept one. Device implementations can use it to
 // drop exactly the samples the CPU op drops.
 func DropPathScales(seed, stream uint64, n int, p float64) []float32 {
 	out := make([]float32, n)
