@@ -4,6 +4,10 @@
 // stack. It needs root and iproute2; New skips the test, and Create fails with
 // ErrUnavailable, saying why, when either is missing.
 //
+// Faults for tests: SetLink and DeleteLink cut a host off, Loss drops a share of its packets.
+// Where the kernel has no netem (as on the machines this was built on: no netem, no gact,
+// no nft queue) loss is made with nftables and there is no way in the kernel to add delay.
+//
 // Safety: addresses (10.213.0.0/24) exist only on interfaces inside the namespaces the bed
 // created, so traffic between hosts never leaves them. Namespaces are named
 // gpnb-<creator pid>-<seq>-...; Close removes the bed's processes, namespaces and with them
