@@ -46,6 +46,8 @@ func procWorker(scenario string) error {
 		return nil
 	case "abort", "exit":
 		return procPeerFails(ctx, g, scenario)
+	case "ddp":
+		return procDDP(ctx, g)
 	}
 	return fmt.Errorf("unknown scenario %q", scenario)
 }
