@@ -1,0 +1,409 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+
+	// OpenBLAS for blas32 where cgo allows (gonum's Go BLAS otherwise).
+	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// PowerSGDOption configures PowerSGDHook.
+type PowerSGDOption func(*powerSGDConfig)
+
+type powerSGDConfig struct {
+	rank          int
+	startIter     int
+	minRate       float64
+	errorFeedback bool
+	warmStart     bool
+	eps           float32
+	seed          uint64
+}
+
+// PowerSGDRank sets matrix_approximation_rank r (default 1): each gradient matrix n×m is sent
+// as P (n×r) and Q (m×r), (n+m)·r numbers instead of n·m.
+func PowerSGDRank(r int) PowerSGDOption { return func(c *powerSGDConfig) { c.rank = r } }
+
+// PowerSGDStartIter sets start_powerSGD_iter (default 1000): steps before it are reduced by a
+// plain all-reduce (the average), as torch does to let training settle first.
+func PowerSGDStartIter(n int) PowerSGDOption { return func(c *powerSGDConfig) { c.startIter = n } }
+
+// PowerSGDMinCompressionRate sets min_compression_rate (default 2): an n×m gradient is
+// compressed only when n·m > rate·(n+m)·r; smaller ones, and every gradient of at most one
+// dimension (biases, norms), are all-reduced uncompressed, together.
+func PowerSGDMinCompressionRate(rate float64) PowerSGDOption {
+	return func(c *powerSGDConfig) { c.minRate = rate }
+}
+
+// PowerSGDErrorFeedback sets use_error_feedback (default true): what compression lost at a
+// step is added to the rank's gradients at the next one.
+func PowerSGDErrorFeedback(on bool) PowerSGDOption {
+	return func(c *powerSGDConfig) { c.errorFeedback = on }
+}
+
+// PowerSGDWarmStart sets warm_start (default true): each step's Q starts from the previous
+// step's (orthogonalized) instead of fresh random values.
+func PowerSGDWarmStart(on bool) PowerSGDOption { return func(c *powerSGDConfig) { c.warmStart = on } }
+
+// PowerSGDSeed sets random_seed (default 0), the seed of the random Qs; it must be the same on
+// every rank.
+func PowerSGDSeed(seed uint64) PowerSGDOption { return func(c *powerSGDConfig) { c.seed = seed } }
+
+// PowerSGDOrthogonalizationEpsilon sets orthogonalization_epsilon (default 0), added to each
+// column's norm before dividing by it in Gram-Schmidt.
+func PowerSGDOrthogonalizationEpsilon(eps float32) PowerSGDOption {
+	return func(c *powerSGDConfig) { c.eps = eps }
+}
+
+// PowerSGDHook returns PyTorch's powerSGD_hook (torch.distributed.algorithms.ddp_comm_hooks,
+// Vogels et al., "PowerSGD: Practical Low-Rank Gradient Compression", 2019): rank-r
+// compression of each bucket's gradient matrices with one step of power iteration.
+//
+// Per bucket and step, from start_powerSGD_iter on: the previous step's error is added to the
+// bucket (error feedback); each gradient of two or more dimensions worth compressing is
+// viewed as a matrix M of shape[0] rows (the other dimensions flattened, as torch does); the
+// other gradients are all-reduced uncompressed and averaged. Then P = M·Q, all-reduce the Ps
+// (sum), orthogonalize each P (Gram-Schmidt), Q = Mᵀ·P, all-reduce the Qs and divide them by
+// the world size, M ≈ P·Qᵀ, and the error is what the bucket held before less what it holds
+// now. The first Q of a bucket (every Q without warm start) is random normal from a generator
+// seeded with the seed, orthogonalized, identical on every rank.
+//
+// The hook keeps state per group (one hook may serve several ranks of a process) and per
+// bucket index; a bucket whose size changes (DDP re-cuts its buckets after the first step)
+// starts afresh. A step is recognised by its first bucket (Index 0). The reductions of a
+// group's buckets run one after the other, in bucket order, on goroutines of their own, so
+// every rank issues the same collectives in the same order. P and Q travel as float32.
+//
+// Like torch, it refuses start_powerSGD_iter <= 1 with error feedback or warm start (DDP may
+// re-cut its buckets after the first step, which would waste the state), and a rank below 1.
+func PowerSGDHook(opts ...PowerSGDOption) (CommHook, error) {
+	c := powerSGDConfig{rank: 1, startIter: 1000, minRate: 2, errorFeedback: true, warmStart: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.rank < 1 {
+		return nil, fmt.Errorf("ddp: PowerSGD rank %d: %w", c.rank, comm.ErrInvalid)
+	}
+	if (c.errorFeedback || c.warmStart) && c.startIter <= 1 {
+		return nil, fmt.Errorf("ddp: PowerSGD start iteration %d: must be > 1 with error feedback or warm start (as torch): %w",
+			c.startIter, comm.ErrInvalid)
+	}
+	return &powerSGD{cfg: c, groups: map[comm.Group]*psgdGroup{}}, nil
+}
+
+type powerSGD struct {
+	cfg    powerSGDConfig
+	mu     sync.Mutex
+	groups map[comm.Group]*psgdGroup
+}
+
+// psgdGroup is one rank's state. It is touched by Reduce (on the backward goroutine) and by
+// the bucket goroutines, which run one at a time, each after the previous one has finished.
+type psgdGroup struct {
+	iter      int
+	lastIndex int
+	rng       *rand.Rand
+	buckets   map[int]*psgdBucket
+	tail      chan struct{} // closed when the last launched bucket has finished
+}
+
+// psgdBucket is the state of one bucket index.
+type psgdBucket struct {
+	size   int
+	mats   []psgdMatrix
+	unc    [][2]int // uncompressed element ranges of the bucket
+	uncBuf []float32
+	p, q   []float32 // every matrix's P and Q, one after the other
+	err    []float32 // error feedback
+	before []float32 // the bucket after the error was added
+	qReady bool      // q holds a previous step's Q (warm start)
+}
+
+// psgdMatrix is one compressed gradient: rows×cols at off in the bucket, rank r, its P at
+// pOff and its Q at qOff.
+type psgdMatrix struct {
+	off, rows, cols, r, pOff, qOff int
+}
+
+func (h *powerSGD) group(g comm.Group) *psgdGroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.groups[g]
+	if st == nil {
+		tail := make(chan struct{})
+		close(tail)
+		st = &psgdGroup{lastIndex: -1, rng: seedSource(h.cfg.seed),
+			buckets: map[int]*psgdBucket{}, tail: tail}
+		h.groups[g] = st
+	}
+	return st
+}
+
+func (h *powerSGD) Reduce(g comm.Group, b *Bucket) comm.Work {
+	st := h.group(g)
+	if b.Index <= st.lastIndex {
+		st.iter++
+	}
+	st.lastIndex = b.Index
+	if st.iter < h.cfg.startIter {
+		return allReduceHook{}.Reduce(g, b)
+	}
+	w := &psgdWork{done: make(chan struct{})}
+	prev := st.tail
+	st.tail = w.done
+	go func() {
+		defer close(w.done)
+		<-prev
+		w.err = h.compress(g, st, b, w)
+		if w.err != nil {
+			w.err = fmt.Errorf("PowerSGD %v: %w", b, w.err)
+		}
+	}()
+	return w
+}
+
+// compress runs the algorithm on one bucket (see PowerSGDHook).
+func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork) error {
+	n := g.Size()
+	bs := st.buckets[b.Index]
+	if bs == nil || bs.size != len(b.Grad) {
+		bs = h.layout(b)
+		st.buckets[b.Index] = bs
+	}
+	grad := b.Grad
+	if h.cfg.errorFeedback {
+		for i, e := range bs.err {
+			grad[i] += e
+		}
+		copy(bs.before, grad)
+	}
+	if !h.cfg.warmStart || !bs.qReady {
+		randomNormal(st.rng, bs.q)
+		bs.qReady = true
+	}
+	for _, m := range bs.mats {
+		orthogonalize(bs.q[m.qOff:m.qOff+m.cols*m.r], m.cols, m.r, h.cfg.eps)
+	}
+	k := 0
+	for _, u := range bs.unc {
+		k += copy(bs.uncBuf[k:], grad[u[0]:u[1]])
+	}
+	var uw comm.Work
+	if len(bs.uncBuf) > 0 {
+		uw = w.track(g.AllReduce(comm.F32(bs.uncBuf), comm.Sum))
+	}
+	for _, m := range bs.mats {
+		sgemm(false, m.rows, m.r, m.cols, grad[m.off:], m.cols, bs.q[m.qOff:], m.r, bs.p[m.pOff:], m.r)
+	}
+	pw := w.track(g.AllReduce(comm.F32(bs.p), comm.Sum))
+	if uw != nil {
+		if err := uw.Wait(context.Background()); err != nil {
+			return fmt.Errorf("all-reduce of the uncompressed gradients: %w", err)
+		}
+		scale(bs.uncBuf, n)
+		k = 0
+		for _, u := range bs.unc {
+			k += copy(grad[u[0]:u[1]], bs.uncBuf[k:])
+		}
+	}
+	if err := pw.Wait(context.Background()); err != nil {
+		return fmt.Errorf("all-reduce of P: %w", err)
+	}
+	for _, m := range bs.mats {
+		orthogonalize(bs.p[m.pOff:m.pOff+m.rows*m.r], m.rows, m.r, h.cfg.eps)
+		sgemm(true, m.cols, m.r, m.rows, grad[m.off:], m.cols, bs.p[m.pOff:], m.r, bs.q[m.qOff:], m.r)
+	}
+	if err := w.track(g.AllReduce(comm.F32(bs.q), comm.Sum)).Wait(context.Background()); err != nil {
+		return fmt.Errorf("all-reduce of Q: %w", err)
+	}
+	scale(bs.q, n)
+	for _, m := range bs.mats {
+		lowRank(grad[m.off:m.off+m.rows*m.cols], bs.p[m.pOff:], bs.q[m.qOff:], m.rows, m.cols, m.r)
+	}
+	if h.cfg.errorFeedback {
+		for i := range bs.err {
+			bs.err[i] = bs.before[i] - grad[i]
+		}
+	}
+	return nil
+}
+
+// layout decides which of b's gradients are compressed and allocates the bucket's state.
+func (h *powerSGD) layout(b *Bucket) *psgdBucket {
+	bs := &psgdBucket{size: len(b.Grad)}
+	covered := 0 // elements before it are assigned
+	addUnc := func(lo, hi int) {
+		if hi <= lo {
+			return
+		}
+		if k := len(bs.unc); k > 0 && bs.unc[k-1][1] == lo {
+			bs.unc[k-1][1] = hi
+			return
+		}
+		bs.unc = append(bs.unc, [2]int{lo, hi})
+	}
+	np, nq := 0, 0
+	for _, p := range b.Params {
+		off := p.Offset - b.Lo
+		if off < covered || off+p.Numel() > len(b.Grad) {
+			continue // not wholly in the bucket: left to the uncompressed ranges
+		}
+		addUnc(covered, off)
+		covered = off + p.Numel()
+		rows := 0
+		if len(p.Shape) >= 2 && p.Shape[0] > 0 {
+			rows = p.Shape[0]
+		}
+		if rows == 0 {
+			addUnc(off, covered)
+			continue
+		}
+		cols := p.Numel() / rows
+		r := min(rows, cols, h.cfg.rank)
+		if !(float64((rows+cols)*r)*h.cfg.minRate < float64(rows*cols)) {
+			addUnc(off, covered)
+			continue
+		}
+		bs.mats = append(bs.mats, psgdMatrix{off: off, rows: rows, cols: cols, r: r, pOff: np, qOff: nq})
+		np += rows * r
+		nq += cols * r
+	}
+	addUnc(covered, len(b.Grad))
+	k := 0
+	for _, u := range bs.unc {
+		k += u[1] - u[0]
+	}
+	bs.uncBuf = make([]float32, k)
+	bs.p, bs.q = make([]float32, np), make([]float32, nq)
+	if h.cfg.errorFeedback {
+		bs.err, bs.before = make([]float32, len(b.Grad)), make([]float32, len(b.Grad))
+	}
+	return bs
+}
+
+// seedSource is the generator of the per-bucket seeds (torch's state.rng).
+func seedSource(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }
+
+// randomNormal fills q with standard normal values from a generator seeded by the next seed
+// of src: one seed per bucket and step, drawn in bucket order, so the same on every rank.
+func randomNormal(src *rand.Rand, q []float32) {
+	r := rand.New(rand.NewPCG(src.Uint64(), 0))
+	for i := range q {
+		q[i] = float32(r.NormFloat64())
+	}
+}
+
+// sgemm is c = op(a)·b with row-major operands: op(a) m×k (a is k×m when trans), b k×n,
+// c m×n.
+func sgemm(trans bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	t := blas.NoTrans
+	if trans {
+		t = blas.Trans
+	}
+	blas32.Implementation().Sgemm(t, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+}
+
+// orthogonalize makes the r columns of the rows×r row-major matrix x orthonormal by
+// Gram-Schmidt, as torch's _orthogonalize_gram_schmidt: each column is divided by its norm
+// (plus eps), then its projection is taken off the columns after it. Norms and dot products
+// are summed in float64. A column of norm zero (eps 0) is left zero, where torch would divide
+// by zero.
+func orthogonalize(x []float32, rows, r int, eps float32) {
+	for i := range r {
+		var ss float64
+		for k := range rows {
+			v := float64(x[k*r+i])
+			ss += v * v
+		}
+		d := float32(math.Sqrt(ss)) + eps
+		if d == 0 {
+			continue
+		}
+		for k := range rows {
+			x[k*r+i] /= d
+		}
+		for j := i + 1; j < r; j++ {
+			var dot float64
+			for k := range rows {
+				dot += float64(x[k*r+i]) * float64(x[k*r+j])
+			}
+			c := float32(dot)
+			for k := range rows {
+				x[k*r+j] -= c * x[k*r+i]
+			}
+		}
+	}
+}
+
+// lowRank sets m (rows×cols) to p·qᵀ, p rows×r and q cols×r, each element's r products
+// summed in order (plain Go: the same bits on every rank, which BLAS does not promise).
+func lowRank(m, p, q []float32, rows, cols, r int) {
+	for i := range rows {
+		row, pi := m[i*cols:(i+1)*cols], p[i*r:(i+1)*r]
+		if r == 1 {
+			s := pi[0]
+			for j := range row {
+				row[j] = s * q[j]
+			}
+			continue
+		}
+		for j := range row {
+			qj := q[j*r : (j+1)*r]
+			var acc float32
+			for k, v := range pi {
+				acc += v * qj[k]
+			}
+			row[j] = acc
+		}
+	}
+}
+
+// psgdWork is one bucket's reduction: it completes when the bucket holds the result.
+type psgdWork struct {
+	done chan struct{}
+	err  error
+	mu   sync.Mutex
+	cur  comm.Work // the collective in flight, for Wait to abort
+}
+
+func (w *psgdWork) track(c comm.Work) comm.Work {
+	w.mu.Lock()
+	w.cur = c
+	w.mu.Unlock()
+	return c
+}
+
+func (w *psgdWork) Done() <-chan struct{} { return w.done }
+
+// Wait waits for the bucket; when ctx ends first it aborts the collective in flight (the
+// bucket's buffers are in use) and waits for the goroutine to stop.
+func (w *psgdWork) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	c := w.cur
+	w.mu.Unlock()
+	if c != nil {
+		_ = c.Wait(ctx)
+	}
+	<-w.done
+	if w.err == nil {
+		return nil
+	}
+	return errors.Join(w.err, ctx.Err())
+}
