@@ -3,6 +3,7 @@
 // through gprun (DDP over the torchrun environment):
 //
 //	gprun --nproc-per-node 2 -- imagenet -data DIR -arch resnet18 -b 64 -epochs 10
+//	mpirun -np 2 imagenet -data DIR -arch resnet18   # MPI collectives (parallel/comm/mpi)
 //	imagenet -data-format synthetic -data /tmp/synth -arch resnet18 -image-size 32 -epochs 3
 package main
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/examples/imagenet/trainer"
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	_ "github.com/gorgonia-parallel/gp/parallel/comm/mpi" // GP_COMM_BACKEND=mpi, and by default under mpirun
 )
 
 func main() {

@@ -468,9 +468,10 @@ func leaveGroup(g comm.Group, err error) {
 	g.Close(context.Background())
 }
 
-// joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE.
+// joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE (or
+// mpirun's OMPI_COMM_WORLD_SIZE).
 func joinGroup(ctx context.Context, opts ...comm.Option) (comm.Group, error) {
-	if os.Getenv("WORLD_SIZE") == "" {
+	if os.Getenv("WORLD_SIZE") == "" && os.Getenv("OMPI_COMM_WORLD_SIZE") == "" {
 		return comm.NewLocalGroups(1)[0], nil
 	}
 	return comm.InitFromEnv(ctx, opts...)

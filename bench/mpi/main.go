@@ -1,0 +1,224 @@
+// Command mpi benchmarks the all-reduce of the MPI backend (parallel/comm/mpi, OpenMPI's
+// MPI_Iallreduce) against comm's own shared-memory and TCP transports, at world 2 on this
+// host, from 1 to 256 MiB. Every backend runs under the same `mpirun -np 2` (comm's
+// transports chosen with GP_COMM_BACKEND=shm|tcp, their ranks read from OMPI_COMM_WORLD_*).
+// It prints a table and writes bench/results/mpi.json. busbw follows nccl-tests: algbw =
+// bytes/time, all-reduce busbw = algbw*2(n-1)/n; time is the slowest rank's, the median of
+// -reps timed runs.
+//
+//	go run ./bench/mpi [-reps 5] [-max 268435456]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	_ "github.com/gorgonia-parallel/gp/parallel/comm/mpi"
+)
+
+var (
+	reps     = flag.Int("reps", 5, "timed runs per row (the median is reported)")
+	minBytes = flag.Int("min", 1<<20, "smallest size (bytes)")
+	maxBytes = flag.Int("max", 256<<20, "largest size (bytes)")
+	np       = flag.Int("np", 2, "ranks (mpirun -np)")
+	backends = flag.String("backends", "mpi,shm,tcp", "GP_COMM_BACKEND values to compare")
+	out      = flag.String("o", filepath.Join("bench", "results", "mpi.json"), "JSON output")
+	isWorker = flag.Bool("worker", false, "run as one rank (set by the bench itself)")
+)
+
+type sample struct {
+	Backend string  `json:"backend"`
+	World   int     `json:"world"`
+	Bytes   int     `json:"bytes"`
+	Latency float64 `json:"latency_s"`
+	BusBW   float64 `json:"busbw_gbps"`
+	CPU     float64 `json:"cpu_s"` // CPU time of all ranks together per all-reduce
+	Load    float64 `json:"loadavg,omitempty"`
+}
+
+func main() {
+	flag.Parse()
+	if *isWorker {
+		if err := worker(); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/mpi:", err)
+		os.Exit(1)
+	}
+}
+
+// sizes are the buffer sizes in bytes: powers of 4 from -min to -max.
+func sizes() []int {
+	var s []int
+	for b := *minBytes; b <= *maxBytes; b *= 4 {
+		s = append(s, b)
+	}
+	return s
+}
+
+func run() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	mpirunVersion, err := exec.Command("mpirun", "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mpirun --version: %w (apt-get install openmpi-bin)", err)
+	}
+	var rows []sample
+	for _, b := range strings.Split(*backends, ",") {
+		load := benchutil.LoadAvg()
+		got, err := launch(self, b)
+		if err != nil {
+			return fmt.Errorf("backend %s: %w", b, err)
+		}
+		for i := range got {
+			got[i].Load = load
+		}
+		rows = append(rows, got...)
+	}
+	fmt.Printf("all-reduce, float32 sum, world %d, %s; median of %d runs\n", *np, benchutil.FirstLine(string(mpirunVersion)), *reps)
+	fmt.Printf("%10s", "MiB")
+	names := strings.Split(*backends, ",")
+	for _, n := range names {
+		fmt.Printf(" %12s %10s", n+" GB/s", "cpu ms")
+	}
+	for _, n := range names[1:] {
+		fmt.Printf(" %12s", names[0]+"/"+n)
+	}
+	fmt.Println()
+	for _, sz := range sizes() {
+		fmt.Printf("%10d", sz>>20)
+		bw := map[string]float64{}
+		for _, n := range names {
+			for _, r := range rows {
+				if r.Backend == n && r.Bytes == sz {
+					bw[n] = r.BusBW
+					fmt.Printf(" %12.3f %10.1f", r.BusBW, r.CPU*1e3)
+				}
+			}
+		}
+		for _, n := range names[1:] {
+			fmt.Printf(" %11.2fx", bw[names[0]]/bw[n])
+		}
+		fmt.Println()
+	}
+	fmt.Println("busbw: nccl-tests definition (GB/s = 1e9 bytes/s, 2(n-1)/n x bytes / time); cpu ms: CPU time (user+system) of all ranks together per all-reduce; " +
+		"mpi: parallel/comm/mpi (MPI_Iallreduce in place, OpenMPI's defaults: vader shared memory between the ranks); shm, tcp: comm's transports (GP_COMM_BACKEND), all under the same mpirun")
+	buf, err := json.MarshalIndent(map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rows": rows}, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(*out, append(buf, '\n'), 0o644)
+}
+
+// launch runs the ranks under mpirun with GP_COMM_BACKEND=backend and returns rank 0's rows.
+func launch(self, backend string) ([]sample, error) {
+	args := []string{"--oversubscribe", "--bind-to", "none", "-np", strconv.Itoa(*np)}
+	if os.Geteuid() == 0 {
+		args = append([]string{"--allow-run-as-root"}, args...)
+	}
+	env := []string{"GP_COMM_BACKEND=" + backend, "OPENBLAS_NUM_THREADS=1", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo",
+		"GP_RDZV_SECRET=bench-mpi"}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		args = append(args, "-x", k)
+	}
+	args = append(args, self, "-worker", "-reps", strconv.Itoa(*reps), "-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("mpirun: %w\n%s%s", err, stdout.String(), stderr.String())
+	}
+	var rows []sample
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var s sample
+		if json.Unmarshal(sc.Bytes(), &s) == nil && s.Bytes > 0 {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("no results from the ranks:\n%s%s", stdout.String(), stderr.String())
+	}
+	return rows, nil
+}
+
+func worker() error {
+	ctx := context.Background()
+	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute))
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	n := g.Size()
+	backend := comm.TransportOf(g)
+	if want := os.Getenv(comm.BackendEnv); backend != want {
+		return fmt.Errorf("asked for backend %s, got %s", want, backend)
+	}
+	for _, sz := range sizes() {
+		buf := make(comm.F32, sz/4)
+		iters := max(3, min(32, (64<<20)/sz))
+		if err := g.AllReduce(buf, comm.Sum).Wait(ctx); err != nil {
+			return err
+		}
+		lats := make([]float64, *reps)
+		var cpuTotal float64
+		for i := range lats {
+			if err := g.Barrier().Wait(ctx); err != nil {
+				return err
+			}
+			c0, t0 := cpuTime(), time.Now()
+			for range iters {
+				if err := g.AllReduce(buf, comm.Sum).Wait(ctx); err != nil {
+					return err
+				}
+			}
+			t := comm.F64{time.Since(t0).Seconds() / float64(iters), (cpuTime() - c0) / float64(iters)}
+			slow, cpu := comm.F64{t[0]}, comm.F64{t[1]}
+			if err := errors.Join(g.AllReduce(slow, comm.Max).Wait(ctx), g.AllReduce(cpu, comm.Sum).Wait(ctx)); err != nil {
+				return err
+			}
+			lats[i] = slow[0]
+			cpuTotal += cpu[0]
+		}
+		lat := benchutil.Median(lats)
+		if g.Rank() == 0 {
+			b, _ := json.Marshal(sample{Backend: backend, World: n, Bytes: sz, Latency: lat,
+				BusBW: float64(sz) / lat * 2 * float64(n-1) / float64(n) / 1e9, CPU: cpuTotal / float64(*reps)})
+			fmt.Println(string(b))
+		}
+	}
+	return nil
+}
+
+// cpuTime is this process's user and system CPU time in seconds.
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
