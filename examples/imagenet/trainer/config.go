@@ -52,6 +52,9 @@ type Config struct {
 	ModelEMA  bool    // keep an exponential moving average of the weights, evaluated and saved
 	EMADecay  float64 // its decay per optimizer step
 
+	// CommHook is DDP's communication hook (-ddp-comm-hook, commhook.go).
+	CommHook CommHookConfig
+
 	Resume     string // a checkpoint path, "auto" (latest in Out, the default) or "none"
 	Evaluate   bool
 	Pretrained string
@@ -144,6 +147,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Augment.RegisterFlags(fs)
 	fs.IntVar(&c.GradAccum, "grad-accum-steps", 1, "batches accumulated per optimizer step")
 	fs.BoolVar(&c.SyncBN, "sync-bn", false, "BatchNorm statistics over all ranks (SyncBatchNorm)")
+	c.CommHook.register(fs)
 	fs.Float64Var(&c.DropPath, "drop-path", -1, "stochastic depth of the last block, rising linearly from 0 (Swin); -1: the architecture's")
 	fs.BoolVar(&c.ModelEMA, "model-ema", false, "keep an exponential moving average of the weights; evaluate and checkpoint it")
 	fs.Float64Var(&c.EMADecay, "model-ema-decay", 0.9998, "decay of -model-ema per optimizer step")
@@ -213,6 +217,9 @@ func (c *Config) recipe() error {
 		return fmt.Errorf("trainer: unknown architecture %q", c.Arch)
 	}
 	if err := c.openDevice(); err != nil {
+		return err
+	}
+	if err := c.CommHook.check(c.Strategy); err != nil {
 		return err
 	}
 	// Negative means "the recipe's" (the flags' defaults); a learning rate of 0 too.

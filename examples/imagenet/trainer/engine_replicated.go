@@ -12,6 +12,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/train"
 )
 
 // replicated is the engine of DDP (and of DataParallel and a single process): every rank
@@ -29,6 +30,7 @@ type replicated struct {
 	shape   [3]int
 	ck      *checkpoints
 	ema     *modelEMA // -model-ema, nil without
+	dst     *tape.State // -device cuda: parameters, gradients, optimizer on the device (nil: the host's)
 }
 
 func (r *replicated) modelEMA() *modelEMA { return r.ema }
@@ -36,7 +38,7 @@ func (r *replicated) modelEMA() *modelEMA { return r.ema }
 func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
 	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
-	dopts := []ddp.Option{timelineSteps(cfg)}
+	dopts := append([]ddp.Option{timelineSteps(cfg)}, cfg.CommHook.options()...)
 	if cfg.SyncBN {
 		dopts = append(dopts, ddp.SyncBatchNorm())
 	}
@@ -56,7 +58,14 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	if err != nil {
 		return nil, err
 	}
-	prog, err := strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, nn.WithOptimizer(opt)))
+	var prog train.Program
+	var dst *tape.State
+	if cfg.dev != nil {
+		build := buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
+		prog, dst, err = compileOn(ctx, cfg, d, g, model, opt, build, scaler, opts)
+	} else {
+		prog, err = strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, nn.WithOptimizer(opt)))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +73,7 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	if cfg.ModelEMA {
 		ema = newModelEMA(model.Params, cfg.EMADecay)
 	}
-	return &replicated{ema: ema,
+	return &replicated{ema: ema, dst: dst,
 		// Every rank holds the same averaged gradients: no communication for the norm.
 		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank())},
@@ -84,9 +93,12 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 	if !ok {
 		build := buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, false, 0, nil)
 		var err error
-		if r.cfg.dev != nil {
+		switch {
+		case r.dst != nil: // reads the device's parameters, which the host's lag
+			p, err = r.dst.Compile(build, r.evalOpt...)
+		case r.cfg.dev != nil:
 			p, err = tape.Compile(r.cfg.dev, r.model, build, r.evalOpt...)
-		} else {
+		default:
 			p, err = r.d.Compile(build, r.evalOpt...)
 		}
 		if err != nil {
@@ -126,6 +138,11 @@ func (r *replicated) save(ctx context.Context, meta *checkpoint.State) (string, 
 	if r.g.Rank() != 0 {
 		return r.ck.path(meta.Step), nil
 	}
+	if r.dst != nil {
+		if err := r.dst.ToHost(ctx); err != nil {
+			return "", fmt.Errorf("trainer: checkpoint: %w", err)
+		}
+	}
 	return r.ck.save(r.state(meta))
 }
 
@@ -146,6 +163,11 @@ func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.S
 	st := r.state(meta)
 	if _, err := st.Restore(entries); err != nil {
 		return "", fmt.Errorf("trainer: resume from %s: %w", path, err)
+	}
+	if r.dst != nil {
+		if err := r.dst.FromHost(); err != nil {
+			return "", fmt.Errorf("trainer: resume from %s: %w", path, err)
+		}
 	}
 	meta.Step, meta.Epoch = st.Step, st.Epoch
 	return path, nil
