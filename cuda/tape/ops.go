@@ -49,6 +49,9 @@ func opType(op G.Op) string { return strings.TrimPrefix(fmt.Sprintf("%T", op), "
 // lowerNode lowers the project's ops (nn/ops, models/swin, amp) by their descriptions and
 // gorgonia's by the table.
 func (p *Program) lowerNode(n *G.Node, in []*G.Node) (*kernel, error) {
+	if k, ok, err := p.lowerAutocast(n, in); ok || err != nil {
+		return k, err
+	}
 	op := n.Op()
 	if d, ok := ops.Describe(op); ok {
 		return p.lowerNN(n, d, in)

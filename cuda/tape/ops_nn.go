@@ -17,6 +17,7 @@ type saved struct {
 	a, b          *cuda.Tensor // norms: mean and variance (BN) or 1/std (LN); attention: probabilities
 	dgamma, dbeta *cuda.Tensor // norms: parameter gradients; attention: the bias table's (dgamma)
 	key           uint64       // dropout: the mask key of this Run's forward
+	half          *half        // autocast: a Round's 16-bit copy (ops_amp.go), looked up at Compile
 }
 
 // state returns op's saved state, created on first use.
