@@ -144,17 +144,25 @@ static int alive(int pid, unsigned long long start) {
 	unsigned long long s = starttime(pid, &st);
 	return s == start && st != 'Z' && st != 'X';
 }
+/* failed returns the segment's error, naming the dead rank in ncclGetErrorString's text for
+ * a remote error (whichever process detected it). */
+static int failed(shdr* h) {
+	int a = atomic_load(&h->aborted), r = atomic_load(&h->dead);
+	if (a == remoteErr)
+		snprintf(remoteMsg, sizeof remoteMsg, "remote process exited or there was a network error "
+			"(fake: rank %d, process %d, is gone)", r, h->pid[r]);
+	return a;
+}
 /* peersDead marks the segment when another process's rank is gone; returns its code or 0. */
 static int peersDead(comm* m) {
 	shdr* h = m->h; int me = getpid();
 	for (int r = 0; r < m->n; r++) {
 		if (!atomic_load(&h->present[r]) || h->pid[r] == me || alive(h->pid[r], h->start[r])) continue;
 		int z = 0;
-		if (atomic_compare_exchange_strong(&h->aborted, &z, remoteErr)) atomic_store(&h->dead, r);
-		snprintf(remoteMsg, sizeof remoteMsg, "remote process exited or there was a network error "
-			"(fake: rank %d, process %d, is gone)", r, h->pid[r]);
+		atomic_store(&h->dead, r); /* before the code, which readers check first */
+		atomic_compare_exchange_strong(&h->aborted, &z, remoteErr);
 		wake(h);
-		return atomic_load(&h->aborted);
+		return failed(h);
 	}
 	return 0;
 }
@@ -165,8 +173,8 @@ static int waitfor(comm* m, int (*ready)(comm*, const void*), const void* arg, l
 	for (;;) {
 		uint32_t g = atomic_load(&h->gen);
 		if (ready(m, arg)) return ok;
-		int a = atomic_load(&h->aborted);
-		if (a) return a;
+		if (atomic_load(&h->aborted)) return failed(h);
+		int a;
 		long long t = nowms();
 		if (t - m->lastcheck >= POLL_MS) {
 			m->lastcheck = t;
@@ -201,7 +209,7 @@ static int barrier(comm* m) {
 		atomic_store(&h->arrived, 0);
 		atomic_fetch_add(&h->bgen, 1);
 		wake(h);
-		return atomic_load(&h->aborted);
+		return failed(h);
 	}
 	return waitfor(m, bgenMoved, &g, 0);
 }
@@ -343,7 +351,7 @@ int ncclCommAbort(comm* m) {
 int ncclCommGetAsyncError(comm* m, int* e) {
 	if (!m || !e) return invalidArg;
 	if (!enter(m)) { *e = internalErr; return ok; }
-	*e = atomic_load(&m->h->aborted);
+	*e = failed(m->h);
 	leave(m);
 	return ok; }
 int ncclCommCount(const comm* m, int* n) { *n = m->n; return ok; }
@@ -422,7 +430,7 @@ static int coll(int kind, const void* s, void* r, size_t count, int dt, int op, 
 	if (dt < 0 || dt > 9 || ((kind == 0 || kind == 1) && (op < 0 || op > 4))) return invalidArg;
 	if (!enter(m)) return internalErr;
 	shdr* h = m->h;
-	int n = m->n, me = m->rank, rc = atomic_load(&h->aborted);
+	int n = m->n, me = m->rank, rc = failed(h);
 	if (rc) { leave(m); return rc; }
 	if (kind == 3 && (root < 0 || root >= n)) { leave(m); return invalidArg; }
 	args_t a = {kind, dt, kind <= 1 ? op : 0, kind == 3 ? root : 0, count};
@@ -498,7 +506,7 @@ static int ringRead(comm* m, int peer, char* p, size_t b) {
 static int p2pEnter(comm* m, int dt, int peer) {
 	if (!m || dt < 0 || dt > 9) return invalidArg;
 	if (!enter(m)) return internalErr;
-	int rc = atomic_load(&m->h->aborted);
+	int rc = failed(m->h);
 	if (!rc && (peer < 0 || peer >= m->n || peer == m->rank)) rc = invalidArg;
 	if (rc) leave(m);
 	return rc;
