@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
@@ -190,13 +189,13 @@ func worker() error {
 			if err := g.Barrier().Wait(ctx); err != nil {
 				return err
 			}
-			c0, t0 := cpuTime(), time.Now()
+			c0, t0 := benchutil.CPUSeconds(), time.Now()
 			for range iters {
 				if err := g.AllReduce(buf, comm.Sum).Wait(ctx); err != nil {
 					return err
 				}
 			}
-			t := comm.F64{time.Since(t0).Seconds() / float64(iters), (cpuTime() - c0) / float64(iters)}
+			t := comm.F64{time.Since(t0).Seconds() / float64(iters), (benchutil.CPUSeconds() - c0) / float64(iters)}
 			slow, cpu := comm.F64{t[0]}, comm.F64{t[1]}
 			if err := errors.Join(g.AllReduce(slow, comm.Max).Wait(ctx), g.AllReduce(cpu, comm.Sum).Wait(ctx)); err != nil {
 				return err
@@ -212,13 +211,4 @@ func worker() error {
 		}
 	}
 	return nil
-}
-
-// cpuTime is this process's user and system CPU time in seconds.
-func cpuTime() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
