@@ -35,10 +35,10 @@
  * of the other ranks are alive (/proc/<pid>/stat: present, not a zombie, same start time); a
  * dead one marks the segment with ncclRemoteError (6), which every rank then returns and
  * ncclCommGetAsyncError reports. ncclCommInitRank gives up with ncclSystemError (2) when not
- * every rank has joined within $GP_FAKE_NCCL_INIT_TIMEOUT seconds (default 120, fractions allowed). A process
- * killed while its ranks wait there leaves its segment in /dev/shm, the only way one can be
- * left; the next ncclGetUniqueId on the machine unlinks such segments (maker gone, older than
- * the init timeout).
+ * every rank has joined within $GP_FAKE_NCCL_INIT_TIMEOUT seconds (default 120, fractions
+ * allowed). A process killed while its ranks wait there leaves its segment in /dev/shm, the
+ * only way one can be left; the next ncclGetUniqueId on the machine unlinks such segments
+ * (maker gone, older than the init timeout).
  *
  * Calls complete before they return (streams are ignored); ncclGroupStart/End do nothing.
  * Data types: int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16
