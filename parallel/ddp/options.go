@@ -84,7 +84,7 @@ func BroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuff
 func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
 
 // WithCommHook replaces the plain all-reduce of each bucket (see CommHook, FP16CompressHook,
-// BF16CompressHook).
+// BF16CompressHook, PowerSGDHook).
 func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
 
 // NoBucketRebuild keeps the initial buckets instead of rebuilding them once after the first
