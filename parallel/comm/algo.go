@@ -51,7 +51,7 @@ func (g *group) run(w *work) (string, error) {
 					return nil
 				})
 		}
-		if err == nil && w.op == Avg {
+		if err == nil && w.op == Avg && !(algo == "zero-copy" && zeroCopyDivides(w.buf.DType())) {
 			divide(w.buf, n)
 		}
 		return algo, err

@@ -204,6 +204,9 @@ func (t *shmTransport) zeroCopyAllReduce(dt DType, op Op, count int, views [][]b
 			ins[p] = views[p][x:y]
 		}
 		reduceN(dt, op, b[x:y], ins, t.stageTmp)
+		if op == Avg && zeroCopyDivides(dt) {
+			divideBlock(b[x:y], n) // while in L1: Avg's division needs no pass of its own
+		}
 		for p := range n {
 			if p != r {
 				copy(views[p][x:y], b[x:y])
