@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -33,12 +34,14 @@ func TestFailuresEndTheJob(t *testing.T) {
 		scenario string
 		want     []string // in mpirun's output
 	}{
-		// Rank 1 is SIGKILLed while rank 0 waits in an all-reduce.
-		{"die", []string{"rank 1", "signal 9"}},
+		// Rank 1 is SIGKILLed while rank 0 waits in an all-reduce: checked below.
+		{"die", nil},
 		// Rank 1 never joins the second all-reduce: rank 0's times out (1 s) and aborts.
-		{"stall", []string{"comm: timeout after 1s", "all-reduce seq 2", "MPI_ABORT was invoked on rank 0"}},
+		// (mpirun's own "MPI_ABORT was invoked" notice is not asserted: mpirun sometimes
+		// fails to print it while tearing the job down, "ORTE_ERROR_LOG: Out of resource".)
+		{"stall", []string{"ending the MPI job with MPI_Abort", "rank=0", "rank 0: all-reduce seq 2 (262144 bytes): comm: timeout after 1s"}},
 		// Rank 1 calls comm.Abort with a reason while rank 0 waits in an all-reduce.
-		{"abort", []string{"comm: rank 1 aborted: bad input file", "MPI_ABORT was invoked on rank 1"}},
+		{"abort", []string{"ending the MPI job with MPI_Abort", "rank=1", "comm: rank 1 aborted: bad input file"}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			j := mpirun(t, 2, c.scenario, failBound+10*time.Second, "GP_COMM_BACKEND=mpi")
@@ -51,6 +54,10 @@ func TestFailuresEndTheJob(t *testing.T) {
 			}
 			if strings.Contains(j.out, "survived") {
 				t.Errorf("a rank went on after the failure:\n%s", j.out)
+			}
+			var ee *exec.ExitError
+			if c.scenario == "die" && !strings.Contains(j.out, "rank 1 with PID") && !(errors.As(j.err, &ee) && ee.ExitCode() == 128+9) {
+				t.Errorf("mpirun: %v, want exit status 137 (a rank killed by signal 9) or its notice naming rank 1:\n%s", j.err, j.out)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(j.out, w) {
