@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/gorgonia-parallel/gp/internal/scaling"
 )
@@ -22,11 +23,18 @@ type bedFit struct {
 	// check run: how many hierarchical points within 15%, of how many.
 	AlphaBetaWithin, AlphaBetaPoints int
 	AlphaBetaLinks                   map[string]scaling.Link
+	Loaded                           bool // the model took each bed's load average
+	// The check run: points within 15% and the median |relative error|.
+	CheckWithin, CheckPoints int
+	CheckMedian              float64
+	// The fit run's measurements taken as the check run's predictions: how many within 15%.
+	RepeatWithin, RepeatPoints int
 }
 
 // netbedPoints are the model's plans and measured times of a bench/netbed run, hierarchical
 // and flat.
-func netbedPoints(rs netbedRows) ([]scaling.Point, []string, error) {
+// With loaded, each point carries the load average its bed recorded.
+func netbedPoints(rs netbedRows, loaded bool) ([]scaling.Point, []string, error) {
 	var pts []scaling.Point
 	var names []string
 	for _, r := range rs {
@@ -42,7 +50,11 @@ func netbedPoints(rs netbedRows) ([]scaling.Point, []string, error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			pts = append(pts, scaling.Point{Plan: p, Rate: rateBps(r.Rate), Seconds: sec})
+			pt := scaling.Point{Plan: p, Rate: rateBps(r.Rate), Seconds: sec}
+			if loaded {
+				pt.Load = r.Load
+			}
+			pts = append(pts, pt)
 			names = append(names, fmt.Sprintf("netbed %dx%d %-6s %-4s %-14s %2d MiB", r.Hosts, r.PerHost, r.Rate, algo, r.Op, r.Bytes/MiB))
 		}
 	}
@@ -51,8 +63,9 @@ func netbedPoints(rs netbedRows) ([]scaling.Point, []string, error) {
 
 // fitBed fits the host-level constants on the fit run and adds every point of both runs to
 // the rows (the fit run's as "fit", the check run's as "check").
-func fitBed(fitPath, checkPath string, shm scaling.Link, add func(point, qty string, pred, meas float64, src string)) (bedFit, error) {
-	out := bedFit{FitFile: fitPath}
+// With loaded the model takes the load average each bed recorded (Costs.TimeLoaded).
+func fitBed(fitPath, checkPath string, loaded bool, shm scaling.Link, add func(point, qty string, pred, meas float64, src string)) (bedFit, error) {
+	out := bedFit{FitFile: fitPath, Loaded: loaded}
 	fitRows, err := readNetbed(fitPath)
 	if err != nil {
 		return out, err
@@ -61,7 +74,7 @@ func fitBed(fitPath, checkPath string, shm scaling.Link, add func(point, qty str
 	if err != nil {
 		return out, err
 	}
-	fitPts, fitNames, err := netbedPoints(fitRows)
+	fitPts, fitNames, err := netbedPoints(fitRows, loaded)
 	if err != nil {
 		return out, err
 	}
@@ -69,18 +82,46 @@ func fitBed(fitPath, checkPath string, shm scaling.Link, add func(point, qty str
 	start := scaling.Costs{Alpha: 1e-4, Wire: 0.9, TCP: 1e-9, Mem: 1e-10, Cores: 2, Serial: 0.5, Cache: 32 << 20, Spill: 0.3}
 	out.Costs, out.FitMedian = scaling.FitCosts(fitPts, start)
 	c := out.Costs
-	fmt.Printf("host-level model fitted on %s (%d points, hier and flat): α %.0f µs per ring step, wire %.0f%% of the rate, TCP %.2f ns/B (%.2f GB/s of one core), memory %.3f ns/B, %g cores, %.0f%% of the shorter of wire and CPU not hidden, CPU +%.0f%% per byte for a working set far beyond the %d MiB L3; fit median |error| %.1f%%\n",
-		fitPath, len(fitPts), c.Alpha*1e6, c.Wire*100, c.TCP*1e9, 1/c.TCP/1e9, c.Mem*1e9, c.Cores, c.Serial*100, c.Spill*100, int(c.Cache)>>20, out.FitMedian*100)
-	for i, p := range fitPts {
-		add(fitNames[i], "latency ms", c.AtRate(p.Rate).Time(p.Plan)*1e3, p.Seconds*1e3, "fit: "+fitPath)
+	if add == nil {
+		add = func(string, string, float64, float64, string) {}
 	}
-	checkPts, checkNames, err := netbedPoints(checkRows)
+	fmt.Printf("load average taken: %v; host-level model fitted on %s (%d points, hier and flat): α %.0f µs per ring step, wire %.0f%% of the rate, TCP %.2f ns/B (%.2f GB/s of one core), memory %.3f ns/B, %g cores, %.0f%% of the shorter of wire and CPU not hidden, CPU +%.0f%% per byte for a working set far beyond the %d MiB L3; fit median |error| %.1f%%\n",
+		loaded, fitPath, len(fitPts), c.Alpha*1e6, c.Wire*100, c.TCP*1e9, 1/c.TCP/1e9, c.Mem*1e9, c.Cores, c.Serial*100, c.Spill*100, int(c.Cache)>>20, out.FitMedian*100)
+	for i, p := range fitPts {
+		add(fitNames[i], "latency ms", c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)*1e3, p.Seconds*1e3, "fit: "+fitPath)
+	}
+	checkPts, checkNames, err := netbedPoints(checkRows, loaded)
 	if err != nil {
 		return out, err
 	}
+	var errs []float64
 	for i, p := range checkPts {
-		add(checkNames[i], "latency ms", c.AtRate(p.Rate).Time(p.Plan)*1e3, p.Seconds*1e3, "check: "+checkPath)
+		pred := c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)
+		add(checkNames[i], "latency ms", pred*1e3, p.Seconds*1e3, "check: "+checkPath)
+		e := math.Abs(pred/p.Seconds - 1)
+		errs = append(errs, e)
+		if e <= 0.15 {
+			out.CheckWithin++
+		}
 	}
+	// The noise floor: the fit run's own measurement of each point as its prediction.
+	for _, r := range checkRows {
+		f := fitRows.find(r.Op, r.Hosts, r.Rate, r.Bytes)
+		if f == nil {
+			continue
+		}
+		for _, pair := range [][2]float64{{f.Hier, r.Hier}, {f.Flat, r.Flat}} {
+			if pair[0] > 0 && pair[1] > 0 {
+				out.RepeatPoints++
+				if math.Abs(pair[0]/pair[1]-1) <= 0.15 {
+					out.RepeatWithin++
+				}
+			}
+		}
+	}
+	out.CheckPoints = len(errs)
+	slices.Sort(errs)
+	out.CheckMedian = errs[len(errs)/2]
 	// The α–β model of before, fitted on the fit run as it was (2x2 all-reduce, 1 and 64 MiB,
 	// per rate), on the check run's hierarchical points.
 	out.AlphaBetaLinks = map[string]scaling.Link{}

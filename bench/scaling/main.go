@@ -21,7 +21,10 @@ import (
 
 const MiB = 1 << 20
 
-var fitFile *string
+var (
+	fitFile *string
+	loaded  *bool
+)
 
 type row struct {
 	Point     string  `json:"point"`
@@ -34,6 +37,7 @@ type row struct {
 
 func main() {
 	dir := flag.String("results", "bench/results", "folder with the measured JSON files; scaling.json is written there")
+	loaded = flag.Bool("load", false, "the host-level model takes each bed's recorded load average (the share of the 2 cores the ranks get; with the load average read before each bed it predicts worse)")
 	fitFile = flag.String("fit", "bench/results/netbed-run1.json", "bench/netbed run the host-level model is fitted on (checked on netbed.json)")
 	flag.Parse()
 	if err := run(*dir); err != nil {
@@ -93,10 +97,16 @@ func run(dir string) error {
 
 	// 2. The test bed: the host-level model fitted on one bench/netbed run, checked on
 	// another; the DDP runs across hosts (bench/ddpnet) predicted from it.
-	bed, err := fitBed(*fitFile, filepath.Join(dir, "netbed.json"), shm, add)
+	other, err := fitBed(*fitFile, filepath.Join(dir, "netbed.json"), !*loaded, shm, nil)
 	if err != nil {
 		return err
 	}
+	fmt.Printf("  (shown for comparison, not used below: %d of %d check points within 15%%, median |error| %.1f%%)\n", other.CheckWithin, other.CheckPoints, 100*other.CheckMedian)
+	bed, err := fitBed(*fitFile, filepath.Join(dir, "netbed.json"), *loaded, shm, add)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("noise floor: the fit run's own measurements as predictions of the check run: %d of %d within 15%%\n", bed.RepeatWithin, bed.RepeatPoints)
 	fmt.Printf("α–β model of before (inter-host link fitted per rate on the fit run's 2x2 all-reduce at 1 and 64 MiB) on the check run: %d of %d hierarchical points within 15%%\n",
 		bed.AlphaBetaWithin, bed.AlphaBetaPoints)
 	ddpnet, err := predictDDPNet(filepath.Join(dir, "ddpnet.json"), prof, cuts, 16, bed.Costs, add)

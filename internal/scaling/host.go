@@ -47,6 +47,7 @@ type Plan struct {
 	Steps          float64 // ring steps (latency terms)
 	Wire, TCP, Mem float64 // bytes
 	Working        float64 // bytes of the buffers of all ranks together
+	Ranks          float64 // processes doing the CPU work
 }
 
 // Algorithm names accepted by PlanOf.
@@ -76,7 +77,7 @@ func PlanOf(op, algo string, hosts, perHost int, b float64) (Plan, error) {
 	if half {
 		f = 1
 	}
-	p := Plan{Working: n * b}
+	p := Plan{Working: n * b, Ranks: n}
 	switch algo {
 	case Hier:
 		p.Steps = f * (H - 1)
@@ -106,13 +107,23 @@ func PlanOf(op, algo string, hosts, perHost int, b float64) (Plan, error) {
 	return p, nil
 }
 
-// Time is the plan's time under c.
-func (c Costs) Time(p Plan) float64 {
+// Time is the plan's time under c on an otherwise idle machine.
+func (c Costs) Time(p Plan) float64 { return c.TimeLoaded(p, 0) }
+
+// TimeLoaded is the plan's time when the machine's run queue holds load runnable threads on
+// average (the one-minute load average, the plan's own ranks included): the ranks get
+// Ranks/load of the cores when load exceeds Ranks, as a fair scheduler gives them. The wire
+// is not shared.
+func (c Costs) TimeLoaded(p Plan, load float64) float64 {
 	var wire float64
 	if c.Wire > 0 {
 		wire = p.Wire / c.Wire
 	}
-	cpu := c.CPU(p) / math.Max(c.Cores, 1)
+	share := 1.0
+	if load > p.Ranks && p.Ranks > 0 {
+		share = p.Ranks / load
+	}
+	cpu := c.CPU(p) / math.Max(c.Cores, 1) / share
 	return p.Steps*c.Alpha + math.Max(wire, cpu) + c.Serial*math.Min(wire, cpu)
 }
 
@@ -130,6 +141,7 @@ type Point struct {
 	Plan    Plan
 	Rate    float64 // the link's shaped rate, bytes per second
 	Seconds float64 // measured
+	Load    float64 // one-minute load average during the measurement (0: not known)
 }
 
 // FitCosts fits c's Alpha, TCP, Mem, Serial, Spill (when start has a Cache) and the wire efficiency (Wire = efficiency ×
@@ -144,7 +156,7 @@ func FitCosts(points []Point, start Costs) (Costs, float64) {
 	loss := func(c Costs) float64 {
 		var s float64
 		for _, p := range points {
-			r := math.Log(c.AtRate(p.Rate).Time(p.Plan) / p.Seconds)
+			r := math.Log(c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load) / p.Seconds)
 			s += r * r
 		}
 		return s
@@ -185,7 +197,7 @@ func FitCosts(points []Point, start Costs) (Costs, float64) {
 	}
 	errs := make([]float64, len(points))
 	for i, p := range points {
-		errs[i] = math.Abs(c.AtRate(p.Rate).Time(p.Plan)/p.Seconds - 1)
+		errs[i] = math.Abs(c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)/p.Seconds - 1)
 	}
 	return c, median(errs)
 }
