@@ -1,20 +1,28 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/devddp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/train"
 )
 
 // -device: cpu runs the graphs with gorgonia's TapeMachine (nn.Compile); cuda runs the same
-// graphs on a GPU with cuda/tape (docs/DESIGN.md §9), the parameters, gradients and
-// optimizer staying in host memory for now. The device is opened while the flags are
+// graphs on a GPU with cuda/tape (docs/DESIGN.md §9), with the parameters, gradients and
+// optimizer on the device and, under -strategy ddp at world size > 1, the buckets reduced
+// there by NCCL (compileOn). The device is opened while the flags are
 // checked, before the group is joined or any data is read, so that a machine without the
 // driver (or cuBLAS) fails at once, naming the library.
 
@@ -33,7 +41,7 @@ func (c *Config) openDevice() error {
 	switch c.Strategy {
 	case "", "ddp", "none":
 	default:
-		return fmt.Errorf("trainer: -strategy %s is not yet on the device (issue 20, item 2): use -strategy none or ddp at world size 1 with -device %s", c.Strategy, dev)
+		return fmt.Errorf("trainer: -strategy %s is not yet on the device (issue 20, item 2): use -strategy ddp or none with -device %s", c.Strategy, dev)
 	}
 	ordinal, err := deviceOrdinal(dev)
 	if err != nil {
@@ -72,12 +80,73 @@ func deviceOrdinal(dev string) (int, error) {
 	return v, nil
 }
 
-// compileOn compiles a replicated engine's program on the device when there is one: at world
-// size 1 nothing is reduced, so the program is the model's own, compiled by cuda/tape with
-// the same options. DDP over several ranks on the device is issue 20's item 2.
-func compileOn(cfg *Config, world int, m *nn.Model, build nn.BuildFunc, opts []nn.BuildOption) (train.Program, error) {
-	if world > 1 {
-		return nil, fmt.Errorf("trainer: -strategy %s at world size %d is not yet on the device (issue 20, item 2): run one process, or -device cpu", cfg.Strategy, world)
+// compileOn compiles a replicated engine's training program on the device (the engine calls
+// it for -device cuda instead of the strategy's compile): the parameters, gradients and
+// optimizer live on the device (tape.State) and, at world size > 1, DDP's buckets are
+// all-reduced there by NCCL while backward runs, each bucket stepped on the device after its
+// reduction (cuda/devddp over an NCCL group on this rank's GPU, made through the rendezvous
+// store). What the stepper does to host gradients between Run and Step (-amp fp16's loss
+// scale, -clip-grad, -grad-accum-steps) and -model-ema's average of the host weights are not
+// on the device yet: at world size 1 such a run keeps the host optimizer (tape.Compile: the
+// gradients come back to the host at their hooks), at more it is an error naming the flag.
+// The returned State is nil on that host path.
+func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, build nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+	hostOnly := ""
+	switch {
+	case scaler != nil:
+		hostOnly = "-amp fp16"
+	case cfg.ClipGrad > 0:
+		hostOnly = "-clip-grad"
+	case cfg.GradAccum > 1:
+		hostOnly = "-grad-accum-steps"
+	case cfg.ModelEMA:
+		hostOnly = "-model-ema"
 	}
-	return tape.Compile(cfg.dev, m, build, opts...)
+	world := g.Size()
+	if hostOnly != "" {
+		if world > 1 {
+			return nil, nil, fmt.Errorf("trainer: %s with -device %s at world size %d is not yet on the device (issue 20, item 2): it works on host gradients; run one process, or -device cpu", hostOnly, cfg.Device, world)
+		}
+		p, err := tape.Compile(cfg.dev, m, build, append(opts, nn.WithOptimizer(opt))...)
+		return p, nil, err
+	}
+	st, err := tape.NewState(cfg.dev, m, tape.WithOptimizer(opt))
+	if err != nil {
+		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+	}
+	if world == 1 {
+		p, err := st.Compile(build, opts...)
+		if err != nil {
+			st.Close()
+			return nil, nil, err
+		}
+		return p, st, nil
+	}
+	store := comm.StoreOf(g)
+	if store == nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("trainer: -device %s at world size %d needs the rendezvous store of a launched job (gprun or torchrun) to make its NCCL group", cfg.Device, world)
+	}
+	nopts := []nccl.Option{nccl.WithDevice(cfg.dev.Ordinal()), nccl.WithName("trainer-ddp")}
+	if cfg.Timeout > 0 {
+		nopts = append(nopts, nccl.WithTimeout(cfg.Timeout))
+	}
+	// The group lives as long as the process: the trainer's Run is the process's run, and
+	// NCCL's (and the fake's) shared state is released at exit.
+	ng, err := nccl.New(ctx, store, g.Rank(), world, nopts...)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("trainer: -device %s: NCCL group: %w", cfg.Device, err)
+	}
+	dd, err := devddp.New(d, st, ng)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+	}
+	p, err := dd.Compile(build, opts...)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return p, st, nil
 }

@@ -56,9 +56,6 @@ func strategyOf(name string) (strategy, error) {
 // compileDDP is DDP over the group (also for world 1).
 func compileDDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
 	build := buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
-	if cfg.dev != nil {
-		return compileOn(cfg, d.Size(), m, build, opts)
-	}
 	return d.Compile(build, opts...)
 }
 
