@@ -114,3 +114,30 @@ func TestLoad(t *testing.T) {
 		t.Errorf("LibraryPath %q", p)
 	}
 }
+
+func init() {
+	scenarios["singleton"] = func() error {
+		_, err := comm.InitFromEnv(context.Background(), comm.WithConnectTimeout(20*time.Second))
+		if !errors.Is(err, comm.ErrInvalid) || !strings.Contains(err.Error(), "start the job with mpirun") {
+			return fmt.Errorf("InitFromEnv with GP_COMM_BACKEND=mpi outside mpirun: %v, want ErrInvalid saying to use mpirun", err)
+		}
+		fmt.Println("refused:", err)
+		return nil
+	}
+}
+
+// GP_COMM_BACKEND=mpi in a process that mpirun did not start (here, as if gprun had: RANK
+// 0 of WORLD_SIZE 2): MPI makes it a world of one, which InitFromEnv refuses, naming both.
+func TestOutsideMPIRun(t *testing.T) {
+	requireMPI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerVar+"=singleton", "GP_COMM_BACKEND=mpi", "RANK=0", "WORLD_SIZE=2",
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "rank 0 of 1, the environment (RANK, WORLD_SIZE) says 0 of 2") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
