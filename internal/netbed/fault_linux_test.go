@@ -196,7 +196,8 @@ func failure(out string) (time.Time, string, bool) {
 // the switch set down, its veth deleted, or every packet to and from it dropped (nftables).
 // No connection is closed (no FIN, no RST), so nothing but the timeout can end the
 // collective: every rank must fail with comm's *TimeoutError within GP_COMM_TIMEOUT plus a
-// margin, the report naming a rank of the other side; none may hang.
+// margin, the report naming a rank of the other side; none may hang. Each cut runs with 2
+// hosts of 2 ranks (hierarchical collectives); the link going down also with 1 rank per host.
 func TestHostUnreachable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -212,6 +213,9 @@ func TestHostUnreachable(t *testing.T) {
 	}
 	for _, local := range []int{1, 2} {
 		for _, c := range cuts {
+			if local == 1 && c.name != "link-down" {
+				continue // flat TCP fails the same way whatever the cut; one kind is enough
+			}
 			t.Run(fmt.Sprintf("%s/2x%d", c.name, local), func(t *testing.T) {
 				bed := netbed.New(t, 2, netbed.Link{Rate: "1gbit"})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
