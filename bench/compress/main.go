@@ -1,7 +1,8 @@
 // Command compress measures DDP's gradient compression hooks where links are slow (issue 23,
 // item 4): 2 hosts of the multi-host test bed (internal/netbed: network namespaces on a
-// bridge, each host's link shaped by tc) with one rank each, training the same model for the
-// same steps with each hook: none (the averaging all-reduce), fp16 and bf16 (16-bit values on
+// bridge, each host's link shaped by tc) with one rank each (-ranks-per-host for more:
+// shared memory inside a host, TCP between), training the same model for the same steps with
+// each hook: none (the averaging all-reduce), fp16 and bf16 (16-bit values on
 // the wire) and PowerSGD at ranks 1 and 4 (error feedback, warm start, plain all-reduce for
 // the first -powersgd-start steps), per link rate.
 //
@@ -62,6 +63,7 @@ var (
 	trainN    = flag.Int("train-samples", 20000, "Fashion-MNIST training images used (a fixed shuffled order)")
 	dataDir   = flag.String("data", "", "Fashion-MNIST directory (default data.FashionMNISTDir)")
 	local     = flag.Bool("local", false, "run on loopback without a test bed")
+	perHost   = flag.Int("ranks-per-host", 1, "ranks on each of the 2 hosts (more than 1: shared memory inside a host, TCP between hosts)")
 	out       = flag.String("o", filepath.Join("bench", "results", "compress.json"), "JSON output (the table goes beside it as .txt)")
 )
 
@@ -72,6 +74,8 @@ type result struct {
 	Rate        string  `json:"rate"`
 	Shaping     string  `json:"shaping"`
 	Hook        string  `json:"hook"`
+	Hosts       int     `json:"hosts"`
+	PerHost     int     `json:"ranks_per_host"`
 	Steps       int     `json:"steps"`
 	StepS       float64 `json:"median_step_s"`
 	WireBytes   float64 `json:"wire_bytes_per_step"`
@@ -152,7 +156,7 @@ func onRate(ctx context.Context, rate string, port *int) (rows []result, err err
 		if err != nil {
 			return rows, fmt.Errorf("%s, hook %s: %w", rate, hook, err)
 		}
-		r.Rate, r.Shaping, r.Load = rate, shaping, load
+		r.Rate, r.Shaping, r.Load, r.Hosts, r.PerHost = rate, shaping, load, 2, *perHost
 		fmt.Fprintf(os.Stderr, "compress: %s %-10s step %.3f s, %.2f MB/step on the wire, loss %.3f, test acc %.3f\n",
 			rate, hook, r.StepS, r.WireBytes/1e6, r.FinalLoss, r.TestAcc)
 		rows = append(rows, *r)
@@ -163,7 +167,8 @@ func onRate(ctx context.Context, rate string, port *int) (rows []result, err err
 // job runs the 2 ranks of one hook (each on its host, or both on loopback) and returns rank
 // 0's result.
 func job(ctx context.Context, bed *netbed.Bed, hook string, port int) (*result, error) {
-	const n = 2
+	hosts, lpr := 2, *perHost
+	n := hosts * lpr
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	addr := "127.0.0.1"
@@ -176,16 +181,16 @@ func job(ctx context.Context, bed *netbed.Bed, hook string, port int) (*result, 
 		args := append(os.Args[1:], "-hooks", hook)
 		var cmd *exec.Cmd
 		if bed != nil {
-			cmd = bed.Command(ctx, r, os.Args[0], args...)
+			cmd = bed.Command(ctx, r/lpr, os.Args[0], args...)
 		} else {
 			cmd = exec.CommandContext(ctx, os.Args[0], args...)
 		}
 		cmd.Env = append(os.Environ(), workerEnv+"=1", "GP_RDZV_SECRET=compress", "OPENBLAS_NUM_THREADS=1",
 			"TORCHELASTIC_RUN_ID=compress", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1", "GROUP_RANK="+strconv.Itoa(r),
+			"LOCAL_RANK="+strconv.Itoa(r%lpr), "LOCAL_WORLD_SIZE="+strconv.Itoa(lpr), "GROUP_RANK="+strconv.Itoa(r/lpr),
 			"MASTER_ADDR="+addr, "MASTER_PORT="+strconv.Itoa(port))
 		if bed == nil {
-			cmd.Env = append(cmd.Env, "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=2", "GROUP_RANK=0")
+			cmd.Env = append(cmd.Env, "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n), "GROUP_RANK=0")
 		}
 		outs[r] = new(bytes.Buffer)
 		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
@@ -230,8 +235,8 @@ func commandLine() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "go run ./bench/compress")
 	flag.Visit(func(f *flag.Flag) { fmt.Fprintf(&b, " -%s=%s", f.Name, f.Value) })
-	fmt.Fprintf(&b, "  (%s, 2 hosts x 1 rank, MLP 784-%d-%d-10 on Fashion-MNIST, batch 2x%d, %d steps, SGD lr %g momentum 0.9, PowerSGD from step %d)",
-		time.Now().UTC().Format(time.RFC3339), *hidden, *hidden, *per, *steps, *lr, *start)
+	fmt.Fprintf(&b, "  (%s, 2 hosts x %d rank(s), MLP 784-%d-%d-10 on Fashion-MNIST, batch %dx%d, %d steps, SGD lr %g momentum 0.9, PowerSGD from step %d)",
+		time.Now().UTC().Format(time.RFC3339), *perHost, *hidden, *hidden, 2**perHost, *per, *steps, *lr, *start)
 	return b.String()
 }
 
@@ -494,4 +499,3 @@ func accuracy(m *nn.Model, x, y []float32) float64 {
 	}
 	return float64(correct) / float64(rows)
 }
-
