@@ -15,6 +15,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 )
 
 // Tolerances of the tiny models trained under autocast against the CPU's emulation. The
@@ -266,3 +267,103 @@ func ampRun(t *testing.T, d *cuda.Device, newModel func() (nn.Module, error), f 
 }
 
 func sq(v float64) float64 { return v * v }
+
+// gorgonia's matmuls that a user autocasts by hand (amp.Round on the operands and the
+// result) run as 16-bit GEMMs, forward and backward, and equal the CPU's emulation within
+// opTol: their sums have 3 or 4 terms, few enough that both sides add them in one order
+// (measured: equal to the bit), so no rounding flips, unlike the models above.
+func TestAutocastMatMulsMatchCPU(t *testing.T) {
+	d := device(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		x, w []int
+		mul  func(x, w *G.Node) (*G.Node, error)
+	}{
+		{"matmul", []int{2, 3}, []int{3, 4}, G.Mul},
+		{"matrix × vector", []int{2, 3}, []int{3}, G.Mul},
+		{"batched matmul", []int{2, 2, 3}, []int{2, 3, 2}, func(x, w *G.Node) (*G.Node, error) { return G.BatchedMatMul(x, w) }},
+	} {
+		for _, f := range []amp.Format{amp.BF16, amp.FP16} {
+			t.Run(c.name+"/"+f.String(), func(t *testing.T) {
+				r := rand.New(rand.NewSource(int64(len(c.name))))
+				draw := func(n int) []float32 {
+					v := make([]float32, n)
+					for j := range v {
+						v[j] = float32(3*r.Float64() - 1.5)
+					}
+					return v
+				}
+				xv, wv := draw(prod(c.x)), draw(prod(c.w))
+				build := func(b *nn.Builder) (*G.Node, error) {
+					x, err := b.Input("x", c.x...)
+					if err != nil {
+						return nil, err
+					}
+					w := G.NewTensor(b.Graph, tensor.Float32, len(c.w), G.WithShape(c.w...), G.WithName("w"),
+						G.WithValue(tensor.New(tensor.WithShape(c.w...), tensor.WithBacking(slices.Clone(wv)))))
+					wu, err := b.Learnable(w)
+					if err != nil {
+						return nil, err
+					}
+					y, err := c.mul(must(amp.Round(x, f)), must(amp.Round(wu, f)))
+					if err != nil {
+						return nil, err
+					}
+					return G.Sum(must(G.Square(must(amp.Round(y, f)))))
+				}
+				var progs [2]interface {
+					SetInput(string, []float32) error
+					Run(context.Context) error
+					LossValue() (float32, error)
+				}
+				var models [2]*nn.Model
+				for i := range progs {
+					m, err := nn.NewGraphModel(build)
+					if err != nil {
+						t.Fatal(err)
+					}
+					models[i] = m
+					if i == 0 {
+						p, err := nn.Compile(m, build)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer p.Close()
+						progs[i] = p
+					} else {
+						p, err := tape.Compile(d, m, build)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer p.Close()
+						progs[i] = p
+					}
+				}
+				var n gemmCounts
+				for i, p := range progs {
+					if err := p.SetInput("x", xv); err != nil {
+						t.Fatal(err)
+					}
+					before := readCounts()
+					if err := p.Run(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if i == 1 {
+						n = readCounts().minus(before)
+					}
+				}
+				lc, _ := progs[0].LossValue()
+				ld, _ := progs[1].LossValue()
+				rl, rg := maxRel([]float32{ld}, []float32{lc}), maxRel(models[1].Params.Grad, models[0].Params.Grad)
+				t.Logf("loss %.3g, gradient %.3g relative; device: %d 16-bit GEMMs, %d Sgemm, %d float32 GemmEx", rl, rg, n.ex16, n.sgemm, n.f32Ex)
+				if rl > opTol || rg > opTol {
+					t.Errorf("loss %v (cpu %v), gradient %v (cpu %v): differ by %.3g and %.3g (tolerance %g)", ld, lc, models[1].Params.Grad, models[0].Params.Grad, rl, rg, opTol)
+				}
+				if n.ex16 == 0 || n.sgemm+n.f32Ex != 0 {
+					t.Errorf("GEMMs on the device: %+v, want all in 16 bits", n)
+				}
+			})
+		}
+	}
+}
