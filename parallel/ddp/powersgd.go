@@ -13,6 +13,7 @@ import (
 
 	// OpenBLAS for blas32 where cgo allows (gonum's Go BLAS otherwise).
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
@@ -78,8 +79,8 @@ func PowerSGDOrthogonalizationEpsilon(eps float32) PowerSGDOption {
 // seeded with the seed, orthogonalized, identical on every rank.
 //
 // The hook keeps state per group (one hook may serve several ranks of a process) and per
-// bucket index; a bucket whose size changes (DDP re-cuts its buckets after the first step)
-// starts afresh. A step is recognised by its first bucket (Index 0). The reductions of a
+// bucket index; a bucket whose extent changes (DDP re-cuts its buckets after the first step)
+// starts afresh, as torch's does when a bucket's size changes. A step is recognised by its first bucket (Index 0). The reductions of a
 // group's buckets run one after the other, in bucket order, on goroutines of their own, so
 // every rank issues the same collectives in the same order. P and Q travel as float32.
 //
@@ -119,6 +120,8 @@ type psgdGroup struct {
 // psgdBucket is the state of one bucket index.
 type psgdBucket struct {
 	size   int
+	lo     int       // the bucket's Lo, and
+	first  *nn.Param // its first parameter, when the layout was made
 	mats   []psgdMatrix
 	unc    [][2]int // uncompressed element ranges of the bucket
 	uncBuf []float32
@@ -175,7 +178,7 @@ func (h *powerSGD) Reduce(g comm.Group, b *Bucket) comm.Work {
 func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork) error {
 	n := g.Size()
 	bs := st.buckets[b.Index]
-	if bs == nil || bs.size != len(b.Grad) {
+	if bs == nil || bs.size != len(b.Grad) || bs.lo != b.Lo || len(b.Params) > 0 && bs.first != b.Params[0] {
 		bs = h.layout(b)
 		st.buckets[b.Index] = bs
 	}
@@ -239,7 +242,10 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork)
 
 // layout decides which of b's gradients are compressed and allocates the bucket's state.
 func (h *powerSGD) layout(b *Bucket) *psgdBucket {
-	bs := &psgdBucket{size: len(b.Grad)}
+	bs := &psgdBucket{size: len(b.Grad), lo: b.Lo}
+	if len(b.Params) > 0 {
+		bs.first = b.Params[0]
+	}
 	covered := 0 // elements before it are assigned
 	addUnc := func(lo, hi int) {
 		if hi <= lo {
