@@ -45,5 +45,7 @@
 // must be 1.
 //
 // Multi-GPU: one process per GPU, each with its Device and an NCCL process group
-// (parallel/comm/nccl), whose AllReduceDevice reduces device-resident buffers in place.
+// (parallel/comm/nccl), whose AllReduceDevice reduces device-resident buffers in place;
+// cuda/devddp is DDP with the buckets reduced there, ordered by events, during backward.
+// The optimizers' device loops (SGD, Adam) are here too, for cuda/tape's device State.
 package cuda

@@ -32,4 +32,11 @@
 // adds it into the gradient buffer in nn.ParamSet.Grad's layout (or gives it to the sink)
 // and runs the gradient hooks, in backward order, as on the CPU. Step is nn's: the
 // optimizer or solver steps the host parameters, which the next Run copies in.
+//
+// A State (NewState) keeps the parameters, the gradient buffer and a device copy of an
+// optim optimizer (SGD, Adam, AdamW) on the device instead: programs compiled from it
+// (State.Compile) read the parameters in place, add each gradient into the device buffer at
+// its GradHook with no host copy before nn's gradient hooks run (cuda/devddp's buckets start
+// there), and step on the device, whole or by ranges (a DDP bucket). ToHost and FromHost
+// move the parameters and the optimizer's state to and from the host for checkpoints.
 package tape
