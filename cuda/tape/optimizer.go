@@ -33,11 +33,11 @@ type deviceOptimizer struct {
 
 // devSegment is one optim.Segment as a flat range of the model's buffers.
 type devSegment struct {
-	lo, hi  int
-	wd      float64
-	init    bool // SGD: the momentum buffer holds a value
-	first   bool // SGD, during a step: the buffer starts this step
-	params  []*nn.Param
+	lo, hi int
+	wd     float64
+	init   bool // SGD: the momentum buffer holds a value
+	first  bool // SGD, during a step: the buffer starts this step
+	params []*nn.Param
 }
 
 func newDeviceOptimizer(dev *cuda.Device, ps *nn.ParamSet, host optim.Optimizer) (*deviceOptimizer, error) {

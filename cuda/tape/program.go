@@ -33,7 +33,7 @@ type Program struct {
 	own      []*cuda.Tensor                // the program's own device memory (indices, running statistics)
 	post     []func(context.Context) error // at the end of every Run (running statistics back to the host)
 
-	st      *State     // the device state the program was compiled from (State.Compile), nil for tape.Compile
+	st      *State      // the device state the program was compiled from (State.Compile), nil for tape.Compile
 	pleaves []paramLeaf // under st: parameter leaves, viewing the state's device buffer
 }
 

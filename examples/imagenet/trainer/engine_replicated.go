@@ -29,7 +29,7 @@ type replicated struct {
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	ck      *checkpoints
-	ema     *modelEMA // -model-ema, nil without
+	ema     *modelEMA   // -model-ema, nil without
 	dst     *tape.State // -device cuda: parameters, gradients, optimizer on the device (nil: the host's)
 }
 
