@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Thread levels of MPI_Init_thread (the values of mpi.h).
@@ -28,8 +29,16 @@ const (
 // (MPI_Finalize), and so that other libraries of the process may call MPI themselves; the
 // level provided is logged and reported by ThreadLevel, and a lower one changes nothing here.
 //
-// The loop polls, as MPI_Wait does; when a poll completes nothing it yields the CPU
-// (sched_yield) so that ranks oversubscribing cores let the computation run.
+// The loop polls, as MPI_Wait does, while requests are pending, and backs off when polls
+// complete nothing: it spins for idleSpin, then yields the CPU (sched_yield) until
+// idleYield, then sleeps idleSleep between polls, so that a long wait (a peer still
+// computing, a receive posted early) leaves the cores to the computation beside it (DDP's
+// backward) at the cost of up to idleSleep of latency. Any completion resets the backoff.
+const (
+	idleSpin  = 20 * time.Microsecond
+	idleYield = time.Millisecond
+	idleSleep = 50 * time.Microsecond
+)
 
 // engine is the process's MPI thread (Note [One MPI thread]).
 type engine struct {
@@ -103,7 +112,7 @@ func (e *engine) run(ready chan<- error) {
 	}
 	e.provided, e.rank, e.size, e.tagUB, e.version = provided, rank, size, mpiTagUB(world), mpiVersion()
 	ready <- nil
-	spins := 0
+	var idle time.Time // when polls started completing nothing; zero while they complete
 	for !e.stop {
 		if len(e.reqs) == 0 {
 			f := <-e.calls
@@ -120,9 +129,18 @@ func (e *engine) run(ready chan<- error) {
 			}
 		}
 		if e.poll() {
-			spins = 0
-		} else if spins++; spins > 16 {
+			idle = time.Time{}
+			continue
+		}
+		if idle.IsZero() {
+			idle = time.Now()
+		}
+		switch waited := time.Since(idle); {
+		case waited < idleSpin:
+		case waited < idleYield:
 			mpiYield()
+		default:
+			time.Sleep(idleSleep)
 		}
 	}
 }
