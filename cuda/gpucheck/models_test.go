@@ -30,9 +30,13 @@ const (
 // Under autocast both sides round the same operands to bf16, but the device's float32 sums
 // of the rounded products round differently in the last place, and an activation that lands
 // on the other side of a bf16 rounding boundary moves by a bf16 ulp (2^-8 = 3.9e-3
-// relative) in the next layer's input. The losses stay within 1e-2; a missing cast (float32
-// operands on one side) moves them by far less and is caught by the rounding tests of
-// TestGemmVsCPU and TestConvVsCPU, so this case checks that autocast graphs lower and train.
+// relative) in the next layer's input. The first step's loss (identical parameters) stays
+// within 1e-2 (emulator: 4.7e-6). Later steps inherit an update whose gradients went
+// through such flips, amplified by batch norm over few values per channel (emulator:
+// 4.3e-3 at the second step; the trainer's tiny resnet18 measures chaos by the third), so
+// they are logged, not asserted. A missing cast (float32 operands on one side) moves the
+// loss by less than a flip and is caught by the rounding tests of TestGemmVsCPU and
+// TestConvVsCPU: this case checks that autocast graphs lower and train.
 const autocastLossTol = 1e-2
 
 // modelCase is one model trained side by side: by cuda/tape on the device and by nn.Compile
@@ -180,7 +184,7 @@ func modelStepsVsCPU(t *testing.T, c modelCase) {
 		lc, _ := cpu.prog.LossValue()
 		ld, _ := dev.prog.LossValue()
 		le := relErr([]float32{ld}, []float64{float64(lc)})
-		if !(le <= lossTol) {
+		if !(le <= lossTol) && (!c.bf16 || step == 0) {
 			t.Errorf("step %d: loss %.7f on the device, %.7f on the CPU: relative error %.3g > %.0e", step+1, ld, lc, le, lossTol)
 		}
 		if !c.bf16 {

@@ -25,7 +25,7 @@
 # the table, not the GPU.
 #
 # Settings (environment; defaults for the GPU, then for EMULATE=1):
-#   MODELS      ARCH:IMAGE:BATCH ...   "resnet50:224:64 swin_t:224:64" / "resnet18:16:4 swin_t:32:1"
+#   MODELS      ARCH:IMAGE:BATCH ...   "resnet50:224:64 swin_t:224:64" / "resnet18:16:8 swin_t:32:1"
 #   STRATEGIES  trainer -strategy      "none ddp zero3" (ddp without gprun: world 1)
 #   AMPS        off bf16 fp16          "off bf16"
 #   STEPS       device steps per run   12 / 2
@@ -59,7 +59,7 @@ if [ "$emulate" = 1 ]; then
   export CUDA_DRIVER_LIBRARY=$emu/libcuda.so.1 NCCL_LIBRARY=$emu/libnccl.so.2 CUBLAS_LIBRARY=$emu/libcublas.so.12 \
     CUDNN_LIBRARY=$emu/libcudnn.so.9 GP_FAKE_KERNELS=$emu/libkernels_emu.so GPUCHECK_EMULATED=1
   echo "EMULATE=1: the fake GPU libraries and the CPU emulator of kernels.cu in $emu (no GPU is used)"
-  MODELS=${MODELS:-"resnet18:16:4 swin_t:32:1"} STEPS=${STEPS:-2} WARMUP=${WARMUP:-1}
+  MODELS=${MODELS:-"resnet18:16:8 swin_t:32:1"} STEPS=${STEPS:-2} WARMUP=${WARMUP:-1}
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi not found"
   MODELS=${MODELS:-"resnet50:224:64 swin_t:224:64"} STEPS=${STEPS:-12} WARMUP=${WARMUP:-3}
@@ -67,7 +67,13 @@ fi
 STRATEGIES=${STRATEGIES:-"none ddp zero3"} AMPS=${AMPS:-"off bf16"} CPU_STEPS=${CPU_STEPS:-2}
 ncpu=$(nproc 2>/dev/null || echo 2)
 WORKERS=${WORKERS:-$(( ncpu / 2 > 8 ? 8 : (ncpu / 2 < 1 ? 1 : ncpu / 2) ))}
+# python3 for the table and the wheels' folders; the first of PYTHON, python3 and
+# /usr/bin/python3 that imports torch for torch_bench.py.
 py=$(command -v python3 || true)
+tpy=
+for c in ${PYTHON:-} python3 /usr/bin/python3; do
+  if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import torch, torchvision' 2>/dev/null; then tpy=$(command -v "$c"); break; fi
+done
 
 # The kernels of kernels.cu that the PTX embedded in these binaries lacks (cuda/kernels' Pending,
 # written where there was no nvcc). The tape tests that launch them fail naming
@@ -193,10 +199,10 @@ if [ "${TORCH:-1}" != 0 ]; then
   echo "== 4. PyTorch on the same GPU (torch_bench.py)"
   tdev=cuda
   [ "$emulate" = 1 ] && tdev=cpu
-  if [ -n "$py" ] && "$py" -c "import torch, torchvision; assert '$tdev' == 'cpu' or torch.cuda.is_available()" 2>/dev/null; then
+  if [ -n "$tpy" ] && "$tpy" -c "import torch; assert '$tdev' == 'cpu' or torch.cuda.is_available()" 2>/dev/null; then
     tamps=$AMPS
     [ "$emulate" != 1 ] && tamps="$AMPS tf32"
-    "$py" torch_bench.py --device "$tdev" --models "$(echo "$MODELS" | tr ' ' ,)" --amp "$(echo "$tamps" | tr ' ' ,)" \
+    "$tpy" torch_bench.py --device "$tdev" --models "$(echo "$MODELS" | tr ' ' ,)" --amp "$(echo "$tamps" | tr ' ' ,)" \
       --steps "$(( STEPS - WARMUP ))" --warmup "$WARMUP" | tee torch.jsonl || status=1
   else
     echo "PyTorch and torchvision${tdev:+ ($tdev)} not found: the table has no PyTorch column"

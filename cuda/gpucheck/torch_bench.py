@@ -56,7 +56,8 @@ def bench_train(arch, image, batch, amp, steps, warmup, device, classes=1000):
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     autocast = amp in ("bf16", "fp16")
     dtype = torch.float16 if amp == "fp16" else torch.bfloat16
-    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=amp == "fp16")
+    # torch.cuda.amp's GradScaler: torch.amp.GradScaler is newer than some installed torches.
+    scaler = torch.cuda.amp.GradScaler(enabled=amp == "fp16" and device.startswith("cuda"))
     x = torch.randn(batch, 3, image, image, device=device)
     y = torch.randint(0, classes, (batch,), device=device)
 
