@@ -20,7 +20,8 @@
 // with the reason, or a [*PeerGoneError]. Close never waits on its peers beyond
 // WithCloseTimeout.
 //
-// Buffers are []float32, []float64 or []int64 viewed through [F32], [F64] and [I64]:
+// Buffers are []float32, []float64 or []int64 viewed through [F32], [F64] and [I64], or
+// 16-bit floats ([]uint16) through [BF16] and [F16] (see Note 16-bit reductions in buffer.go):
 //
 //	w := g.AllReduce(comm.F32(grad), comm.Avg)
 //	if err := w.Wait(ctx); err != nil { ... }
