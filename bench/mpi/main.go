@@ -1,4 +1,4 @@
-// Command mpi benchmarks the all-reduce of the MPI backend (parallel/comm/mpi, OpenMPI's
+// Command mpi benchmarks the all-reduce and a send/recv ping-pong of the MPI backend (parallel/comm/mpi, OpenMPI's
 // MPI_Iallreduce) against comm's own shared-memory and TCP transports, at world 2 on this
 // host, from 1 to 256 MiB. Every backend runs under the same `mpirun -np 2` (comm's
 // transports chosen with GP_COMM_BACKEND=shm|tcp, their ranks read from OMPI_COMM_WORLD_*).
@@ -40,12 +40,13 @@ var (
 )
 
 type sample struct {
+	Op      string  `json:"op"` // all-reduce, or send-recv (a ping-pong between ranks 0 and 1)
 	Backend string  `json:"backend"`
 	World   int     `json:"world"`
 	Bytes   int     `json:"bytes"`
 	Latency float64 `json:"latency_s"`
-	BusBW   float64 `json:"busbw_gbps"`
-	CPU     float64 `json:"cpu_s"` // CPU time of all ranks together per all-reduce
+	BusBW   float64 `json:"busbw_gbps"` // send-recv: bytes one way / (round trip / 2)
+	CPU     float64 `json:"cpu_s"`      // CPU time of all ranks together per operation
 	Load    float64 `json:"loadavg,omitempty"`
 }
 
@@ -94,34 +95,51 @@ func run() error {
 		}
 		rows = append(rows, got...)
 	}
-	fmt.Printf("all-reduce, float32 sum, world %d, %s; median of %d runs\n", *np, benchutil.FirstLine(string(mpirunVersion)), *reps)
-	fmt.Printf("%10s", "MiB")
 	names := strings.Split(*backends, ",")
-	for _, n := range names {
-		fmt.Printf(" %12s %10s", n+" GB/s", "cpu ms")
-	}
-	for _, n := range names[1:] {
-		fmt.Printf(" %12s", names[0]+"/"+n)
-	}
-	fmt.Println()
-	for _, sz := range sizes() {
-		fmt.Printf("%10d", sz>>20)
-		bw := map[string]float64{}
+	for _, op := range []string{"all-reduce", "send-recv"} {
+		what := "all-reduce, float32 sum, busbw"
+		if op == "send-recv" {
+			what = "send-recv ping-pong between ranks 0 and 1, bytes one way / half the round trip"
+		}
+		fmt.Printf("%s; world %d, %s; median of %d runs\n", what, *np, benchutil.FirstLine(string(mpirunVersion)), *reps)
+		fmt.Printf("%10s", "MiB")
 		for _, n := range names {
-			for _, r := range rows {
-				if r.Backend == n && r.Bytes == sz {
-					bw[n] = r.BusBW
-					fmt.Printf(" %12.3f %10.1f", r.BusBW, r.CPU*1e3)
-				}
-			}
+			fmt.Printf(" %12s %10s", n+" GB/s", "cpu ms")
 		}
 		for _, n := range names[1:] {
-			fmt.Printf(" %11.2fx", bw[names[0]]/bw[n])
+			fmt.Printf(" %12s", names[0]+"/"+n)
 		}
 		fmt.Println()
+		for _, sz := range sizes() {
+			fmt.Printf("%10d", sz>>20)
+			bw := map[string]float64{}
+			for _, n := range names {
+				for _, r := range rows {
+					if r.Op == op && r.Backend == n && r.Bytes == sz {
+						bw[n] = r.BusBW
+						fmt.Printf(" %12.3f %10.1f", r.BusBW, r.CPU*1e3)
+					}
+				}
+			}
+			for _, n := range names[1:] {
+				fmt.Printf(" %11.2fx", bw[names[0]]/bw[n])
+			}
+			fmt.Println()
+		}
 	}
-	fmt.Println("busbw: nccl-tests definition (GB/s = 1e9 bytes/s, 2(n-1)/n x bytes / time); cpu ms: CPU time (user+system) of all ranks together per all-reduce; " +
-		"mpi: parallel/comm/mpi (MPI_Iallreduce in place, OpenMPI's defaults: vader shared memory between the ranks); shm, tcp: comm's transports (GP_COMM_BACKEND), all under the same mpirun")
+	fmt.Printf("loadavg before each backend's job: ")
+	for _, n := range names {
+		for _, r := range rows {
+			if r.Backend == n {
+				fmt.Printf("%s %.1f  ", n, r.Load)
+				break
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Println("busbw: nccl-tests definition (GB/s = 1e9 bytes/s, 2(n-1)/n x bytes / time); cpu ms: CPU time (user+system) of all ranks together per operation; " +
+		"mpi: parallel/comm/mpi (MPI_Iallreduce in place, MPI_Isend/MPI_Irecv; OpenMPI's defaults: vader shared memory with CMA single copy between the ranks); " +
+		"shm, tcp: comm's transports (GP_COMM_BACKEND), all under the same mpirun")
 	buf, err := json.MarshalIndent(map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rows": rows}, "", " ")
 	if err != nil {
 		return err
@@ -177,38 +195,66 @@ func worker() error {
 	if want := os.Getenv(comm.BackendEnv); backend != want {
 		return fmt.Errorf("asked for backend %s, got %s", want, backend)
 	}
-	for _, sz := range sizes() {
-		buf := make(comm.F32, sz/4)
-		iters := max(3, min(32, (64<<20)/sz))
-		if err := g.AllReduce(buf, comm.Sum).Wait(ctx); err != nil {
-			return err
-		}
-		lats := make([]float64, *reps)
-		var cpuTotal float64
-		for i := range lats {
-			if err := g.Barrier().Wait(ctx); err != nil {
-				return err
+	for _, op := range []string{"all-reduce", "send-recv"} {
+		for _, sz := range sizes() {
+			buf := make(comm.F32, sz/4)
+			fn := func() error { return g.AllReduce(buf, comm.Sum).Wait(ctx) }
+			if op == "send-recv" {
+				fn = func() error { return pingPong(ctx, g, buf) }
 			}
-			c0, t0 := benchutil.CPUSeconds(), time.Now()
-			for range iters {
-				if err := g.AllReduce(buf, comm.Sum).Wait(ctx); err != nil {
-					return err
-				}
+			lat, cpu, err := timeOp(ctx, g, fn, max(3, min(32, (64<<20)/sz)))
+			if err != nil {
+				return fmt.Errorf("%s of %d bytes: %w", op, sz, err)
 			}
-			t := comm.F64{time.Since(t0).Seconds() / float64(iters), (benchutil.CPUSeconds() - c0) / float64(iters)}
-			slow, cpu := comm.F64{t[0]}, comm.F64{t[1]}
-			if err := errors.Join(g.AllReduce(slow, comm.Max).Wait(ctx), g.AllReduce(cpu, comm.Sum).Wait(ctx)); err != nil {
-				return err
+			bw := float64(sz) / lat * 2 * float64(n-1) / float64(n) / 1e9
+			if op == "send-recv" {
+				bw = float64(sz) / (lat / 2) / 1e9
 			}
-			lats[i] = slow[0]
-			cpuTotal += cpu[0]
-		}
-		lat := benchutil.Median(lats)
-		if g.Rank() == 0 {
-			b, _ := json.Marshal(sample{Backend: backend, World: n, Bytes: sz, Latency: lat,
-				BusBW: float64(sz) / lat * 2 * float64(n-1) / float64(n) / 1e9, CPU: cpuTotal / float64(*reps)})
-			fmt.Println(string(b))
+			if g.Rank() == 0 {
+				b, _ := json.Marshal(sample{Op: op, Backend: backend, World: n, Bytes: sz, Latency: lat, BusBW: bw, CPU: cpu})
+				fmt.Println(string(b))
+			}
 		}
 	}
 	return nil
+}
+
+// pingPong sends buf from rank 0 to rank 1 and back; the other ranks do nothing.
+func pingPong(ctx context.Context, g comm.Group, buf comm.F32) error {
+	switch g.Rank() {
+	case 0:
+		return errors.Join(g.Send(buf, 1, 0).Wait(ctx), g.Recv(buf, 1, 0).Wait(ctx))
+	case 1:
+		return errors.Join(g.Recv(buf, 0, 0).Wait(ctx), g.Send(buf, 0, 0).Wait(ctx))
+	}
+	return nil
+}
+
+// timeOp runs fn once untimed, then -reps timed runs of iters calls each, every run
+// starting from a barrier; it returns the median run's time per call (the slowest rank's)
+// and the CPU time of all ranks together per call, averaged over the runs.
+func timeOp(ctx context.Context, g comm.Group, fn func() error, iters int) (lat, cpu float64, err error) {
+	if err := fn(); err != nil {
+		return 0, 0, err
+	}
+	lats := make([]float64, *reps)
+	for i := range lats {
+		if err := g.Barrier().Wait(ctx); err != nil {
+			return 0, 0, err
+		}
+		c0, t0 := benchutil.CPUSeconds(), time.Now()
+		for range iters {
+			if err := fn(); err != nil {
+				return 0, 0, err
+			}
+		}
+		slow := comm.F64{time.Since(t0).Seconds() / float64(iters)}
+		used := comm.F64{(benchutil.CPUSeconds() - c0) / float64(iters)}
+		if err := errors.Join(g.AllReduce(slow, comm.Max).Wait(ctx), g.AllReduce(used, comm.Sum).Wait(ctx)); err != nil {
+			return 0, 0, err
+		}
+		lats[i] = slow[0]
+		cpu += used[0] / float64(*reps)
+	}
+	return benchutil.Median(lats), cpu, nil
 }
