@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -108,7 +109,7 @@ func run(p params, procs, reps int, py, out string) error {
 	// that a disturbance of this shared machine hits one repetition, not one column; the
 	// table reports each configuration's median over the repetitions and the median of the
 	// per-repetition efficiencies.
-	var plains, dists, pairs, tPlains, tDists, effs, ceilings, tEffs []float64
+	var plains, dists, pairs, tPlains, tDists, effs, ceilings, tEffs, loads []float64
 	var r0 result
 	var cpu [3]float64
 	for rep := range reps {
@@ -129,7 +130,11 @@ func run(p params, procs, reps int, py, out string) error {
 		thrPlain, thrDDP, thrPair := throughput(plain), throughput(dist), throughput(pair)
 		plains, dists, pairs = append(plains, thrPlain), append(dists, thrDDP), append(pairs, thrPair)
 		effs, ceilings = append(effs, thrDDP/(2*thrPlain)), append(ceilings, thrPair/(2*thrPlain))
-		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f)", rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep])
+		// The 1-minute load average after the repetition: this machine is shared, and a
+		// repetition run beside other work says so here.
+		loads = append(loads, benchutil.LoadAvg())
+		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s",
+			rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps))
 		if torchNote == "" {
 			tp, err := launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
 			var td []result
@@ -179,7 +184,7 @@ func run(p params, procs, reps int, py, out string) error {
 	}
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
-		"efficiency_per_repetition": effs, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
+		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
 		"check_s": r0.Check, "check_share_of_step_time": checkShare, "check_every": replica.DefaultCheckEvery,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
@@ -327,6 +332,20 @@ func child(role string, p params) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	// GP_BENCH_DDP_GOTRACE=DIR writes a Go execution trace of each process's timed steps to
+	// DIR/<role>-<rank>-<pid>.trace (go tool trace -pprof=sched: how long the compute
+	// goroutine waited for the rank's one P while communication goroutines held it).
+	if dir := os.Getenv("GP_BENCH_DDP_GOTRACE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d-%d.trace", role, rank, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()
