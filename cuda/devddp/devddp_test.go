@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,6 +118,143 @@ func cpuRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error))
 // deviceRun trains on world in-process ranks and returns each rank's losses and final
 // parameters, and the number of buckets.
 func deviceRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)) ([][]float32, [][]float32, int) {
+	losses, params := make([][]float32, world), make([][]float32, world)
+	buckets := 0
+	err := onRanks(t, newOpt, []ddp.Option{ddp.CheckEvery(2)}, nil, func(ctx context.Context, r int, k *rank) error {
+		if r == 0 {
+			buckets = len(k.d.Buckets())
+		}
+		for s := range steps {
+			k.feed(s)
+			var err error
+			if s < 2 {
+				err = k.p.Run(ctx)
+				if err == nil {
+					err = k.p.Step(ctx)
+				}
+			} else {
+				err = train.RunStep(ctx, k.p)
+			}
+			if err != nil {
+				return fmt.Errorf("step %d: %w", s, err)
+			}
+			l, err := k.p.LossValue()
+			if err != nil {
+				return err
+			}
+			losses[r] = append(losses[r], l)
+		}
+		if err := k.st.ToHost(ctx); err != nil {
+			return err
+		}
+		params[r] = append([]float32(nil), k.m.Params.Data...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return losses, params, buckets
+}
+
+// leaveTimeout bounds each NCCL operation in the test of a rank that leaves: NCCL, as the
+// fake, cannot tell a peer that destroyed its communicator from a slow one, so the group's
+// timeout is what ends the wait.
+const leaveTimeout = 2 * time.Second
+
+// A replica whose device parameters drifted (rank 1's first weight changed on the device
+// after step 1) fails the next step's agreement check on both ranks with ddp.ErrDiverged
+// naming the tensor, and a rank that leaves (rank 1 closes its NCCL group instead of
+// running step 2) makes rank 0's step fail with the group's timeout, not hang.
+func TestDivergenceAndLeavingRankFail(t *testing.T) {
+	cudatest.Require(t)
+	sgd := optimizers[0].new
+	m, err := nn.NewGraphModel(gormlp.Fixed(1, global/world))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drifted string // the parameter at the start of the flat buffer
+	for _, p := range m.Params.Params {
+		if p.Offset == 0 {
+			drifted = p.Name
+		}
+	}
+	errs := make([]error, world)
+	_ = onRanks(t, sgd, []ddp.Option{ddp.CheckEvery(1)}, nil, func(ctx context.Context, r int, k *rank) error {
+		for s := range 2 {
+			k.feed(s)
+			if s == 1 && r == 1 {
+				// The device is the master copy: bring the host's up to date first.
+				if err := k.st.ToHost(ctx); err != nil {
+					return err
+				}
+				k.m.Params.Data[0] += 1
+				if err := k.st.FromHost(); err != nil {
+					return err
+				}
+			}
+			if err := train.RunStep(ctx, k.p); err != nil {
+				errs[r] = err
+				return nil
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ddp.ErrDiverged) || !strings.Contains(err.Error(), "parameter "+drifted+" differs") || !strings.Contains(err.Error(), "1 of 2 tensors") {
+			t.Fatalf("rank %d: %v, want ddp.ErrDiverged naming %s alone", r, err, drifted)
+		}
+		t.Logf("rank %d: %v", r, err)
+	}
+
+	start := time.Now()
+	errs = make([]error, world)
+	_ = onRanks(t, sgd, []ddp.Option{ddp.CheckEvery(0)}, []nccl.Option{nccl.WithTimeout(leaveTimeout)}, func(ctx context.Context, r int, k *rank) error {
+		for s := range 2 {
+			k.feed(s)
+			if s == 1 && r == 1 {
+				return k.g.Close(ctx)
+			}
+			if err := train.RunStep(ctx, k.p); err != nil {
+				errs[r] = err
+				return nil
+			}
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if errs[0] == nil {
+		t.Fatal("rank 0's step succeeded after rank 1 left")
+	}
+	if !errors.Is(errs[0], comm.ErrTimeout) {
+		t.Fatalf("rank 0: %v, want the NCCL group's timeout (comm.ErrTimeout)", errs[0])
+	}
+	t.Logf("rank 0, %v after the start: %v", took.Round(time.Millisecond), errs[0])
+}
+
+// rank is one in-process rank's training setup.
+type rank struct {
+	g    *nccl.Group
+	m    *nn.Model
+	d    *ddp.DDP
+	st   *tape.State
+	p    *devddp.Program
+	x, y []float32
+	r    int
+}
+
+// feed sets step s's inputs: this rank's half of the global batch.
+func (k *rank) feed(s int) {
+	n := global / world
+	gormlp.Data(k.x, k.y, s*global+k.r*n, n)
+	_ = k.p.SetInput("x", k.x)
+	_ = k.p.SetInput("y", k.y)
+}
+
+// onRanks sets up world in-process ranks (each its own cuda.Device and NCCL group over the
+// fake NCCL for the buckets, an in-process comm group for the host's collectives, one
+// bucket per parameter, the gorgonia MLP on half the global batch) and runs fn on each. A
+// rank that fails cancels the others' context. Everything is closed on return.
+func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error), dopts []ddp.Option, nopts []nccl.Option, fn func(ctx context.Context, r int, k *rank) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := comm.ListenStore("127.0.0.1:0", world)
@@ -139,9 +277,7 @@ func deviceRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, erro
 		}
 		defer devs[r].Close()
 	}
-	losses, params := make([][]float32, world), make([][]float32, world)
 	errs := make([]error, world)
-	buckets := 0
 	var wg sync.WaitGroup
 	for r := range world {
 		wg.Add(1)
@@ -153,69 +289,35 @@ func deviceRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, erro
 					return err
 				}
 				defer store.Close()
-				g, err := nccl.New(ctx, store, r, world, nccl.WithDevice(0))
-				if err != nil {
+				k := &rank{r: r}
+				if k.g, err = nccl.New(ctx, store, r, world, append([]nccl.Option{nccl.WithDevice(0)}, nopts...)...); err != nil {
 					return err
 				}
-				defer g.Close(context.Background())
-				dev := devs[r]
+				defer k.g.Close(context.Background())
 				build := gormlp.Fixed(1, global/world)
-				m, err := nn.NewGraphModel(build)
-				if err != nil {
+				if k.m, err = nn.NewGraphModel(build); err != nil {
 					return err
 				}
-				d, err := ddp.New(ctx, m, host[r], ddp.FirstBucketBytes(4), ddp.BucketCapBytes(4), ddp.LastBucketBytes(0), ddp.CheckEvery(2))
-				if err != nil {
+				all := append([]ddp.Option{ddp.FirstBucketBytes(4), ddp.BucketCapBytes(4), ddp.LastBucketBytes(0)}, dopts...)
+				if k.d, err = ddp.New(ctx, k.m, host[r], all...); err != nil {
 					return err
 				}
-				opt := mustOpt(t, m, newOpt)
-				st, err := tape.NewState(dev, m, tape.WithOptimizer(opt))
-				if err != nil {
+				if k.st, err = tape.NewState(devs[r], k.m, tape.WithOptimizer(mustOpt(t, k.m, newOpt))); err != nil {
 					return err
 				}
-				defer st.Close()
-				dd, err := devddp.New(d, st, g)
+				defer k.st.Close()
+				dd, err := devddp.New(k.d, k.st, k.g)
 				if err != nil {
 					return err
 				}
 				defer dd.Close()
-				p, err := dd.Compile(build)
-				if err != nil {
+				if k.p, err = dd.Compile(build); err != nil {
 					return err
 				}
-				defer p.Close()
-				if r == 0 {
-					buckets = len(d.Buckets())
-				}
+				defer k.p.Close()
 				n := global / world
-				x, y := make([]float32, n*gormlp.In), make([]float32, n*gormlp.Out)
-				for s := range steps {
-					gormlp.Data(x, y, s*global+r*n, n)
-					if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
-						return err
-					}
-					if s < 2 {
-						err = p.Run(ctx)
-						if err == nil {
-							err = p.Step(ctx)
-						}
-					} else {
-						err = train.RunStep(ctx, p)
-					}
-					if err != nil {
-						return fmt.Errorf("step %d: %w", s, err)
-					}
-					l, err := p.LossValue()
-					if err != nil {
-						return err
-					}
-					losses[r] = append(losses[r], l)
-				}
-				if err := st.ToHost(ctx); err != nil {
-					return err
-				}
-				params[r] = append([]float32(nil), m.Params.Data...)
-				return nil
+				k.x, k.y = make([]float32, n*gormlp.In), make([]float32, n*gormlp.Out)
+				return fn(ctx, r, k)
 			}()
 			if errs[r] != nil {
 				cancel() // the other rank must not wait for this one
@@ -223,10 +325,7 @@ func deviceRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, erro
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return losses, params, buckets
+	return errors.Join(errs...)
 }
 
 func mustOpt(t *testing.T, m *nn.Model, f func([]optim.Segment) (optim.Optimizer, error)) optim.Optimizer {

@@ -239,7 +239,9 @@ func (s *State) ParamsToHost(ctx context.Context) error {
 }
 
 // FromHost copies the model's ParamSet.Data and the host optimizer's state to the device:
-// after a checkpoint was restored or the parameters broadcast on the host.
+// after a checkpoint was restored or the parameters broadcast on the host. It overwrites
+// every device value with the host's, which lag the device's since the last ToHost: to
+// change one value on the host, ToHost first.
 func (s *State) FromHost() error {
 	if err := s.data.CopyFrom(s.model.Params.Data); err != nil {
 		return fmt.Errorf("cuda/tape: parameters to the device: %w", err)
