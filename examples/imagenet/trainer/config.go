@@ -161,7 +161,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Strategy, "strategy", "ddp", "ddp | zero3 | dp | none (none: DDP machinery over a world of one)")
 	fs.IntVar(&c.DPReplicas, "dp-replicas", 2, "replicas of -strategy dp")
 	fs.StringVar(&c.AMP, "amp", "", "autocast: bf16 | fp16 (default off)")
-	fs.StringVar(&c.Device, "device", "cpu", "cpu | cuda | cuda:N (cuda: the GPU of LOCAL_RANK; -strategy none, or ddp at world 1, for now)")
+	fs.StringVar(&c.Device, "device", "cpu", "cpu | cuda | cuda:N (cuda: the GPU of LOCAL_RANK; -strategy none or ddp, whose buckets NCCL reduces on the device)")
 	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload of the shard and optimizer state: cpu | disk (needs -opt adamw)")
 	fs.StringVar(&c.Out, "out", "", "run directory (default runs/ARCH)")
 	fs.IntVar(&c.CkptEvery, "ckpt-every", 0, "also checkpoint every N steps")
