@@ -58,6 +58,13 @@ func newDeviceOptimizer(dev *cuda.Device, ps *nn.ParamSet, host optim.Optimizer)
 	default:
 		return nil, fmt.Errorf("cuda/tape: the device optimizer copies optim.SGD, Adam or AdamW, not %T", host)
 	}
+	kernel := "sgd_f32"
+	if o.adam {
+		kernel = "adam_f32"
+	}
+	if err := dev.Kernel(kernel); err != nil { // at construction, not at the first step
+		return nil, fmt.Errorf("cuda/tape: device optimizer: %w", err)
+	}
 	for i, sg := range segs {
 		lo, ok := offsetIn(ps.Data, sg.Data)
 		if !ok {
