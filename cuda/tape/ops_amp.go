@@ -19,9 +19,12 @@ import (
 // gorgonia's matmuls (2-D, batched, matrix-vector) — whose GEMM operands are all Round nodes
 // of one format (directly or through reshapes and taps) is lowered to a 16-bit computation:
 //
-//   - each such Round node's step makes, in the same pass that rounds it (round_cast_*), a
-//     16-bit copy of its value, once per Run however many ops read it; the copy is freed
-//     after its last 16-bit reader (a count made at Compile), or at the end of the Run;
+//   - each such Round node has a 16-bit copy of its value, made once per Run however many
+//     ops read it, and freed after its last 16-bit reader (a count made at Compile) or at
+//     the end of the Run. When float32 ops read the Round too, its step makes the copy in
+//     the pass that rounds (round_cast_*); when only 16-bit ops read it, the Round is a view
+//     of its input and the first reader casts that to 16 bits (the cast rounds to nearest
+//     even, as Round does): no float32 rounded value is written at all;
 //   - the matmuls read the copies through cublasGemmEx / GemmStridedBatchedEx with float32
 //     accumulation and float32 output; the convolutions through Conv2d16 / Conv2dBackward16:
 //     im2col in 16 bits and GemmEx with float32 output, or cuDNN's 16-bit passes when the
@@ -38,17 +41,30 @@ import (
 // half is the 16-bit copy of a Round node's value during a Run.
 type half struct {
 	dt   cuda.DType // Float16 or BFloat16
+	lazy bool       // made by the first reader from the Round's input (the Round is a view)
 	t    *cuda.Tensor
 	refs int // 16-bit operand reads per Run, counted at Compile
 	left int // reads still to come in this Run
 }
 
-func (h *half) get() (*cuda.Tensor, error) {
-	if h.t == nil {
+// get returns the copy for a reader whose operand is src (the Round's input under a lazy
+// half), making it on the first read of a Run.
+func (p *Program) get(dev *cuda.Device, h *half, src *cuda.Tensor) (*cuda.Tensor, error) {
+	if h.t != nil && h.t.Ptr() != 0 { // made in this Run (a failed Run's copy was freed at its end)
+		return h.t.View(0, src.Shape()...) // the reader's shape (it may read through a reshape)
+	}
+	if !h.lazy {
 		return nil, fmt.Errorf("the 16-bit copy of an autocast operand has not been made (its Round has not run)")
 	}
-	return h.t, nil
+	t, err := dev.Alloc(h.dt, src.Shape()...)
+	if err != nil {
+		return nil, err
+	}
+	p.runOwned = append(p.runOwned, t)
+	h.t, h.left = t, h.refs
+	return t, dev.Cast(t, src) // rounds to nearest even: Round's bits
 }
+
 
 // done records one read; the last frees the copy.
 func (h *half) done() {
@@ -64,6 +80,12 @@ func (p *Program) lowerAutocast(n *G.Node, in []*G.Node) (k *kernel, ok bool, er
 	if d, isAmp := amp.DescribeOp(n.Op()); isAmp {
 		if !d.Round || !p.read16(n) {
 			return nil, false, nil
+		}
+		if p.onlyRead16(n, n) && !p.isResult(n) {
+			// No float32 reader: the Round is a view of its input, and the first 16-bit
+			// reader of a Run casts that to 16 bits (rounding it): no float32 copy.
+			p.state(n.Op()).half = &half{dt: dtype16(d.Format), lazy: true}
+			return &kernel{alias: true}, true, nil
 		}
 		k, err := p.lowerRoundCast(n, d.Format)
 		return k, true, err
@@ -93,7 +115,7 @@ func (p *Program) lowerAutocast(n *G.Node, in []*G.Node) (k *kernel, ok bool, er
 	k.run = func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 		x16 := slices.Clone(x)
 		for j, i := range idx {
-			t, err := hs[j].get()
+			t, err := p.get(dev, hs[j], x[i])
 			if err != nil {
 				return err
 			}
@@ -118,10 +140,10 @@ func (p *Program) lowerNode32(n *G.Node, in []*G.Node) (*kernel, error) {
 
 // lowerRoundCast: the Round, and in the same pass the 16-bit copy its 16-bit readers use.
 func (p *Program) lowerRoundCast(n *G.Node, f amp.Format) (*kernel, error) {
-	h := &half{dt: cuda.BFloat16}
+	h := &half{dt: dtype16(f)}
 	name := "round_cast_f32_bf16"
 	if f == amp.FP16 {
-		h.dt, name = cuda.Float16, "round_cast_f32_f16"
+		name = "round_cast_f32_f16"
 	}
 	// The readers, lowered after n, find h here at Compile (release clears saved state
 	// between Runs; the closures keep h).
@@ -153,11 +175,11 @@ func (p *Program) lowerConv16(n *G.Node, d ops.Desc, f amp.Format, hs []*half) *
 				h.done()
 			}
 		}()
-		a, err := hs[0].get()
+		a, err := p.get(dev, hs[0], x[0])
 		if err != nil {
 			return err
 		}
-		b, err := hs[1].get()
+		b, err := p.get(dev, hs[1], x[1])
 		if err != nil {
 			return err
 		}
@@ -267,6 +289,50 @@ func (p *Program) roundOf(n *G.Node) (*G.Node, amp.Format, bool) {
 		n = in[0]
 	}
 	return nil, 0, false
+}
+
+func dtype16(f amp.Format) cuda.DType {
+	if f == amp.FP16 {
+		return cuda.Float16
+	}
+	return cuda.BFloat16
+}
+
+// onlyRead16 reports whether every reader of v (r or a view of it) reads it as a 16-bit
+// operand of r, directly or through views.
+func (p *Program) onlyRead16(v, r *G.Node) bool {
+	rs := p.readers(v)
+	for _, c := range rs {
+		if t := opType(c.Op()); t == "gorgonia.reshapeOp" || t == "nn.tapOp" {
+			if !p.onlyRead16(c, r) {
+				return false
+			}
+			continue
+		}
+		idx, _, ok := p.operands16(c)
+		if !ok {
+			return false
+		}
+		for i, x := range p.inputs(c) {
+			if x == v && !slices.Contains(idx, i) {
+				return false
+			}
+		}
+	}
+	return len(rs) > 0
+}
+
+// isResult reports whether n is the loss or a named output, which the host reads.
+func (p *Program) isResult(n *G.Node) bool {
+	if n == p.cpu.Loss {
+		return true
+	}
+	for _, name := range p.cpu.OutputNames() {
+		if p.cpu.OutputNode(name) == n {
+			return true
+		}
+	}
+	return false
 }
 
 // read16 reports whether a 16-bit op reads Round node r (directly or through views).
