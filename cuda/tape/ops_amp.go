@@ -65,7 +65,6 @@ func (p *Program) get(dev *cuda.Device, h *half, src *cuda.Tensor) (*cuda.Tensor
 	return t, dev.Cast(t, src) // rounds to nearest even: Round's bits
 }
 
-
 // done records one read; the last frees the copy.
 func (h *half) done() {
 	if h.left--; h.left == 0 && h.t != nil {
@@ -102,8 +101,14 @@ func (p *Program) lowerAutocast(n *G.Node, in []*G.Node) (k *kernel, ok bool, er
 		}
 		hs[j].refs++
 	}
+	cast := "cast_f32_bf16" // a lazy copy's cast, made by its first reader
+	if f == amp.FP16 {
+		cast = "cast_f32_f16"
+	}
 	if d, isNN := ops.Describe(n.Op()); isNN && (d.Kind == ops.KindConv2d || d.Kind == ops.KindConv2dGradX || d.Kind == ops.KindConv2dGradW) {
-		return p.lowerConv16(n, d, f, hs), true, nil
+		k := p.lowerConv16(n, d, f, hs)
+		k.kernels = append(k.kernels, cast)
+		return k, true, nil
 	}
 	// The float32 lowering reads its GEMM operands through views and cuda.MatMul /
 	// MatMulBatched, which take 16-bit a and b (GemmEx): hand it the 16-bit copies instead.
@@ -111,6 +116,7 @@ func (p *Program) lowerAutocast(n *G.Node, in []*G.Node) (k *kernel, ok bool, er
 	if err != nil {
 		return nil, true, err
 	}
+	k.kernels = append(k.kernels, cast)
 	run := k.run
 	k.run = func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 		x16 := slices.Clone(x)
