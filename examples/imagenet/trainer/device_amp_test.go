@@ -21,7 +21,8 @@ import (
 // which amplifies such a flip: measured at 16x16, batch 8, the first step's loss differs by
 // 2.1e-3 (bf16) and 7.8e-4 (fp16). The 16-bit GEMMs are not the cause: with them turned off
 // (the device emulating as the CPU does, float32 GEMMs on rounded values) both steps' losses
-// are the same to the bit, so the flips come from the float32-vs-float64 norms.
+// are the same to the bit, so the flips come from what the device's float32 emulation already
+// did differently (norms in float32, sums in other orders).
 //
 // Only the first step is compared: it runs the same weights on both sides. Under bf16 this
 // configuration is chaotic — on the CPU alone, changing the learning rate by a relative 1e-5
