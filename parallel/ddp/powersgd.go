@@ -8,11 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
-
-	// OpenBLAS for blas32 where cgo allows (gonum's Go BLAS otherwise).
-	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
@@ -126,6 +122,7 @@ type psgdBucket struct {
 	unc    [][2]int // uncompressed element ranges of the bucket
 	uncBuf []float32
 	p, q   []float32 // every matrix's P and Q, one after the other
+	qt     []float32 // lowRank's scratch
 	err    []float32 // error feedback
 	before []float32 // the bucket after the error was added
 	qReady bool      // q holds a previous step's Q (warm start)
@@ -184,9 +181,7 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork)
 	}
 	grad := b.Grad
 	if h.cfg.errorFeedback {
-		for i, e := range bs.err {
-			grad[i] += e
-		}
+		simd.AddTo(grad, bs.err)
 		copy(bs.before, grad)
 	}
 	if !h.cfg.warmStart || !bs.qReady {
@@ -205,7 +200,7 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork)
 		uw = w.track(g.AllReduce(comm.F32(bs.uncBuf), comm.Sum))
 	}
 	for _, m := range bs.mats {
-		sgemm(false, m.rows, m.r, m.cols, grad[m.off:], m.cols, bs.q[m.qOff:], m.r, bs.p[m.pOff:], m.r)
+		mulQ(bs.p[m.pOff:], grad[m.off:], bs.q[m.qOff:], bs.qt, m.rows, m.cols, m.r)
 	}
 	pw := w.track(g.AllReduce(comm.F32(bs.p), comm.Sum))
 	if uw != nil {
@@ -223,14 +218,14 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork)
 	}
 	for _, m := range bs.mats {
 		orthogonalize(bs.p[m.pOff:m.pOff+m.rows*m.r], m.rows, m.r, h.cfg.eps)
-		sgemm(true, m.cols, m.r, m.rows, grad[m.off:], m.cols, bs.p[m.pOff:], m.r, bs.q[m.qOff:], m.r)
+		mulTP(bs.q[m.qOff:], grad[m.off:], bs.p[m.pOff:], bs.qt, m.rows, m.cols, m.r)
 	}
 	if err := w.track(g.AllReduce(comm.F32(bs.q), comm.Sum)).Wait(context.Background()); err != nil {
 		return fmt.Errorf("all-reduce of Q: %w", err)
 	}
 	scale(bs.q, n)
 	for _, m := range bs.mats {
-		lowRank(grad[m.off:m.off+m.rows*m.cols], bs.p[m.pOff:], bs.q[m.qOff:], m.rows, m.cols, m.r)
+		lowRank(grad[m.off:m.off+m.rows*m.cols], bs.p[m.pOff:], bs.q[m.qOff:], bs.qt, m.rows, m.cols, m.r)
 	}
 	if h.cfg.errorFeedback {
 		for i := range bs.err {
@@ -289,7 +284,7 @@ func (h *powerSGD) layout(b *Bucket) *psgdBucket {
 		k += u[1] - u[0]
 	}
 	bs.uncBuf = make([]float32, k)
-	bs.p, bs.q = make([]float32, np), make([]float32, nq)
+	bs.p, bs.q, bs.qt = make([]float32, np), make([]float32, nq), make([]float32, nq)
 	if h.cfg.errorFeedback {
 		bs.err, bs.before = make([]float32, len(b.Grad)), make([]float32, len(b.Grad))
 	}
@@ -308,17 +303,78 @@ func randomNormal(src *rand.Rand, q []float32) {
 	}
 }
 
-// sgemm is c = op(a)·b with row-major operands: op(a) m×k (a is k×m when trans), b k×n,
-// c m×n.
-func sgemm(trans bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
+// Note [PowerSGD products]
+// M·Q and Mᵀ·P multiply a large matrix by one of r <= a few columns: one pass over M is all
+// they need, and that pass is the cost. A BLAS GEMM first packs M into its own layout (a copy
+// of the whole gradient per product, which measured as most of the hook's time through
+// OpenBLAS), so these are streaming loops: mulQ takes r dot products per row of M, mulTP adds
+// r multiples of each row into Qᵀ (r rows of cols, which stay in cache).
+
+// mulQ sets p (rows×r) to m·q, m rows×cols and q cols×r, all row-major; qt (cols·r) is
+// scratch.
+func mulQ(p, m, q, qt []float32, rows, cols, r int) {
+	transpose(qt, q, cols, r)
+	for i := range rows {
+		row := m[i*cols : (i+1)*cols : (i+1)*cols]
+		for k := range r {
+			p[i*r+k] = dot(row, qt[k*cols:(k+1)*cols:(k+1)*cols])
+		}
 	}
-	t := blas.NoTrans
-	if trans {
-		t = blas.Trans
+}
+
+// mulTP sets q (cols×r) to mᵀ·p, m rows×cols and p rows×r, all row-major; qt (cols·r) is
+// scratch.
+func mulTP(q, m, p, qt []float32, rows, cols, r int) {
+	qt = qt[:cols*r]
+	clear(qt)
+	for i := range rows {
+		row := m[i*cols : (i+1)*cols : (i+1)*cols]
+		for k := range r {
+			axpy(qt[k*cols:(k+1)*cols:(k+1)*cols], p[i*r+k], row)
+		}
 	}
-	blas32.Implementation().Sgemm(t, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+	transpose(q, qt, r, cols)
+}
+
+// transpose sets dst (cols×rows) to src (rows×cols)ᵀ, both row-major.
+func transpose(dst, src []float32, rows, cols int) {
+	for i := range rows {
+		for j := range cols {
+			dst[j*rows+i] = src[i*cols+j]
+		}
+	}
+}
+
+// dot is Σ x[i]·y[i] in float32, in four interleaved partial sums.
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * y[i]
+		s1 += x[i+1] * y[i+1]
+		s2 += x[i+2] * y[i+2]
+		s3 += x[i+3] * y[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpy sets y[i] += a·x[i].
+func axpy(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	i := 0
+	for ; i+4 <= len(y); i += 4 {
+		y[i] += a * x[i]
+		y[i+1] += a * x[i+1]
+		y[i+2] += a * x[i+2]
+		y[i+3] += a * x[i+3]
+	}
+	for ; i < len(y); i++ {
+		y[i] += a * x[i]
+	}
 }
 
 // orthogonalize makes the r columns of the rows×r row-major matrix x orthonormal by
@@ -354,24 +410,26 @@ func orthogonalize(x []float32, rows, r int, eps float32) {
 }
 
 // lowRank sets m (rows×cols) to p·qᵀ, p rows×r and q cols×r, each element's r products
-// summed in order (plain Go: the same bits on every rank, which BLAS does not promise).
-func lowRank(m, p, q []float32, rows, cols, r int) {
-	for i := range rows {
-		row, pi := m[i*cols:(i+1)*cols], p[i*r:(i+1)*r]
-		if r == 1 {
-			s := pi[0]
-			for j := range row {
-				row[j] = s * q[j]
-			}
-			continue
+// summed in order k = 0..r-1 (plain Go: the same bits on every rank, which BLAS does not
+// promise). qt (cols·r) is scratch: q transposed, so that every row is r passes over
+// contiguous memory.
+func lowRank(m, p, q, qt []float32, rows, cols, r int) {
+	for j := range cols {
+		for k := range r {
+			qt[k*cols+j] = q[j*r+k]
 		}
+	}
+	for i := range rows {
+		row, pi := m[i*cols:(i+1)*cols:(i+1)*cols], p[i*r:(i+1)*r]
+		s, q0 := pi[0], qt[:cols:cols]
 		for j := range row {
-			qj := q[j*r : (j+1)*r]
-			var acc float32
-			for k, v := range pi {
-				acc += v * qj[k]
+			row[j] = s * q0[j]
+		}
+		for k := 1; k < r; k++ {
+			s, qk := pi[k], qt[k*cols:(k+1)*cols:(k+1)*cols]
+			for j := range row {
+				row[j] += s * qk[j]
 			}
-			row[j] = acc
 		}
 	}
 }
