@@ -23,6 +23,7 @@ type config struct {
 	closeTimeout time.Duration
 	logger       *slog.Logger
 	debug        bool
+	ringBytes    int
 }
 
 // WithTimeout bounds each operation (default 30 minutes, as comm's). A collective or send
@@ -40,6 +41,11 @@ func WithWarnAfter(d time.Duration) Option {
 // waits for every rank to finalize too (default 10 s, as comm's).
 func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
 
+// WithRingBytes sets the size from which AllReduce runs the package's ring over MPI's
+// point-to-point messages instead of MPI_Iallreduce (default 4 MiB; 0: always
+// MPI_Iallreduce). See Note [Ring over MPI messages]. All ranks must use the same value.
+func WithRingBytes(n int) Option { return func(c *config) { c.ringBytes = max(0, n) } }
+
 // WithLogger sets the logger of warnings, aborts and debug lines (default: text to stderr).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
@@ -53,7 +59,8 @@ func WithDebug(on bool) Option { return func(c *config) { c.debug = on } }
 type Group struct {
 	e          *engine
 	cfg        config
-	comm       uintptr
+	comm       uintptr // the collectives MPI runs and the users' messages
+	ringComm   uintptr // the messages of the package's own ring all-reduce (ring.go)
 	rank, size int
 
 	mu     sync.Mutex // orders issue
@@ -77,7 +84,7 @@ var _ comm.Aborter = (*Group)(nil)
 // collective); it waits for them until ctx ends. A process can hold several groups; the last
 // Close finalizes MPI, after which New fails.
 func New(ctx context.Context, opts ...Option) (*Group, error) {
-	cfg := config{timeout: 30 * time.Minute, closeTimeout: 10 * time.Second}
+	cfg := config{timeout: 30 * time.Minute, closeTimeout: 10 * time.Second, ringBytes: 4 << 20}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -98,7 +105,10 @@ func New(ctx context.Context, opts ...Option) (*Group, error) {
 	engGroups++
 	engMu.Unlock()
 	g := &Group{e: e, cfg: cfg, rank: e.rank, size: e.size}
-	if err := g.dup(ctx); err != nil {
+	if g.comm, err = g.dup(ctx); err == nil {
+		g.ringComm, err = g.dup(ctx)
+	}
+	if err != nil {
 		g.release(context.Background())
 		return nil, fmt.Errorf("mpi: rank %d of %d: duplicating MPI_COMM_WORLD: %w", e.rank, e.size, err)
 	}
@@ -108,8 +118,8 @@ func New(ctx context.Context, opts ...Option) (*Group, error) {
 	return g, nil
 }
 
-// dup makes g's communicator with MPI_Comm_idup, waiting until ctx ends.
-func (g *Group) dup(ctx context.Context) error {
+// dup duplicates MPI_COMM_WORLD with MPI_Comm_idup, waiting until ctx ends.
+func (g *Group) dup(ctx context.Context) (uintptr, error) {
 	newcomm := new(uintptr) // written by MPI when the request completes: pinned until then
 	o := g.newOp("comm-dup", 0, -1)
 	o.pinp(unsafe.Pointer(newcomm))
@@ -122,13 +132,13 @@ func (g *Group) dup(ctx context.Context) error {
 	select {
 	case <-o.done:
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for every rank to create the group: %w", context.Cause(ctx))
+		return 0, fmt.Errorf("waiting for every rank to create the group: %w", context.Cause(ctx))
 	}
 	if o.err != nil {
-		return o.err
+		return 0, o.err
 	}
-	g.comm = *newcomm
-	return g.e.do(ctx, func(*engine) error { return codeErr("MPI_Comm_set_errhandler", mpiSetErrhandler(g.comm)) })
+	c := *newcomm
+	return c, g.e.do(ctx, func(*engine) error { return codeErr("MPI_Comm_set_errhandler", mpiSetErrhandler(c)) })
 }
 
 // Rank is this process's rank in MPI_COMM_WORLD.
@@ -146,8 +156,9 @@ func (g *Group) ThreadLevel() int { return g.e.provided }
 // Version is MPI_Get_library_version's first line ("Open MPI v4.1.4").
 func (g *Group) Version() string { return g.e.version }
 
-// AllReduce implements comm.Group with MPI_Iallreduce in place; Avg is a sum divided by
-// Size() on every rank once it completes.
+// AllReduce implements comm.Group with MPI_Iallreduce in place, or from WithRingBytes on
+// with the package's ring over MPI messages (Note [Ring over MPI messages]); Avg is a sum
+// divided by Size() on every rank once it completes.
 func (g *Group) AllReduce(buf comm.Buffer, rop comm.Op) comm.Work {
 	const k = "all-reduce"
 	p, n, dt, err := g.reducible(buf, rop)
@@ -155,7 +166,12 @@ func (g *Group) AllReduce(buf comm.Buffer, rop comm.Op) comm.Work {
 		return g.invalid(k, err)
 	}
 	mop := mpiOp(rop)
-	return g.issue(k, buf.Len()*buf.DType().Size(), func(o *op) {
+	nb := buf.Len() * buf.DType().Size()
+	return g.issue(k, nb, func(o *op) {
+		if g.size > 1 && g.cfg.ringBytes > 0 && nb >= g.cfg.ringBytes {
+			o.run = func() error { return g.ring(o.seq, buf, rop) }
+			return
+		}
 		o.pinp(p)
 		o.post = func() (uintptr, error) {
 			var req uintptr
@@ -362,8 +378,10 @@ func (g *Group) close(ctx context.Context) error {
 // release frees the communicator and finalizes MPI after the process's last group.
 func (g *Group) release(ctx context.Context) error {
 	var err error
-	if g.comm != 0 {
-		err = g.e.do(ctx, func(*engine) error { return codeErr("MPI_Comm_free", mpiCommFree(g.comm)) })
+	for _, c := range []uintptr{g.comm, g.ringComm} {
+		if c != 0 {
+			err = errors.Join(err, g.e.do(ctx, func(*engine) error { return codeErr("MPI_Comm_free", mpiCommFree(c)) }))
+		}
 	}
 	engMu.Lock()
 	engGroups--
