@@ -26,7 +26,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	_ "github.com/gorgonia-parallel/gp/parallel/comm/mpi"
+	"github.com/gorgonia-parallel/gp/parallel/comm/mpi"
 )
 
 var (
@@ -34,7 +34,7 @@ var (
 	minBytes = flag.Int("min", 1<<20, "smallest size (bytes)")
 	maxBytes = flag.Int("max", 256<<20, "largest size (bytes)")
 	np       = flag.Int("np", 2, "ranks (mpirun -np)")
-	backends = flag.String("backends", "mpi,shm,tcp", "GP_COMM_BACKEND values to compare")
+	backends = flag.String("backends", "mpi,mpi-native,shm,tcp", "GP_COMM_BACKEND values to compare (mpi-native: mpi with GP_MPI_RING_BYTES=0)")
 	out      = flag.String("o", filepath.Join("bench", "results", "mpi.json"), "JSON output")
 	isWorker = flag.Bool("worker", false, "run as one rank (set by the bench itself)")
 )
@@ -91,7 +91,7 @@ func run() error {
 			return fmt.Errorf("backend %s: %w", b, err)
 		}
 		for i := range got {
-			got[i].Load = load
+			got[i].Load, got[i].Backend = load, b
 		}
 		rows = append(rows, got...)
 	}
@@ -138,7 +138,7 @@ func run() error {
 	}
 	fmt.Println()
 	fmt.Println("busbw: nccl-tests definition (GB/s = 1e9 bytes/s, 2(n-1)/n x bytes / time); cpu ms: CPU time (user+system) of all ranks together per operation; " +
-		"mpi: parallel/comm/mpi (MPI_Iallreduce in place, MPI_Isend/MPI_Irecv; OpenMPI's defaults: vader shared memory with CMA single copy between the ranks); " +
+		"mpi: parallel/comm/mpi (all-reduce: MPI_Iallreduce in place below 4 MiB, the package's ring over MPI_Isend/MPI_Irecv from 4 MiB; mpi-native: MPI_Iallreduce at every size; OpenMPI's defaults: vader shared memory with CMA single copy between the ranks); " +
 		"shm, tcp: comm's transports (GP_COMM_BACKEND), all under the same mpirun")
 	buf, err := json.MarshalIndent(map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rows": rows}, "", " ")
 	if err != nil {
@@ -153,7 +153,11 @@ func launch(self, backend string) ([]sample, error) {
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
-	env := []string{"GP_COMM_BACKEND=" + backend, "OPENBLAS_NUM_THREADS=1", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo",
+	ring := "4194304"
+	if backend == "mpi-native" {
+		backend, ring = "mpi", "0"
+	}
+	env := []string{"GP_COMM_BACKEND=" + backend, mpi.RingBytesEnv + "=" + ring, "OPENBLAS_NUM_THREADS=1", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo",
 		"GP_RDZV_SECRET=bench-mpi"}
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")

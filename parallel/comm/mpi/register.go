@@ -3,6 +3,8 @@ package mpi
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
@@ -19,6 +21,10 @@ func init() {
 // auto chooses MPI under mpirun when libmpi loads.
 func auto(env comm.Env) bool { return env.Launcher == comm.LauncherOpenMPI && Load() == nil }
 
+// RingBytesEnv sets WithRingBytes for the groups comm.InitFromEnv builds (bytes; 0 runs
+// every all-reduce as MPI_Iallreduce). All ranks must set the same value.
+const RingBytesEnv = "GP_MPI_RING_BYTES"
+
 // newFromEnv is the backend comm.InitFromEnv builds: New with comm's settings, checked
 // against the launcher's rank and world size.
 func newFromEnv(ctx context.Context, cfg comm.BackendConfig) (comm.Group, error) {
@@ -27,8 +33,16 @@ func newFromEnv(ctx context.Context, cfg comm.BackendConfig) (comm.Group, error)
 		ctx, cancel = context.WithTimeout(ctx, cfg.ConnectTimeout)
 		defer cancel()
 	}
-	g, err := New(ctx, WithTimeout(cfg.Timeout), WithWarnAfter(cfg.WarnAfter), WithCloseTimeout(cfg.CloseTimeout),
-		WithLogger(cfg.Logger), WithDebug(cfg.Debug))
+	opts := []Option{WithTimeout(cfg.Timeout), WithWarnAfter(cfg.WarnAfter), WithCloseTimeout(cfg.CloseTimeout),
+		WithLogger(cfg.Logger), WithDebug(cfg.Debug)}
+	if v, ok := os.LookupEnv(RingBytesEnv); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("mpi: %w: %s=%q is not a byte count", comm.ErrInvalid, RingBytesEnv, v)
+		}
+		opts = append(opts, WithRingBytes(n))
+	}
+	g, err := New(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
