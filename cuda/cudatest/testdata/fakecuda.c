@@ -2,7 +2,11 @@
  * complete at once, modules keep their PTX text and cuModuleGetFunction finds a kernel only
  * when the text declares ".entry <name>(" (or, with the kernel emulator loaded, when the
  * emulator has it: kernels.cu's pending kernels, not in the committed PTX yet), and
- * cuLaunchKernel only counts launches unless $GP_FAKE_KERNELS names the emulator. */
+ * cuLaunchKernel only counts launches unless $GP_FAKE_KERNELS names the emulator.
+ * $GP_FAKE_DEVICES (default 1, at most 16) sets how many devices there are: each has its own
+ * primary context and its own count of allocated bytes, which cuMemGetInfo reports for the
+ * current context's device; devices are peers, and copies between them (cuMemcpyDtoD under
+ * unified addressing, cuMemcpyPeer) are memmove. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,18 +16,47 @@ typedef int CUresult;
 static long launches;
 int cuInit(unsigned f) { return 0; }
 int cuDriverGetVersion(int* v) { *v = 12040; return 0; }
-int cuDeviceGetCount(int* n) { *n = 1; return 0; }
-int cuDeviceGet(int* d, int o) { if (o != 0) return 101; *d = 0; return 0; }
+#define MAXDEV 16
+#define TOTAL ((size_t)1 << 30)
+/* Read at each call, so that a test may set it after the library is loaded. */
+static int ndev(void) { const char* v = getenv("GP_FAKE_DEVICES"); int n = v ? atoi(v) : 1; return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n; }
+/* A primary context is its device's slot; the current one is per thread, as the driver's. */
+static struct fakeCtx { int dev; } ctxs[MAXDEV] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
+static __thread int cur;
+static size_t used[MAXDEV];
+int cuDeviceGetCount(int* n) { *n = ndev(); return 0; }
+int cuDeviceGet(int* d, int o) { if (o < 0 || o >= ndev()) return 101; *d = o; return 0; }
 int cuDeviceGetName(char* n, int l, int d) { strncpy(n, "Fake GPU", l); return 0; }
-int cuDeviceGetAttribute(int* v, int a, int d) { *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 4 : 0; return 0; }
-int cuDeviceTotalMem_v2(size_t* b, int d) { *b = (size_t)1 << 30; return 0; }
-int cuDevicePrimaryCtxRetain(void** c, int d) { *c = (void*)0xc0; return 0; }
+/* 41 is CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING. */
+int cuDeviceGetAttribute(int* v, int a, int d) { *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 4 : a == 41 ? 1 : 0; return 0; }
+int cuDeviceTotalMem_v2(size_t* b, int d) { *b = TOTAL; return 0; }
+int cuDeviceCanAccessPeer(int* can, int d, int peer) {
+	if (d < 0 || d >= ndev() || peer < 0 || peer >= ndev()) return 101;
+	*can = d != peer; return 0; }
+int cuDevicePrimaryCtxRetain(void** c, int d) { if (d < 0 || d >= ndev()) return 101; *c = &ctxs[d]; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
-int cuCtxSetCurrent(void* c) { return 0; }
+int cuCtxSetCurrent(void* c) { if (c) cur = ((struct fakeCtx*)c)->dev; return 0; }
+int cuCtxGetDevice(int* d) { *d = cur; return 0; }
+int cuCtxEnablePeerAccess(void* peer, unsigned f) { return peer && ((struct fakeCtx*)peer)->dev != cur ? 0 : 1; }
 int cuCtxSynchronize(void) { return 0; }
-int cuMemAlloc_v2(uintptr_t* p, size_t n) { void* m = calloc(1, n ? n : 1); if (!m) return 2; *p = (uintptr_t)m; return 0; }
-int cuMemFree_v2(uintptr_t p) { free((void*)p); return 0; }
-int cuMemGetInfo_v2(size_t* f, size_t* t) { *f = (size_t)1 << 29; *t = (size_t)1 << 30; return 0; }
+/* Allocations carry a 16-byte header (size, device) so that a free is counted against the
+ * device that allocated; the pointer handed out stays 16-byte aligned, as calloc's. */
+int cuMemAlloc_v2(uintptr_t* p, size_t n) {
+	char* m = calloc(1, 16 + (n ? n : 1));
+	if (!m) return 2;
+	((size_t*)m)[0] = n; ((size_t*)m)[1] = (size_t)cur;
+	__sync_fetch_and_add(&used[cur], n);
+	*p = (uintptr_t)(m + 16); return 0; }
+int cuMemFree_v2(uintptr_t p) {
+	if (!p) return 0;
+	char* m = (char*)p - 16;
+	__sync_fetch_and_sub(&used[((size_t*)m)[1]], ((size_t*)m)[0]);
+	free(m); return 0; }
+int cuMemGetInfo_v2(size_t* f, size_t* t) { size_t u = used[cur]; *f = u < TOTAL ? TOTAL - u : 0; *t = TOTAL; return 0; }
+int cuMemcpyPeer(uintptr_t d, void* dc, uintptr_t s, void* sc, size_t n) { memmove((void*)d, (void*)s, n); return 0; }
+int cuMemcpyPeerAsync(uintptr_t d, void* dc, uintptr_t s, void* sc, size_t n, void* st) { memmove((void*)d, (void*)s, n); return 0; }
+/* fakeMemUsed is the bytes allocated on device d and not freed (tests' accounting). */
+long fakeMemUsed(int d) { return d >= 0 && d < MAXDEV ? (long)used[d] : -1; }
 int cuMemcpyHtoD_v2(uintptr_t d, const void* s, size_t n) { memcpy((void*)d, s, n); return 0; }
 int cuMemcpyDtoH_v2(void* d, uintptr_t s, size_t n) { memcpy(d, (void*)s, n); return 0; }
 int cuMemcpyDtoD_v2(uintptr_t d, uintptr_t s, size_t n) { memmove((void*)d, (void*)s, n); return 0; }
