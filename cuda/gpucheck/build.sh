@@ -18,7 +18,10 @@ out=${1:-build/gpu-check}
 go=${GO:-go}
 cc=${CC:-cc}
 mkdir -p "$out"
-rm -f "$out"/*.test "$out"/imagenet "$out"/*.gz
+# A fresh folder: the binaries, and what an earlier run.sh left (its runs, logs, generated data
+# and results), which would otherwise travel with it.
+rm -rf "$out"/*.test "$out"/imagenet "$out"/*.gz "$out"/runs "$out"/logs "$out"/data "$out"/emulator \
+  "$out"/*.txt "$out"/*.jsonl "$out"/kernels.ptx
 static=$(mktemp -d)
 trap 'rm -rf "$static"' EXIT
 tags=()
@@ -64,7 +67,6 @@ cat "$out/BUILD_INFO"
 for b in gpucheck.test tape.test imagenet; do
   gzip -f -6 "$out/$b"
 done
-rm -rf "$out/emulator"
 if [ "${EMULATE:-0}" = 1 ]; then
   CGO_ENABLED=1 "$go" run ./cuda/gpucheck/fakelibs "$out/emulator"
   echo "gpu-check: fake GPU libraries and the kernel emulator in $out/emulator (EMULATE=1 $out/run.sh)"

@@ -113,7 +113,8 @@ def main():
             rows.append(row)
             continue
         w = min(a.warmup, n - 1)
-        row["ours"] = round(r["batch"] * (n - w) / (st[n][1] - st[w][1]), 1)
+        ips = r["batch"] * (n - w) / (st[n][1] - st[w][1])
+        row["ours"] = round(ips, 1 if ips >= 10 else 4)
         row["steps_timed"] = n - w
         if isinstance(row["torch"], (int, float)) and row["torch"] > 0:
             row["ratio"] = round(row["ours"] / row["torch"], 3)
