@@ -10,6 +10,7 @@ import (
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/devddp"
+	"github.com/gorgonia-parallel/gp/cuda/devdp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -17,6 +18,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/train"
+	G "gorgonia.org/gorgonia"
 )
 
 // -device: cpu runs the graphs with gorgonia's TapeMachine (nn.Compile); cuda runs the same
@@ -39,9 +41,9 @@ func (c *Config) openDevice() error {
 		return fmt.Errorf("trainer: unknown -device %q (cpu, cuda or cuda:N)", dev)
 	}
 	switch c.Strategy {
-	case "", "ddp", "none":
+	case "", "ddp", "none", "dp":
 	default:
-		return fmt.Errorf("trainer: -strategy %s is not yet on the device (issue 20, item 2): use -strategy ddp or none with -device %s", c.Strategy, dev)
+		return fmt.Errorf("trainer: -strategy %s is not yet on the device (issue 20, item 2): use -strategy ddp, none or dp with -device %s", c.Strategy, dev)
 	}
 	ordinal, err := deviceOrdinal(dev)
 	if err != nil {
@@ -89,8 +91,12 @@ func deviceOrdinal(dev string) (int, error) {
 // scale, -clip-grad, -grad-accum-steps) and -model-ema's average of the host weights are not
 // on the device yet: at world size 1 such a run keeps the host optimizer (tape.Compile: the
 // gradients come back to the host at their hooks), at more it is an error naming the flag.
-// The returned State is nil on that host path.
-func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, build nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+// The returned State is nil on that host path. -strategy dp runs cfg.DPReplicas replicas on
+// the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is the master). build makes
+// the graph for a batch of n images.
+func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+	world := g.Size()
+	build := buildN(cfg.Batch / world)
 	hostOnly := ""
 	switch {
 	case scaler != nil:
@@ -102,13 +108,22 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 	case cfg.ModelEMA:
 		hostOnly = "-model-ema"
 	}
-	world := g.Size()
+	dataParallel := cfg.Strategy == "dp"
 	if hostOnly != "" {
+		if dataParallel {
+			return nil, nil, fmt.Errorf("trainer: %s with -strategy dp -device %s is not yet on the device (issue 20, item 2): it works on host gradients; use -strategy ddp or none, or -device cpu", hostOnly, cfg.Device)
+		}
 		if world > 1 {
 			return nil, nil, fmt.Errorf("trainer: %s with -device %s at world size %d is not yet on the device (issue 20, item 2): it works on host gradients; run one process, or -device cpu", hostOnly, cfg.Device, world)
 		}
 		p, err := tape.Compile(cfg.dev, m, build, append(opts, nn.WithOptimizer(opt))...)
 		return p, nil, err
+	}
+	if dataParallel {
+		if world != 1 {
+			return nil, nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", world)
+		}
+		return compileDataParallel(cfg, m, opt, buildN, opts)
 	}
 	st, err := tape.NewState(cfg.dev, m, tape.WithOptimizer(opt))
 	if err != nil {
@@ -149,4 +164,28 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 		return nil, nil, err
 	}
 	return p, st, nil
+}
+
+// compileDataParallel is -strategy dp on the device: cfg.DPReplicas replicas on the devices
+// cfg.dev.Ordinal(), +1, ... of this process, the first the master (cuda/devdp). The replica
+// devices stay open for the process's life, as cfg.dev does.
+func compileDataParallel(cfg *Config, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+	devs := []*cuda.Device{cfg.dev}
+	for i := 1; i < cfg.DPReplicas; i++ {
+		d, err := cuda.Open(cfg.dev.Ordinal() + i)
+		if err != nil {
+			return nil, nil, fmt.Errorf("trainer: -strategy dp -dp-replicas %d -device %s: replica %d: %w", cfg.DPReplicas, cfg.Device, i, err)
+		}
+		devs = append(devs, d)
+	}
+	rep, err := devdp.New(devs, m, func(b *nn.Builder, n int) (*G.Node, error) { return buildN(n)(b) }, opt, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+	}
+	p, err := rep.Program(cfg.Batch)
+	if err != nil {
+		rep.Close()
+		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+	}
+	return p, rep.Master(), nil
 }

@@ -77,3 +77,55 @@ func TestDeviceDDPWorld2MatchesCPU(t *testing.T) {
 	}
 	t.Logf("world 2, device DDP over NCCL: losses of %d steps within %.1e of the CPU's DDP (devices %v, CPU %v)", len(cpu), worst, gpu, cpu)
 }
+
+// -device cuda -strategy dp -dp-replicas 2 (cuda/devdp: two devices of the fake driver in
+// one process, GP_FAKE_DEVICES=2) trains resnet8 3 steps with the losses of -device cpu
+// -strategy dp: the same chunks, the replica other than the master with private BatchNorm
+// statistics, the gradients summed onto the master weighted by chunk size. Tolerance
+// deviceTol, as above.
+func TestDeviceDPMatchesCPU(t *testing.T) {
+	if !cudatest.Cgo {
+		t.Skip("built without cgo: the device cannot load")
+	}
+	dir := t.TempDir()
+	emu, err := cudatest.BuildEmulator(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	libcuda, libnccl, err := cudatest.Build(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
+	t.Setenv("NCCL_LIBRARY", libnccl)
+	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
+	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
+	t.Setenv(cudatest.EmulatorVar, emu)
+	t.Setenv("GP_FAKE_DEVICES", "2")
+
+	base := tinyConfig(t, t.TempDir())
+	base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.DPReplicas, base.LR, base.PrintFreq = "resnet8", 1, 3, "dp", 2, 0.005, 1
+	runWorld(t, 1, base)
+	cpu := metricsByStep(t, base.Out)
+	dev := base
+	dev.Out, dev.Device = t.TempDir(), "cuda"
+	_, b32 := gemmCalls()
+	runWorld(t, 1, dev)
+	_, n32 := gemmCalls()
+	if n32 == b32 {
+		t.Fatal("no GEMM or convolution ran on the devices")
+	}
+	gpu := metricsByStep(t, dev.Out)
+	if len(gpu) != len(cpu) || len(cpu) == 0 {
+		t.Fatalf("%d losses on the devices, %d on the CPU", len(gpu), len(cpu))
+	}
+	var worst float64
+	for i, want := range cpu {
+		rel := math.Abs(gpu[i]-want) / math.Abs(want)
+		worst = max(worst, rel)
+		if rel > deviceTol {
+			t.Fatalf("step %d: loss %.7f on the devices, %.7f on the CPU (devices %v, CPU %v)", i+1, gpu[i], want, gpu, cpu)
+		}
+	}
+	t.Logf("DataParallel over 2 devices: losses of %d steps within %.1e of the CPU's DataParallel (devices %v, CPU %v)", len(cpu), worst, gpu, cpu)
+}

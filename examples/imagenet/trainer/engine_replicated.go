@@ -61,7 +61,9 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	var prog train.Program
 	var dst *tape.State
 	if cfg.dev != nil {
-		build := buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
+		build := func(n int) nn.BuildFunc {
+			return buildFor(n, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
+		}
 		prog, dst, err = compileOn(ctx, cfg, d, g, model, opt, build, scaler, opts)
 	} else {
 		prog, err = strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, nn.WithOptimizer(opt)))
