@@ -24,7 +24,7 @@ import (
 // -device: cpu runs the graphs with gorgonia's TapeMachine (nn.Compile); cuda runs the same
 // graphs on a GPU with cuda/tape (docs/DESIGN.md §9), with the parameters, gradients and
 // optimizer on the device and, under -strategy ddp at world size > 1, the buckets reduced
-// there by NCCL (compileOn). The device is opened while the flags are
+// there by NCCL; -strategy dp replicates over several devices of the process (compileOn). The device is opened while the flags are
 // checked, before the group is joined or any data is read, so that a machine without the
 // driver (or cuBLAS) fails at once, naming the library.
 
