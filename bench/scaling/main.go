@@ -22,8 +22,8 @@ import (
 const MiB = 1 << 20
 
 var (
-	fitFile *string
-	loaded  *bool
+	fitFile, checkFile *string
+	loaded             *bool
 )
 
 type row struct {
@@ -38,6 +38,7 @@ type row struct {
 func main() {
 	dir := flag.String("results", "bench/results", "folder with the measured JSON files; scaling.json is written there")
 	loaded = flag.Bool("load", false, "the host-level model takes each bed's recorded load average (the share of the 2 cores the ranks get; with the load average read before each bed it predicts worse)")
+	checkFile = flag.String("check", "", "bench/netbed run the host-level model is checked on (default: netbed.json in -results)")
 	fitFile = flag.String("fit", "bench/results/netbed-run1.json", "bench/netbed run the host-level model is fitted on (checked on netbed.json)")
 	flag.Parse()
 	if err := run(*dir); err != nil {
@@ -97,12 +98,16 @@ func run(dir string) error {
 
 	// 2. The test bed: the host-level model fitted on one bench/netbed run, checked on
 	// another; the DDP runs across hosts (bench/ddpnet) predicted from it.
-	other, err := fitBed(*fitFile, filepath.Join(dir, "netbed.json"), !*loaded, shm, nil)
+	check := *checkFile
+	if check == "" {
+		check = filepath.Join(dir, "netbed.json")
+	}
+	other, err := fitBed(*fitFile, check, !*loaded, shm, nil)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("  (shown for comparison, not used below: %d of %d check points within 15%%, median |error| %.1f%%)\n", other.CheckWithin, other.CheckPoints, 100*other.CheckMedian)
-	bed, err := fitBed(*fitFile, filepath.Join(dir, "netbed.json"), *loaded, shm, add)
+	bed, err := fitBed(*fitFile, check, *loaded, shm, add)
 	if err != nil {
 		return err
 	}
