@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/gorgonia-parallel/gp/internal/scaling"
 )
@@ -61,16 +62,13 @@ func netbedPoints(rs netbedRows, loaded bool) ([]scaling.Point, []string, error)
 	return pts, names, nil
 }
 
-// fitBed fits the host-level constants on the fit run and adds every point of both runs to
-// the rows (the fit run's as "fit", the check run's as "check").
-// With loaded the model takes the load average each bed recorded (Costs.TimeLoaded).
-func fitBed(fitPath, checkPath string, loaded bool, shm scaling.Link, add func(point, qty string, pred, meas float64, src string)) (bedFit, error) {
+// fitBed fits the host-level constants on the fit run and adds every point of the runs to
+// the rows (the fit run's as "fit", the check runs' as "check"); checkPaths is a
+// comma-separated list. With loaded the model takes the load average each bed recorded
+// (Costs.TimeLoaded).
+func fitBed(fitPath, checkPaths string, loaded bool, shm scaling.Link, add func(point, qty string, pred, meas float64, src string)) (bedFit, error) {
 	out := bedFit{FitFile: fitPath, Loaded: loaded}
 	fitRows, err := readNetbed(fitPath)
-	if err != nil {
-		return out, err
-	}
-	checkRows, err := readNetbed(checkPath)
 	if err != nil {
 		return out, err
 	}
@@ -90,40 +88,8 @@ func fitBed(fitPath, checkPath string, loaded bool, shm scaling.Link, add func(p
 	for i, p := range fitPts {
 		add(fitNames[i], "latency ms", c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)*1e3, p.Seconds*1e3, "fit: "+fitPath)
 	}
-	checkPts, checkNames, err := netbedPoints(checkRows, loaded)
-	if err != nil {
-		return out, err
-	}
-	var errs []float64
-	for i, p := range checkPts {
-		pred := c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)
-		add(checkNames[i], "latency ms", pred*1e3, p.Seconds*1e3, "check: "+checkPath)
-		e := math.Abs(pred/p.Seconds - 1)
-		errs = append(errs, e)
-		if e <= 0.15 {
-			out.CheckWithin++
-		}
-	}
-	// The noise floor: the fit run's own measurement of each point as its prediction.
-	for _, r := range checkRows {
-		f := fitRows.find(r.Op, r.Hosts, r.Rate, r.Bytes)
-		if f == nil {
-			continue
-		}
-		for _, pair := range [][2]float64{{f.Hier, r.Hier}, {f.Flat, r.Flat}} {
-			if pair[0] > 0 && pair[1] > 0 {
-				out.RepeatPoints++
-				if math.Abs(pair[0]/pair[1]-1) <= 0.15 {
-					out.RepeatWithin++
-				}
-			}
-		}
-	}
-	out.CheckPoints = len(errs)
-	slices.Sort(errs)
-	out.CheckMedian = errs[len(errs)/2]
 	// The α–β model of before, fitted on the fit run as it was (2x2 all-reduce, 1 and 64 MiB,
-	// per rate), on the check run's hierarchical points.
+	// per rate), for comparison on the check runs' hierarchical points.
 	out.AlphaBetaLinks = map[string]scaling.Link{}
 	for _, rate := range []string{"1gbit", "10gbit"} {
 		small, big := fitRows.find("all-reduce", 2, rate, 1*MiB), fitRows.find("all-reduce", 2, rate, 64*MiB)
@@ -132,21 +98,59 @@ func fitBed(fitPath, checkPath string, loaded bool, shm scaling.Link, add func(p
 		}
 		out.AlphaBetaLinks[rate] = fitLink([]int{1 * MiB, 64 * MiB}, []float64{small.Hier - shm.Ring(2, 1*MiB), big.Hier - shm.Ring(2, 64*MiB)}, 2)
 	}
-	for _, r := range checkRows {
-		l, ok := out.AlphaBetaLinks[r.Rate]
-		if !ok || r.Hier <= 0 {
-			continue
+	var errs []float64
+	for _, checkPath := range strings.Split(checkPaths, ",") {
+		checkRows, err := readNetbed(checkPath)
+		if err != nil {
+			return out, err
 		}
-		t := scaling.Topology{Hosts: r.Hosts, PerHost: r.PerHost, Rails: 1, Intra: shm, Inter: l}
-		pred := t.Half(float64(r.Bytes))
-		if r.Op == "all-reduce" {
-			pred = t.AllReduce(float64(r.Bytes))
+		checkPts, checkNames, err := netbedPoints(checkRows, loaded)
+		if err != nil {
+			return out, err
 		}
-		out.AlphaBetaPoints++
-		if math.Abs(pred/r.Hier-1) <= 0.15 {
-			out.AlphaBetaWithin++
+		for i, p := range checkPts {
+			pred := c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)
+			add(checkNames[i], "latency ms", pred*1e3, p.Seconds*1e3, "check: "+checkPath)
+			e := math.Abs(pred/p.Seconds - 1)
+			errs = append(errs, e)
+			if e <= 0.15 {
+				out.CheckWithin++
+			}
+		}
+		// The noise floor: the fit run's own measurement of each point as its prediction.
+		for _, r := range checkRows {
+			f := fitRows.find(r.Op, r.Hosts, r.Rate, r.Bytes)
+			if f == nil {
+				continue
+			}
+			for _, pair := range [][2]float64{{f.Hier, r.Hier}, {f.Flat, r.Flat}} {
+				if pair[0] > 0 && pair[1] > 0 {
+					out.RepeatPoints++
+					if math.Abs(pair[0]/pair[1]-1) <= 0.15 {
+						out.RepeatWithin++
+					}
+				}
+			}
+		}
+		for _, r := range checkRows {
+			l, ok := out.AlphaBetaLinks[r.Rate]
+			if !ok || r.Hier <= 0 {
+				continue
+			}
+			t := scaling.Topology{Hosts: r.Hosts, PerHost: r.PerHost, Rails: 1, Intra: shm, Inter: l}
+			pred := t.Half(float64(r.Bytes))
+			if r.Op == "all-reduce" {
+				pred = t.AllReduce(float64(r.Bytes))
+			}
+			out.AlphaBetaPoints++
+			if math.Abs(pred/r.Hier-1) <= 0.15 {
+				out.AlphaBetaWithin++
+			}
 		}
 	}
+	out.CheckPoints = len(errs)
+	slices.Sort(errs)
+	out.CheckMedian = errs[len(errs)/2]
 	return out, nil
 }
 

@@ -38,7 +38,7 @@ type row struct {
 func main() {
 	dir := flag.String("results", "bench/results", "folder with the measured JSON files; scaling.json is written there")
 	loaded = flag.Bool("load", false, "the host-level model takes each bed's recorded load average (the share of the 2 cores the ranks get; with the load average read before each bed it predicts worse)")
-	checkFile = flag.String("check", "", "bench/netbed run the host-level model is checked on (default: netbed.json in -results)")
+	checkFile = flag.String("check", "", "bench/netbed runs the host-level model is checked on, comma-separated (default: netbed.json in -results)")
 	fitFile = flag.String("fit", "bench/results/netbed-run1.json", "bench/netbed run the host-level model is fitted on (checked on netbed.json)")
 	flag.Parse()
 	if err := run(*dir); err != nil {
@@ -111,8 +111,8 @@ func run(dir string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("noise floor: the fit run's own measurements as predictions of the check run: %d of %d within 15%%\n", bed.RepeatWithin, bed.RepeatPoints)
-	fmt.Printf("α–β model of before (inter-host link fitted per rate on the fit run's 2x2 all-reduce at 1 and 64 MiB) on the check run: %d of %d hierarchical points within 15%%\n",
+	fmt.Printf("noise floor: the fit run's own measurements as predictions of the check runs: %d of %d within 15%%\n", bed.RepeatWithin, bed.RepeatPoints)
+	fmt.Printf("α–β model of before (inter-host link fitted per rate on the fit run's 2x2 all-reduce at 1 and 64 MiB) on the check runs: %d of %d hierarchical points within 15%%\n",
 		bed.AlphaBetaWithin, bed.AlphaBetaPoints)
 	ddpnet, err := predictDDPNet(filepath.Join(dir, "ddpnet.json"), prof, cuts, 16, bed.Costs, add)
 	if err != nil {
@@ -164,7 +164,7 @@ func run(dir string) error {
 
 	// Summaries: the check run of the test bed is the test; the fit run is shown to say how
 	// well the model can fit at all; the one-host bench/ddp points are apart.
-	groups := []struct{ name, prefix string }{{"test bed, check run (not fitted)", "check:"}, {"test bed, fit run", "fit:"}, {"bench/ddp one host", ""}}
+	groups := []struct{ name, prefix string }{{"test bed, check runs (not fitted)", "check:"}, {"test bed, fit run", "fit:"}, {"bench/ddp one host", ""}}
 	summary := map[string]any{}
 	var abs []float64
 	within := 0
