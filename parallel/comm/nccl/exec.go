@@ -140,7 +140,7 @@ func (w *worker) execInner(o *task) error {
 				return err
 			}
 		}
-		if err := w.comm.AllReduce(uintptr(o.dev), uintptr(o.dev), o.devN, o.devType, ncclOp(o.op), s); err != nil {
+		if err := w.devCollective(o); err != nil {
 			return err
 		}
 		if o.doneEv != 0 {

@@ -35,7 +35,8 @@ type task struct {
 	op       comm.Op
 	root     int // broadcast root or point-to-point peer
 	tag      int
-	dev      driver.DevPtr // device-resident all-reduce when not 0
+	dev      driver.DevPtr // device-resident collective when not 0 (the all-reduce's buffer, the destination otherwise)
+	devSrc   driver.DevPtr // device all-gather and reduce-scatter: the source
 	devN     int
 	devType  libnccl.DataType
 	seq      uint64
