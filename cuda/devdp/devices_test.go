@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -27,20 +28,23 @@ import (
 // normalising the whole batch instead of each chunk, is off by far more (see the test's log).
 const resnetTol = 1e-4
 
-// twoDevices opens ordinals 0 and 1 of a fake driver with two devices.
+// twoDevices opens ordinals 0 and 1 of a fake driver with two devices, as dp.GPUs(0, 1).
 func twoDevices(t *testing.T) []*cuda.Device {
 	t.Helper()
 	cudatest.Require(t)
 	t.Setenv("GP_FAKE_DEVICES", "2")
-	devs := make([]*cuda.Device, 2)
-	for i := range devs {
-		d, err := cuda.Open(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		devs[i] = d
+	devs, err := devdp.Open(dp.GPUs(0, 1))
+	if err != nil {
+		t.Fatal(err)
 	}
+	if devs[0].Ordinal() != 0 || devs[1].Ordinal() != 1 {
+		t.Fatalf("devdp.Open(dp.GPUs(0, 1)) opened ordinals %d and %d", devs[0].Ordinal(), devs[1].Ordinal())
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
 	return devs
 }
 
@@ -175,15 +179,38 @@ func TestResNetTwoDevicesMatchCPUDataParallel(t *testing.T) {
 	}
 }
 
-// An ordinal the driver does not have is an error naming it (one fake device by default).
-func TestMissingDevice(t *testing.T) {
+// Open refuses what cannot be a device DataParallel: a CPU in the list, a device twice, an
+// ordinal the driver does not have (one fake device by default), each named.
+func TestOpenErrors(t *testing.T) {
 	cudatest.Require(t)
 	t.Setenv("GP_FAKE_DEVICES", "1")
-	_, err := cuda.Open(1)
-	if err == nil {
-		t.Fatal("cuda.Open(1) with one device: no error")
+	for _, c := range []struct {
+		name string
+		devs []dp.Device
+		want string
+	}{
+		{"empty", nil, "empty device list"},
+		{"cpu", append(dp.GPUs(0), dp.CPUs(1)...), "replica 1 on cpu:0"},
+		{"twice", dp.GPUs(0, 0), "cuda:0 listed twice"},
+		{"missing", dp.GPUs(0, 1), "replica 1 on cuda:1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			devs, err := devdp.Open(c.devs)
+			if err == nil {
+				for _, d := range devs {
+					d.Close()
+				}
+				t.Fatalf("devdp.Open(%v): no error", c.devs)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("devdp.Open(%v): %v, want it to say %q", c.devs, err, c.want)
+			}
+			if c.name == "cpu" && !errors.Is(err, dp.ErrDeviceUnsupported) {
+				t.Fatalf("devdp.Open with a CPU: %v, not dp.ErrDeviceUnsupported", err)
+			}
+			t.Log(err)
+		})
 	}
-	t.Log(err)
 }
 
 // The gorgonia perceptron over devices 0 and 1 (two contexts, two memories) trains 4 steps

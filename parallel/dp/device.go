@@ -11,7 +11,8 @@ type Kind int
 const (
 	// CPU is a CPU core: a replica is a goroutine whose graphs share the master's parameters.
 	CPU Kind = iota
-	// GPU is a CUDA device. Reserved: replicas on GPUs are not implemented yet.
+	// GPU is a CUDA device. Package dp's replicas are CPU goroutines and New refuses GPUs;
+	// cuda/devdp runs DataParallel over the GPUs of a device list (devdp.Open).
 	GPU
 )
 
@@ -40,7 +41,8 @@ func CPUs(n int) []Device {
 	return out
 }
 
-// GPUs returns the CUDA devices with the given ordinals (for device lists; not runnable yet).
+// GPUs returns the CUDA devices with the given ordinals: a device list for cuda/devdp
+// (devdp.Open opens them; New here refuses them).
 func GPUs(ordinals ...int) []Device {
 	out := make([]Device, len(ordinals))
 	for i, o := range ordinals {
@@ -49,7 +51,8 @@ func GPUs(ordinals ...int) []Device {
 	return out
 }
 
-// ErrDeviceUnsupported is returned by New for a device that has no replica implementation.
+// ErrDeviceUnsupported is returned by New for a GPU device (cuda/devdp runs those), and by
+// devdp.Open for a CPU device.
 var ErrDeviceUnsupported = errors.New("dp: device not supported")
 
 // checkDevices validates a device list.
@@ -60,7 +63,7 @@ func checkDevices(devs []Device) error {
 	seen := map[Device]bool{}
 	for i, d := range devs {
 		if d.Kind != CPU {
-			return fmt.Errorf("dp: replica %d on %s: %w (GPU replicas need the cuda package: parameters broadcast each step, gradients copied back)", i, d, ErrDeviceUnsupported)
+			return fmt.Errorf("dp: replica %d on %s: %w (package dp runs replicas on CPUs; cuda/devdp runs them on CUDA devices)", i, d, ErrDeviceUnsupported)
 		}
 		if seen[d] {
 			return fmt.Errorf("dp: device %s listed twice", d)

@@ -37,9 +37,11 @@
 //
 // On CPU devices every replica's graph binds its parameter leaves to the model's flat value
 // buffer (no copy, read-only during a step), so there is no per-step replication; PyTorch
-// broadcasts parameters to every GPU each step, and a GPU device here will have to do the
-// same (the seam is replica.pullParams and replica.pushGrads, no-ops on CPU). Only CPU
-// devices exist today: [New] refuses GPU devices with [ErrDeviceUnsupported].
+// broadcasts parameters to every GPU each step. GPU devices run in package cuda/devdp, which
+// does so (the parameters copied from the master's device to each replica's, the gradients
+// added back onto the master's weighted by chunk size, one optimizer step on the master's
+// device; BatchNorm as here); this package stays free of cgo, and [New] refuses GPU devices
+// with [ErrDeviceUnsupported].
 //
 // # Why a direct sum and not comm's in-process all-reduce
 //

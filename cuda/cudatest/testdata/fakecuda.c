@@ -111,5 +111,5 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 	return emu ? emu((const char*)f, gx, gy, gz, bx, by, bz, sh, params) : 0; }
 long fakeLaunches(void) { return launches; }
 int cuGetErrorString(int r, const char** s) {
-	*s = r == 2 ? "out of memory" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found" : "fake error";
+	*s = r == 2 ? "out of memory" : r == 101 ? "invalid device ordinal" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found" : "fake error";
 	return 0; }
