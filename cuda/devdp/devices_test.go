@@ -286,3 +286,42 @@ func TestMLPTwoDevicesMatchOneDevice(t *testing.T) {
 		})
 	}
 }
+
+// A replica's device out of memory fails New with an error that names the replica, its device
+// and the allocation, and only that device is full: each fake device counts its own memory
+// ($GP_FAKE_DEVICE_MEM). Freeing the filler makes room again.
+func TestReplicaOutOfMemory(t *testing.T) {
+	const limit = 4 << 20
+	t.Setenv("GP_FAKE_DEVICE_MEM", fmt.Sprint(limit))
+	devs := twoDevices(t)
+	filler, err := devs[1].Alloc(cuda.Float32, limit/4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := gormlp.Fixed(1, 4)
+	sgd := func(s []optim.Segment) (optim.Optimizer, error) {
+		return optim.NewSGD(s, 0.05, optim.WithMomentum(0.9))
+	}
+	newDP := func() (*devdp.DataParallel, error) {
+		m := model(t, build)
+		return devdp.New(devs, m, func(b *nn.Builder, k int) (*G.Node, error) { return gormlp.Build(1)(b, k) }, opt(t, m, sgd))
+	}
+	_, err = newDP()
+	if err == nil {
+		t.Fatal("devdp.New with device 1 full: no error")
+	}
+	t.Log(err)
+	for _, want := range []string{"replica 1 on device 1", "cuda:1: alloc", "out of memory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// The cache keeps the freed block; the device allocator empties it when the driver is
+	// out of memory and retries.
+	filler.Free()
+	rep, err := newDP()
+	if err != nil {
+		t.Fatalf("devdp.New after freeing device 1: %v", err)
+	}
+	rep.Close()
+}

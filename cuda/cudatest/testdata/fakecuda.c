@@ -6,7 +6,9 @@
  * $GP_FAKE_DEVICES (default 1, at most 16) sets how many devices there are: each has its own
  * primary context and its own count of allocated bytes, which cuMemGetInfo reports for the
  * current context's device; devices are peers, and copies between them (cuMemcpyDtoD under
- * unified addressing, cuMemcpyPeer) are memmove. */
+ * unified addressing, cuMemcpyPeer) are memmove. $GP_FAKE_DEVICE_MEM (bytes) makes each device
+ * that big and cuMemAlloc fail with out of memory beyond it; unset, each reports 1 GiB and
+ * allocations are not limited. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +19,9 @@ static long launches;
 int cuInit(unsigned f) { return 0; }
 int cuDriverGetVersion(int* v) { *v = 12040; return 0; }
 #define MAXDEV 16
-#define TOTAL ((size_t)1 << 30)
+/* limit is $GP_FAKE_DEVICE_MEM, 0 when unset (no limit); total is what devices report. */
+static size_t limit(void) { const char* v = getenv("GP_FAKE_DEVICE_MEM"); return v && *v ? (size_t)strtoull(v, 0, 10) : 0; }
+static size_t total(void) { size_t l = limit(); return l ? l : (size_t)1 << 30; }
 /* Read at each call, so that a test may set it after the library is loaded. */
 static int ndev(void) { const char* v = getenv("GP_FAKE_DEVICES"); int n = v ? atoi(v) : 1; return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n; }
 /* A primary context is its device's slot; the current one is per thread, as the driver's. */
@@ -29,7 +33,7 @@ int cuDeviceGet(int* d, int o) { if (o < 0 || o >= ndev()) return 101; *d = o; r
 int cuDeviceGetName(char* n, int l, int d) { strncpy(n, "Fake GPU", l); return 0; }
 /* 41 is CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING. */
 int cuDeviceGetAttribute(int* v, int a, int d) { *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 4 : a == 41 ? 1 : 0; return 0; }
-int cuDeviceTotalMem_v2(size_t* b, int d) { *b = TOTAL; return 0; }
+int cuDeviceTotalMem_v2(size_t* b, int d) { *b = total(); return 0; }
 int cuDeviceCanAccessPeer(int* can, int d, int peer) {
 	if (d < 0 || d >= ndev() || peer < 0 || peer >= ndev()) return 101;
 	*can = d != peer; return 0; }
@@ -42,17 +46,19 @@ int cuCtxSynchronize(void) { return 0; }
 /* Allocations carry a 16-byte header (size, device) so that a free is counted against the
  * device that allocated; the pointer handed out stays 16-byte aligned, as calloc's. */
 int cuMemAlloc_v2(uintptr_t* p, size_t n) {
+	size_t l = limit();
+	if (l && __sync_add_and_fetch(&used[cur], n) > l) { __sync_fetch_and_sub(&used[cur], n); return 2; }
 	char* m = calloc(1, 16 + (n ? n : 1));
-	if (!m) return 2;
+	if (!m) { if (l) __sync_fetch_and_sub(&used[cur], n); return 2; }
 	((size_t*)m)[0] = n; ((size_t*)m)[1] = (size_t)cur;
-	__sync_fetch_and_add(&used[cur], n);
+	if (!l) __sync_fetch_and_add(&used[cur], n);
 	*p = (uintptr_t)(m + 16); return 0; }
 int cuMemFree_v2(uintptr_t p) {
 	if (!p) return 0;
 	char* m = (char*)p - 16;
 	__sync_fetch_and_sub(&used[((size_t*)m)[1]], ((size_t*)m)[0]);
 	free(m); return 0; }
-int cuMemGetInfo_v2(size_t* f, size_t* t) { size_t u = used[cur]; *f = u < TOTAL ? TOTAL - u : 0; *t = TOTAL; return 0; }
+int cuMemGetInfo_v2(size_t* f, size_t* t) { size_t u = used[cur], tot = total(); *f = u < tot ? tot - u : 0; *t = tot; return 0; }
 int cuMemcpyPeer(uintptr_t d, void* dc, uintptr_t s, void* sc, size_t n) { memmove((void*)d, (void*)s, n); return 0; }
 int cuMemcpyPeerAsync(uintptr_t d, void* dc, uintptr_t s, void* sc, size_t n, void* st) { memmove((void*)d, (void*)s, n); return 0; }
 /* fakeMemUsed is the bytes allocated on device d and not freed (tests' accounting). */
