@@ -24,7 +24,8 @@ import (
 // -device: cpu runs the graphs with gorgonia's TapeMachine (nn.Compile); cuda runs the same
 // graphs on a GPU with cuda/tape (docs/DESIGN.md §9), with the parameters, gradients and
 // optimizer on the device and, under -strategy ddp at world size > 1, the buckets reduced
-// there by NCCL; -strategy dp replicates over several devices of the process (compileOn). The device is opened while the flags are
+// there by NCCL; -strategy dp replicates over several devices of the process (compileOn);
+// -strategy zero3 shards them over the ranks' devices (cuda/devzero, engine_devzero.go). The device is opened while the flags are
 // checked, before the group is joined or any data is read, so that a machine without the
 // driver (or cuBLAS) fails at once, naming the library.
 
@@ -42,6 +43,10 @@ func (c *Config) openDevice() error {
 	}
 	switch c.Strategy {
 	case "", "ddp", "none", "dp":
+	case "zero3":
+		if c.Offload == "disk" {
+			return fmt.Errorf("trainer: -offload disk is not yet on the device (issue 20, item 2): use -offload cpu or none with -device %s", dev)
+		}
 	default:
 		return fmt.Errorf("trainer: -strategy %s is not yet on the device (issue 20, item 2): use -strategy ddp, none or dp with -device %s", c.Strategy, dev)
 	}

@@ -73,10 +73,10 @@ func TestDeviceCUDAMatchesCPU(t *testing.T) {
 		t.Errorf("validation: device evaluated=%v top-1 %v, CPU evaluated=%v top-1 %v", gpu.Evaluated, gpu.Top1, cpu.Evaluated, cpu.Top1)
 	}
 
-	// Strategies not yet on the device say so before anything runs.
+	// What is not yet on the device says so before anything runs.
 	for _, s := range []string{"zero3"} {
 		c := tinyConfig(t, t.TempDir())
-		c.Strategy, c.Device = s, "cuda"
+		c.Strategy, c.Device, c.Offload = s, "cuda", "disk"
 		if err := c.recipe(); err == nil || !strings.Contains(err.Error(), "not yet on the device") {
 			t.Errorf("-strategy %s -device cuda: %v, want \"not yet on the device\"", s, err)
 		}

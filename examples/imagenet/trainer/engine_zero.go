@@ -42,6 +42,9 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 	if cfg.ModelEMA {
 		return nil, fmt.Errorf("trainer: -model-ema needs a replicated strategy (ddp, dp or none): under zero3 no rank holds the whole model")
 	}
+	if cfg.dev != nil {
+		return newDeviceShardedEngine(ctx, cfg, g, model, shape, log)
+	}
 	opts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
 	if cfg.SyncBN {
 		opts = append(opts, zero.SyncBatchNorm())
