@@ -1,5 +1,5 @@
 // Package devdp is DataParallel over several CUDA devices of one process (PyTorch's
-// nn.DataParallel; docs/DESIGN.md §9): the master device holds the model's parameters and
+// nn.DataParallel; docs/DESIGN.md §6 and §9): the master device holds the model's parameters and
 // optimizer (a tape.State), each step copies the parameters to the other devices' replicas,
 // splits the batch along dim 0 as torch.chunk does, runs the replicas concurrently, sums
 // their gradients onto the master weighted by chunk size, and steps once on the master.
@@ -8,6 +8,9 @@
 // gradient of the global batch's mean loss, uneven chunks included, as package dp's on the
 // CPU. Like PyTorch's, every step moves the parameters out and the gradients back through
 // the master: it exists to compare with DDP (cuda/devddp), which reduces in place.
+//
+// The devices are those of a device list in package dp's vocabulary, opened by Open
+// (dp.GPUs(0, 1), the first the master); package dp itself runs replicas on CPUs only.
 package devdp
 
 import (
