@@ -1,0 +1,113 @@
+package devzero_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/cuda/devzero"
+	"github.com/gorgonia-parallel/gp/cuda/driver"
+	"github.com/gorgonia-parallel/gp/cuda/libnccl"
+	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+)
+
+// recorder is an NCCL group that notes, at each reduce-scatter, how many gradients the
+// backward had handed over, and how many all-gathers were issued before it.
+type recorder struct {
+	*nccl.Group
+	mu      sync.Mutex
+	grads   int   // gradient hooks run so far in this Run
+	atRS    []int // grads at each reduce-scatter
+	gathers int
+}
+
+func (r *recorder) AllGatherDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, wait, done driver.Event) nccl.DeviceWork {
+	r.mu.Lock()
+	r.gathers++
+	r.mu.Unlock()
+	return r.Group.AllGatherDeviceAfter(dst, src, count, dt, wait, done)
+}
+
+func (r *recorder) ReduceScatterDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, op comm.Op, wait, done driver.Event) nccl.DeviceWork {
+	r.mu.Lock()
+	r.atRS = append(r.atRS, r.grads)
+	r.mu.Unlock()
+	return r.Group.ReduceScatterDeviceAfter(dst, src, count, dt, op, wait, done)
+}
+
+// Each unit's gather is issued before the Run's tape starts, one per unit, and each unit's
+// reduce-scatter as soon as the backward has handed over the unit's last gradient, not after
+// the backward: with the odd model's two units (w3, then w2 and w1), the first
+// reduce-scatter goes out after 1 of the 3 gradients (w3's, the first the backward makes),
+// the second after all 3. One rank (an NCCL group of one).
+func TestReduceScatterDuringBackward(t *testing.T) {
+	cudatest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	store, err := comm.DialStore(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	rec := &recorder{Group: g}
+	md := models[1]
+	build := md.build(4)
+	m, err := nn.NewGraphModel(build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := devzero.New(dev, m, rec, adamW(t, m), md.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// A user's gradient hook runs before the engine's (its options come first).
+	p, err := e.Compile(build, nn.WithGradHook(func(*nn.Param) error {
+		rec.mu.Lock()
+		rec.grads++
+		rec.mu.Unlock()
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	x, y := make([]float32, 4*gormlp.In), make([]float32, 4*gormlp.Out)
+	gormlp.Data(x, y, 0, 4)
+	if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	units := len(e.Units())
+	t.Logf("%d units: %d all-gathers; reduce-scatters issued after %v of %d gradients", units, rec.gathers, rec.atRS, rec.grads)
+	if units != 2 || rec.gathers != units || len(rec.atRS) != units {
+		t.Fatalf("%d units, %d all-gathers, %d reduce-scatters: want 2 of each", units, rec.gathers, len(rec.atRS))
+	}
+	if rec.atRS[0] >= rec.grads || rec.atRS[1] != rec.grads {
+		t.Fatalf("reduce-scatters issued after %v of %d gradients: the first unit's must go out during the backward", rec.atRS, rec.grads)
+	}
+}
