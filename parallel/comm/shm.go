@@ -137,14 +137,7 @@ func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
 			if t.aborted.Load() {
 				return t.tcpTransport.err
 			}
-			futexWait(word, 1, shmSleep)
-			// A goroutine in a system call keeps its P until the runtime's monitor takes it
-			// back, 20 µs to 10 ms later: with GOMAXPROCS=1, a DDP rank's backward or
-			// optimizer, runnable again, waited that long for a communication goroutine
-			// asleep here (Go execution traces of bench/ddp: 13 such stalls over 1 ms in 16
-			// steps, up to 29 ms). Short sleeps, each followed by a yield, bound that to
-			// shmSleep.
-			runtime.Gosched()
+			futexWait(word, 1, 50*time.Millisecond)
 		}
 	}
 }
@@ -152,8 +145,6 @@ func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
 const (
 	shmSpin  = 200
 	shmYield = 50
-	// shmSleep bounds one futex sleep of wait (see there); a wake-up usually comes first.
-	shmSleep = 500 * time.Microsecond
 )
 
 func wake(word *uint32) {
