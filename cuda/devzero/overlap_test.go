@@ -3,6 +3,7 @@ package devzero_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 )
@@ -111,3 +113,49 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 		t.Fatalf("reduce-scatters issued after %v of %d gradients: the first unit's must go out during the backward", rec.atRS, rec.grads)
 	}
 }
+
+// New refuses what it cannot do, naming it: an optimizer other than Adam/AdamW, nil inputs.
+func TestNewRefuses(t *testing.T) {
+	cudatest.Require(t)
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	m, err := nn.NewGraphModel(gormlp.Fixed(1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs, err := optim.Segments(m.Params, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sgd, err := optim.NewSGD(segs, 0.1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := &fakeRanks{size: 1}
+	for _, c := range []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"sgd", func() error { _, err := devzero.New(dev, m, one, sgd); return err }, "optim.Adam or AdamW, not *optim.SGD"},
+		{"nil model", func() error { _, err := devzero.New(dev, nil, one, sgd); return err }, "nil device, model"},
+		{"rank outside", func() error { _, err := devzero.New(dev, m, &fakeRanks{rank: 2, size: 2}, adamW(t, m)); return err }, "rank 2 outside world size 2"},
+	} {
+		err := c.run()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// fakeRanks is a Collectives that is never asked to move anything.
+type fakeRanks struct {
+	devzero.Collectives
+	rank, size int
+}
+
+func (f *fakeRanks) Rank() int { return f.rank }
+func (f *fakeRanks) Size() int { return f.size }
