@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/cublas"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devdp"
+	"github.com/gorgonia-parallel/gp/cuda/driver"
+	"github.com/gorgonia-parallel/gp/cuda/kernels"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/models/resnet"
@@ -324,4 +328,91 @@ func TestReplicaOutOfMemory(t *testing.T) {
 		t.Fatalf("devdp.New after freeing device 1: %v", err)
 	}
 	rep.Close()
+}
+
+// With several fake devices, a kernel launched on one device whose pointer argument points
+// into another device's memory fails as an illegal address (no peer access is enabled), so
+// the DataParallel tests above also show that every replica's kernels read and write only
+// their own device's memory. cuda's ops refuse a tensor of another device before launching;
+// this goes under them, to the driver.
+func TestKernelOnAnotherDevicesMemory(t *testing.T) {
+	devs := twoDevices(t)
+	ctx0 := devs[0].Context()
+	mod, err := ctx0.LoadPTX(kernels.PTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx0.Unload(mod)
+	add, err := ctx0.Function(mod, "add_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := devs[0].Alloc(cuda.Float32, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Free()
+	a, err := devs[0].FromHost([]float32{1, 2, 3, 4}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	b1, err := devs[1].FromHost([]float32{1, 1, 1, 1}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b1.Free()
+	launch := func(b *cuda.Tensor) error {
+		return ctx0.Launch(add, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 32, Y: 1, Z: 1}, 0, devs[0].Stream(),
+			driver.ArgPtr(y.Ptr()), driver.ArgPtr(a.Ptr()), driver.ArgPtr(b.Ptr()), driver.ArgI64(4))
+	}
+	err = launch(b1)
+	if err == nil || !strings.Contains(err.Error(), "illegal memory access") {
+		t.Fatalf("add_f32 on device 0 reading device 1's memory: %v, want an illegal memory access", err)
+	}
+	t.Log(err)
+	// The same launch with the operand on its own device runs.
+	if err := launch(a); err != nil {
+		t.Fatalf("add_f32 on device 0's memory: %v", err)
+	}
+	got, err := y.ToHost(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[2 4 6 8]" {
+		t.Fatalf("a+a = %v, want [2 4 6 8]", got)
+	}
+
+	// cuBLAS on device 0 with an operand of device 1 fails too (the fake cuBLAS asks the fake
+	// driver), and runs with its operands on device 0: y = a·a for 2×2 matrices.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := ctx0.MakeCurrent(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cublas.Load(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := cublas.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy()
+	gemm := func(b *cuda.Tensor) error {
+		return h.Gemm(false, false, 2, 2, 2, 1, uintptr(a.Ptr()), uintptr(b.Ptr()), 0, uintptr(y.Ptr()))
+	}
+	if err := gemm(b1); err == nil {
+		t.Fatal("cuBLAS GEMM on device 0 reading device 1's memory: no error")
+	} else {
+		t.Log(err)
+	}
+	if err := gemm(a); err != nil {
+		t.Fatalf("cuBLAS GEMM on device 0's memory: %v", err)
+	}
+	if got, err = y.ToHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[7 10 15 22]" {
+		t.Fatalf("[1 2; 3 4]² = %v, want [7 10 15 22]", got)
+	}
 }

@@ -1,6 +1,9 @@
 /* A fake libcublas for CPU tests with fakecuda.c (device memory is host memory): naive
  * column-major float32 GEMM behind the real cuBLAS signatures, so the tests check the
  * row-major-to-column-major mapping, leading dimensions and strides of the Go side. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -8,6 +11,15 @@
 #include <math.h>
 typedef struct { int stream; } handle;
 static handle h0;
+/* An operand in another device's memory than the current context's fails, as without peer
+ * access on a GPU (fakecuda.c's fakeForeign; -1 when it is not loaded). */
+static int foreign(const void* p) {
+	static int (*f)(uintptr_t);
+	if (!f) f = (int (*)(uintptr_t))dlsym(RTLD_DEFAULT, "fakeForeign");
+	return p && f ? f((uintptr_t)p) : -1; }
+static int offDevice(const void* a, const void* b, const void* c) {
+	if (foreign(a) < 0 && foreign(b) < 0 && foreign(c) < 0) return 0;
+	fprintf(stderr, "fakecublas: a GEMM operand is in another device's memory\n"); return 1; }
 int cublasCreate_v2(handle** h) { *h = &h0; return 0; }
 int cublasDestroy_v2(handle* h) { return 0; }
 int cublasGetVersion_v2(handle* h, int* v) { *v = 120000; return 0; }
@@ -62,12 +74,14 @@ static void gemm(int ta, int tb, int m, int n, int k, float al, const float* A, 
 int cublasSgemm_v2(handle* h, int ta, int tb, int m, int n, int k, const float* al, const float* A, int lda,
 		const float* B, int ldb, const float* be, float* C, int ldc) {
 	if (!h || m < 0 || n < 0 || k < 0 || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7; /* INVALID_VALUE */
+	if (offDevice(A, B, C)) return 13; /* EXECUTION_FAILED */
 	gemm(ta, tb, m, n, k, *al, A, lda, B, ldb, *be, C, ldc); return 0; }
 int cublasGemmEx(handle* h, int ta, int tb, int m, int n, int k, const float* al, const void* A, int at, int lda,
 		const void* B, int bt, int ldb, const float* be, void* C, int ct, int ldc, int compute, int algo) {
 	if (ct != 0 || at != bt || (at != 0 && at != 2 && at != 14)) return 15; /* NOT_SUPPORTED: float32 output only */
 	if (compute != 68 || algo != -1) return 7;
 	if (!h || m < 0 || n < 0 || k < 0 || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
+	if (offDevice(A, B, C)) return 13;
 	gemmT(ta, tb, m, n, k, *al, A, at, lda, B, bt, ldb, *be, C, ldc); return 0; }
 int cublasGemmStridedBatchedEx(handle* h, int ta, int tb, int m, int n, int k, const float* al, const void* A, int at,
 		int lda, long long sa, const void* B, int bt, int ldb, long long sb, const float* be, void* C, int ct, int ldc,

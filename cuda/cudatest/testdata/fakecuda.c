@@ -14,6 +14,7 @@
 #include <string.h>
 #include <stdio.h>
 #include <dlfcn.h>
+#include <pthread.h>
 typedef int CUresult;
 static long launches;
 int cuInit(unsigned f) { return 0; }
@@ -45,6 +46,45 @@ int cuCtxEnablePeerAccess(void* peer, unsigned f) { return peer && ((struct fake
 int cuCtxSynchronize(void) { return 0; }
 /* Allocations carry a 16-byte header (size, device) so that a free is counted against the
  * device that allocated; the pointer handed out stays 16-byte aligned, as calloc's. */
+/* Live allocations by address, recorded while there are several devices: a kernel launched
+ * on one device with a pointer argument into another device's allocation is an illegal
+ * address, as on GPUs without peer access (nothing here enables it), and the launch fails
+ * naming both devices. fakeForeign is the same check for the other fake libraries. */
+static struct span { uintptr_t lo, hi; int dev; } *spans;
+static size_t nspans, capspans;
+static pthread_mutex_t spanMu = PTHREAD_MUTEX_INITIALIZER;
+/* spanFind is the first index whose span starts after p; spanMu held. */
+static size_t spanFind(uintptr_t p) {
+	size_t a = 0, b = nspans;
+	while (a < b) { size_t m = (a + b) / 2; if (spans[m].lo <= p) a = m + 1; else b = m; }
+	return a; }
+static void spanAdd(uintptr_t lo, size_t n, int dev) {
+	pthread_mutex_lock(&spanMu);
+	if (nspans == capspans) {
+		size_t c = capspans ? 2 * capspans : 256;
+		struct span* s = realloc(spans, c * sizeof *s);
+		if (!s) { pthread_mutex_unlock(&spanMu); return; }
+		spans = s, capspans = c;
+	}
+	size_t i = spanFind(lo);
+	memmove(&spans[i + 1], &spans[i], (nspans - i) * sizeof *spans);
+	spans[i].lo = lo, spans[i].hi = lo + (n ? n : 1), spans[i].dev = dev;
+	nspans++;
+	pthread_mutex_unlock(&spanMu); }
+static void spanRemove(uintptr_t lo) {
+	pthread_mutex_lock(&spanMu);
+	size_t i = spanFind(lo);
+	if (i > 0 && spans[i - 1].lo == lo) { memmove(&spans[i - 1], &spans[i], (nspans - i) * sizeof *spans); nspans--; }
+	pthread_mutex_unlock(&spanMu); }
+/* fakeForeign is the device whose allocation p points into when that is not the calling
+ * thread's current device, else -1. */
+int fakeForeign(uintptr_t p) {
+	int d = -1;
+	pthread_mutex_lock(&spanMu);
+	size_t i = spanFind(p);
+	if (i > 0 && p < spans[i - 1].hi && spans[i - 1].dev != cur) d = spans[i - 1].dev;
+	pthread_mutex_unlock(&spanMu);
+	return d; }
 int cuMemAlloc_v2(uintptr_t* p, size_t n) {
 	size_t l = limit();
 	if (l && __sync_add_and_fetch(&used[cur], n) > l) { __sync_fetch_and_sub(&used[cur], n); return 2; }
@@ -52,10 +92,12 @@ int cuMemAlloc_v2(uintptr_t* p, size_t n) {
 	if (!m) { if (l) __sync_fetch_and_sub(&used[cur], n); return 2; }
 	((size_t*)m)[0] = n; ((size_t*)m)[1] = (size_t)cur;
 	if (!l) __sync_fetch_and_add(&used[cur], n);
+	if (ndev() > 1) spanAdd((uintptr_t)(m + 16), n, cur);
 	*p = (uintptr_t)(m + 16); return 0; }
 int cuMemFree_v2(uintptr_t p) {
 	if (!p) return 0;
 	char* m = (char*)p - 16;
+	spanRemove(p);
 	__sync_fetch_and_sub(&used[((size_t*)m)[1]], ((size_t*)m)[0]);
 	free(m); return 0; }
 int cuMemGetInfo_v2(size_t* f, size_t* t) { size_t u = used[cur], tot = total(); *f = u < tot ? tot - u : 0; *t = tot; return 0; }
@@ -112,10 +154,20 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 	unsigned sh, void* st, void** params, void** extra) {
 	if (!f || gx == 0 || bx == 0 || bx * by * bz > 1024 || !params) return 1;
 	__sync_fetch_and_add(&launches, 1);
+	/* The Go binding (driver.Context.Launch) ends kernelParams with NULL; each slot is 8 bytes. */
+	if (nspans)
+		for (void** a = params; *a; a++) {
+			int d = fakeForeign(*(uintptr_t*)*a);
+			if (d >= 0) {
+				fprintf(stderr, "fakecuda: kernel %s launched on device %d: argument %d points into device %d's memory (no peer access)\n",
+					(const char*)f, cur, (int)(a - params), d);
+				return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
+			}
+		}
 	emuLoad();
 	if (emuFailed) return 1;
 	return emu ? emu((const char*)f, gx, gy, gz, bx, by, bz, sh, params) : 0; }
 long fakeLaunches(void) { return launches; }
 int cuGetErrorString(int r, const char** s) {
-	*s = r == 2 ? "out of memory" : r == 101 ? "invalid device ordinal" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found" : "fake error";
+	*s = r == 2 ? "out of memory" : r == 101 ? "invalid device ordinal" : r == 700 ? "an illegal memory access was encountered" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found" : "fake error";
 	return 0; }

@@ -1,6 +1,9 @@
 /* A fake libcudnn for CPU tests with fakecuda.c (device memory is host memory): the legacy
  * convolution API with naive loops (float, half and bfloat16 data, float accumulation), so
  * the tests check descriptors, argument order, algorithm and workspace plumbing. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,6 +11,12 @@
 typedef struct { int n, c, h, w, dt; } tdesc;
 typedef struct { int pad_h, pad_w, u, v, dh, dw, mode, ct, math; } cdesc;
 static int handle;
+/* An operand in another device's memory than the current context's fails, as without peer
+ * access on a GPU (fakecuda.c's fakeForeign; -1 when it is not loaded). */
+static int foreign(const void* p) {
+	static int (*f)(uintptr_t);
+	if (!f) f = (int (*)(uintptr_t))dlsym(RTLD_DEFAULT, "fakeForeign");
+	return p && f ? f((uintptr_t)p) : -1; }
 int cudnnCreate(void** h) { *h = &handle; return 0; }
 int cudnnDestroy(void* h) { return 0; }
 int cudnnSetStream(void* h, void* s) { return 0; }
@@ -72,6 +81,9 @@ static int conv(int which, const float* al, const float* be, tdesc* xd, const vo
 		tdesc* yd, const void* y, void* out, void* ws, size_t wsBytes) {
 	if (!shapesOK(xd, wd, c, yd)) return 3;
 	if (wsBytes < 4096 || !ws) return 3;
+	const void* ops[] = {x, w, y, out, ws};
+	for (int i = 0; i < 5; i++)
+		if (foreign(ops[i]) >= 0) { fprintf(stderr, "fakecudnn: convolution operand %d is in device %d's memory\n", i, foreign(ops[i])); return 8; }
 	memset(ws, 0xab, 4096); /* the workspace must be writable device memory */
 	int N = xd->n, C = xd->c, H = xd->h, W = xd->w, K = wd->n, KH = wd->h, KW = wd->w, OH = yd->h, OW = yd->w, dt = xd->dt;
 	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
