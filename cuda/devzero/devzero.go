@@ -24,7 +24,9 @@
 // the gradient hook counts each unit's parameters and, when a unit is complete, records an
 // event on the compute stream and issues the unit's reduce-scatter (sum) into the rank's
 // gradient shard on the group's stream while the backward goes on. After the backward the
-// compute stream waits for each reduction and divides the unit's shard by N.
+// compute stream waits for each reduction and divides the unit's shard by N; RunStep
+// (train.Overlapped) steps each unit's shard with the device AdamW right after, while later
+// units still reduce.
 //
 // Memory, honestly: the persistent state sharded 1/N is the parameter shard, the gradient
 // shard and the optimizer's moments (Memory). The tape reads parameters from, and adds

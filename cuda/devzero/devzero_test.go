@@ -28,7 +28,7 @@ import (
 // kernels.cu: device results are computed.
 func TestMain(m *testing.M) { os.Exit(cudatest.MainEmulated(m)) }
 
-var _ train.Program = (*devzero.Program)(nil)
+var _ train.Overlapped = (*devzero.Program)(nil)
 
 // tol bounds the difference between device ZeRO-3 over 2 ranks and one CPU process on the
 // global batch, relative to each tensor's scale: the device's GEMMs and reductions sum in
@@ -100,7 +100,8 @@ func chain(n int) nn.BuildFunc {
 // the optimizer on the device and offloaded to the CPU: every step's loss (the ranks' mean)
 // and the parameters after (gathered by ParamsToHost on both ranks, which must agree), and
 // the first step's gradient shards put together (AdamW hides a gradient's scale; this
-// does not).
+// does not). Step 0 is Run then Step, steps 1-3 RunStep (each unit's shard stepped on the
+// device after its reduction).
 // The memory held is what ZeRO-3 on the device promises: shards of ⌈L/N⌉ per unit for the
 // parameters, the gradients and (on the device, or on the host under offload) the two
 // AdamW moments, beside the full-size working buffers the tape reads and writes.
@@ -273,7 +274,12 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 					if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
 						return err
 					}
-					if err := p.Run(ctx); err != nil {
+					if s > 0 {
+						// RunStep: each unit stepped after its reduction (Run then Step under offload).
+						if err := train.RunStep(ctx, p); err != nil {
+							return fmt.Errorf("step %d: %w", s, err)
+						}
+					} else if err := p.Run(ctx); err != nil {
 						return fmt.Errorf("step %d: %w", s, err)
 					}
 					if s == 0 {
@@ -293,9 +299,9 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 							}
 						}
 						mu.Unlock()
-					}
-					if err := p.Step(ctx); err != nil {
-						return fmt.Errorf("step %d: %w", s, err)
+						if err := p.Step(ctx); err != nil {
+							return fmt.Errorf("step %d: %w", s, err)
+						}
 					}
 					l, err := p.LossValue()
 					if err != nil {

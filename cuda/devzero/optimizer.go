@@ -23,6 +23,8 @@ type shardOptimizer struct {
 	// on the device
 	moments []*cuda.Tensor // exp_avg, exp_avg_sq (, max_exp_avg_sq)
 	steps   int64
+	lr      float64       // this step's
+	k       cuda.AdamArgs // this step's scalars (Decay, WeightDecay per range)
 
 	// offloaded
 	offload          bool
@@ -146,21 +148,38 @@ func (o *shardOptimizer) step(ctx context.Context) error {
 	if o.offload {
 		return o.stepCPU(ctx)
 	}
-	e, h := o.e, o.hyper
-	lr := o.host.LR()
+	o.begin()
+	return o.stepRange(0, o.e.shardLen)
+}
+
+// begin computes a device step's scalars as optim's Adam does (step-dependent terms in
+// float64, then rounded); stepRange then updates pieces of the shard.
+func (o *shardOptimizer) begin() {
+	h := o.hyper
+	o.lr = o.host.LR()
 	o.steps++
 	t := float64(o.steps)
 	bc1, bc2 := 1-math.Pow(h.Beta1, t), 1-math.Pow(h.Beta2, t)
-	k := cuda.AdamArgs{
+	o.k = cuda.AdamArgs{
 		B1: float32(h.Beta1), OneMinusB1: float32(1 - h.Beta1),
 		B2: float32(h.Beta2), OneMinusB2: float32(1 - h.Beta2),
 		BC2Sqrt: float32(math.Sqrt(bc2)), Eps: float32(h.Eps),
-		NegStep: float32(-(lr / bc1)), Decoupled: o.decoupled, Maximize: h.Maximize,
+		NegStep: float32(-(o.lr / bc1)), Decoupled: o.decoupled, Maximize: h.Maximize,
 	}
+}
+
+// stepRange updates the shard's elements within [lo, hi) on the compute stream: disjoint
+// ranges covering the shard give one whole step.
+func (o *shardOptimizer) stepRange(lo, hi int) error {
+	e, k := o.e, o.k
 	for _, r := range o.ranges {
+		a, z := max(lo, r.lo), min(hi, r.hi)
+		if a >= z {
+			continue
+		}
 		views := make([]*cuda.Tensor, 0, 5)
 		for _, t := range append([]*cuda.Tensor{e.shardP, e.shardG}, o.moments...) {
-			v, err := t.View(r.lo, r.hi-r.lo)
+			v, err := t.View(a, z-a)
 			if err != nil {
 				return err
 			}
@@ -168,7 +187,7 @@ func (o *shardOptimizer) step(ctx context.Context) error {
 		}
 		k.Decay, k.WeightDecay = 1, 0
 		if o.decoupled {
-			k.Decay = float32(1 - lr*r.wd)
+			k.Decay = float32(1 - o.lr*r.wd)
 		} else {
 			k.WeightDecay = float32(r.wd)
 		}
@@ -177,7 +196,7 @@ func (o *shardOptimizer) step(ctx context.Context) error {
 			vmax = views[4]
 		}
 		if err := e.dev.Adam(views[0], views[1], views[2], views[3], vmax, k); err != nil {
-			return fmt.Errorf("shard elements [%d,%d): %w", r.lo, r.hi, err)
+			return fmt.Errorf("shard elements [%d,%d): %w", a, z, err)
 		}
 	}
 	return nil

@@ -49,7 +49,29 @@ func (p *Program) Run(ctx context.Context) error {
 	}
 	e.begin()
 	runErr := p.Program.Run(ctx)
-	return e.finish(ctx, runErr)
+	return e.finish(ctx, runErr, false)
+}
+
+// RunStep is Run then Step, with each unit's shard updated by the device AdamW as soon as
+// the compute stream has its reduced gradient, while later units still reduce (train's
+// Overlapped); under WithOffloadCPU, and for an evaluation program, it is Run then Step.
+func (p *Program) RunStep(ctx context.Context) error {
+	e := p.e
+	if !p.training || e.opt.offload {
+		if err := p.Run(ctx); err != nil {
+			return err
+		}
+		return p.Step(ctx)
+	}
+	if err := e.gatherAll(ctx); err != nil {
+		return errors.Join(err, e.waitGathers(ctx))
+	}
+	e.begin()
+	runErr := p.Program.Run(ctx)
+	if err := e.finish(ctx, runErr, true); err != nil {
+		return err
+	}
+	return e.ZeroGrad()
 }
 
 // Step applies the sharded optimizer, then zeroes the gradients.
@@ -119,9 +141,9 @@ func (e *Engine) launch(i int) {
 // finish launches the units that got no gradient (their working gradients are zeros, or
 // what earlier Runs accumulated: every rank issues the same collectives), makes the compute
 // stream wait for each reduction and divide the unit's shard by the world size (and, under
-// offload, copy it to pinned host memory), then waits for the collectives and reports their
-// errors.
-func (e *Engine) finish(ctx context.Context, runErr error) error {
+// offload, copy it to pinned host memory; when ranged, step it with the device AdamW), then
+// waits for the collectives and reports their errors.
+func (e *Engine) finish(ctx context.Context, runErr error, ranged bool) error {
 	errs := []error{runErr, e.hookErr}
 	for i := range e.units {
 		if e.pending[i] > 0 {
@@ -130,6 +152,7 @@ func (e *Engine) finish(ctx context.Context, runErr error) error {
 		}
 	}
 	c, s := e.dev.Context(), e.dev.Stream()
+	began := false
 	for _, i := range e.order {
 		u, w := e.units[i], e.rworks[i]
 		select {
@@ -151,6 +174,13 @@ func (e *Engine) finish(ctx context.Context, runErr error) error {
 		if err == nil {
 			err = e.opt.gradArrived(u)
 		}
+		if err == nil && ranged {
+			if !began {
+				e.opt.begin()
+				began = true
+			}
+			err = e.opt.stepRange(u.ShardBase, u.ShardBase+u.Shard)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("unit %s's gradient shard: %w", u.Name, err))
 			break
@@ -162,6 +192,10 @@ func (e *Engine) finish(ctx context.Context, runErr error) error {
 		}
 	}
 	errs = append(errs, e.waitGathers(ctx))
+	if err := errors.Join(errs...); err == nil && ranged && !began {
+		// No unit (a model without parameters): a plain step.
+		errs = append(errs, e.opt.step(ctx))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
 	}
