@@ -131,47 +131,71 @@ func (p *Program) SetInput(name string, data []float32) error {
 
 // Run runs forward and backward on every replica and reduces onto the master: afterwards
 // the master's device gradients hold the gradient of the global batch's mean loss (added to
-// what they held).
+// what they held). When a replica fails, the error names it and the master's gradients are
+// put back as they were (nothing is reduced onto the master, as package dp's ReplicaError).
 func (p *Program) Run(ctx context.Context) error {
 	master := p.dp.states[0]
+	d0 := p.dp.devs[0]
+	p.ran = false
 	for i := 1; i < len(p.reps); i++ {
 		if err := copyAcross(ctx, p.dp.states[i].Params(), master.Params()); err != nil {
 			return fmt.Errorf("devdp: parameters to replica %d: %w", i, err)
 		}
 	}
 	// The master's own gradients are kept aside: the replicas' chunks are weighted, and
-	// what the buffer held before this Run is not.
+	// what the buffer held before this Run is not; a failed Run puts them back.
+	held, err := d0.Alloc(cuda.Float32, master.Grads().Len())
+	if err != nil {
+		return fmt.Errorf("devdp: keeping the master's gradients: %w", err)
+	}
+	defer held.Free()
+	if err := d0.Scale(held, master.Grads(), 1); err != nil {
+		return fmt.Errorf("devdp: keeping the master's gradients: %w", err)
+	}
 	errs := make([]error, len(p.reps))
 	var wg sync.WaitGroup
 	for i, r := range p.reps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if i == 0 {
-				errs[i] = p.runMaster(ctx, r)
-				return
-			}
 			if errs[i] = p.dp.states[i].ZeroGrad(); errs[i] == nil {
 				errs[i] = r.Run(ctx)
 			}
 		}()
 	}
 	wg.Wait()
+	err = p.reduce(ctx, held, errs)
+	if err != nil {
+		if rerr := d0.Scale(master.Grads(), held, 1); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("devdp: putting the master's gradients back: %w", rerr))
+		}
+	}
+	return err
+}
+
+// reduce is Run's end once the replicas have run (errs are their errors): the master's
+// gradients become held + Σ_i (n_i/N)·g_i and the loss the chunks' weighted mean.
+func (p *Program) reduce(ctx context.Context, held *cuda.Tensor, errs []error) error {
 	for i, err := range errs {
 		if err != nil {
 			return fmt.Errorf("devdp: replica %d: %w", i, errors.Join(errs...))
 		}
 	}
+	master := p.dp.states[0]
 	d0 := p.dp.devs[0]
 	var loss float64
 	for i := range p.reps {
 		w := float32(p.chunks[i]) / float32(p.n)
 		l, err := p.reps[i].LossValue()
 		if err != nil {
-			return err
+			return fmt.Errorf("devdp: replica %d: %w", i, err)
 		}
 		loss += float64(w) * float64(l)
 		if i == 0 {
+			// master = held + w0·master
+			if err := d0.Axpby(master.Grads(), held, 1, w); err != nil {
+				return fmt.Errorf("devdp: gradients of replica 0: %w", err)
+			}
 			continue
 		}
 		tmp, err := d0.Alloc(cuda.Float32, master.Grads().Len())
@@ -189,29 +213,6 @@ func (p *Program) Run(ctx context.Context) error {
 	}
 	p.loss, p.ran = float32(loss), true
 	return nil
-}
-
-// runMaster runs replica 0 into a zeroed buffer, then adds its weighted gradients to what
-// the master's buffer held before.
-func (p *Program) runMaster(ctx context.Context, r *tape.Program) error {
-	st := p.dp.states[0]
-	d0 := p.dp.devs[0]
-	held, err := d0.Alloc(cuda.Float32, st.Grads().Len())
-	if err != nil {
-		return err
-	}
-	defer held.Free()
-	if err := d0.Scale(held, st.Grads(), 1); err != nil {
-		return err
-	}
-	if err := st.ZeroGrad(); err != nil {
-		return err
-	}
-	if err := r.Run(ctx); err != nil {
-		return err
-	}
-	// master = held + w0·master
-	return d0.Axpby(st.Grads(), held, 1, float32(p.chunks[0])/float32(p.n))
 }
 
 // Step steps the master's optimizer on the device and zeroes its gradients.

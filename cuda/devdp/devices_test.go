@@ -416,3 +416,83 @@ func TestKernelOnAnotherDevicesMemory(t *testing.T) {
 		t.Fatalf("[1 2; 3 4]² = %v, want [7 10 15 22]", got)
 	}
 }
+
+// A Run in which a replica fails (here replica 1 runs out of its device's memory) returns an
+// error naming the replica and puts the master's gradients back as they were: what an earlier
+// Run accumulated survives, bit for bit, and nothing of the failed Run is added. Once memory
+// is freed the next Run succeeds and adds to them.
+func TestReplicaFailureKeepsMasterGradients(t *testing.T) {
+	const limit = 1 << 20 // size classes below 1 MiB are multiples of 512 bytes: the filler fits exactly
+	t.Setenv("GP_FAKE_DEVICE_MEM", fmt.Sprint(limit))
+	devs := twoDevices(t)
+	ctx := context.Background()
+	m := model(t, gormlp.Fixed(1, 8))
+	rep, err := devdp.New(devs, m, func(b *nn.Builder, k int) (*G.Node, error) { return gormlp.Build(1)(b, k) },
+		opt(t, m, func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(s, 0.05) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	run := func(p *devdp.Program, n, at int) error {
+		x, y := make([]float32, n*gormlp.In), make([]float32, n*gormlp.Out)
+		gormlp.Data(x, y, at, n)
+		if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+			t.Fatal(err)
+		}
+		return p.Run(ctx)
+	}
+	small, err := rep.Program(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	big, err := rep.Program(1024) // chunks of 512: new, bigger activations
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	if err := run(small, 8, 0); err != nil {
+		t.Fatal(err)
+	}
+	before, err := rep.Master().Grads().ToHost(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, _, err := devs[1].Context().MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler, err := devs[1].Alloc(cuda.Float32, int(free/512*512/4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run(big, 1024, 8)
+	if err == nil {
+		t.Fatal("Run with device 1 full: no error")
+	}
+	t.Log(err)
+	if !strings.Contains(err.Error(), "replica 1") || !strings.Contains(err.Error(), "out of memory") {
+		t.Errorf("error %q does not name replica 1 and its out of memory", err)
+	}
+	if _, lerr := big.LossValue(); lerr == nil {
+		t.Error("LossValue after a failed Run: no error")
+	}
+	after, err := rep.Master().Grads().ToHost(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxRel(after, before) != 0 {
+		t.Fatalf("the master's gradients changed by %.3g in a failed Run", maxRel(after, before))
+	}
+	filler.Free()
+	if err := run(big, 1024, 8); err != nil {
+		t.Fatalf("Run after freeing device 1: %v", err)
+	}
+	again, err := rep.Master().Grads().ToHost(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxRel(again, before) == 0 {
+		t.Fatal("the Run after the failure added nothing to the master's gradients")
+	}
+}
