@@ -403,7 +403,10 @@ func (t *tcpTransport) Abort(err error, notify bool) {
 // Close sends a leave notice (ctrlBye) to every peer, waits (bounded by ctx; the group bounds
 // it by WithCloseTimeout) for theirs, then closes the connections. A peer that is still in a
 // collective learns that this rank left from the group's own leave notice, sent first (see
-// group.sendLeave), so the wait is short whenever the peers are alive.
+// group.sendLeave), so the wait is short whenever the peers are alive. After the group failed
+// (this rank aborted, or a peer's abort notice arrived) it waits at most abortAckWait in all:
+// a peer whose silence failed the group would otherwise hold every rank's exit for the whole
+// close timeout.
 func (t *tcpTransport) Close(ctx context.Context) error {
 	for p, c := range t.ctrl {
 		if c != nil {
@@ -412,6 +415,22 @@ func (t *tcpTransport) Close(ctx context.Context) error {
 		}
 	}
 	notified := t.notified.Load()
+	failed := notified
+	select {
+	case <-t.abort:
+		failed = true // aborted by this rank's failure or by a peer's notice
+	default:
+	}
+	var ackWait <-chan time.Time
+	if failed {
+		// The group failed, and the abort notices went out with a one-second write deadline:
+		// a peer that has neither read this rank's notice nor left within that second is gone
+		// or unreachable (the failure was often its silence), so waiting out
+		// WithCloseTimeout for it only delays the exit.
+		tm := time.NewTimer(abortAckWait)
+		defer tm.Stop()
+		ackWait = tm.C
+	}
 	for _, c := range t.ctrl {
 		if c != nil {
 			var acked <-chan struct{}
@@ -421,6 +440,8 @@ func (t *tcpTransport) Close(ctx context.Context) error {
 			select {
 			case <-c.gone:
 			case <-acked:
+			case <-ackWait:
+				ackWait = closedTime // the bound is for all peers together
 			case <-ctx.Done():
 			}
 		}
@@ -434,6 +455,17 @@ func (t *tcpTransport) Close(ctx context.Context) error {
 	t.readers.Wait()
 	return nil
 }
+
+// abortAckWait bounds how long Close waits, after the group failed, for the peers' leave
+// notices or acknowledgements (the abort notice's own write deadline).
+const abortAckWait = time.Second
+
+// closedTime is a channel that is always ready.
+var closedTime = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 func (t *tcpTransport) closeConns() {
 	for _, c := range t.ctrl {
