@@ -164,6 +164,9 @@ func NewGraphModel(build BuildFunc, opts ...ModelOption) (*Model, error) {
 func (b *Builder) checkLearnablesUse() error {
 	for w, p := range b.learned {
 		use := b.nodes[p]
+		if use == w {
+			continue // nothing between the learnable and the forward (evaluation, no hooks)
+		}
 		for it := b.Graph.To(w.ID()); it.Next(); {
 			n := it.Node().(*G.Node)
 			if n != use && !b.wraps(n, w) {

@@ -220,3 +220,45 @@ func TestLearnableReadDirectly(t *testing.T) {
 		t.Fatalf("error %v, want one naming w", err)
 	}
 }
+
+// A graph model compiles for evaluation too (nn.Training(false): no taps, so the forward
+// reads the learnables themselves), and computes the loss the training program computes on
+// the same weights and batch.
+func TestGraphModelEval(t *testing.T) {
+	const batch = 8
+	ctx := context.Background()
+	m, err := nn.NewGraphModel(gormlp.Fixed(1, batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, err := nn.Compile(m, gormlp.Fixed(1, batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer train.Close()
+	eval, err := nn.Compile(m, gormlp.Fixed(1, batch), nn.Training(false))
+	if err != nil {
+		t.Fatalf("compiling the graph model for evaluation: %v", err)
+	}
+	defer eval.Close()
+	x, y := make([]float32, batch*gormlp.In), make([]float32, batch)
+	gormlp.Data(x, y, 3*batch, batch)
+	var loss [2]float32
+	for i, p := range []*nn.Program{train, eval} {
+		if err := p.SetInput("x", x); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetInput("y", y); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if loss[i], err = p.LossValue(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loss[0] != loss[1] || loss[0] == 0 {
+		t.Fatalf("eval loss %v, training program's %v", loss[1], loss[0])
+	}
+}
