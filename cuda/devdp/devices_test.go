@@ -56,7 +56,9 @@ func twoDevices(t *testing.T) []*cuda.Device {
 // SGD with momentum as package dp's DataParallel on the CPU with two replicas: the same
 // chunks (4 and 4 of 8 samples), each normalised by its own statistics as in PyTorch's
 // DataParallel, so the same losses, parameters and running statistics, which are the master
-// replica's (chunk 0's) alone. The reference is the CPU's DataParallel, not one process on
+// replica's (chunk 0's) alone (compiling replica 1 without nn.WithPrivateBuffers, so that
+// it writes the model's statistics too, is off by 1.6: measured). The reference is the CPU's
+// DataParallel, not one process on
 // the whole batch: BatchNorm over a chunk is not BatchNorm over the batch (the test checks
 // that the two differ). Chunks are even because BatchNorm over 3 samples amplifies rounding:
 // one device alone on 3 samples drifts 9.7e-4 from the CPU in 3 steps (measured), on 4 1.5e-5.
