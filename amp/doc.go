@@ -16,8 +16,9 @@
 //
 //	PyTorch list        PyTorch ops (CPU bf16 / CUDA fp16)           here
 //	lower precision     conv1d/2d/3d, conv_transpose*, linear,       nn.Conv2d, nn.Linear (through
-//	                    matmul, mm, bmm, addmm, addbmm, baddbmm      Builder.Autocast); Swin's
-//	                    (CUDA also: prelu, chain_matmul, ...)        attention matmuls
+//	                    matmul, mm, bmm, addmm, addbmm, baddbmm      Builder.Autocast), so Swin's
+//	                    (CUDA also: prelu, chain_matmul, ...)        qkv and proj (its attention
+//	                                                                 products: float32, below)
 //	float32             softmax, log_softmax, layer_norm,            ops.Softmax, LogSoftmax,
 //	                    group_norm, batch_norm*, nll_loss,           LayerNorm, BatchNorm2d,
 //	                    cross_entropy, mse_loss, l1_loss, sum,       CrossEntropy, Sum, Mean:
@@ -26,7 +27,10 @@
 //	                                                                 values they receive
 //
 // (*) CUDA autocast runs batch_norm in the input's dtype through cuDNN; norms keep float32
-// statistics either way. The last row is where the emulation differs from PyTorch: PyTorch
+// statistics either way. Swin's attention products (q·kᵀ and attention·v, inside
+// swin.WindowAttention) are not autocast yet and stay float32, where PyTorch runs them as
+// 16-bit bmm; the device executor keeps them float32 too, to compute what the CPU computes.
+// The last row is where the emulation differs from PyTorch: PyTorch
 // runs relu, max pooling and additions in 16 bits when their inputs are 16-bit. ReLU and max
 // pooling of rounded values are exact in either; an addition (a residual connection) is
 // rounded once more in PyTorch and not here.
