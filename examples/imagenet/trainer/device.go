@@ -176,20 +176,28 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 // devices stay open for the process's life, as cfg.dev does.
 func compileDataParallel(cfg *Config, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, opts []nn.BuildOption) (train.Program, *tape.State, error) {
 	devs := []*cuda.Device{cfg.dev}
+	closeExtra := func() { // the replicas' devices this function opened (cfg.dev is the caller's)
+		for _, d := range devs[1:] {
+			_ = d.Close()
+		}
+	}
 	for i := 1; i < cfg.DPReplicas; i++ {
 		d, err := cuda.Open(cfg.dev.Ordinal() + i)
 		if err != nil {
+			closeExtra()
 			return nil, nil, fmt.Errorf("trainer: -strategy dp -dp-replicas %d -device %s: replica %d: %w", cfg.DPReplicas, cfg.Device, i, err)
 		}
 		devs = append(devs, d)
 	}
 	rep, err := devdp.New(devs, m, func(b *nn.Builder, n int) (*G.Node, error) { return buildN(n)(b) }, opt, opts...)
 	if err != nil {
+		closeExtra()
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
 	p, err := rep.Program(cfg.Batch)
 	if err != nil {
 		rep.Close()
+		closeExtra()
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
 	return p, rep.Master(), nil
