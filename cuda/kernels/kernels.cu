@@ -618,3 +618,37 @@ __global__ void im2col_x16(unsigned short* col, const unsigned short* x, int n, 
 }
 
 } // extern "C"
+
+extern "C" {
+// GradScaler's unscale_ and found_inf in one pass: x *= inv, count[0] += the number of
+// products that are inf or NaN (amp.GradScaler.Unscale checks the unscaled values too).
+__global__ void unscale_nonfinite_f32(unsigned int* count, float* x, float inv, long long n) {
+	unsigned int c = 0;
+	GRID_LOOP(i, n) { float v = x[i] * inv; x[i] = v; c += isfinite(v) ? 0u : 1u; }
+	if (c) atomicAdd(count, c);
+}
+// Sum of squares, first pass: part[blockIdx.x] = the block's sum of x[i]^2 in double (each
+// thread's grid-stride share, then a fixed-order tree over the block: the same result for
+// the same launch). Launch with blockDim.x (a power of two) * 8 bytes of shared memory,
+// declared as the other kernels' float array and used as doubles.
+__global__ void sumsq_part_f32(double* part, const float* x, long long n) {
+	extern __shared__ float sh[];
+	double* shd = (double*)sh;
+	double s = 0;
+	GRID_LOOP(i, n) { double v = (double)x[i]; s += v * v; }
+	shd[threadIdx.x] = s;
+	__syncthreads();
+	for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+		if (threadIdx.x < k) shd[threadIdx.x] += shd[threadIdx.x + k];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) part[blockIdx.x] = shd[0];
+}
+// Second pass: y[0] = the sum of part[0..n) in order (one thread; n is a grid's block count).
+__global__ void sum_f64_serial(double* y, const double* part, int n) {
+	if (blockIdx.x != 0 || threadIdx.x != 0) return;
+	double s = 0;
+	for (int i = 0; i < n; i++) s += part[i];
+	y[0] = s;
+}
+} // extern "C"

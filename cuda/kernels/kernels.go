@@ -33,7 +33,8 @@ var Source string
 var Pending = []string{"unary_f32", "binary_f32", "sum_axis_f32", "repeat_axis_f32",
 	"cross_entropy_ls_f32", "cross_entropy_ls_bwd_f32", "dropout_f32",
 	"sgd_f32", "adam_f32",
-	"round_cast_f32_bf16", "round_cast_f32_f16", "im2col_x16"}
+	"round_cast_f32_bf16", "round_cast_f32_f16", "im2col_x16",
+	"unscale_nonfinite_f32", "sumsq_part_f32", "sum_f64_serial"}
 
 var entry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
 

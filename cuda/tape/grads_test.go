@@ -1,0 +1,127 @@
+package tape_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/cuda/tape"
+	"github.com/gorgonia-parallel/gp/internal/gormlp"
+)
+
+// gradState is a device State of the gorgonia MLP whose gradient buffer holds g (the
+// buffer's length; see gradValues).
+func gradState(t *testing.T) (*tape.State, int) {
+	t.Helper()
+	m := graphModel(t, gormlp.Fixed(1, 8))
+	st, err := tape.NewState(device(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st, len(m.Params.Grad)
+}
+
+// gradValues are n gradients of mixed sign and magnitude (1e-3 to 1e3).
+func gradValues(n int) []float32 {
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = float32(math.Sin(float64(i)*0.37)) * float32(math.Pow(10, float64(i%7)-3))
+	}
+	return g
+}
+
+// UnscaleGrads equals amp.GradScaler.Unscale on the host bit for bit (the same float32
+// product) and flags an inf, a NaN, or a product that overflows, as the host does.
+func TestUnscaleGradsMatchesScaler(t *testing.T) {
+	ctx := context.Background()
+	st, n := gradState(t)
+	cases := []struct {
+		name  string
+		scale float32
+		poke  func(g []float32)
+	}{
+		{"clean", 1024, func([]float32) {}},
+		{"inf", 65536, func(g []float32) { g[n/2] = float32(math.Inf(-1)) }},
+		{"nan", 65536, func(g []float32) { g[n-1] = float32(math.NaN()) }},
+		{"overflow", 0.25, func(g []float32) { g[3] = 2e38 }}, // 2e38·4 is past float32's range
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			host := gradValues(n)
+			c.poke(host)
+			if err := st.Grads().CopyFrom(host); err != nil {
+				t.Fatal(err)
+			}
+			sc, err := amp.NewGradScaler(amp.WithInitScale(float64(c.scale)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := sc.Unscale(host)
+			got, err := st.UnscaleGrads(ctx, c.scale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want || got != (c.name != "clean") {
+				t.Fatalf("found inf/NaN = %v, host scaler %v (case %s)", got, want, c.name)
+			}
+			dev, err := st.Grads().ToHost(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range host {
+				if math.Float32bits(dev[i]) != math.Float32bits(host[i]) && !(host[i] != host[i] && dev[i] != dev[i]) {
+					t.Fatalf("gradient %d: device %g, host %g", i, dev[i], host[i])
+				}
+			}
+		})
+	}
+}
+
+// GradNorm equals the float64 norm of the host values within 1e-12 relative (both sum in
+// float64, in different orders); ClipGradNorm scales by maxNorm/(norm+1e-6) when that is
+// below 1, as clip_grad_norm_, and leaves the gradients exactly as they were otherwise.
+func TestClipGradNormMatchesHost(t *testing.T) {
+	ctx := context.Background()
+	st, n := gradState(t)
+	host := gradValues(n)
+	var sq float64
+	for _, x := range host {
+		sq += float64(x) * float64(x)
+	}
+	norm := math.Sqrt(sq)
+	for _, maxNorm := range []float64{norm / 4, norm * 2} {
+		if err := st.Grads().CopyFrom(host); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.ClipGradNorm(ctx, maxNorm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got-norm) > 1e-12*norm {
+			t.Fatalf("norm %v, host %v", got, norm)
+		}
+		coef := float32(1)
+		if c := maxNorm / (norm + 1e-6); c < 1 {
+			coef = float32(c)
+		}
+		dev, err := st.Grads().ToHost(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range host {
+			if want := host[i] * coef; dev[i] != want {
+				t.Fatalf("max norm %g: gradient %d: device %g, want %g", maxNorm, i, dev[i], want)
+			}
+		}
+	}
+	inf := append([]float32(nil), host...)
+	inf[7] = float32(math.Inf(1))
+	if err := st.Grads().CopyFrom(inf); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ClipGradNorm(ctx, 1); err != nil || !math.IsInf(got, 1) {
+		t.Fatalf("norm with an inf gradient = %v, %v; want +Inf", got, err)
+	}
+}
