@@ -15,27 +15,30 @@
 // (r+1)·Shard) of every unit, which is what NCCL's equal-count all-gather and reduce-scatter
 // move.
 //
-// A training Run: the compute stream records an event; every unit's all-gather is issued at
-// once, in flat order, on the group's stream after that event (the prefetch runs as far
-// ahead as the stream allows), each recording its own event, and the compute stream waits
-// for all of them before the tape's first kernel (cuda/tape has no hook ahead of a node, so
-// a unit's gather cannot be waited for just before its first reader). The tape then reads
-// the gathered parameters in place and adds the gradients into a full-size device buffer;
-// the gradient hook counts each unit's parameters and, when a unit is complete, records an
-// event on the compute stream and issues the unit's reduce-scatter (sum) into the rank's
-// gradient shard on the group's stream while the backward goes on. After the backward the
-// compute stream waits for each reduction and divides the unit's shard by N; RunStep
-// (train.Overlapped) steps each unit's shard with the device AdamW right after, while later
-// units still reduce.
+// A training Run gathers a unit just before its first reader, ahead of use: cuda/tape's unit
+// hooks (tape.NewUnitState) call the engine right before the first step that reads a unit's
+// parameters and right after the last, in forward and again in backward. At "need unit u"
+// the engine issues the all-gathers of the next WithPrefetch units of the program's
+// schedule (tape.Program.UnitSchedule) into blocks from the device's caching allocator, on
+// the group's stream after an event of the compute stream, and makes the compute stream
+// wait for u's; at "done with unit u" u's block is freed (the cache orders its reuse after
+// the kernels that read it). As parallel/zero on the CPU, a unit is freed after its last
+// forward reader and gathered again before its first backward reader (a unit needed again
+// within the prefetch window stays, as the last unit between forward and backward).
+// Gradients are added into a zeroed per-unit block; when the backward has handed over a
+// unit's last gradient, the compute stream records an event and the unit's reduce-scatter
+// (sum) is issued on the group's stream into a shard-sized block while the backward goes
+// on; at the next unit's reduction (or after the backward) the compute stream waits for
+// it, frees the gradient block and adds the result divided by N into the rank's gradient
+// shard (gradients accumulate there until Step or ZeroGrad). RunStep (train.Overlapped)
+// steps each unit's shard with the device AdamW right after, while later units still
+// reduce.
 //
-// Memory, honestly: the persistent state sharded 1/N is the parameter shard, the gradient
-// shard and the optimizer's moments (Memory). The tape reads parameters from, and adds
-// gradients into, one device buffer each the size of the whole model (a tape.State without
-// optimizer), which stay allocated between steps: the device holds Ψ/N + Ψ floats of
-// parameters, not Ψ/N plus the units in use, because a tape program's parameter addresses
-// are fixed at compile time. The model-state saving over DDP on the device is therefore the
-// optimizer state and the master copy (AdamW: 16Ψ bytes become 8Ψ + 16Ψ/N), not the
-// working copies.
+// Memory: the persistent state is the parameter shard, the gradient shard and the
+// optimizer's moments, 1/N each (plus under N elements of padding per unit); during a Run
+// the device holds the gathered parameters of the units in use and prefetched (about
+// 1+WithPrefetch units) and the gradient blocks of the units being reduced, not Ψ: Memory
+// reports the peaks.
 //
 // WithOffloadCPU keeps the master shard and the AdamW moments in host memory: each unit's
 // gradient shard is copied into pinned host memory on the compute stream as soon as its
@@ -73,8 +76,10 @@ type Collectives interface {
 type Option func(*config)
 
 type config struct {
-	key     func(string) string
-	offload bool
+	key      func(string) string
+	offload  bool
+	prefetch int
+	trace    func(TraceEvent)
 }
 
 // WithUnitKey cuts the parameters into units by key (zero.WithUnitKey's meaning).
@@ -90,6 +95,24 @@ func WithUnitDepth(depth int) Option {
 // them with the CPU AdamW (package optim), the gradient shard copied to pinned memory.
 func WithOffloadCPU() Option { return func(c *config) { c.offload = true } }
 
+// WithPrefetch sets how many units of the schedule ahead of the one needed are gathered
+// (1 by default; 0 gathers each unit only when it is needed). Each adds a unit's gathered
+// parameters to the device's peak.
+func WithPrefetch(units int) Option { return func(c *config) { c.prefetch = max(units, 0) } }
+
+// TraceEvent is what WithTrace reports: Kind is "gather" (a unit's all-gather issued),
+// "need" (the tape is about to run the unit's first reader of the phase), "done" (its last
+// reader was enqueued) or "reduce" (the unit's reduce-scatter issued; Phase is Backward).
+type TraceEvent struct {
+	Kind  string
+	Unit  int
+	Phase tape.Phase
+}
+
+// WithTrace calls f, on the Run's goroutine, at every gather, need, done and reduce of a
+// Run (tests, diagnostics).
+func WithTrace(f func(TraceEvent)) Option { return func(c *config) { c.trace = f } }
+
 // Engine is one rank's device ZeRO-3 state. It is driven from one goroutine, as the
 // device's stream is; every rank calls the same methods in the same order (Run, Step,
 // ParamsToHost are collective).
@@ -102,20 +125,32 @@ type Engine struct {
 	unitOf      []int // by Param.Index
 	shardLen    int
 
-	st       *tape.State  // full working buffers the tape reads and writes
+	st       *tape.State  // a unit state: the tape reads the blocks the hooks hand it
 	shardP   *cuda.Tensor // the rank's parameter shard
-	shardG   *cuda.Tensor // the rank's gradient shard (reduced, divided by N)
-	scratchP []*cuda.Tensor
-	scratchG []*cuda.Tensor // by unit: padded copies for units whose padding overruns the buffer
+	shardG   *cuda.Tensor // the rank's gradient shard (reduced, divided by N, accumulated)
 	opt      *shardOptimizer
+	prefetch int
+	trace    func(TraceEvent)
 
-	start                    driver.Event
-	gathered, ready, reduced []driver.Event
-	pending                  []int
-	isReady                  []bool
-	order                    []int // units in reduce-scatter launch order
-	gworks, rworks           []nccl.DeviceWork
-	hookErr                  error
+	gwait, gathered, ready, reduced []driver.Event // by unit
+
+	// A Run's (gather.go): the schedule's Needs, the next to come and the next to issue.
+	ctx            context.Context
+	needs          []tape.UnitEvent
+	needPos, issue int
+	blocks         []*cuda.Tensor     // by unit: gathered parameters, while in use
+	pend           []nccl.DeviceWork  // by unit: the gather the next Need waits for
+	keep           []bool             // by unit: its next Need is within the prefetch window
+	gworks         []gatherWork       // this Run's gathers, waited at its end
+	gradBlk, rsDst []*cuda.Tensor     // by unit: gradient block, reduce-scatter result
+	live, peak     [2]int             // bytes of parameter and gradient blocks: now, most
+	pending        []int
+	isReady        []bool
+	order          []int // units in reduce-scatter launch order
+	retired        int   // order[:retired] are added into the shard
+	rworks         []nccl.DeviceWork
+	ranged, began  bool
+	hookErr        error
 }
 
 // New makes rank coll.Rank()'s device ZeRO-3 state of m on dev: m's parameters (which
@@ -128,11 +163,11 @@ func New(dev *cuda.Device, m *nn.Model, coll Collectives, host optim.Optimizer, 
 	if dev == nil || m == nil || m.Params == nil || coll == nil || host == nil {
 		return nil, fmt.Errorf("devzero: nil device, model, collectives or optimizer")
 	}
-	cfg := config{key: zero.DepthKey(1)}
+	cfg := config{key: zero.DepthKey(1), prefetch: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	e := &Engine{dev: dev, model: m, coll: coll, rank: coll.Rank(), world: coll.Size()}
+	e := &Engine{dev: dev, model: m, coll: coll, rank: coll.Rank(), world: coll.Size(), prefetch: cfg.prefetch, trace: cfg.trace}
 	if e.world < 1 || e.rank < 0 || e.rank >= e.world {
 		return nil, fmt.Errorf("devzero: rank %d outside world size %d", e.rank, e.world)
 	}
@@ -191,9 +226,13 @@ func (e *Engine) owned(u *zero.Unit) (lo, hi int) {
 
 func (e *Engine) allocate(host optim.Optimizer, offload bool) error {
 	ps := e.model.Params
+	units := make([]tape.Unit, len(e.units))
+	for i, u := range e.units {
+		units[i] = tape.Unit{Lo: u.Lo, Hi: u.Hi}
+	}
 	var err error
-	if e.st, err = tape.NewState(e.dev, e.model); err != nil {
-		return fmt.Errorf("working buffers: %w", err)
+	if e.st, err = tape.NewUnitState(e.dev, e.model, units, unitHooks{e}); err != nil {
+		return fmt.Errorf("unit state: %w", err)
 	}
 	shard := make([]float32, e.shardLen)
 	for _, u := range e.units {
@@ -209,28 +248,12 @@ func (e *Engine) allocate(host optim.Optimizer, offload bool) error {
 	if err := e.dev.Zero(e.shardG); err != nil {
 		return fmt.Errorf("zeroing the gradient shard: %w", err)
 	}
-	total := len(ps.Data)
-	e.scratchP = make([]*cuda.Tensor, len(e.units))
-	e.scratchG = make([]*cuda.Tensor, len(e.units))
-	for i, u := range e.units {
-		if u.Lo+u.Padded <= total {
-			continue // the padding spills into the next unit, gathered after it
-		}
-		for _, t := range []**cuda.Tensor{&e.scratchP[i], &e.scratchG[i]} {
-			if *t, err = e.dev.Alloc(cuda.Float32, u.Padded); err != nil {
-				return fmt.Errorf("unit %s: padded buffer (%d floats): %w", u.Name, u.Padded, err)
-			}
-			if err := e.dev.Zero(*t); err != nil {
-				return fmt.Errorf("unit %s: zeroing the padded buffer: %w", u.Name, err)
-			}
-		}
-	}
+	n := len(e.units)
+	e.blocks, e.pend, e.keep = make([]*cuda.Tensor, n), make([]nccl.DeviceWork, n), make([]bool, n)
+	e.gradBlk, e.rsDst, e.rworks = make([]*cuda.Tensor, n), make([]*cuda.Tensor, n), make([]nccl.DeviceWork, n)
 	c := e.dev.Context()
-	if e.start, err = c.EventCreate(false); err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
 	for range e.units {
-		for _, evs := range []*[]driver.Event{&e.gathered, &e.ready, &e.reduced} {
+		for _, evs := range []*[]driver.Event{&e.gwait, &e.gathered, &e.ready, &e.reduced} {
 			ev, err := c.EventCreate(false)
 			if err != nil {
 				return fmt.Errorf("unit events: %w", err)
@@ -247,7 +270,7 @@ func (e *Engine) allocate(host optim.Optimizer, offload bool) error {
 // Units are the gather units, in flat order.
 func (e *Engine) Units() []*zero.Unit { return e.units }
 
-// State is the tape state holding the working (gathered) parameters and the gradients.
+// State is the unit state (tape.NewUnitState) the engine's programs are compiled on.
 func (e *Engine) State() *tape.State { return e.st }
 
 // Memory is the bytes an Engine holds, by what for.
@@ -259,23 +282,16 @@ type Memory struct {
 	// OptimizerHost is the master shard and the moments in host memory, with the pinned
 	// gradient shard (WithOffloadCPU; else 0).
 	OptimizerHost int
-	// WorkingParams and WorkingGrads are the full-size device buffers the tape reads the
-	// gathered parameters from and adds the gradients into; Padded the padded copies of
-	// the units whose padding would overrun them.
-	WorkingParams, WorkingGrads, Padded int
+	// Gathered and GradBlocks are the bytes of gathered parameter blocks and of gradient
+	// blocks held now (4·Padded per unit; 0 between Runs); PeakGathered and PeakGradBlocks
+	// the most held at once since New.
+	Gathered, GradBlocks, PeakGathered, PeakGradBlocks int
 }
 
 // Memory reports the bytes the engine holds.
 func (e *Engine) Memory() Memory {
 	m := Memory{ShardParams: 4 * e.shardP.Len(), ShardGrads: 4 * e.shardG.Len(),
-		WorkingParams: 4 * e.st.Params().Len(), WorkingGrads: 4 * e.st.Grads().Len()}
-	for i := range e.units {
-		for _, t := range []*cuda.Tensor{e.scratchP[i], e.scratchG[i]} {
-			if t != nil {
-				m.Padded += 4 * t.Len()
-			}
-		}
-	}
+		Gathered: e.live[0], GradBlocks: e.live[1], PeakGathered: e.peak[0], PeakGradBlocks: e.peak[1]}
 	e.opt.memory(&m)
 	return m
 }
@@ -286,7 +302,8 @@ func (e *Engine) Close() {
 	if e.opt != nil {
 		e.opt.free()
 	}
-	for _, t := range append(append([]*cuda.Tensor{e.shardP, e.shardG}, e.scratchP...), e.scratchG...) {
+	e.freeBlocks()
+	for _, t := range []*cuda.Tensor{e.shardP, e.shardG} {
 		if t != nil {
 			t.Free()
 		}
@@ -296,88 +313,49 @@ func (e *Engine) Close() {
 		e.st = nil
 	}
 	c := e.dev.Context()
-	for _, ev := range append(append(append([]driver.Event{e.start}, e.gathered...), e.ready...), e.reduced...) {
+	for _, ev := range append(append(append(append([]driver.Event(nil), e.gwait...), e.gathered...), e.ready...), e.reduced...) {
 		if ev != 0 {
 			_ = c.EventDestroy(ev)
 		}
 	}
-	e.start, e.gathered, e.ready, e.reduced = 0, nil, nil, nil
+	e.gwait, e.gathered, e.ready, e.reduced = nil, nil, nil, nil
 }
 
 // at is the device address of element i of t (which may lie past t's end: the caller knows
 // the allocation holds it).
 func at(t *cuda.Tensor, i int) driver.DevPtr { return t.Ptr() + driver.DevPtr(4*i) }
 
-// gatherAll issues every unit's all-gather after the compute stream's work so far and makes
-// the compute stream wait for them all.
-func (e *Engine) gatherAll(ctx context.Context) error {
-	c, s := e.dev.Context(), e.dev.Stream()
-	if err := c.EventRecord(e.start, s); err != nil {
-		return fmt.Errorf("devzero: rank %d: recording the start event: %w", e.rank, err)
-	}
-	e.gworks = e.gworks[:0]
-	for i, u := range e.units {
-		dst := at(e.st.Params(), u.Lo)
-		if e.scratchP[i] != nil {
-			dst = e.scratchP[i].Ptr()
-		}
-		e.gworks = append(e.gworks, e.coll.AllGatherDeviceAfter(dst, at(e.shardP, u.ShardBase), u.Shard, libnccl.Float32, e.start, e.gathered[i]))
-	}
-	for i, w := range e.gworks {
-		u := e.units[i]
-		select {
-		case <-w.Enqueued():
-		case <-ctx.Done():
-			return fmt.Errorf("devzero: rank %d: waiting for unit %s's all-gather to be enqueued: %w", e.rank, u.Name, ctx.Err())
-		}
-		if err := c.StreamWaitEvent(s, e.gathered[i]); err != nil {
-			return fmt.Errorf("devzero: rank %d: waiting for unit %s's all-gather: %w", e.rank, u.Name, err)
-		}
-		if e.scratchP[i] != nil {
-			if err := c.CopyDtoDAsync(at(e.st.Params(), u.Lo), e.scratchP[i].Ptr(), 4*(u.Hi-u.Lo), s); err != nil {
-				return fmt.Errorf("devzero: rank %d: unit %s from its padded buffer: %w", e.rank, u.Name, err)
-			}
-		}
-	}
-	return nil
-}
-
-// waitGathers waits for the all-gathers to end and reports their errors.
-func (e *Engine) waitGathers(ctx context.Context) error {
-	var errs []error
-	for i, w := range e.gworks {
-		if err := w.Wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("all-gather of unit %s: %w", e.units[i].Name, err))
-		}
-	}
-	e.gworks = e.gworks[:0]
-	if len(errs) > 0 {
-		return fmt.Errorf("devzero: rank %d: %w", e.rank, errors.Join(errs...))
-	}
-	return nil
-}
-
-// ParamsToHost gathers every unit and copies the full parameters into the model's
-// ParamSet.Data (a checkpoint, a check). It is collective: every rank calls it.
+// ParamsToHost gathers every unit, one at a time, and copies the full parameters into the
+// model's ParamSet.Data (a checkpoint, a check). It is collective: every rank calls it.
 func (e *Engine) ParamsToHost(ctx context.Context) error {
-	err := e.gatherAll(ctx)
-	if werr := e.waitGathers(ctx); err == nil {
-		err = werr
-	}
-	if err != nil {
-		return err
-	}
-	if err := e.st.ParamsToHost(ctx); err != nil {
-		return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
+	data := e.model.Params.Data
+	for i, u := range e.units {
+		blk, w, err := e.gather(i)
+		if err == nil {
+			err = e.await(ctx, i, w)
+		}
+		var v *cuda.Tensor
+		if err == nil {
+			v, err = blk.View(0, u.Hi-u.Lo)
+		}
+		if err == nil {
+			err = v.CopyTo(ctx, data[u.Lo:u.Hi])
+		}
+		if w != nil {
+			err = errors.Join(err, w.Wait(ctx))
+		}
+		if blk != nil {
+			blk.Free()
+		}
+		if err != nil {
+			return fmt.Errorf("devzero: rank %d: unit %s to the host: %w", e.rank, u.Name, err)
+		}
 	}
 	return nil
 }
 
-// ZeroGrad zeroes the working gradient buffer and the gradient shard.
+// ZeroGrad zeroes the gradient shard (the gradient blocks live only within a Run).
 func (e *Engine) ZeroGrad() error {
-	if err := e.st.ZeroGrad(); err != nil {
-		return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
-	}
 	if err := e.dev.Zero(e.shardG); err != nil {
 		return fmt.Errorf("devzero: rank %d: zeroing the gradient shard: %w", e.rank, err)
 	}

@@ -104,7 +104,8 @@ func chain(n int) nn.BuildFunc {
 // device after its reduction).
 // The memory held is what ZeRO-3 on the device promises: shards of ⌈L/N⌉ per unit for the
 // parameters, the gradients and (on the device, or on the host under offload) the two
-// AdamW moments, beside the full-size working buffers the tape reads and writes.
+// AdamW moments; between Runs no gathered or gradient block is left, and during one at most
+// two units' of each were held.
 func TestTwoRanksMatchCPU(t *testing.T) {
 	cudatest.Require(t)
 	for _, md := range models {
@@ -136,12 +137,15 @@ func TestTwoRanksMatchCPU(t *testing.T) {
 
 func checkMemory(t *testing.T, mem devzero.Memory, units [][2]int, total int, offload bool) {
 	t.Helper()
-	shard, padded := 0, 0
+	shard, largest := 0, [2]int{}
 	for _, u := range units {
 		n := u[1] - u[0]
 		shard += (n + world - 1) / world
-		if u[0]+(n+world-1)/world*world > total {
-			padded += 2 * (n + world - 1) / world * world
+		p := 4 * (n + world - 1) / world * world
+		if p > largest[0] {
+			largest[0], largest[1] = p, largest[0]
+		} else if p > largest[1] {
+			largest[1] = p
 		}
 	}
 	if len(units) < 2 {
@@ -150,7 +154,7 @@ func checkMemory(t *testing.T, mem devzero.Memory, units [][2]int, total int, of
 	if shard > total/world+len(units) {
 		t.Errorf("shard of %d floats, more than Ψ/N + one per unit = %d", shard, total/world+len(units))
 	}
-	want := devzero.Memory{ShardParams: 4 * shard, ShardGrads: 4 * shard, WorkingParams: 4 * total, WorkingGrads: 4 * total, Padded: 4 * padded}
+	want := devzero.Memory{ShardParams: 4 * shard, ShardGrads: 4 * shard, PeakGathered: mem.PeakGathered, PeakGradBlocks: mem.PeakGradBlocks}
 	if offload {
 		want.OptimizerHost = 4 * 4 * shard // master, gradient, exp_avg, exp_avg_sq
 	} else {
@@ -158,6 +162,13 @@ func checkMemory(t *testing.T, mem devzero.Memory, units [][2]int, total int, of
 	}
 	if mem != want {
 		t.Errorf("memory %+v, want %+v", mem, want)
+	}
+	// Gathered blocks: the unit in use and the one prefetched, at most.
+	if mem.PeakGathered <= 0 || mem.PeakGathered > largest[0]+largest[1] {
+		t.Errorf("peak of gathered parameters %d B, want in (0, %d] (the two largest units)", mem.PeakGathered, largest[0]+largest[1])
+	}
+	if mem.PeakGradBlocks <= 0 || mem.PeakGradBlocks > largest[0]+largest[1] {
+		t.Errorf("peak of gradient blocks %d B, want in (0, %d] (the two largest units)", mem.PeakGradBlocks, largest[0]+largest[1])
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -12,19 +13,21 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 )
 
-// Program is a model compiled for device ZeRO-3: train.Program's verbs. Run gathers the
-// parameters, runs forward and backward on the device and leaves the rank's shard of the
-// average gradient in the gradient shard; Step is the sharded AdamW (on the device, or on
-// the CPU under WithOffloadCPU), then the gradients are zeroed. SetInput, Output and
-// LossValue are the tape program's. A program built with nn.Training(false) gathers and
-// runs forward with no reduction (still collective).
+// Program is a model compiled for device ZeRO-3: train.Program's verbs. Run runs forward
+// and backward on the device, gathering each unit ahead of its readers and freeing it
+// after, and leaves the rank's shard of the average gradient in the gradient shard; Step
+// is the sharded AdamW (on the device, or on the CPU under WithOffloadCPU), then the
+// gradients are zeroed. SetInput, Output and LossValue are the tape program's. A program
+// built with nn.Training(false) gathers and runs forward with no reduction (still
+// collective).
 type Program struct {
 	*tape.Program
 	e        *Engine
+	needs    []tape.UnitEvent // the tape's Need calls, in order
 	training bool
 }
 
-// Compile builds the model with build on the engine's working state (tape.State.Compile)
+// Compile builds the model with build on the engine's unit state (tape.State.Compile)
 // with the gradient hook that reduce-scatters each complete unit.
 func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
 	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradHook(e.onGrad))
@@ -32,46 +35,52 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 	if err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: compile: %w", e.rank, err)
 	}
-	return &Program{Program: tp, e: e, training: tp.CPU().Builder.Training() && tp.CPU().Loss != nil}, nil
+	p := &Program{Program: tp, e: e, training: tp.CPU().Builder.Training() && tp.CPU().Loss != nil}
+	for _, ev := range tp.UnitSchedule() {
+		if ev.Need {
+			p.needs = append(p.needs, ev)
+		}
+	}
+	return p, nil
 }
 
 // Run runs one step on this rank: on return the gradient shard holds (in stream order) this
 // rank's shard of the average over the ranks of the gradients accumulated since the last
 // Step or ZeroGrad.
 func (p *Program) Run(ctx context.Context) error {
-	e := p.e
-	if err := e.gatherAll(ctx); err != nil {
-		return errors.Join(err, e.waitGathers(ctx))
-	}
-	if !p.training {
-		err := p.Program.Run(ctx)
-		return errors.Join(err, e.waitGathers(ctx))
-	}
-	e.begin()
-	runErr := p.Program.Run(ctx)
-	return e.finish(ctx, runErr, false)
+	return p.run(ctx, false)
 }
 
 // RunStep is Run then Step, with each unit's shard updated by the device AdamW as soon as
 // the compute stream has its reduced gradient, while later units still reduce (train's
 // Overlapped); under WithOffloadCPU, and for an evaluation program, it is Run then Step.
 func (p *Program) RunStep(ctx context.Context) error {
-	e := p.e
-	if !p.training || e.opt.offload {
+	if !p.training || p.e.opt.offload {
 		if err := p.Run(ctx); err != nil {
 			return err
 		}
 		return p.Step(ctx)
 	}
-	if err := e.gatherAll(ctx); err != nil {
-		return errors.Join(err, e.waitGathers(ctx))
-	}
-	e.begin()
-	runErr := p.Program.Run(ctx)
-	if err := e.finish(ctx, runErr, true); err != nil {
+	if err := p.run(ctx, true); err != nil {
 		return err
 	}
-	return e.ZeroGrad()
+	return p.e.ZeroGrad()
+}
+
+func (p *Program) run(ctx context.Context, ranged bool) error {
+	e := p.e
+	e.beginRun(ctx, p.needs)
+	e.begin(ranged)
+	runErr := p.Program.Run(ctx)
+	if !p.training {
+		err := errors.Join(runErr, e.hookErr, e.waitGathers(ctx))
+		e.freeBlocks()
+		if err != nil {
+			return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
+		}
+		return nil
+	}
+	return e.finish(ctx, runErr)
 }
 
 // Step applies the sharded optimizer, then zeroes the gradients.
@@ -85,7 +94,7 @@ func (p *Program) Step(ctx context.Context) error {
 // ZeroGrad zeroes the gradients (a failure is the next Run's).
 func (p *Program) ZeroGrad() { _ = p.e.ZeroGrad() }
 
-func (e *Engine) begin() {
+func (e *Engine) begin(ranged bool) {
 	n := len(e.model.Params.Params)
 	if len(e.isReady) != n {
 		e.isReady = make([]bool, n)
@@ -95,12 +104,13 @@ func (e *Engine) begin() {
 	for _, u := range e.units {
 		e.pending = append(e.pending, len(u.Params))
 	}
-	e.order = e.order[:0]
-	e.rworks = make([]nccl.DeviceWork, len(e.units))
+	e.order, e.retired = e.order[:0], 0
+	clear(e.rworks)
+	e.ranged, e.began = ranged, false
 	e.hookErr = nil
 }
 
-// onGrad is the gradient hook: p's gradient has been added into the working buffer.
+// onGrad is the gradient hook: p's gradient has been added into its unit's block.
 func (e *Engine) onGrad(p *nn.Param) error {
 	if e.isReady[p.Index] {
 		err := fmt.Errorf("devzero: rank %d: gradient of %s arrived twice in one Run", e.rank, p.Name)
@@ -113,86 +123,121 @@ func (e *Engine) onGrad(p *nn.Param) error {
 	u := e.unitOf[p.Index]
 	if e.pending[u]--; e.pending[u] == 0 {
 		e.launch(u)
+		// The reductions issued before this one are added into the shard now, their blocks
+		// freed: one unit's reduction runs beside the backward at a time.
+		if err := e.retireUpTo(len(e.order) - 1); err != nil {
+			if e.hookErr == nil {
+				e.hookErr = err
+			}
+			return err
+		}
 	}
 	return nil
 }
 
-// launch reduce-scatters unit i's gradients into the rank's shard on the group's stream,
-// after the compute stream's work so far. A failure is the unit's Work's.
+// launch reduce-scatters unit i's gradient block into a shard-sized block on the group's
+// stream, after the compute stream's work so far. A failure is the unit's Work's.
 func (e *Engine) launch(i int) {
 	u := e.units[i]
-	c, s := e.dev.Context(), e.dev.Stream()
 	e.order = append(e.order, i)
-	src := at(e.st.Grads(), u.Lo)
-	if g := e.scratchG[i]; g != nil {
-		if err := c.CopyDtoDAsync(g.Ptr(), src, 4*(u.Hi-u.Lo), s); err != nil {
-			e.rworks[i] = failed(fmt.Errorf("unit %s to its padded buffer: %w", u.Name, err))
-			return
-		}
-		src = g.Ptr()
+	e.emit("reduce", i, tape.Backward)
+	var err error
+	if e.rsDst[i], err = e.dev.Alloc(cuda.Float32, u.Shard); err != nil {
+		e.rworks[i] = failed(fmt.Errorf("unit %s's reduce-scatter result (%d floats): %w", u.Name, u.Shard, err))
+		return
 	}
-	if err := c.EventRecord(e.ready[i], s); err != nil {
+	if err := e.dev.Context().EventRecord(e.ready[i], e.dev.Stream()); err != nil {
 		e.rworks[i] = failed(fmt.Errorf("recording unit %s's ready event: %w", u.Name, err))
 		return
 	}
-	e.rworks[i] = e.coll.ReduceScatterDeviceAfter(at(e.shardG, u.ShardBase), src, u.Shard, libnccl.Float32, comm.Sum, e.ready[i], e.reduced[i])
+	e.rworks[i] = e.coll.ReduceScatterDeviceAfter(e.rsDst[i].Ptr(), e.gradBlk[i].Ptr(), u.Shard, libnccl.Float32, comm.Sum, e.ready[i], e.reduced[i])
 }
 
-// finish launches the units that got no gradient (their working gradients are zeros, or
-// what earlier Runs accumulated: every rank issues the same collectives), makes the compute
-// stream wait for each reduction and divide the unit's shard by the world size (and, under
-// offload, copy it to pinned host memory; when ranged, step it with the device AdamW), then
-// waits for the collectives and reports their errors.
-func (e *Engine) finish(ctx context.Context, runErr error, ranged bool) error {
-	errs := []error{runErr, e.hookErr}
-	for i := range e.units {
-		if e.pending[i] > 0 {
-			e.pending[i] = 0
-			e.launch(i)
-		}
-	}
+// retireUpTo adds the reductions order[retired:n] into the gradient shard in stream order:
+// the compute stream waits for each, frees the unit's gradient block, adds the result
+// divided by the world size into the unit's shard (and, under offload, copies it to pinned
+// host memory; when ranged, steps it with the device AdamW). A unit with no reduction (no
+// gradient reached it in this Run) keeps its shard as accumulated.
+func (e *Engine) retireUpTo(n int) error {
 	c, s := e.dev.Context(), e.dev.Stream()
-	began := false
-	for _, i := range e.order {
-		u, w := e.units[i], e.rworks[i]
-		select {
-		case <-w.Enqueued():
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("waiting for unit %s's reduce-scatter to be enqueued: %w", u.Name, ctx.Err()))
+	for ; e.retired < n; e.retired++ {
+		i := e.order[e.retired]
+		u := e.units[i]
+		if w := e.rworks[i]; w != nil {
+			if f, ok := w.(*failedWork); ok {
+				return f.err
+			}
+			select {
+			case <-w.Enqueued():
+			case <-e.ctx.Done():
+				return fmt.Errorf("waiting for unit %s's reduce-scatter to be enqueued: %w", u.Name, e.ctx.Err())
+			}
+			if err := c.StreamWaitEvent(s, e.reduced[i]); err != nil {
+				return fmt.Errorf("waiting for unit %s's reduce-scatter: %w", u.Name, err)
+			}
+			if g := e.gradBlk[i]; g != nil {
+				g.Free()
+				e.gradBlk[i] = nil
+				e.account(1, -4*u.Padded)
+			}
+			g, err := e.shardG.View(u.ShardBase, u.Shard)
+			if err == nil && e.world > 1 {
+				// As parallel/zero's: a power of two's reciprocal is exact, so this is the division.
+				err = e.dev.Scale(e.rsDst[i], e.rsDst[i], 1/float32(e.world))
+			}
+			if err == nil {
+				err = e.dev.Add(g, g, e.rsDst[i])
+			}
+			if err != nil {
+				return fmt.Errorf("unit %s's gradient shard: %w", u.Name, err)
+			}
+			e.rsDst[i].Free()
+			e.rsDst[i] = nil
 		}
-		if err := c.StreamWaitEvent(s, e.reduced[i]); err != nil {
-			errs = append(errs, fmt.Errorf("waiting for unit %s's reduce-scatter: %w", u.Name, err))
-		}
-		if errors.Join(errs...) != nil {
-			break
-		}
-		g, err := e.shardG.View(u.ShardBase, u.Shard)
-		if err == nil && e.world > 1 {
-			// As parallel/zero's: a power of two's reciprocal is exact, so this is the division.
-			err = e.dev.Scale(g, g, 1/float32(e.world))
-		}
-		if err == nil {
-			err = e.opt.gradArrived(u)
-		}
-		if err == nil && ranged {
-			if !began {
+		err := e.opt.gradArrived(u)
+		if err == nil && e.ranged {
+			if !e.began {
 				e.opt.begin()
-				began = true
+				e.began = true
 			}
 			err = e.opt.stepRange(u.ShardBase, u.ShardBase+u.Shard)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("unit %s's gradient shard: %w", u.Name, err))
-			break
+			return fmt.Errorf("unit %s's gradient shard: %w", u.Name, err)
 		}
 	}
+	return nil
+}
+
+// finish launches the units whose gradients are incomplete (a parameter that does not
+// reach the loss) and notes those that got none, adds every reduction into the shard, then
+// waits for the collectives, reports their errors and frees what is left.
+func (e *Engine) finish(ctx context.Context, runErr error) error {
+	errs := []error{runErr, e.hookErr}
+	for i := range e.units {
+		if e.pending[i] == 0 {
+			continue
+		}
+		e.pending[i] = 0
+		if e.gradBlk[i] != nil {
+			e.launch(i)
+		} else {
+			e.order = append(e.order, i) // rworks[i] stays nil: nothing to reduce
+		}
+	}
+	if errors.Join(errs...) == nil {
+		errs = append(errs, e.retireUpTo(len(e.order)))
+	}
 	for _, i := range e.order {
-		if err := e.rworks[i].Wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("reduce-scatter of unit %s: %w", e.units[i].Name, err))
+		if w := e.rworks[i]; w != nil {
+			if err := w.Wait(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("reduce-scatter of unit %s: %w", e.units[i].Name, err))
+			}
 		}
 	}
 	errs = append(errs, e.waitGathers(ctx))
-	if err := errors.Join(errs...); err == nil && ranged && !began {
+	e.freeBlocks()
+	if err := errors.Join(errs...); err == nil && e.ranged && !e.began {
 		// No unit (a model without parameters): a plain step.
 		errs = append(errs, e.opt.step(ctx))
 	}

@@ -35,6 +35,8 @@ type Program struct {
 
 	st      *State      // the device state the program was compiled from (State.Compile), nil for tape.Compile
 	pleaves []paramLeaf // under st: parameter leaves, viewing the state's device buffer
+	uleaves [][]paramLeaf // under a unit state, by unit: its parameter leaves (bound at Need)
+	uviews  [][]int       // under a unit state, by unit: alias steps viewing its parameters
 }
 
 // paramLeaf is a parameter's leaf under a State: its slot holds a view of the device buffer.
@@ -60,6 +62,8 @@ type step struct {
 	alias bool
 	hook  *hostHook
 	free  []int // slots whose memory is returned to the device's cache after this step
+
+	unitsBefore, unitsAfter []unitCall // under a unit state: Need before, Done after (units.go)
 }
 
 // hostHook is a GradHook: the gradient is copied into host and handed to the hook's Do.
@@ -234,7 +238,15 @@ func (p *Program) lower() error {
 		}
 		p.fixed[in.slot] = t
 	}
+	if p.st != nil && p.st.hooks != nil {
+		if err := p.scheduleUnits(root); err != nil {
+			return err
+		}
+	}
 	for _, pl := range p.pleaves {
+		if p.st.hooks != nil {
+			break // bound at each Run by the unit hooks
+		}
 		v, err := p.st.paramView(pl.param).View(0, dims(pl.node)...)
 		if err != nil {
 			return fmt.Errorf("cuda/tape: parameter %s: %w", pl.param.Name, err)
@@ -271,8 +283,19 @@ func (p *Program) Run(ctx context.Context) error {
 		}
 	}
 	for i := range p.steps {
-		if err := p.exec(ctx, &p.steps[i]); err != nil {
-			return fmt.Errorf("cuda/tape: node %s (%v): %w", p.steps[i].node.Name(), p.steps[i].node.Op(), err)
+		st := &p.steps[i]
+		for _, c := range st.unitsBefore {
+			if err := p.bindUnit(c, i); err != nil {
+				return fmt.Errorf("cuda/tape: before node %s: %w", st.node.Name(), err)
+			}
+		}
+		if err := p.exec(ctx, st); err != nil {
+			return fmt.Errorf("cuda/tape: node %s (%v): %w", st.node.Name(), st.node.Op(), err)
+		}
+		for _, c := range st.unitsAfter {
+			if err := p.unbindUnit(c); err != nil {
+				return fmt.Errorf("cuda/tape: after node %s: %w", st.node.Name(), err)
+			}
 		}
 	}
 	if p.loss >= 0 {

@@ -32,6 +32,11 @@ type State struct {
 	opt   *deviceOptimizer
 	cur   *cuda.Tensor // the gradient a GradHook is handing to sink
 	views map[*nn.Param][2]*cuda.Tensor
+
+	// A unit state's (NewUnitState, units.go): no data or grad buffer.
+	units  []Unit
+	hooks  UnitHooks
+	unitOf map[*nn.Param]int
 }
 
 // Option configures NewState.
@@ -130,15 +135,24 @@ func (s *State) sink(p *nn.Param, _ []float32) error {
 	if s.cur == nil {
 		return fmt.Errorf("cuda/tape: gradient of %s handed to the device state outside a device program", p.Name)
 	}
-	v, ok := s.views[p]
-	if !ok {
-		return fmt.Errorf("cuda/tape: parameter %s is not in the device state's model", p.Name)
+	var dst *cuda.Tensor
+	if s.hooks != nil {
+		var err error
+		if dst, err = s.unitGrad(p); err != nil {
+			return err
+		}
+	} else {
+		v, ok := s.views[p]
+		if !ok {
+			return fmt.Errorf("cuda/tape: parameter %s is not in the device state's model", p.Name)
+		}
+		dst = v[1]
 	}
 	g, err := s.cur.View(0, p.Shape...)
 	if err != nil {
 		return fmt.Errorf("cuda/tape: gradient of %s: %w", p.Name, err)
 	}
-	if err := s.dev.Add(v[1], v[1], g); err != nil {
+	if err := s.dev.Add(dst, dst, g); err != nil {
 		return fmt.Errorf("cuda/tape: adding the gradient of %s: %w", p.Name, err)
 	}
 	return nil
@@ -148,7 +162,12 @@ func (s *State) sink(p *nn.Param, _ []float32) error {
 func (s *State) paramView(p *nn.Param) *cuda.Tensor { return s.views[p][0] }
 
 // GradRange is elements [lo, hi) of the device gradient buffer (a DDP bucket).
-func (s *State) GradRange(lo, hi int) (*cuda.Tensor, error) { return s.grad.View(lo, hi-lo) }
+func (s *State) GradRange(lo, hi int) (*cuda.Tensor, error) {
+	if s.grad == nil {
+		return nil, fmt.Errorf("cuda/tape: a unit state has no gradient buffer")
+	}
+	return s.grad.View(lo, hi-lo)
+}
 
 // ScaleGrad multiplies p's gradient on the device by f (DDP's division by the world size).
 func (s *State) ScaleGrad(p *nn.Param, f float32) error {
@@ -161,6 +180,9 @@ func (s *State) ScaleGrad(p *nn.Param, f float32) error {
 
 // ZeroGrad zeroes the device gradient buffer.
 func (s *State) ZeroGrad() error {
+	if s.grad == nil {
+		return nil // a unit state: the hooks own the gradients
+	}
 	if err := s.dev.Zero(s.grad); err != nil {
 		return fmt.Errorf("cuda/tape: zeroing the gradients: %w", err)
 	}
@@ -232,6 +254,9 @@ func (s *State) ToHost(ctx context.Context) error {
 // optimizer's state): what a host-side check of the parameters needs. It waits for the
 // device.
 func (s *State) ParamsToHost(ctx context.Context) error {
+	if s.data == nil {
+		return fmt.Errorf("cuda/tape: a unit state has no parameter buffer (its hooks hold the parameters)")
+	}
 	if err := s.data.CopyTo(ctx, s.model.Params.Data); err != nil {
 		return fmt.Errorf("cuda/tape: parameters to the host: %w", err)
 	}
@@ -243,6 +268,9 @@ func (s *State) ParamsToHost(ctx context.Context) error {
 // every device value with the host's, which lag the device's since the last ToHost: to
 // change one value on the host, ToHost first.
 func (s *State) FromHost() error {
+	if s.data == nil {
+		return fmt.Errorf("cuda/tape: a unit state has no parameter buffer (its hooks hold the parameters)")
+	}
 	if err := s.data.CopyFrom(s.model.Params.Data); err != nil {
 		return fmt.Errorf("cuda/tape: parameters to the device: %w", err)
 	}
