@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -92,10 +93,11 @@ func deviceOrdinal(dev string) (int, error) {
 // optimizer live on the device (tape.State) and, at world size > 1, DDP's buckets are
 // all-reduced there by NCCL while backward runs, each bucket stepped on the device after its
 // reduction (cuda/devddp over an NCCL group on this rank's GPU, made through the rendezvous
-// store). What the stepper does to host gradients between Run and Step (-amp fp16's loss
-// scale, -clip-grad, -grad-accum-steps) and -model-ema's average of the host weights are not
-// on the device yet: at world size 1 such a run keeps the host optimizer (tape.Compile: the
-// gradients come back to the host at their hooks), at more it is an error naming the flag.
+// store). What the stepper does between Run and Step (-amp fp16's unscale and inf/NaN
+// check, -clip-grad, -grad-accum-steps' 1/A) works on the State's device gradients
+// (updateDevice), under every strategy here. -model-ema's average of the host weights is
+// not on the device yet: at world size 1 such a run keeps the host optimizer (tape.Compile:
+// the gradients come back to the host at their hooks), at more or with dp it is an error.
 // The returned State is nil on that host path. -strategy dp runs cfg.DPReplicas replicas on
 // the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is the master). build makes
 // the graph for a batch of n images.
@@ -103,23 +105,16 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 	world := g.Size()
 	build := buildN(cfg.Batch / world)
 	hostOnly := ""
-	switch {
-	case scaler != nil:
-		hostOnly = "-amp fp16"
-	case cfg.ClipGrad > 0:
-		hostOnly = "-clip-grad"
-	case cfg.GradAccum > 1:
-		hostOnly = "-grad-accum-steps"
-	case cfg.ModelEMA:
+	if cfg.ModelEMA {
 		hostOnly = "-model-ema"
 	}
 	dataParallel := cfg.Strategy == "dp"
 	if hostOnly != "" {
 		if dataParallel {
-			return nil, nil, fmt.Errorf("trainer: %s with -strategy dp -device %s is not yet on the device (issue 20, item 2): it works on host gradients; use -strategy ddp or none, or -device cpu", hostOnly, cfg.Device)
+			return nil, nil, fmt.Errorf("trainer: %s with -strategy dp -device %s is not yet on the device (issue 20, item 4): it averages the host's weights; use -strategy none, or -device cpu", hostOnly, cfg.Device)
 		}
 		if world > 1 {
-			return nil, nil, fmt.Errorf("trainer: %s with -device %s at world size %d is not yet on the device (issue 20, item 2): it works on host gradients; run one process, or -device cpu", hostOnly, cfg.Device, world)
+			return nil, nil, fmt.Errorf("trainer: %s with -device %s at world size %d is not yet on the device (issue 20, item 4): it averages the host's weights; run one process, or -device cpu", hostOnly, cfg.Device, world)
 		}
 		p, err := tape.Compile(cfg.dev, m, build, append(opts, nn.WithOptimizer(opt))...)
 		return p, nil, err
@@ -201,4 +196,51 @@ func compileDataParallel(cfg *Config, m *nn.Model, opt optim.Optimizer, buildN f
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
 	return p, rep.Master(), nil
+}
+
+// updateDevice is stepper.update on the device gradients of s.dev (the State's buffer, after
+// the program's reduction), in the host's order: unscale with the inf/NaN check in one
+// kernel pass, 1/A for gradient accumulation, clip to -clip-grad's global norm, then Step,
+// or ZeroGrad when the scale overflowed on any rank, and the scale's update. Each check
+// reads one scalar back (the inf/NaN count, the squared norm); the scale stays the host
+// scaler's (amp.GradScaler.Update, with its group's all-reduce of the flag, so every rank
+// skips the same steps).
+func (s *stepper) updateDevice(ctx context.Context) error {
+	st := s.dev
+	if s.scaler != nil {
+		inf, err := st.UnscaleGrads(ctx, s.scaler.Scale())
+		if err != nil {
+			return fmt.Errorf("trainer: loss scale: %w", err)
+		}
+		// The scaler records an inf/NaN check through Unscale: one value, +Inf when the
+		// device found one, gives it the device's verdict (the value itself is discarded).
+		flag := []float32{0}
+		if inf {
+			flag[0] = float32(math.Inf(1))
+		}
+		s.scaler.Unscale(flag)
+	}
+	if s.accum > 1 {
+		if err := st.ScaleGrads(1 / float32(s.accum)); err != nil {
+			return fmt.Errorf("trainer: gradient accumulation: %w", err)
+		}
+	}
+	if s.clip > 0 {
+		if _, err := st.ClipGradNorm(ctx, s.clip); err != nil {
+			return fmt.Errorf("trainer: -clip-grad: %w", err)
+		}
+	}
+	if s.scaler == nil {
+		return s.prog.Step(ctx)
+	}
+	inf, err := s.scaler.FoundInf(ctx)
+	if err != nil {
+		return err
+	}
+	if inf {
+		s.prog.ZeroGrad()
+	} else if err := s.prog.Step(ctx); err != nil {
+		return err
+	}
+	return s.scaler.UpdateContext(ctx)
 }

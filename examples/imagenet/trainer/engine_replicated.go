@@ -78,7 +78,7 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	return &replicated{ema: ema, dst: dst,
 		// Every rank holds the same averaged gradients: no communication for the norm.
 		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad,
-			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank())},
+			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank()), dev: dst},
 		cfg: cfg, g: g, d: d, model: model, opt: opt,
 		evals: map[int]evalProgram{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
 		shape: shape, ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil

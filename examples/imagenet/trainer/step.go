@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/train"
@@ -39,6 +40,9 @@ type stepper struct {
 	noSync func(fn func() error) error
 	// mix mixes each batch (mixup, cutmix) and feeds soft targets; nil feeds the labels.
 	mix *mixer
+	// dev holds the gradients on the device (-device cuda): update works there
+	// (updateDevice, device.go) and grads is not read; nil for the host's.
+	dev *tape.State
 }
 
 // micro says where a batch falls in the run: pos counts batches from the start of training
@@ -110,6 +114,9 @@ func (s *stepper) update(ctx context.Context) error {
 	if s.fused() {
 		return nil
 	}
+	if s.dev != nil {
+		return s.updateDevice(ctx)
+	}
 	grads := s.grads()
 	if s.scaler != nil {
 		s.scaler.Unscale(grads)
@@ -138,4 +145,21 @@ func (s *stepper) update(ctx context.Context) error {
 		return err
 	}
 	return s.scaler.UpdateContext(ctx)
+}
+
+// lossScale is the loss scale of -amp fp16 for the next step, after this step's update (a
+// halving marks a skipped step); 0 without a scaler.
+func (s *stepper) lossScale() float64 {
+	if s.scaler == nil {
+		return 0
+	}
+	return float64(s.scaler.Scale())
+}
+
+// lossScaleOf is eng's loss scale for the metrics log (0 for an engine without one).
+func lossScaleOf(eng engine) float64 {
+	if ls, ok := eng.(interface{ lossScale() float64 }); ok {
+		return ls.lossScale()
+	}
+	return 0
 }

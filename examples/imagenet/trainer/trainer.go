@@ -261,7 +261,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 				ips := float64(imagesSeen) / time.Since(start).Seconds()
 				bar.update(n+skip, step, lossBuf[0], opt.LR(), ips)
 				if metrics != nil {
-					if err := metrics.Add(Record{Kind: "train", Epoch: epoch, Step: step, Loss: lossBuf[0], StepLoss: lossBuf[1], LR: opt.LR(), ImgsPerS: ips, ElapsedS: time.Since(start).Seconds()}); err != nil {
+					if err := metrics.Add(Record{Kind: "train", Epoch: epoch, Step: step, Loss: lossBuf[0], StepLoss: lossBuf[1], LR: opt.LR(), ImgsPerS: ips, ElapsedS: time.Since(start).Seconds(), LossScale: lossScaleOf(eng)}); err != nil {
 						return nil, err
 					}
 				}

@@ -1,0 +1,133 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/parallel/launch"
+)
+
+// scalerDeviceEnv builds the fake libraries and the kernel emulator and names them in the
+// environment (before the process's first cuda.Open), or skips.
+func scalerDeviceEnv(t *testing.T) {
+	t.Helper()
+	if !cudatest.Cgo {
+		t.Skip("built without cgo: the device cannot load")
+	}
+	dir := t.TempDir()
+	emu, err := cudatest.BuildEmulator(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	libcuda, libnccl, err := cudatest.Build(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
+	t.Setenv("NCCL_LIBRARY", libnccl)
+	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
+	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
+	t.Setenv(cudatest.EmulatorVar, emu)
+	t.Setenv("GP_FAKE_DEVICES", "2")
+}
+
+// stepRecords are a run's per-step losses and loss scales (0 without -amp fp16), from its
+// metrics log written every step (PrintFreq 1).
+func stepRecords(t *testing.T, dir string) (losses, scales []float64) {
+	t.Helper()
+	for _, r := range readRecords(t, filepath.Join(dir, "metrics.jsonl")) {
+		if r.Kind != "train" {
+			continue
+		}
+		if r.Step != int64(len(losses))+1 {
+			t.Fatalf("%s: train record of step %d after step %d", dir, r.Step, len(losses))
+		}
+		losses, scales = append(losses, r.StepLoss), append(scales, r.LossScale)
+	}
+	return losses, scales
+}
+
+// runDeviceWorld runs cfg on the device: in this process at world 1, or as world processes
+// launched as gprun launches them (each rank on the fake driver's device 0).
+func runDeviceWorld(t *testing.T, world int, cfg Config) {
+	t.Helper()
+	if world == 1 {
+		runWorld(t, 1, cfg)
+		return
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	err = launch.Run(ctx, launch.Config{
+		NProcPerNode: world, Program: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0"},
+		Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatalf("device job failed: %v\n%s", err, out.String())
+	}
+}
+
+// compareSteps fails unless the device's per-step losses are within tol (relative) of the
+// CPU's and the loss scales are equal step for step (the same steps skipped, the same
+// growth); it returns the worst relative loss difference.
+func compareSteps(t *testing.T, cpuDir, devDir string, tol float64) float64 {
+	t.Helper()
+	cl, cs := stepRecords(t, cpuDir)
+	gl, gs := stepRecords(t, devDir)
+	if len(gl) != len(cl) || len(cl) == 0 {
+		t.Fatalf("%d steps on the device, %d on the CPU", len(gl), len(cl))
+	}
+	var worst float64
+	for i := range cl {
+		rel := math.Abs(gl[i]-cl[i]) / math.Abs(cl[i])
+		worst = max(worst, rel)
+		if rel > tol || math.IsNaN(rel) {
+			t.Errorf("step %d: loss %.7f on the device, %.7f on the CPU (%.1e, tolerance %.0e; device %v, CPU %v)", i+1, gl[i], cl[i], rel, tol, gl, cl)
+		}
+		if gs[i] != cs[i] {
+			t.Errorf("step %d: loss scale %g on the device, %g on the CPU (device %v, CPU %v)", i+1, gs[i], cs[i], gs, cs)
+		}
+	}
+	return worst
+}
+
+// -amp fp16 -device cuda (GradScaler on the device: the unscale and inf/NaN check in one
+// kernel pass over the device gradients, the skip decided on the host from one count)
+// trains resnet8 3 steps with the CPU's losses and loss scales under -strategy none at
+// world 1, ddp at world 2 (two processes, the buckets reduced by the fake NCCL, the inf/NaN
+// flag all-reduced over the ranks' group) and dp over 2 devices.
+func TestDeviceFP16ScalerMatchesCPU(t *testing.T) {
+	scalerDeviceEnv(t)
+	for _, c := range []struct {
+		strategy string
+		world    int
+	}{{"none", 1}, {"ddp", 2}, {"dp", 1}} {
+		t.Run(c.strategy, func(t *testing.T) {
+			base := tinyConfig(t, t.TempDir())
+			base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.LR, base.PrintFreq = "resnet8", 1, 3, c.strategy, 0.005, 1
+			base.AMP = "fp16"
+			if c.strategy == "dp" {
+				base.DPReplicas = 2
+			}
+			runWorld(t, c.world, base)
+			dev := base
+			dev.Out, dev.Device = t.TempDir(), "cuda"
+			runDeviceWorld(t, c.world, dev)
+			worst := compareSteps(t, base.Out, dev.Out, deviceAmpTol)
+			_, scales := stepRecords(t, dev.Out)
+			t.Logf("-amp fp16 -strategy %s at world %d: losses within %.1e of the CPU's, loss scales %v", c.strategy, c.world, worst, scales)
+		})
+	}
+}
