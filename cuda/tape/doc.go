@@ -39,4 +39,11 @@
 // its GradHook with no host copy before nn's gradient hooks run (cuda/devddp's buckets start
 // there), and step on the device, whole or by ranges (a DDP bucket). ToHost and FromHost
 // move the parameters and the optimizer's state to and from the host for checkpoints.
+//
+// A unit state (NewUnitState) holds no parameters: they are cut into units (flat ranges),
+// and at Compile the program finds each unit's first and last reader in forward and in
+// backward; every Run calls the UnitHooks' Need right before the first (the unit's
+// parameter leaves are bound to the block it returns) and Done right after the last, and
+// adds gradients into the block Grad returns. cuda/devzero gathers ZeRO-3's units there,
+// ahead of use, and frees them after (Program.UnitSchedule is the order of the calls).
 package tape
