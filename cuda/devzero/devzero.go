@@ -138,12 +138,12 @@ type Engine struct {
 	ctx            context.Context
 	needs          []tape.UnitEvent
 	needPos, issue int
-	blocks         []*cuda.Tensor     // by unit: gathered parameters, while in use
-	pend           []nccl.DeviceWork  // by unit: the gather the next Need waits for
-	keep           []bool             // by unit: its next Need is within the prefetch window
-	gworks         []gatherWork       // this Run's gathers, waited at its end
-	gradBlk, rsDst []*cuda.Tensor     // by unit: gradient block, reduce-scatter result
-	live, peak     [2]int             // bytes of parameter and gradient blocks: now, most
+	blocks         []*cuda.Tensor    // by unit: gathered parameters, while in use
+	pend           []nccl.DeviceWork // by unit: the gather the next Need waits for
+	keep           []bool            // by unit: its next Need is within the prefetch window
+	gworks         []gatherWork      // this Run's gathers, waited at its end
+	gradBlk, rsDst []*cuda.Tensor    // by unit: gradient block, reduce-scatter result
+	live, peak     [2]int            // bytes of parameter and gradient blocks: now, most
 	pending        []int
 	isReady        []bool
 	order          []int // units in reduce-scatter launch order

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,4 +213,103 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 		t.Fatal(err)
 	}
 	return loss, grad
+}
+
+// failGroup is an NCCL group whose n-th all-gather (from 1) fails before it is issued.
+type failGroup struct {
+	*nccl.Group
+	n, calls int
+}
+
+func (f *failGroup) AllGatherDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, wait, done driver.Event) nccl.DeviceWork {
+	if f.calls++; f.calls == f.n {
+		return brokenWork{}
+	}
+	return f.Group.AllGatherDeviceAfter(dst, src, count, dt, wait, done)
+}
+
+// brokenWork is an all-gather that failed: enqueued and done at once, with an error.
+type brokenWork struct{}
+
+var errBroken = errors.New("fake NCCL: all-gather refused")
+
+func (brokenWork) Done() <-chan struct{}      { return closed }
+func (brokenWork) Enqueued() <-chan struct{}  { return closed }
+func (brokenWork) Wait(context.Context) error { return errBroken }
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// A Run whose third all-gather fails returns that error (errors.Is), naming the unit, and
+// leaves no gathered or gradient block behind; the next Run, whose gathers succeed,
+// computes the loss a fresh engine computes.
+func TestGatherFailureFreesBlocks(t *testing.T) {
+	cudatest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	store, err := comm.DialStore(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	x, y := make([]float32, deepBatch*deepWidth), make([]float32, deepBatch*deepWidth)
+	for i := range x {
+		x[i], y[i] = float32(i%7)*0.1, float32(i%5)*0.1
+	}
+	var losses []float32
+	for _, fail := range []int{3, 0} {
+		m, err := nn.NewGraphModel(deep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := devzero.New(dev, m, &failGroup{Group: g, n: fail}, adamW(t, m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		p, err := e.Compile(deep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+			t.Fatal(err)
+		}
+		if fail > 0 {
+			err := p.Run(ctx)
+			if !errors.Is(err, errBroken) || !strings.Contains(err.Error(), "all-gather of unit l") {
+				t.Fatalf("Run with a failing all-gather: %v, want the fake's error naming the unit", err)
+			}
+			t.Logf("failed Run: %v", err)
+			if mem := e.Memory(); mem.Gathered != 0 || mem.GradBlocks != 0 {
+				t.Errorf("after the failed Run %d B gathered and %d B of gradient blocks held, want none", mem.Gathered, mem.GradBlocks)
+			}
+			p.ZeroGrad()
+		}
+		if err := p.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l, err := p.LossValue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, l)
+	}
+	if losses[0] != losses[1] {
+		t.Errorf("loss after a failed Run %v, want %v (a fresh engine's)", losses[0], losses[1])
+	}
 }
