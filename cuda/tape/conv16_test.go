@@ -151,4 +151,3 @@ func prodOf(s []int) int {
 	}
 	return p
 }
-

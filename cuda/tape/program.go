@@ -33,8 +33,8 @@ type Program struct {
 	own      []*cuda.Tensor                // the program's own device memory (indices, running statistics)
 	post     []func(context.Context) error // at the end of every Run (running statistics back to the host)
 
-	st      *State      // the device state the program was compiled from (State.Compile), nil for tape.Compile
-	pleaves []paramLeaf // under st: parameter leaves, viewing the state's device buffer
+	st      *State        // the device state the program was compiled from (State.Compile), nil for tape.Compile
+	pleaves []paramLeaf   // under st: parameter leaves, viewing the state's device buffer
 	uleaves [][]paramLeaf // under a unit state, by unit: its parameter leaves (bound at Need)
 	uviews  [][]int       // under a unit state, by unit: alias steps viewing its parameters
 }
