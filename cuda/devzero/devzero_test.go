@@ -50,9 +50,8 @@ type model struct {
 var models = []model{
 	// w1 (64) and w2 (16): two units, no padding at world 2.
 	{"mlp", func(n int) nn.BuildFunc { return gormlp.Fixed(1, n) }, nil},
-	// w3 (3) and w2, w1 (15 + 20) in a unit of two parameters: odd units, padded; the first
-	// unit's padding spills into the second's range, and the second's would overrun the
-	// buffer (its padded copy).
+	// w3 (3) and w2, w1 (15 + 20) in a unit of two parameters: odd units, padded (each
+	// gathered into a block of its padded size, the padding never read by the tape).
 	{"odd", chain, []devzero.Option{devzero.WithUnitKey(func(name string) string {
 		if name == "w3" {
 			return "head"
