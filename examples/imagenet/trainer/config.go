@@ -49,8 +49,10 @@ type Config struct {
 	GradAccum int
 	SyncBN    bool    // BatchNorm statistics over the whole group (ddp/zero SyncBatchNorm)
 	DropPath  float64 // stochastic depth of the last block (Swin); negative: the architecture's
-	ModelEMA  bool    // keep an exponential moving average of the weights, evaluated and saved
-	EMADecay  float64 // its decay per optimizer step
+	// AMPInitScale is -amp fp16's initial loss scale (0: PyTorch's 2^16).
+	AMPInitScale float64
+	ModelEMA     bool    // keep an exponential moving average of the weights, evaluated and saved
+	EMADecay     float64 // its decay per optimizer step
 
 	// CommHook is DDP's communication hook (-ddp-comm-hook, commhook.go).
 	CommHook CommHookConfig
@@ -161,6 +163,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Strategy, "strategy", "ddp", "ddp | zero3 | dp | none (none: DDP machinery over a world of one)")
 	fs.IntVar(&c.DPReplicas, "dp-replicas", 2, "replicas of -strategy dp")
 	fs.StringVar(&c.AMP, "amp", "", "autocast: bf16 | fp16 (default off)")
+	fs.Float64Var(&c.AMPInitScale, "amp-init-scale", 0, "initial loss scale of -amp fp16's GradScaler (0: 65536)")
 	fs.StringVar(&c.Device, "device", "cpu", "cpu | cuda | cuda:N (cuda: the GPU of LOCAL_RANK; -strategy none or ddp, whose buckets NCCL reduces on the device)")
 	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload of the shard and optimizer state: cpu | disk (needs -opt adamw)")
 	fs.StringVar(&c.Out, "out", "", "run directory (default runs/ARCH)")

@@ -47,7 +47,11 @@ func precision(cfg *Config, g comm.Group) ([]nn.BuildOption, *amp.GradScaler, er
 	case "bf16":
 		return []nn.BuildOption{nn.WithAutocast(amp.Autocast(amp.BF16))}, nil, nil
 	case "fp16":
-		s, err := amp.NewShardedScaler(g)
+		var sopts []amp.Option
+		if cfg.AMPInitScale > 0 {
+			sopts = append(sopts, amp.WithInitScale(cfg.AMPInitScale))
+		}
+		s, err := amp.NewShardedScaler(g, sopts...)
 		if err != nil {
 			return nil, nil, err
 		}
