@@ -282,7 +282,11 @@ func child(role string, p params) error {
 		if p.lastMB >= 0 {
 			opts = append(opts, ddp.LastBucketBytes(int(p.lastMB*(1<<20))))
 		}
-		if d, err = ddp.New(ctx, m, g, opts...); err != nil {
+		hopts, err := hookOptions()
+		if err != nil {
+			return err
+		}
+		if d, err = ddp.New(ctx, m, g, append(opts, hopts...)...); err != nil {
 			return err
 		}
 		dp, err := d.Compile(build, nn.WithOptimizer(opt))
