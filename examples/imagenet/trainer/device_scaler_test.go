@@ -190,8 +190,15 @@ func TestDeviceClipAccumMatchesCPU(t *testing.T) {
 			runWorld(t, c.world, base)
 			dev := base
 			dev.Out, dev.Device = t.TempDir(), "cuda"
+			b16, b32 := gemmCalls()
 			runDeviceWorld(t, c.world, dev)
+			if n16, n32 := gemmCalls(); c.world == 1 && n16+n32 == b16+b32 {
+				t.Fatal("no GEMM or convolution ran on the device")
+			}
 			worst := compareSteps(t, base.Out, dev.Out, deviceTol)
+			cl, _ := stepRecords(t, base.Out)
+			gl, _ := stepRecords(t, dev.Out)
+			t.Logf("losses: device %v, CPU %v", gl, cl)
 			t.Logf("-clip-grad %g -grad-accum-steps %d -strategy %s at world %d: losses within %.1e of the CPU's", base.ClipGrad, c.accum, c.strategy, c.world, worst)
 		})
 	}
