@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
+	"github.com/gorgonia-parallel/gp/internal/simd/sse2"
 )
 
 // InPlace reports whether an AllReduce of buf over g takes the zero-copy path: buf lies in
@@ -33,11 +34,20 @@ type inPlaceTransport interface {
 func zeroCopyDivides(dt DType) bool { return dt == Float32 }
 
 // divideBlock divides the float32s of b by n, bit for bit as divide does: dividing by a
-// power of two is multiplying by its exact reciprocal (subnormals included).
+// power of two is multiplying by its exact reciprocal (subnormals included). That case runs
+// SSE2 assembly, not a cgo kernel: the zero-copy all-reduce calls it once per 64 KiB block,
+// and with GOMAXPROCS=1 a cgo call in a communication goroutine often lost its P to the
+// compute (Go traces of bench/ddp: ~500 hand-offs in 20 steps), stretching the all-reduce.
 func divideBlock(b []byte, n int) {
 	x := asSlice[float32](b)
 	if n&(n-1) == 0 {
-		simd.Scale(x, 1/float32(n))
+		s := 1 / float32(n)
+		if simd.On() {
+			x = x[sse2.ScaleF32(x, s):]
+		}
+		for i := range x {
+			x[i] *= s
+		}
 		return
 	}
 	simd.Div(x, float32(n))

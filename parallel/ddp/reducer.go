@@ -40,8 +40,8 @@ type stepState struct {
 // zero-copy path (comm.InPlace: SharedGradients on one host), comm.Avg divides each block of
 // the result while it is in L1 instead, so the division costs no memory traffic. The result
 // is (g0+g1+...)/n instead of g0/n+g1/n+...: the same bits for a world of a power of two
-// (the reciprocal is exact) but for sums that underflow, a rounding apart otherwise; every
-// rank still gets the same bits, since one rank reduces each element.
+// (the reciprocal is exact) but for sums that underflow; other worlds keep the division in
+// markReady. Every rank gets the same bits, since one rank reduces each element.
 
 // beginStep resets the step state before a forward.
 func (d *DDP) beginStep(ctx context.Context, sync bool) {
@@ -59,7 +59,9 @@ func (d *DDP) beginStep(ctx context.Context, sync bool) {
 	if d.prescale && !slices.Equal(st.inPlaceOf, d.buckets) {
 		st.inPlaceOf, st.avg = slices.Clone(d.buckets), make([]bool, len(d.buckets))
 		for i, b := range d.buckets {
-			st.avg[i] = comm.InPlace(d.g, b.Grad)
+			// A power-of-two world only: comm divides by others with a cgo kernel, which
+			// costs the communication goroutine its P (see comm's divideBlock).
+			st.avg[i] = d.size&(d.size-1) == 0 && comm.InPlace(d.g, b.Grad)
 		}
 	}
 	st.ctx, st.sync, st.next, st.err = ctx, sync, 0, nil
