@@ -95,31 +95,15 @@ func deviceOrdinal(dev string) (int, error) {
 // reduction (cuda/devddp over an NCCL group on this rank's GPU, made through the rendezvous
 // store). What the stepper does between Run and Step (-amp fp16's unscale and inf/NaN
 // check, -clip-grad, -grad-accum-steps' 1/A) works on the State's device gradients
-// (updateDevice), under every strategy here. -model-ema's average of the host weights is
-// not on the device yet: at world size 1 such a run keeps the host optimizer (tape.Compile:
-// the gradients come back to the host at their hooks), at more or with dp it is an error.
-// The returned State is nil on that host path. -strategy dp runs cfg.DPReplicas replicas on
-// the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is the master). build makes
-// the graph for a batch of n images.
+// (updateDevice), under every strategy here; -model-ema averages the host's weights, copied
+// from the device after each optimizer step (replicated.update). -strategy dp runs
+// cfg.DPReplicas replicas on the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is
+// the master). build makes the graph for a batch of n images; scaler is -amp fp16's (its
+// scale is in the graph, its unscale in updateDevice).
 func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
 	world := g.Size()
 	build := buildN(cfg.Batch / world)
-	hostOnly := ""
-	if cfg.ModelEMA {
-		hostOnly = "-model-ema"
-	}
-	dataParallel := cfg.Strategy == "dp"
-	if hostOnly != "" {
-		if dataParallel {
-			return nil, nil, fmt.Errorf("trainer: %s with -strategy dp -device %s is not yet on the device (issue 20, item 4): it averages the host's weights; use -strategy none, or -device cpu", hostOnly, cfg.Device)
-		}
-		if world > 1 {
-			return nil, nil, fmt.Errorf("trainer: %s with -device %s at world size %d is not yet on the device (issue 20, item 4): it averages the host's weights; run one process, or -device cpu", hostOnly, cfg.Device, world)
-		}
-		p, err := tape.Compile(cfg.dev, m, build, append(opts, nn.WithOptimizer(opt))...)
-		return p, nil, err
-	}
-	if dataParallel {
+	if cfg.Strategy == "dp" {
 		if world != 1 {
 			return nil, nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", world)
 		}
@@ -243,4 +227,21 @@ func (s *stepper) updateDevice(ctx context.Context) error {
 		return err
 	}
 	return s.scaler.UpdateContext(ctx)
+}
+
+// update is the stepper's update and, under -model-ema with the weights on the device, the
+// copy of the weights to the host that the average reads (modelEMA.update folds
+// ParamSet.Data in after each optimizer step): one device-to-host copy of the parameters
+// per step. The host's weights are then current, and hold the average while it is
+// evaluated, so evaluation reads them (evalLogits).
+func (r *replicated) update(ctx context.Context) error {
+	if err := r.stepper.update(ctx); err != nil {
+		return err
+	}
+	if r.ema != nil && r.dst != nil {
+		if err := r.dst.ParamsToHost(ctx); err != nil {
+			return fmt.Errorf("trainer: -model-ema: %w", err)
+		}
+	}
+	return nil
 }

@@ -96,7 +96,7 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 		build := buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, false, 0, nil)
 		var err error
 		switch {
-		case r.dst != nil: // reads the device's parameters, which the host's lag
+		case r.dst != nil && r.ema == nil: // reads the device's parameters, which the host's lag
 			p, err = r.dst.Compile(build, r.evalOpt...)
 		case r.cfg.dev != nil:
 			p, err = tape.Compile(r.cfg.dev, r.model, build, r.evalOpt...)
