@@ -38,11 +38,13 @@ static void gemmT(int ta, int tb, int m, int n, int k, float al, const void* A, 
 	/* 16-bit operands are widened to float32 first (exact), then column by column of C,
 	 * summing over p in order, A's column p contiguous when not transposed. */
 	float *wa = 0, *wb = 0;
-	if (at != 0 && m > 0 && k > 0) {
-		long ext = ta ? (long)lda * (m - 1) + k : (long)lda * (k - 1) + m;
-		wa = malloc(sizeof(float) * ext);
-		for (long i = 0; i < ext; i++) wa[i] = load(A, at, i);
-		A = wa, at = 0;
+	if ((at != 0 || ta) && m > 0 && k > 0) {
+		/* A widened and, when transposed, stored untransposed (m×k, column p contiguous):
+		 * the same products in the same order, without a strided load per product. */
+		wa = malloc(sizeof(float) * (long)m * k);
+		for (long p = 0; p < k; p++)
+			for (long i = 0; i < m; i++) wa[i + p * m] = load(A, at, ta ? p + i * lda : i + p * lda);
+		A = wa, at = 0, ta = 0, lda = m;
 	}
 	if (bt != 0 && n > 0 && k > 0) {
 		long ext = tb ? (long)ldb * (k - 1) + n : (long)ldb * (n - 1) + k;
