@@ -95,9 +95,19 @@ func TestDeviceMatrix(t *testing.T) {
 						}
 						dev := cfg
 						dev.Out, dev.Device = t.TempDir(), "cuda"
+						b16, b32 := gemmCalls()
 						gpu, out, err := trainOn(t, s.world, dev)
 						if err != nil {
 							t.Fatalf("device run failed: %v\n%s", err, out)
+						}
+						// At world 1 the device is this process's: its GEMMs and
+						// convolutions ran in 16 bits under -amp, all in float32 without.
+						if s.world == 1 {
+							n16, n32 := gemmCalls()
+							n16, n32 = n16-b16, n32-b32
+							if mode != "" && (n16 == 0 || n32 != 0) || mode == "" && (n32 == 0 || n16 != 0) {
+								t.Errorf("-amp %q: the device ran %d 16-bit and %d float32 GEMMs or convolutions", mode, n16, n32)
+							}
 						}
 						tol := matrixTol
 						if mode != "" {
