@@ -186,6 +186,9 @@ func (d *Device) Stream() driver.Stream { return d.stream }
 // MemoryStats reports the device allocator's counters.
 func (d *Device) MemoryStats() memory.Stats { return d.mem.Stats() }
 
+// ResetPeakMemory starts MemoryStats' PeakInUse afresh from the bytes in use now.
+func (d *Device) ResetPeakMemory() { d.mem.ResetPeak() }
+
 // Synchronize waits until the device's stream has run everything enqueued, or ctx ends (the
 // work then still completes in the background).
 func (d *Device) Synchronize(ctx context.Context) error {

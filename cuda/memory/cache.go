@@ -187,3 +187,11 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	return c.stats
 }
+
+// ResetPeak sets PeakInUse to the bytes in use now, so that the next Stats reports the peak
+// since this call (torch.cuda.reset_peak_memory_stats).
+func (c *Cache) ResetPeak() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.PeakInUse = c.stats.InUse
+}

@@ -75,6 +75,17 @@ func TestReuseAndStats(t *testing.T) {
 	if fb.allocs != 4 || st.Hits != 8 || st.Misses != 4 || st.InUse != 0 || st.PeakInUse != 512+4096+3<<20+512 {
 		t.Fatalf("allocs %d, stats %+v", fb.allocs, st)
 	}
+	kept, err := c.Alloc(4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ResetPeak()
+	if st := c.Stats(); st.PeakInUse != 4096 {
+		t.Fatalf("after ResetPeak with 4096 bytes in use: peak %d", st.PeakInUse)
+	}
+	if err := c.Free(kept); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Free(Block{Ptr: 12345}); !errors.Is(err, ErrDoubleFree) {
 		t.Fatalf("bad free: %v", err)
 	}
