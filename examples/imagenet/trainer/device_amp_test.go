@@ -2,11 +2,9 @@ package trainer
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/cuda/cublas"
-	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/cudnn"
 )
 
@@ -36,23 +34,7 @@ const deviceAmpTol = 5e-3
 // none, 2 steps) with the first step's loss of -device cpu under the same -amp, and every
 // GEMM and convolution of the device ran in 16 bits.
 func TestDeviceCUDAAmpMatchesCPU(t *testing.T) {
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
+	emulatorEnv(t, 1)
 
 	base := tinyConfig(t, t.TempDir())
 	base.Epochs, base.MaxSteps, base.Strategy, base.LR = 1, 2, "none", 5e-4

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
@@ -23,23 +21,7 @@ import (
 // a bucket not reduced or not divided by the world size changes the second loss by 1e-2 and
 // more. CUDA_VISIBLE_DEVICES=0 gives each rank the fake driver's only device.
 func TestDeviceDDPWorld2MatchesCPU(t *testing.T) {
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
+	emulatorEnv(t, 1)
 
 	base := tinyConfig(t, t.TempDir())
 	base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.LR, base.PrintFreq = "resnet8", 1, 3, "ddp", 0.005, 1
@@ -84,24 +66,7 @@ func TestDeviceDDPWorld2MatchesCPU(t *testing.T) {
 // statistics, the gradients summed onto the master weighted by chunk size. Tolerance
 // deviceTol, as above.
 func TestDeviceDPMatchesCPU(t *testing.T) {
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
-	t.Setenv("GP_FAKE_DEVICES", "2")
+	emulatorEnv(t, 2)
 
 	base := tinyConfig(t, t.TempDir())
 	base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.DPReplicas, base.LR, base.PrintFreq = "resnet8", 1, 3, "dp", 2, 0.005, 1

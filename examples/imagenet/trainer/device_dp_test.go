@@ -3,33 +3,18 @@ package trainer
 import (
 	"context"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 )
 
 // -strategy dp -device cuda with more -dp-replicas than the process has devices fails before
 // training, naming the replica and the device it lacks (the fake driver has two devices).
 func TestDeviceDPMoreReplicasThanDevices(t *testing.T) {
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv("GP_FAKE_DEVICES", "2")
+	emulatorEnv(t, 2)
 
 	cfg := tinyConfig(t, t.TempDir())
 	cfg.Arch, cfg.Epochs, cfg.MaxSteps, cfg.Strategy, cfg.DPReplicas, cfg.Device = "resnet8", 1, 1, "dp", 3, "cuda"
-	_, err = Run(context.Background(), cfg, io.Discard)
+	_, err := Run(context.Background(), cfg, io.Discard)
 	if err == nil {
 		t.Fatal("-strategy dp -dp-replicas 3 -device cuda trained on a process with 2 devices")
 	}

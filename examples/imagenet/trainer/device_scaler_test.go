@@ -10,33 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
-
-// scalerDeviceEnv builds the fake libraries and the kernel emulator and names them in the
-// environment (before the process's first cuda.Open), or skips.
-func scalerDeviceEnv(t *testing.T) {
-	t.Helper()
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
-	t.Setenv("GP_FAKE_DEVICES", "2")
-}
 
 // stepRecords are a run's per-step losses and loss scales (0 without -amp fp16), from its
 // metrics log written every step (PrintFreq 1).
@@ -109,7 +84,7 @@ func compareSteps(t *testing.T, cpuDir, devDir string, tol float64) float64 {
 // world 1, ddp at world 2 (two processes, the buckets reduced by the fake NCCL, the inf/NaN
 // flag all-reduced over the ranks' group) and dp over 2 devices.
 func TestDeviceFP16ScalerMatchesCPU(t *testing.T) {
-	scalerDeviceEnv(t)
+	emulatorEnv(t, 2)
 	for _, c := range []struct {
 		strategy string
 		world    int
@@ -139,7 +114,7 @@ func TestDeviceFP16ScalerMatchesCPU(t *testing.T) {
 // checks that the run did skip at first and step later. Measured: scales 2^19, 2^18, 2^17,
 // 2^17, 2^17 (none) and 2^19, 2^18, 2^17, 2^17, 2^16 (ddp: its fifth step overflows again).
 func TestDeviceFP16ScalerSkipsAsCPU(t *testing.T) {
-	scalerDeviceEnv(t)
+	emulatorEnv(t, 2)
 	const init = 1 << 20
 	for _, c := range []struct {
 		strategy string
@@ -175,7 +150,7 @@ func TestDeviceFP16ScalerSkipsAsCPU(t *testing.T) {
 // clip out on the device moves the second loss by 8.2e-3 and the third by 0.14, and the
 // device otherwise agrees within 1.9e-7.
 func TestDeviceClipAccumMatchesCPU(t *testing.T) {
-	scalerDeviceEnv(t)
+	emulatorEnv(t, 2)
 	for _, c := range []struct {
 		name, strategy string
 		world, accum   int
@@ -226,7 +201,7 @@ func valLosses(t *testing.T, dir string) (val, ema float64) {
 // deviceTol, as the float32 runs above. Measured: none within 1.5e-6 (validation 7e-7);
 // ddp bit-equal (the device path did run: leaving out the copy to the host fails it).
 func TestDeviceModelEMAMatchesCPU(t *testing.T) {
-	scalerDeviceEnv(t)
+	emulatorEnv(t, 2)
 	for _, c := range []struct {
 		strategy string
 		world    int

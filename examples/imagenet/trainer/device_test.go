@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 )
 
 // deviceTol bounds the per-step loss difference between -device cuda (on the emulator of
@@ -26,23 +24,7 @@ const deviceTol = 1e-4
 // cuda/tape on the kernel emulator. The fake libraries are built here and named in the
 // environment before the first cuda.Open of the process (the driver is loaded once).
 func TestDeviceCUDAMatchesCPU(t *testing.T) {
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
+	emulatorEnv(t, 1)
 
 	base := tinyConfig(t, t.TempDir())
 	// 3 steps at a small learning rate. Measured: step losses within 1.7e-6, 1.4e-6, 4.5e-5.

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
@@ -23,23 +21,7 @@ import (
 // from the CPU's (~1e-7 per op), which 3 steps keep far below it; a unit gathered from the
 // wrong shard or a shard not stepped changes the second loss by far more.
 func TestDeviceZero3World2MatchesCPU(t *testing.T) {
-	if !cudatest.Cgo {
-		t.Skip("built without cgo: the device cannot load")
-	}
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
+	emulatorEnv(t, 1)
 
 	base := tinyConfig(t, t.TempDir())
 	base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.Optimizer, base.LR, base.PrintFreq = "resnet8", 1, 3, "zero3", "adamw", 0.001, 1

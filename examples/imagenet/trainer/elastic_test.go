@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeEmulator()
+	os.Exit(code)
 }
 
 // launchWorld runs cfg as a real 2-process job through the launcher, restarting it up to
