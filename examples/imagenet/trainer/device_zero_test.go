@@ -1,15 +1,8 @@
 package trainer
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
-	"time"
-
-	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
 // -device cuda -strategy zero3 -opt adamw at world size 2, as two processes launched as
@@ -20,44 +13,72 @@ import (
 // processes (cuda/devzero). Tolerance deviceTol: the device's kernels round differently
 // from the CPU's (~1e-7 per op), which 3 steps keep far below it; a unit gathered from the
 // wrong shard or a shard not stepped changes the second loss by far more.
+//
+// The other rows run what the trainer adds between backward and the step on the shards:
+// -amp bf16 (autocast in the graph), -amp fp16 (each rank unscales its gradient shard and
+// checks it for inf/NaN, on the device or, offloaded, on the host; the flag is all-reduced
+// over the ranks so that every rank skips alike; with -amp-init-scale 2^20 the first steps
+// overflow and are skipped), -clip-grad (the global norm from the all-reduced sums of
+// squares of the shards) and -grad-accum-steps. The 16-bit rows use deviceAmpTol (16-bit
+// rounding flips, see its comment), the others deviceTol; compareSteps also wants the loss
+// scales equal step for step. Rows with the same flags share the CPU's run.
 func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 	emulatorEnv(t, 1)
 
-	base := tinyConfig(t, t.TempDir())
-	base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.Optimizer, base.LR, base.PrintFreq = "resnet8", 1, 3, "zero3", "adamw", 0.001, 1
-	runWorld(t, 2, base)
-	cpu := metricsByStep(t, base.Out)
-
-	for _, offload := range []string{"", "cpu"} {
-		dev := base
-		dev.Out, dev.Device, dev.Offload = t.TempDir(), "cuda", offload
-		js, err := json.Marshal(dev)
-		if err != nil {
-			t.Fatal(err)
+	type flags struct {
+		amp       string
+		initScale float64
+		clip      float64
+		accum     int
+		lr        float64
+	}
+	rows := []struct {
+		name    string
+		f       flags
+		offload string
+		tol     float64
+	}{
+		{"fp32", flags{lr: 0.001}, "", deviceTol},
+		{"fp32-offload", flags{lr: 0.001}, "cpu", deviceTol},
+		{"bf16", flags{amp: "bf16", lr: 0.001}, "", deviceAmpTol},
+	}
+	config := func(t *testing.T, f flags) Config {
+		c := tinyConfig(t, t.TempDir())
+		c.Arch, c.Epochs, c.MaxSteps, c.Strategy, c.Optimizer, c.LR, c.PrintFreq = "resnet8", 1, 3, "zero3", "adamw", f.lr, 1
+		c.AMP, c.AMPInitScale, c.ClipGrad, c.GradAccum = f.amp, f.initScale, f.clip, max(f.accum, 1)
+		return c
+	}
+	cpuRuns := map[flags]string{} // the CPU's runs' outputs, in the parent's TempDir
+	parent := t
+	cpuRun := func(t *testing.T, f flags) string {
+		if dir, ok := cpuRuns[f]; ok {
+			return dir
 		}
-		var out bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		err = launch.Run(ctx, launch.Config{
-			NProcPerNode: 2, Program: os.Args[0], Args: []string{"-test.run=^$"},
-			Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0"},
-			Stdout: &out, Stderr: &out,
-		})
-		cancel()
-		if err != nil {
-			t.Fatalf("-offload %q: device job failed: %v\n%s", offload, err, out.String())
-		}
-		gpu := metricsByStep(t, dev.Out)
-		if len(gpu) != len(cpu) || len(cpu) == 0 {
-			t.Fatalf("-offload %q: %d losses on the device, %d on the CPU", offload, len(gpu), len(cpu))
-		}
-		var worst float64
-		for i, want := range cpu {
-			rel := math.Abs(gpu[i]-want) / math.Abs(want)
-			worst = max(worst, rel)
-			if rel > deviceTol {
-				t.Fatalf("-offload %q: step %d: loss %.7f on the devices, %.7f on the CPU (devices %v, CPU %v)", offload, i+1, gpu[i], want, gpu, cpu)
+		c := config(t, f)
+		c.Out = parent.TempDir()
+		runWorld(t, 2, c)
+		cpuRuns[f] = c.Out
+		return c.Out
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			base := config(t, r.f)
+			cpuDir := cpuRun(t, r.f)
+			dev := base
+			dev.Out, dev.Device, dev.Offload = t.TempDir(), "cuda", r.offload
+			runDeviceWorld(t, 2, dev)
+			worst := compareSteps(t, cpuDir, dev.Out, r.tol)
+			gl, scales := stepRecords(t, dev.Out)
+			cl, _ := stepRecords(t, cpuDir)
+			if r.f.amp != "" {
+				// The device computed in 16 bits: its first loss (same weights on both sides)
+				// is nearer the CPU's under the same -amp than the CPU's float32 one.
+				f32, _ := stepRecords(t, cpuRun(t, flags{lr: r.f.lr}))
+				if d16, d32 := math.Abs(gl[0]-cl[0]), math.Abs(gl[0]-f32[0]); !(d16 < d32) {
+					t.Errorf("-amp %s: first loss %.7f on the devices is %.1e from the CPU's under -amp, %.1e from its float32 one %.7f", r.f.amp, gl[0], d16, d32, f32[0])
+				}
 			}
-		}
-		t.Logf("world 2, device ZeRO-3 over NCCL, -offload %q: losses of %d steps within %.1e of the CPU's ZeRO-3 (devices %v, CPU %v)", offload, len(cpu), worst, gpu, cpu)
+			t.Logf("world 2, device ZeRO-3 over NCCL, %s (-offload %q): losses of %d steps within %.1e of the CPU's ZeRO-3 (devices %v, CPU %v, loss scales %v)", r.name, r.offload, len(cl), worst, gl, cl, scales)
+		})
 	}
 }

@@ -16,9 +16,9 @@ import (
 
 // devSharded is -strategy zero3 -device cuda: cuda/devzero on this rank's GPU, the units
 // all-gathered and the gradients reduce-scattered by NCCL on the device, AdamW on the
-// rank's shard on the device or, with -offload cpu, on the CPU. What works on host
-// gradients (-amp, -clip-grad, -grad-accum-steps, -sync-bn) is not on the device yet and
-// is refused, naming the flag. Checkpoints hold the gathered parameters and the trainer's
+// rank's shard on the device or, with -offload cpu, on the CPU. -amp bf16 is autocast in
+// the graph. What works on host gradients (-amp fp16, -clip-grad, -grad-accum-steps,
+// -sync-bn) is not on the device yet and is refused, naming the flag. Checkpoints hold the gathered parameters and the trainer's
 // state, not the optimizer's moments, so a run cannot resume from them yet (an error says
 // so).
 type devSharded struct {
@@ -39,8 +39,8 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	switch {
 	case cfg.Optimizer != "adamw":
 		return nil, fmt.Errorf("trainer: -strategy zero3 -device %s steps AdamW on the device: pass -opt adamw", dev)
-	case cfg.AMP != "":
-		return nil, fmt.Errorf("trainer: -amp with -strategy zero3 -device %s is not yet on the device (issue 20, item 2)", dev)
+	case cfg.AMP == "fp16":
+		return nil, fmt.Errorf("trainer: -amp fp16 with -strategy zero3 -device %s is not yet on the device (issue 20, item 2)", dev)
 	case cfg.ClipGrad > 0, cfg.GradAccum > 1, cfg.SyncBN:
 		return nil, fmt.Errorf("trainer: -clip-grad, -grad-accum-steps and -sync-bn with -strategy zero3 -device %s are not yet on the device (issue 20, item 2)", dev)
 	}
@@ -77,7 +77,13 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	if err != nil {
 		return nil, fmt.Errorf("trainer: -device %s: %w", dev, err)
 	}
-	prog, err := e.Compile(buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, nil))
+	// -amp bf16 is autocast in the graph (cuda/tape computes its ops in 16 bits); no scaler.
+	bopts, _, err := precision(cfg, g)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	prog, err := e.Compile(buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, nil), bopts...)
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -85,7 +91,7 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	return &devSharded{
 		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, mix: newMixer(cfg, g.Rank())},
 		cfg:     cfg, g: g, model: model, e: e, opt: opt, evals: map[int]*devzero.Program{},
-		evalOpt: []nn.BuildOption{nn.Training(false)}, shape: shape,
+		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
 }
 
