@@ -41,6 +41,12 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 		{"fp32", flags{lr: 0.001}, "", deviceTol},
 		{"fp32-offload", flags{lr: 0.001}, "cpu", deviceTol},
 		{"bf16", flags{amp: "bf16", lr: 0.001}, "", deviceAmpTol},
+		{"fp16", flags{amp: "fp16", lr: 0.001}, "", deviceAmpTol},
+		{"fp16-offload", flags{amp: "fp16", lr: 0.001}, "cpu", deviceAmpTol},
+		{"fp16-skip", flags{amp: "fp16", initScale: 1 << 18, lr: 0.001}, "", deviceAmpTol},
+		{"fp16-skip-offload", flags{amp: "fp16", initScale: 1 << 18, lr: 0.001}, "cpu", deviceAmpTol},
+		{"clip", flags{clip: 0.05, lr: 0.05}, "", deviceTol},
+		{"clip-accum-offload", flags{clip: 0.05, accum: 2, lr: 0.05}, "cpu", deviceTol},
 	}
 	config := func(t *testing.T, f flags) Config {
 		c := tinyConfig(t, t.TempDir())
@@ -70,6 +76,17 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 			worst := compareSteps(t, cpuDir, dev.Out, r.tol)
 			gl, scales := stepRecords(t, dev.Out)
 			cl, _ := stepRecords(t, cpuDir)
+			if init := r.f.initScale; init > 0 {
+				// The first step overflowed and was skipped (the scale halved), later ones were
+				// taken (the scale kept): measured 2^17, 2^17, 2^17 from 2^18.
+				stepped := false
+				for i := 1; i < len(scales); i++ {
+					stepped = stepped || scales[i] == scales[i-1]
+				}
+				if !(scales[0] < init) || !stepped {
+					t.Errorf("loss scales %v from %g: want a skipped first step (the scale halved) and a step taken later (the scale kept)", scales, init)
+				}
+			}
 			if r.f.amp != "" {
 				// The device computed in 16 bits: its first loss (same weights on both sides)
 				// is nearer the CPU's under the same -amp than the CPU's float32 one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/data"
@@ -16,9 +17,10 @@ import (
 
 // devSharded is -strategy zero3 -device cuda: cuda/devzero on this rank's GPU, the units
 // all-gathered and the gradients reduce-scattered by NCCL on the device, AdamW on the
-// rank's shard on the device or, with -offload cpu, on the CPU. -amp bf16 is autocast in
-// the graph. What works on host gradients (-amp fp16, -clip-grad, -grad-accum-steps,
-// -sync-bn) is not on the device yet and is refused, naming the flag. Checkpoints hold the gathered parameters and the trainer's
+// rank's shard on the device or, with -offload cpu, on the CPU. -amp is autocast in the
+// graph; -amp fp16's unscale and inf/NaN check, -clip-grad and -grad-accum-steps' 1/A work
+// on each rank's gradient shard (update). -sync-bn is not on the device yet and is
+// refused. Checkpoints hold the gathered parameters and the trainer's
 // state, not the optimizer's moments, so a run cannot resume from them yet (an error says
 // so).
 type devSharded struct {
@@ -39,10 +41,8 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	switch {
 	case cfg.Optimizer != "adamw":
 		return nil, fmt.Errorf("trainer: -strategy zero3 -device %s steps AdamW on the device: pass -opt adamw", dev)
-	case cfg.AMP == "fp16":
-		return nil, fmt.Errorf("trainer: -amp fp16 with -strategy zero3 -device %s is not yet on the device (issue 20, item 2)", dev)
-	case cfg.ClipGrad > 0, cfg.GradAccum > 1, cfg.SyncBN:
-		return nil, fmt.Errorf("trainer: -clip-grad, -grad-accum-steps and -sync-bn with -strategy zero3 -device %s are not yet on the device (issue 20, item 2)", dev)
+	case cfg.SyncBN:
+		return nil, fmt.Errorf("trainer: -sync-bn with -strategy zero3 -device %s is not yet on the device (issue 20, item 2)", dev)
 	}
 	store := comm.StoreOf(g)
 	if store == nil {
@@ -77,19 +77,23 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	if err != nil {
 		return nil, fmt.Errorf("trainer: -device %s: %w", dev, err)
 	}
-	// -amp bf16 is autocast in the graph (cuda/tape computes its ops in 16 bits); no scaler.
-	bopts, _, err := precision(cfg, g)
+	// -amp is autocast in the graph (cuda/tape computes its ops in 16 bits); fp16's loss
+	// scale is in the graph too, its scaler the CPU zero3's (amp.NewShardedScaler over g:
+	// the inf/NaN flag all-reduced so that every rank skips alike), its unscale on the shard
+	// (update).
+	bopts, scaler, err := precision(cfg, g)
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
-	prog, err := e.Compile(buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, nil), bopts...)
+	prog, err := e.Compile(buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler), bopts...)
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
 	return &devSharded{
-		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, mix: newMixer(cfg, g.Rank())},
+		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, scaler: scaler, clip: cfg.ClipGrad,
+			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
 		cfg:     cfg, g: g, model: model, e: e, opt: opt, evals: map[int]*devzero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
@@ -97,6 +101,60 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 
 func (s *devSharded) trainStep(ctx context.Context, b *data.Batch, at micro) (float32, error) {
 	return s.run(ctx, b, at)
+}
+
+// update is stepper.update on the rank's gradient shard (devzero.Engine's UnscaleGrads,
+// ScaleGrads, ClipGradNorm: kernels over the device shard, or the pinned host copy under
+// -offload cpu), in the host's order: unscale with the inf/NaN check, 1/A for gradient
+// accumulation (every Run reduce-scatters and the shard accumulates, as the CPU zero3's),
+// clip to the global norm (the shards' sums of squares all-reduced in float64 over g), then
+// Step, or ZeroGrad when the scale overflowed on any rank, and the scale's update.
+func (s *devSharded) update(ctx context.Context) error {
+	if s.fused() {
+		return nil
+	}
+	if s.scaler != nil {
+		inf, err := s.e.UnscaleGrads(ctx, s.scaler.Scale())
+		if err != nil {
+			return fmt.Errorf("trainer: loss scale: %w", err)
+		}
+		// As updateDevice: +Inf hands the scaler this rank's verdict (the value is discarded).
+		flag := []float32{0}
+		if inf {
+			flag[0] = float32(math.Inf(1))
+		}
+		s.scaler.Unscale(flag)
+	}
+	if s.accum > 1 {
+		if err := s.e.ScaleGrads(ctx, 1/float32(s.accum)); err != nil {
+			return fmt.Errorf("trainer: gradient accumulation: %w", err)
+		}
+	}
+	if s.clip > 0 {
+		sum := func(ctx context.Context, sq float64) (float64, error) {
+			buf := []float64{sq}
+			if err := s.g.AllReduce(comm.F64(buf), comm.Sum).Wait(ctx); err != nil {
+				return 0, fmt.Errorf("trainer: gradient norm all-reduce: %w", err)
+			}
+			return buf[0], nil
+		}
+		if _, err := s.e.ClipGradNorm(ctx, s.clip, sum); err != nil {
+			return fmt.Errorf("trainer: -clip-grad: %w", err)
+		}
+	}
+	if s.scaler == nil {
+		return s.prog.Step(ctx)
+	}
+	inf, err := s.scaler.FoundInf(ctx)
+	if err != nil {
+		return err
+	}
+	if inf {
+		s.prog.ZeroGrad()
+	} else if err := s.prog.Step(ctx); err != nil {
+		return err
+	}
+	return s.scaler.UpdateContext(ctx)
 }
 
 func (s *devSharded) optimizer() optim.Optimizer { return s.opt }
