@@ -94,7 +94,7 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	return &devSharded{
 		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg:     cfg, g: g, model: model, e: e, opt: opt, evals: map[int]*devzero.Program{},
+		cfg: cfg, g: g, model: model, e: e, opt: opt, evals: map[int]*devzero.Program{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
 }
