@@ -1,0 +1,147 @@
+package devzero_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/cuda/devzero"
+	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+)
+
+// The gradient shard's unscale, sum of squares, scaling and clip (grads.go), on the device
+// and on the pinned host copy under WithOffloadCPU, at world 1 after one Run of the
+// perceptron, observed through GradSumSquares (and on the device through GradShard):
+// unscaling by 4 divides Σg² by 16 and finds no inf, a scale whose reciprocal overflows
+// float32 finds one, ScaleGrads(0.5) divides Σg² by 4, and ClipGradNorm with a sum standing
+// for a second rank of equal shard returns √(2Σg²) and leaves the shard at its coefficient.
+// AdamW hides a gradient's scale, so the trainer's runs cannot check the unscale itself.
+func TestGradShardUnscaleAndClip(t *testing.T) {
+	cudatest.Require(t)
+	for _, offload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("offload=%v", offload), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			srv, err := comm.ListenStore("127.0.0.1:0", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			store, err := comm.DialStore(ctx, srv.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			dev, err := cuda.Open(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close(context.Background())
+			const n = 8
+			build := gormlp.Fixed(1, n)
+			m, err := nn.NewGraphModel(build)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []devzero.Option
+			if offload {
+				opts = append(opts, devzero.WithOffloadCPU())
+			}
+			e, err := devzero.New(dev, m, g, adamW(t, m), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			p, err := e.Compile(build)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			x, y := make([]float32, n*gormlp.In), make([]float32, n*gormlp.Out)
+			gormlp.Data(x, y, 0, n)
+			if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			g0, err := e.GradShard(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want float64
+			for _, v := range g0 {
+				want += float64(v) * float64(v)
+			}
+			if want == 0 {
+				t.Fatal("the gradient shard is zero after a Run")
+			}
+			// Exact scalings (by powers of two) leave Σg² exact up to the float64 sum's order;
+			// the clip's float32 coefficient rounds each product (≤ 2^-24 relative, so Σg²
+			// within 2^-22).
+			sumsqTol := func(what string, want, tol float64) float64 {
+				t.Helper()
+				got, err := e.GradSumSquares(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(got-want) > tol*want {
+					t.Fatalf("%s: Σg² %.17g, want %.17g", what, got, want)
+				}
+				return got
+			}
+			sumsq := func(what string, want float64) float64 { t.Helper(); return sumsqTol(what, want, 1e-12) }
+			sq := sumsq("after the Run", want)
+			inf, err := e.UnscaleGrads(ctx, 4)
+			if err != nil || inf {
+				t.Fatalf("unscale by 4: inf %v, err %v; want no inf", inf, err)
+			}
+			sq = sumsq("unscaled by 4", sq/16)
+			if !offload {
+				g1, err := e.GradShard(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range g0 {
+					if g1[i] != g0[i]/4 {
+						t.Fatalf("element %d unscaled by 4: %g, want %g", i, g1[i], g0[i]/4)
+					}
+				}
+			}
+			if err := e.ScaleGrads(ctx, 0.5); err != nil {
+				t.Fatal(err)
+			}
+			sq = sumsq("scaled by 0.5", sq/4)
+			twoRanks := func(_ context.Context, s float64) (float64, error) { return 2 * s, nil }
+			norm := math.Sqrt(2 * sq)
+			maxNorm := norm / 3
+			got, err := e.ClipGradNorm(ctx, maxNorm, twoRanks)
+			if err != nil || math.Abs(got-norm) > 1e-12*norm {
+				t.Fatalf("clip: norm %.17g, err %v; want %.17g", got, err, norm)
+			}
+			coef := float64(float32(maxNorm / (norm + 1e-6)))
+			sq = sumsqTol("clipped", sq*coef*coef, 0x1p-22)
+			// A norm already within maxNorm leaves the shard as it is.
+			if _, err := e.ClipGradNorm(ctx, 10*norm, twoRanks); err != nil {
+				t.Fatal(err)
+			}
+			sq = sumsq("not clipped", sq)
+			if inf, err := e.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
+				t.Fatalf("unscale by %g (its reciprocal overflows float32): inf %v, err %v; want inf", math.SmallestNonzeroFloat32, inf, err)
+			}
+		})
+	}
+}
