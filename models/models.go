@@ -21,10 +21,10 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 )
 
-// Archs lists every architecture New builds: torchvision's (TorchvisionArchs), then the
-// CIFAR ResNets of resnet.CIFARArchs.
+// Archs lists every architecture New builds: torchvision's (TorchvisionArchs), the CIFAR
+// ResNets of resnet.CIFARArchs, then the test-sized swin.TestArchs.
 func Archs() []string {
-	return append(TorchvisionArchs(), resnet.CIFARArchs...)
+	return append(append(TorchvisionArchs(), resnet.CIFARArchs...), swin.TestArchs...)
 }
 
 // TorchvisionArchs lists the architectures whose names, shapes and initialisation are

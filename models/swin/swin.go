@@ -30,8 +30,12 @@ type Config struct {
 	NumClasses int
 }
 
-// Archs lists the architectures Arch knows.
+// Archs lists torchvision's architectures Arch knows.
 var Archs = []string{"swin_t", "swin_s", "swin_b", "swin_l"}
+
+// TestArchs lists the architectures Arch knows for tests only, as timm's test_* models: the
+// same code paths at a size the CPU emulator of cuda/tape trains in seconds.
+var TestArchs = []string{"swin_test"}
 
 // Arch returns the configuration of the named architecture with numClasses outputs (0
 // means 1000): torchvision's swin_t, swin_s, swin_b (stochastic depth 0.2, 0.3, 0.5), and
@@ -47,8 +51,13 @@ func Arch(name string, numClasses int) (Config, error) {
 		c.EmbedDim, c.Depths, c.Heads, c.StochasticDepth = 128, []int{2, 2, 18, 2}, []int{4, 8, 16, 32}, 0.5
 	case "swin_l":
 		c.EmbedDim, c.Depths, c.Heads, c.StochasticDepth = 192, []int{2, 2, 18, 2}, []int{6, 12, 24, 48}, 0.5
+	case "swin_test":
+		// Two stages of a shifted and an unshifted block with window 2: window padding,
+		// the shift mask, PatchMerging and stochastic depth at 16×16 inputs, 35k parameters
+		// (with 10 classes).
+		c.EmbedDim, c.Depths, c.Heads, c.Window, c.StochasticDepth = 16, []int{2, 2}, []int{1, 2}, 2, 0.1
 	default:
-		return Config{}, fmt.Errorf("swin: unknown architecture %q (want one of %v)", name, Archs)
+		return Config{}, fmt.Errorf("swin: unknown architecture %q (want one of %v or %v)", name, Archs, TestArchs)
 	}
 	return c, nil
 }
