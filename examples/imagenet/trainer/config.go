@@ -164,7 +164,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DPReplicas, "dp-replicas", 2, "replicas of -strategy dp")
 	fs.StringVar(&c.AMP, "amp", "", "autocast: bf16 | fp16 (default off)")
 	fs.Float64Var(&c.AMPInitScale, "amp-init-scale", 0, "initial loss scale of -amp fp16's GradScaler (0: 65536)")
-	fs.StringVar(&c.Device, "device", "cpu", "cpu | cuda | cuda:N (cuda: the GPU of LOCAL_RANK; -strategy none or ddp, whose buckets NCCL reduces on the device)")
+	fs.StringVar(&c.Device, "device", "cpu", "cpu | cuda | cuda:N (cuda: the GPU of LOCAL_RANK, one process per GPU; every -strategy: ddp and zero3 reduce with NCCL on the device, dp spreads -dp-replicas over this process's GPUs)")
 	fs.StringVar(&c.Offload, "offload", "", "ZeRO-3 offload of the shard and optimizer state: cpu | disk (needs -opt adamw)")
 	fs.StringVar(&c.Out, "out", "", "run directory (default runs/ARCH)")
 	fs.IntVar(&c.CkptEvery, "ckpt-every", 0, "also checkpoint every N steps")
