@@ -141,7 +141,7 @@ func run(ctx context.Context) error {
 	args := []string{"-steps", strconv.Itoa(*steps), "-warmup", strconv.Itoa(*warmup), "-batch", strconv.Itoa(*batch),
 		"-size", strconv.Itoa(*size), "-trace", "", "-shared-grads=false"}
 	targs := []string{"--steps", strconv.Itoa(*steps), "--warmup", strconv.Itoa(*warmup), "--batch", strconv.Itoa(*batch), "--size", strconv.Itoa(*size)}
-	script := filepath.Join("bench", "ddpnet", "torch_ddp.py")
+	script := filepath.Join("bench", "ddp", "torch_ddp.py")
 	env := []string{"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "GOMAXPROCS=" + strconv.Itoa(*procs)}
 	hooks := strings.Split(*hooksFlag, ",")
 	fmt.Printf("resnet18 %dx%d, batch %d per rank, %d timed steps after %d warm-up, 2 hosts x 1 rank, GOMAXPROCS=%d, %d repetitions, hooks %s (PowerSGD rank %d, start iteration %d)\n",
