@@ -294,12 +294,12 @@ func (x *DDP) launch(i int) {
 	b := x.buckets[i]
 	dev := x.st.Device()
 	if err := dev.Context().EventRecord(x.ready[i], dev.Stream()); err != nil {
-		x.works[i] = failed(fmt.Errorf("recording the ready event: %w", err))
+		x.works[i] = nccl.FailedDeviceWork(fmt.Errorf("recording the ready event: %w", err))
 		return
 	}
 	g, err := x.st.GradRange(b.Lo, b.Hi)
 	if err != nil {
-		x.works[i] = failed(err)
+		x.works[i] = nccl.FailedDeviceWork(err)
 		return
 	}
 	start := time.Now()
@@ -452,19 +452,3 @@ func (x *DDP) finish(ctx context.Context, runErr error, ranged bool) error {
 	x.steps++
 	return nil
 }
-
-// failedWork is a DeviceWork that failed before it was issued.
-type failedWork struct {
-	err  error
-	done chan struct{}
-}
-
-func failed(err error) nccl.DeviceWork {
-	w := &failedWork{err: err, done: make(chan struct{})}
-	close(w.done)
-	return w
-}
-
-func (w *failedWork) Done() <-chan struct{}      { return w.done }
-func (w *failedWork) Enqueued() <-chan struct{}  { return w.done }
-func (w *failedWork) Wait(context.Context) error { return w.err }

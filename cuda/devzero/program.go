@@ -143,11 +143,11 @@ func (e *Engine) launch(i int) {
 	e.emit("reduce", i, tape.Backward)
 	var err error
 	if e.rsDst[i], err = e.dev.Alloc(cuda.Float32, u.Shard); err != nil {
-		e.rworks[i] = failed(fmt.Errorf("unit %s's reduce-scatter result (%d floats): %w", u.Name, u.Shard, err))
+		e.rworks[i] = nccl.FailedDeviceWork(fmt.Errorf("unit %s's reduce-scatter result (%d floats): %w", u.Name, u.Shard, err))
 		return
 	}
 	if err := e.dev.Context().EventRecord(e.ready[i], e.dev.Stream()); err != nil {
-		e.rworks[i] = failed(fmt.Errorf("recording unit %s's ready event: %w", u.Name, err))
+		e.rworks[i] = nccl.FailedDeviceWork(fmt.Errorf("recording unit %s's ready event: %w", u.Name, err))
 		return
 	}
 	e.rworks[i] = e.coll.ReduceScatterDeviceAfter(e.rsDst[i].Ptr(), e.gradBlk[i].Ptr(), u.Shard, libnccl.Float32, comm.Sum, e.ready[i], e.reduced[i])
@@ -164,8 +164,12 @@ func (e *Engine) retireUpTo(n int) error {
 		i := e.order[e.retired]
 		u := e.units[i]
 		if w := e.rworks[i]; w != nil {
-			if f, ok := w.(*failedWork); ok {
-				return f.err
+			select {
+			case <-w.Done(): // failed before it was issued, or already over: a failure ends here
+				if err := w.Wait(e.ctx); err != nil {
+					return err
+				}
+			default:
 			}
 			select {
 			case <-w.Enqueued():
@@ -246,19 +250,3 @@ func (e *Engine) finish(ctx context.Context, runErr error) error {
 	}
 	return nil
 }
-
-// failedWork is a DeviceWork that failed before it was issued.
-type failedWork struct {
-	err  error
-	done chan struct{}
-}
-
-func failed(err error) nccl.DeviceWork {
-	w := &failedWork{err: err, done: make(chan struct{})}
-	close(w.done)
-	return w
-}
-
-func (w *failedWork) Done() <-chan struct{}      { return w.done }
-func (w *failedWork) Enqueued() <-chan struct{}  { return w.done }
-func (w *failedWork) Wait(context.Context) error { return w.err }
