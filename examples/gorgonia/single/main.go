@@ -3,7 +3,6 @@
 // program" shows the diffs).
 //
 //	go run ./examples/gorgonia/single -steps 300
-//	go run ./examples/gorgonia/single -steps 300 -device cuda # the same graph on a GPU (device.go)
 package main
 
 import (
@@ -27,55 +26,42 @@ const (
 
 func main() {
 	steps := flag.Int("steps", 300, "training steps")
-	device := flag.String("device", "cpu", "cpu (gorgonia's TapeMachine) or cuda, cuda:N (the same graph on a GPU, cuda/tape)")
 	flag.Parse()
-	run := run
-	if *device != "cpu" {
-		run = func(steps int, w0 []float32) ([]float32, error) { return runOn(*device, steps, w0) }
-	}
-	if _, err := run(*steps, nil); err != nil {
+	if err := run(*steps); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// run trains for steps steps and returns each step's loss. w0, when not nil, replaces
-// GlorotU's initial weights: w1 then w2, row-major (the test starts two runs alike).
-func run(steps int, w0 []float32) ([]float32, error) {
+func run(steps int) error {
 	g := G.NewGraph()
 	x := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, in), G.WithName("x"), G.WithInit(G.Zeroes()))
 	y := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, out), G.WithName("y"), G.WithInit(G.Zeroes()))
 	w1, w2 := learnables(g)
-	if w0 != nil {
-		copy(w1.Value().Data().([]float32), w0[:in*hidden])
-		copy(w2.Value().Data().([]float32), w0[in*hidden:])
-	}
 	loss, err := forward(x, y, w1, w2)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := G.Grad(loss, w1, w2); err != nil {
-		return nil, err
+		return err
 	}
 	vm := G.NewTapeMachine(g, G.BindDualValues(w1, w2))
 	defer vm.Close()
 	solver := G.NewAdamSolver(G.WithLearnRate(0.01))
 
-	var losses []float32
 	for step := range steps {
 		samples(x.Value().Data().([]float32), y.Value().Data().([]float32), step*batch, batch)
 		if err := vm.RunAll(); err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		if err := solver.Step(G.NodesToValueGrads(G.Nodes{w1, w2})); err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		vm.Reset()
-		losses = append(losses, loss.Value().Data().(float32))
-		report(step, steps, losses[step])
+		report(step, steps, loss.Value().Data().(float32))
 	}
 	sum := checksum(w1.Value().Data().([]float32)) + checksum(w2.Value().Data().([]float32))
 	fmt.Printf("final loss %.4f, sum of weights %.6f\n", loss.Value().Data().(float32), sum)
-	return losses, nil
+	return nil
 }
 
 // learnables creates the weights on g, initialised as gorgonia's examples do.
