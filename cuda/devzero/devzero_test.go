@@ -356,3 +356,32 @@ func maxRel(a, b []float32) float64 {
 	}
 	return num / den
 }
+
+// oneRank opens device 0 and a world-1 NCCL group on it, over a store of its own; all of it
+// is closed when t ends.
+func oneRank(t *testing.T) (*cuda.Device, *nccl.Group) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	store, err := comm.DialStore(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close(context.Background()) })
+	return dev, g
+}

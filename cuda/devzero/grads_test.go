@@ -8,13 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 )
 
 // The gradient shard's unscale, sum of squares, scaling and clip (grads.go), on the device
@@ -30,26 +27,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 		t.Run(fmt.Sprintf("offload=%v", offload), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			srv, err := comm.ListenStore("127.0.0.1:0", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			store, err := comm.DialStore(ctx, srv.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			dev, err := cuda.Open(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dev.Close()
-			g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close(context.Background())
+			dev, g := oneRank(t)
 			const n = 8
 			build := gormlp.Fixed(1, n)
 			m, err := nn.NewGraphModel(build)

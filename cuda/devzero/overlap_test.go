@@ -54,26 +54,7 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 	cudatest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	store, err := comm.DialStore(ctx, srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	dev, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(context.Background())
+	dev, g := oneRank(t)
 	rec := &recorder{Group: g}
 	md := models[1]
 	build := md.build(4)

@@ -11,14 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/cuda/driver"
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -101,26 +99,7 @@ func TestGatherAheadAndFree(t *testing.T) {
 func runDeep(t *testing.T, depth int) (float32, []float32) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	store, err := comm.DialStore(ctx, srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	dev, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(context.Background())
+	dev, g := oneRank(t)
 	var log []string
 	lg := &logGroup{Group: g, log: &log}
 	trace := func(ev devzero.TraceEvent) {
@@ -246,26 +225,7 @@ func TestGatherFailureFreesBlocks(t *testing.T) {
 	cudatest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	store, err := comm.DialStore(ctx, srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	dev, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(context.Background())
+	dev, g := oneRank(t)
 	x, y := make([]float32, deepBatch*deepWidth), make([]float32, deepBatch*deepWidth)
 	for i := range x {
 		x[i], y[i] = float32(i%7)*0.1, float32(i%5)*0.1
