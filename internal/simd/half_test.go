@@ -179,4 +179,3 @@ func TestHalfSlicesMatchScalars(t *testing.T) {
 		}
 	})
 }
-
