@@ -214,19 +214,7 @@ func (s *stepper) updateDevice(ctx context.Context) error {
 			return fmt.Errorf("trainer: -clip-grad: %w", err)
 		}
 	}
-	if s.scaler == nil {
-		return s.prog.Step(ctx)
-	}
-	inf, err := s.scaler.FoundInf(ctx)
-	if err != nil {
-		return err
-	}
-	if inf {
-		s.prog.ZeroGrad()
-	} else if err := s.prog.Step(ctx); err != nil {
-		return err
-	}
-	return s.scaler.UpdateContext(ctx)
+	return stepOrSkip(ctx, s.prog, s.scaler)
 }
 
 // update is the stepper's update and, under -model-ema with the weights on the device, the

@@ -142,19 +142,7 @@ func (s *devSharded) update(ctx context.Context) error {
 			return fmt.Errorf("trainer: -clip-grad: %w", err)
 		}
 	}
-	if s.scaler == nil {
-		return s.prog.Step(ctx)
-	}
-	inf, err := s.scaler.FoundInf(ctx)
-	if err != nil {
-		return err
-	}
-	if inf {
-		s.prog.ZeroGrad()
-	} else if err := s.prog.Step(ctx); err != nil {
-		return err
-	}
-	return s.scaler.UpdateContext(ctx)
+	return stepOrSkip(ctx, s.prog, s.scaler)
 }
 
 func (s *devSharded) optimizer() optim.Optimizer { return s.opt }

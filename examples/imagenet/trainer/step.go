@@ -132,19 +132,7 @@ func (s *stepper) update(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.scaler == nil {
-		return s.prog.Step(ctx)
-	}
-	inf, err := s.scaler.FoundInf(ctx)
-	if err != nil {
-		return err
-	}
-	if inf {
-		s.prog.ZeroGrad()
-	} else if err := s.prog.Step(ctx); err != nil {
-		return err
-	}
-	return s.scaler.UpdateContext(ctx)
+	return stepOrSkip(ctx, s.prog, s.scaler)
 }
 
 // lossScale is the loss scale of -amp fp16 for the next step, after this step's update (a
@@ -162,4 +150,24 @@ func lossScaleOf(eng engine) float64 {
 		return ls.lossScale()
 	}
 	return 0
+}
+
+// stepOrSkip ends an update whose gradients are final (unscaled, averaged over accumulated
+// micro-steps, clipped): prog's Step, or, when scaler (-amp fp16) saw an inf/NaN on any rank,
+// ZeroGrad instead (every rank skips alike), then the scale's update. Without a scaler it is
+// Step. The host, device and device-ZeRO-3 updates all end here.
+func stepOrSkip(ctx context.Context, prog train.Program, scaler *amp.GradScaler) error {
+	if scaler == nil {
+		return prog.Step(ctx)
+	}
+	inf, err := scaler.FoundInf(ctx)
+	if err != nil {
+		return err
+	}
+	if inf {
+		prog.ZeroGrad()
+	} else if err := prog.Step(ctx); err != nil {
+		return err
+	}
+	return scaler.UpdateContext(ctx)
 }
