@@ -37,7 +37,7 @@ var (
 	hostsFlag = flag.String("hosts", "2,3", "numbers of hosts")
 	local     = flag.Int("local", 2, "ranks per host")
 	rates     = flag.String("rates", "1gbit,10gbit", "link rates (tc syntax)")
-	delay     = flag.Duration("delay", 500*time.Microsecond, "one-way delay per link (netem; ignored where the kernel has none)")
+	delay     = flag.Duration("delay", 500*time.Microsecond, "one-way delay per link (netem, or a userspace NFQUEUE hold where the kernel has no netem; see internal/netbed)")
 	opsFlag   = flag.String("ops", "all-reduce,reduce-scatter,all-gather", "collectives")
 	sizes     = flag.String("sizes", "1048576,4194304,16777216,67108864", "buffer sizes (bytes)")
 	reps      = flag.Int("reps", 3, "timed runs per row (median reported)")
