@@ -81,9 +81,14 @@ type sample struct {
 func main() {
 	flag.Parse()
 	var err error
-	if os.Getenv(workerEnv) != "" {
+	switch {
+	case os.Getenv(workerEnv) != "":
 		err = worker()
-	} else {
+	case os.Getenv(rawWorkerEnv) != "":
+		err = rawWorker()
+	case *raw:
+		err = rawParent()
+	default:
 		err = parent()
 	}
 	if err != nil {
