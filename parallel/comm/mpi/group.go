@@ -23,7 +23,7 @@ type config struct {
 	closeTimeout time.Duration
 	logger       *slog.Logger
 	debug        bool
-	ringBytes    int
+	ringBytes    [numKinds]int
 }
 
 // WithTimeout bounds each operation (default 30 minutes, as comm's). A collective or send
@@ -41,10 +41,40 @@ func WithWarnAfter(d time.Duration) Option {
 // waits for every rank to finalize too (default 10 s, as comm's).
 func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
 
-// WithRingBytes sets the size from which AllReduce runs the package's ring over MPI's
-// point-to-point messages instead of MPI_Iallreduce (default 4 MiB; 0: always
-// MPI_Iallreduce). See Note [Ring over MPI messages]. All ranks must use the same value.
-func WithRingBytes(n int) Option { return func(c *config) { c.ringBytes = max(0, n) } }
+// WithRingBytes sets the size in bytes (of AllReduce's and Broadcast's buffer, of
+// AllGather's dst and ReduceScatter's src) from which AllReduce, ReduceScatter, AllGather
+// and Broadcast run the package's ring and chain over MPI's point-to-point messages
+// instead of OpenMPI's collectives, for all four (0: always OpenMPI's). The defaults differ
+// by collective (DefaultRingBytes). See Note [Ring over MPI messages]. All ranks must use
+// the same value: a rank that runs OpenMPI's collective while another runs the ring waits
+// until the timeout.
+func WithRingBytes(n int) Option {
+	return func(c *config) {
+		for k := range c.ringBytes {
+			c.ringBytes[k] = max(0, n)
+		}
+	}
+}
+
+// DefaultRingBytes returns the size in bytes from which the collective named kind
+// ("all-reduce", "reduce-scatter", "all-gather" or "broadcast") runs the package's
+// algorithm unless WithRingBytes says otherwise, and false for another name.
+func DefaultRingBytes(kind string) (int, bool) {
+	for k, name := range kindNames {
+		if name == kind {
+			return defaultRingBytes[k], true
+		}
+	}
+	return 0, false
+}
+
+// defaultRingBytes are the thresholds measured by bench/mpi (Note [Ring thresholds]).
+var defaultRingBytes = [numKinds]int{
+	kindAllReduce:     4 << 20,
+	kindReduceScatter: 4 << 20,
+	kindAllGather:     4 << 20,
+	kindBroadcast:     4 << 20,
+}
 
 // WithLogger sets the logger of warnings, aborts and debug lines (default: text to stderr).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -84,7 +114,7 @@ var _ comm.Aborter = (*Group)(nil)
 // collective); it waits for them until ctx ends. A process can hold several groups; the last
 // Close finalizes MPI, after which New fails.
 func New(ctx context.Context, opts ...Option) (*Group, error) {
-	cfg := config{timeout: 30 * time.Minute, closeTimeout: 10 * time.Second, ringBytes: 4 << 20}
+	cfg := config{timeout: 30 * time.Minute, closeTimeout: 10 * time.Second, ringBytes: defaultRingBytes}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -168,8 +198,8 @@ func (g *Group) AllReduce(buf comm.Buffer, rop comm.Op) comm.Work {
 	mop := mpiOp(rop)
 	nb := buf.Len() * buf.DType().Size()
 	return g.issue(k, nb, func(o *op) {
-		if g.size > 1 && g.cfg.ringBytes > 0 && nb >= g.cfg.ringBytes {
-			o.run = func() error { return g.ring(o.seq, buf, rop) }
+		if g.useRing(kindAllReduce, nb) {
+			o.run = func() error { return g.ringAllReduce(g.tag(o), buf, rop) }
 			return
 		}
 		o.pinp(p)
@@ -193,7 +223,17 @@ func (g *Group) Broadcast(buf comm.Buffer, root int) comm.Work {
 	if err != nil {
 		return g.invalid(k, err)
 	}
-	return g.issue(k, buf.Len()*buf.DType().Size(), func(o *op) {
+	es := buf.DType().Size()
+	return g.issue(k, n*es, func(o *op) {
+		if g.useRing(kindBroadcast, n*es) {
+			o.run = func() error {
+				if err := g.agree(g.tag(o), header{kind: kindBroadcast, dtype: buf.DType(), total: n, root: root}); err != nil {
+					return err
+				}
+				return g.chainBroadcast(g.tag(o), p, n, dt, es, root)
+			}
+			return
+		}
 		o.pinp(p)
 		o.post = func() (uintptr, error) {
 			var req uintptr
@@ -233,6 +273,18 @@ func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
 	}
 	counts, displs := shardCounts(total, g.size)
 	return g.issue(k, total*es, func(o *op) {
+		if g.useRing(kindAllGather, total*es) {
+			o.run = func() error {
+				if err := g.agree(g.tag(o), header{kind: kindAllGather, dtype: dst.DType(), total: total}); err != nil {
+					return err
+				}
+				if mine := unsafe.Add(dp, lo*es); sn > 0 && sp != mine {
+					copy(unsafe.Slice((*byte)(mine), sn*es), unsafe.Slice((*byte)(sp), sn*es)) // a memmove where they overlap
+				}
+				return g.ringAllGather(g.tag(o), segments{dp, total, g.size, es}, dt)
+			}
+			return
+		}
 		o.pinp(dp)
 		o.pinp(sp)
 		if staged != nil {
@@ -272,15 +324,38 @@ func (g *Group) ReduceScatter(dst, src comm.Buffer, rop comm.Op) comm.Work {
 		return g.invalid(k, fmt.Errorf("len(dst)=%d, want %d (shard %d of %d elements over %d ranks)", dn, hi-lo, g.rank, total, g.size))
 	}
 	es := src.DType().Size()
-	recv := uintptr(dp)
+	ring := g.useRing(kindReduceScatter, total*es)
+	out := dp
 	var aside []byte
-	if dn > 0 && overlap(sp, total*es, dp, dn*es) {
+	// The ring may write its result over src's own shard (ringReduceScatter); any other
+	// overlap, and any overlap for MPI_Ireduce_scatter, receives aside and copies.
+	if dn > 0 && overlap(sp, total*es, dp, dn*es) && !(ring && dp == unsafe.Add(sp, lo*es)) {
 		aside = make([]byte, dn*es)
-		recv = uintptr(unsafe.Pointer(&aside[0]))
+		out = unsafe.Pointer(&aside[0])
 	}
+	recv := uintptr(out)
 	counts, _ := shardCounts(total, g.size)
 	mop := mpiOp(rop)
 	return g.issue(k, total*es, func(o *op) {
+		if ring {
+			o.run = func() error {
+				if err := g.agree(g.tag(o), header{kind: kindReduceScatter, dtype: src.DType(), total: total, op: rop}); err != nil {
+					return err
+				}
+				err := g.ringReduceScatter(g.tag(o), segments{sp, total, g.size, es}, false, out, dt, src.DType(), rop)
+				if err != nil {
+					return err
+				}
+				if aside != nil {
+					copy(unsafe.Slice((*byte)(dp), dn*es), aside)
+				}
+				if rop == comm.Avg {
+					divide(dst, g.size)
+				}
+				return nil
+			}
+			return
+		}
 		o.pinp(sp)
 		o.pinp(dp)
 		if aside != nil {
@@ -301,6 +376,15 @@ func (g *Group) ReduceScatter(dst, src comm.Buffer, rop comm.Op) comm.Work {
 		}
 	})
 }
+
+// useRing reports whether a collective of kind over nb bytes runs the package's algorithm.
+func (g *Group) useRing(kind, nb int) bool {
+	t := g.cfg.ringBytes[kind]
+	return g.size > 1 && t > 0 && nb >= t
+}
+
+// tag is the MPI tag of the messages of collective o: its sequence number, wrapped.
+func (g *Group) tag(o *op) int { return int(o.seq % uint64(g.e.tagUB+1)) }
 
 // Barrier implements comm.Group with MPI_Ibarrier.
 func (g *Group) Barrier() comm.Work {

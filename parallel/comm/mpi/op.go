@@ -114,9 +114,10 @@ func (o *op) finish(err error) {
 	o.pin.Unpin()
 	o.keep = nil
 	if err != nil {
+		var mis *mismatchError
 		err = fmt.Errorf("%s: %w", o.describe(), err)
-		if o.seq != 0 {
-			o.g.fail(err)
+		if o.seq != 0 && !errors.As(err, &mis) {
+			o.g.fail(err) // a mismatch found by agree moved no data: the group goes on
 		}
 	}
 	if o.g.cfg.debug {
