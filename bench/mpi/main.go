@@ -1,12 +1,23 @@
-// Command mpi benchmarks the all-reduce and a send/recv ping-pong of the MPI backend (parallel/comm/mpi, OpenMPI's
-// MPI_Iallreduce) against comm's own shared-memory and TCP transports, at world 2 on this
-// host, from 1 to 256 MiB. Every backend runs under the same `mpirun -np 2` (comm's
-// transports chosen with GP_COMM_BACKEND=shm|tcp, their ranks read from OMPI_COMM_WORLD_*).
-// It prints a table and writes bench/results/mpi.json. busbw follows nccl-tests: algbw =
-// bytes/time, all-reduce busbw = algbw*2(n-1)/n; time is the slowest rank's, the median of
-// -reps timed runs.
+// Command mpi benchmarks the collectives of the MPI backend (parallel/comm/mpi) against
+// comm's own shared-memory and TCP transports on this host: all-reduce, reduce-scatter,
+// all-gather and broadcast (and, with -ops, a send/recv ping-pong), at world 2 and 3, from
+// 1 KiB to 64 MiB. Every backend runs under the same `mpirun -np N` (comm's transports
+// chosen with GP_COMM_BACKEND=shm|tcp, their ranks read from OMPI_COMM_WORLD_*). The MPI
+// backend runs three ways: mpi (the package's defaults: OpenMPI's collective below a
+// threshold per collective, the package's ring or chain over MPI messages from it),
+// mpi-native (GP_MPI_RING_BYTES=0: OpenMPI's collectives at every size, the "before") and
+// mpi-ring (GP_MPI_RING_BYTES=1: the package's algorithms at every size). One mpirun job
+// runs one (world, op, backend), the backends of one (world, op) one after the other, so
+// that the load of the shared machine changes little between the numbers compared; the
+// 1-minute load average is recorded before each job.
 //
-//	go run ./bench/mpi [-reps 5] [-max 268435456]
+// busbw follows nccl-tests: algbw = S/time, S the whole buffer (all-gather's dst,
+// reduce-scatter's src); busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for
+// reduce-scatter and all-gather, 1 for broadcast. time is the slowest rank's, the median
+// of -reps timed runs. It prints one table (busbw and the ratios mpi/shm and
+// mpi/mpi-native) and writes bench/results/mpi.json.
+//
+//	go run ./bench/mpi [-reps 5] [-worlds 2,3] [-min 1024] [-max 67108864]
 package main
 
 import (
@@ -20,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,30 +42,36 @@ import (
 )
 
 var (
-	reps     = flag.Int("reps", 5, "timed runs per row (the median is reported)")
-	minBytes = flag.Int("min", 1<<20, "smallest size (bytes)")
-	maxBytes = flag.Int("max", 256<<20, "largest size (bytes)")
-	np       = flag.Int("np", 2, "ranks (mpirun -np)")
-	backends = flag.String("backends", "mpi,mpi-native,shm,tcp", "GP_COMM_BACKEND values to compare (mpi-native: mpi with GP_MPI_RING_BYTES=0)")
+	reps     = flag.Int("reps", 5, "timed runs per job and size (the median is the job's number)")
+	rounds   = flag.Int("rounds", 3, "times every (world, op) cycles through the backends (the median over rounds is reported)")
+	minBytes = flag.Int("min", 1<<10, "smallest size (bytes)")
+	maxBytes = flag.Int("max", 64<<20, "largest size (bytes)")
+	worlds   = flag.String("worlds", "2,3", "world sizes (mpirun -np)")
+	ops      = flag.String("ops", "all-reduce,reduce-scatter,all-gather,broadcast", "collectives to run (and send-recv: a ping-pong between ranks 0 and 1)")
+	backends = flag.String("backends", "mpi,mpi-native,mpi-ring,shm,tcp", "GP_COMM_BACKEND values to compare (mpi-native: mpi with GP_MPI_RING_BYTES=0; mpi-ring: with GP_MPI_RING_BYTES=1)")
 	out      = flag.String("o", filepath.Join("bench", "results", "mpi.json"), "JSON output")
 	isWorker = flag.Bool("worker", false, "run as one rank (set by the bench itself)")
+	workerOp = flag.String("op", "", "the collective a worker runs (set by the bench itself)")
 )
 
 type sample struct {
-	Op      string  `json:"op"` // all-reduce, or send-recv (a ping-pong between ranks 0 and 1)
+	Op      string  `json:"op"`
 	Backend string  `json:"backend"`
 	World   int     `json:"world"`
-	Bytes   int     `json:"bytes"`
+	Bytes   int     `json:"bytes"` // the whole buffer (S of nccl-tests)
 	Latency float64 `json:"latency_s"`
 	BusBW   float64 `json:"busbw_gbps"` // send-recv: bytes one way / (round trip / 2)
 	CPU     float64 `json:"cpu_s"`      // CPU time of all ranks together per operation
-	Load    float64 `json:"loadavg,omitempty"`
+	Load    float64 `json:"loadavg"`    // 1-minute load average before the job
+	// Rounds are the busbw of each round (-rounds); BusBW, Latency and CPU are the median
+	// round's, Load the mean of the rounds'.
+	Rounds []float64 `json:"busbw_rounds,omitempty"`
 }
 
 func main() {
 	flag.Parse()
 	if *isWorker {
-		if err := worker(); err != nil {
+		if err := worker(*workerOp); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
 		}
@@ -83,91 +101,165 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("mpirun --version: %w (apt-get install openmpi-bin)", err)
 	}
-	var rows []sample
-	for _, b := range strings.Split(*backends, ",") {
-		load := benchutil.LoadAvg()
-		got, err := launch(self, b)
-		if err != nil {
-			return fmt.Errorf("backend %s: %w", b, err)
+	var ns []int
+	for _, w := range strings.Split(*worlds, ",") {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 2 {
+			return fmt.Errorf("-worlds: %q is not a world size of 2 or more", w)
 		}
-		for i := range got {
-			got[i].Load, got[i].Backend = load, b
-		}
-		rows = append(rows, got...)
+		ns = append(ns, n)
 	}
-	names := strings.Split(*backends, ",")
-	for _, op := range []string{"all-reduce", "send-recv"} {
-		what := "all-reduce, float32 sum, busbw"
-		if op == "send-recv" {
-			what = "send-recv ping-pong between ranks 0 and 1, bytes one way / half the round trip"
-		}
-		fmt.Printf("%s; world %d, %s; median of %d runs\n", what, *np, benchutil.FirstLine(string(mpirunVersion)), *reps)
-		fmt.Printf("%10s", "MiB")
-		for _, n := range names {
-			fmt.Printf(" %12s %10s", n+" GB/s", "cpu ms")
-		}
-		for _, n := range names[1:] {
-			fmt.Printf(" %12s", names[0]+"/"+n)
-		}
-		fmt.Println()
-		for _, sz := range sizes() {
-			fmt.Printf("%10d", sz>>20)
-			bw := map[string]float64{}
-			for _, n := range names {
-				for _, r := range rows {
-					if r.Op == op && r.Backend == n && r.Bytes == sz {
-						bw[n] = r.BusBW
-						fmt.Printf(" %12.3f %10.1f", r.BusBW, r.CPU*1e3)
+	names, opNames := strings.Split(*backends, ","), strings.Split(*ops, ",")
+	var rows []sample
+	for _, n := range ns {
+		for _, op := range opNames {
+			runs := map[string][][]sample{} // backend -> round -> sizes
+			for round := range *rounds {
+				for _, b := range names {
+					load := benchutil.LoadAvg()
+					got, err := launch(self, b, op, n)
+					if err != nil {
+						return fmt.Errorf("world %d, %s, backend %s, round %d: %w", n, op, b, round, err)
 					}
+					for i := range got {
+						got[i].Load, got[i].Backend = load, b
+					}
+					runs[b] = append(runs[b], got)
 				}
 			}
-			for _, n := range names[1:] {
-				fmt.Printf(" %11.2fx", bw[names[0]]/bw[n])
-			}
-			fmt.Println()
-		}
-	}
-	fmt.Printf("loadavg before each backend's job: ")
-	for _, n := range names {
-		for _, r := range rows {
-			if r.Backend == n {
-				fmt.Printf("%s %.1f  ", n, r.Load)
-				break
+			for _, b := range names {
+				rows = append(rows, medianRounds(runs[b])...)
 			}
 		}
 	}
-	fmt.Println()
-	fmt.Println("busbw: nccl-tests definition (GB/s = 1e9 bytes/s, 2(n-1)/n x bytes / time); cpu ms: CPU time (user+system) of all ranks together per operation; " +
-		"mpi: parallel/comm/mpi (all-reduce: MPI_Iallreduce in place below 4 MiB, the package's ring over MPI_Isend/MPI_Irecv from 4 MiB; mpi-native: MPI_Iallreduce at every size; OpenMPI's defaults: vader shared memory with CMA single copy between the ranks); " +
-		"shm, tcp: comm's transports (GP_COMM_BACKEND), all under the same mpirun")
-	buf, err := json.MarshalIndent(map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rows": rows}, "", " ")
+	printTable(rows, ns, opNames, names, benchutil.FirstLine(string(mpirunVersion)))
+	buf, err := json.MarshalIndent(map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rounds": *rounds,
+		"thresholds": thresholds(), "rows": rows}, "", " ")
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(*out, append(buf, '\n'), 0o644)
 }
 
-// launch runs the ranks under mpirun with GP_COMM_BACKEND=backend and returns rank 0's rows.
-func launch(self, backend string) ([]sample, error) {
-	args := []string{"--oversubscribe", "--bind-to", "none", "-np", strconv.Itoa(*np)}
+// medianRounds merges the rounds of one backend: per size, the round of median busbw.
+func medianRounds(rounds [][]sample) []sample {
+	var merged []sample
+	for i := range rounds[0] {
+		var all []sample
+		for _, r := range rounds {
+			if i < len(r) {
+				all = append(all, r[i])
+			}
+		}
+		slices.SortFunc(all, func(a, b sample) int { return cmpFloat(a.BusBW, b.BusBW) })
+		m := all[len(all)/2]
+		m.Rounds, m.Load = nil, 0
+		for _, s := range all {
+			m.Rounds = append(m.Rounds, s.BusBW)
+			m.Load += s.Load / float64(len(all))
+		}
+		merged = append(merged, m)
+	}
+	return merged
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// thresholds are the package's default sizes from which each collective leaves OpenMPI's.
+func thresholds() map[string]int {
+	t := map[string]int{}
+	for _, k := range []string{"all-reduce", "reduce-scatter", "all-gather", "broadcast"} {
+		t[k], _ = mpi.DefaultRingBytes(k)
+	}
+	return t
+}
+
+func printTable(rows []sample, ns []int, opNames, names []string, version string) {
+	find := func(op, b string, n, sz int) (sample, bool) {
+		for _, r := range rows {
+			if r.Op == op && r.Backend == b && r.World == n && r.Bytes == sz {
+				return r, true
+			}
+		}
+		return sample{}, false
+	}
+	fmt.Printf("busbw GB/s (nccl-tests), float32 (sum where reduced), median over %d rounds of the median of %d runs, %s; load = 1-min load average before the first backend's jobs (mean over rounds)\n", *rounds, *reps, version)
+	fmt.Printf("%-14s %5s %9s", "op", "world", "KiB")
+	for _, b := range names {
+		fmt.Printf(" %10s", b)
+	}
+	var ratios [][2]string
+	for _, pair := range [][2]string{{"mpi", "shm"}, {"mpi", "mpi-native"}} {
+		if slices.Contains(names, pair[0]) && slices.Contains(names, pair[1]) {
+			ratios = append(ratios, pair)
+			fmt.Printf(" %14s", pair[0]+"/"+pair[1])
+		}
+	}
+	fmt.Printf(" %5s\n", "load")
+	for _, op := range opNames {
+		for _, n := range ns {
+			for _, sz := range sizes() {
+				fmt.Printf("%-14s %5d %9d", op, n, sz>>10)
+				bw := map[string]float64{}
+				for _, b := range names {
+					if r, ok := find(op, b, n, sz); ok {
+						bw[b] = r.BusBW
+						fmt.Printf(" %10.3f", r.BusBW)
+					} else {
+						fmt.Printf(" %10s", "-")
+					}
+				}
+				for _, p := range ratios {
+					fmt.Printf(" %13.2fx", bw[p[0]]/bw[p[1]])
+				}
+				r, _ := find(op, names[0], n, sz)
+				fmt.Printf(" %5.1f\n", r.Load)
+			}
+		}
+	}
+	t := thresholds()
+	fmt.Printf("mpi: parallel/comm/mpi with its defaults (OpenMPI's MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgather(v), MPI_Ibcast below a threshold; "+
+		"from it the package's ring (all-reduce, reduce-scatter, all-gather) or pipelined chain (broadcast) over MPI_Isend/MPI_Irecv; thresholds: all-reduce %d KiB, reduce-scatter %d KiB, all-gather %d KiB, broadcast %d KiB); "+
+		"mpi-native: OpenMPI's collectives at every size; mpi-ring: the package's algorithms at every size; OpenMPI's defaults otherwise (vader shared memory, CMA single copy); "+
+		"shm, tcp: comm's transports (GP_COMM_BACKEND), all under the same mpirun; "+
+		"busbw = S/time x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter, all-gather), 1 (broadcast), S the whole buffer\n",
+		t["all-reduce"]>>10, t["reduce-scatter"]>>10, t["all-gather"]>>10, t["broadcast"]>>10)
+}
+
+// launch runs n ranks of op under mpirun with the backend's environment and returns rank
+// 0's rows.
+func launch(self, backend, op string, n int) ([]sample, error) {
+	args := []string{"--oversubscribe", "--bind-to", "none", "-np", strconv.Itoa(n)}
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
-	ring := "4194304"
-	if backend == "mpi-native" {
-		backend, ring = "mpi", "0"
+	env := []string{"OPENBLAS_NUM_THREADS=1", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo", "GP_RDZV_SECRET=bench-mpi"}
+	switch backend {
+	case "mpi-native":
+		env = append(env, "GP_COMM_BACKEND=mpi", mpi.RingBytesEnv+"=0")
+	case "mpi-ring":
+		env = append(env, "GP_COMM_BACKEND=mpi", mpi.RingBytesEnv+"=1")
+	default:
+		env = append(env, "GP_COMM_BACKEND="+backend)
 	}
-	env := []string{"GP_COMM_BACKEND=" + backend, mpi.RingBytesEnv + "=" + ring, "OPENBLAS_NUM_THREADS=1", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo",
-		"GP_RDZV_SECRET=bench-mpi"}
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		args = append(args, "-x", k)
 	}
-	args = append(args, self, "-worker", "-reps", strconv.Itoa(*reps), "-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes))
+	args = append(args, self, "-worker", "-op", op, "-reps", strconv.Itoa(*reps), "-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "mpirun", args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -187,37 +279,59 @@ func launch(self, backend string) ([]sample, error) {
 	return rows, nil
 }
 
-func worker() error {
+// busFactor is nccl-tests' busbw/algbw for op at world n.
+func busFactor(op string, n int) float64 {
+	switch op {
+	case "all-reduce":
+		return 2 * float64(n-1) / float64(n)
+	case "reduce-scatter", "all-gather":
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+func worker(op string) error {
 	ctx := context.Background()
 	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute))
 	if err != nil {
 		return err
 	}
 	defer g.Close(ctx)
-	n := g.Size()
+	n, r := g.Size(), g.Rank()
 	backend := comm.TransportOf(g)
 	if want := os.Getenv(comm.BackendEnv); backend != want {
 		return fmt.Errorf("asked for backend %s, got %s", want, backend)
 	}
-	for _, op := range []string{"all-reduce", "send-recv"} {
-		for _, sz := range sizes() {
-			buf := make(comm.F32, sz/4)
-			fn := func() error { return g.AllReduce(buf, comm.Sum).Wait(ctx) }
-			if op == "send-recv" {
-				fn = func() error { return pingPong(ctx, g, buf) }
-			}
-			lat, cpu, err := timeOp(ctx, g, fn, max(3, min(32, (64<<20)/sz)))
-			if err != nil {
-				return fmt.Errorf("%s of %d bytes: %w", op, sz, err)
-			}
-			bw := float64(sz) / lat * 2 * float64(n-1) / float64(n) / 1e9
-			if op == "send-recv" {
-				bw = float64(sz) / (lat / 2) / 1e9
-			}
-			if g.Rank() == 0 {
-				b, _ := json.Marshal(sample{Op: op, Backend: backend, World: n, Bytes: sz, Latency: lat, BusBW: bw, CPU: cpu})
-				fmt.Println(string(b))
-			}
+	for _, sz := range sizes() {
+		total := sz / 4
+		lo, hi := comm.ShardRange(total, n, r)
+		buf, shard := make(comm.F32, total), make(comm.F32, hi-lo)
+		var fn func() error
+		switch op {
+		case "all-reduce":
+			fn = func() error { return g.AllReduce(buf, comm.Sum).Wait(ctx) }
+		case "reduce-scatter":
+			fn = func() error { return g.ReduceScatter(shard, buf, comm.Sum).Wait(ctx) }
+		case "all-gather":
+			fn = func() error { return g.AllGather(buf, shard).Wait(ctx) }
+		case "broadcast":
+			fn = func() error { return g.Broadcast(buf, 0).Wait(ctx) }
+		case "send-recv":
+			fn = func() error { return pingPong(ctx, g, buf) }
+		default:
+			return fmt.Errorf("unknown op %q", op)
+		}
+		lat, cpu, err := timeOp(ctx, g, fn, max(3, min(32, (64<<20)/sz)))
+		if err != nil {
+			return fmt.Errorf("%s of %d bytes: %w", op, sz, err)
+		}
+		bw := float64(sz) / lat * busFactor(op, n) / 1e9
+		if op == "send-recv" {
+			bw = float64(sz) / (lat / 2) / 1e9
+		}
+		if r == 0 {
+			b, _ := json.Marshal(sample{Op: op, Backend: backend, World: n, Bytes: sz, Latency: lat, BusBW: bw, CPU: cpu})
+			fmt.Println(string(b))
 		}
 	}
 	return nil
