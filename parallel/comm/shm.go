@@ -33,7 +33,7 @@ func NewSHMGroup(ctx context.Context, st *Store, rank, size int, opts ...Option)
 }
 
 // Ring layout. Every ring has a control page (the producer's head, the consumer's tail and
-// the two futex words, each on its own cache line pair) followed by capacity bytes of data.
+// the two wait words, each on its own cache line pair) followed by capacity bytes of data.
 // head and tail count bytes since the start and stay multiples of 8, so payloads start
 // 8-aligned and every piece handed to a reduction holds whole elements.
 const (
@@ -58,6 +58,10 @@ type shmRing struct {
 	data           []byte
 	capacity, mask uint64
 	pos            uint64 // the owner's cursor: head for the producer, tail for the consumer
+	// peer is the rank at the ring's other end; waitID names this rank's wait word of the
+	// ring (cwait for a ring it consumes, pwait for one it produces into) among its bells,
+	// wakeID the peer's word among the peer's (see shmBells).
+	peer, waitID, wakeID int
 }
 
 func newSHMRing(mem []byte) *shmRing {
@@ -92,6 +96,8 @@ type shmTransport struct {
 	// zero-copy all-reduce and before it says so; an error ends the all-reduce there.
 	zeroCopyReduced func() error
 
+	bells shmBells
+
 	raceToken byte // see shm_race.go
 	aborted   atomic.Bool
 	mu        sync.RWMutex // guards the mappings against a late abort during Close
@@ -101,9 +107,16 @@ type shmTransport struct {
 func round8(n uint64) uint64 { return (n + 7) &^ 7 }
 
 // wait returns once ready() holds, or fails when the transport aborts. It spins briefly
-// (a frame usually follows within microseconds), then yields, then sleeps on the futex word,
-// which the other side wakes after publishing. The sleep is bounded, so even a lost wake-up
-// only delays; aborts wake every word at once.
+// (a frame usually follows within microseconds), then yields, then sleeps until the other
+// side, after publishing, rings this rank's bell for word (id names word among the bells;
+// see shmBells). The sleep is bounded, so even a lost wake-up only delays; aborts wake every
+// waiter at once.
+//
+// The sleep parks the goroutine on a channel, fed by the goroutine that reads the bell
+// through the netpoller, so a rank's only P (GOMAXPROCS=1) goes on running the compute while
+// the communication waits. A futex wait held the P in the system call until the runtime's
+// monitor took it back (20 µs to 10 ms later), and the compute stood still meanwhile: 3-9 ms
+// a resnet18 step in Go execution traces of bench/ddp.
 //
 // small says the frame waited for is a small one (at most the small-message threshold):
 // then each yield, after runtime.Gosched has let this process's own goroutines run, also
@@ -113,7 +126,7 @@ func round8(n uint64) uint64 { return (n + 7) &^ 7 }
 // Large frames (ring chunks) keep runtime.Gosched alone: OS yields slowed large messages
 // down, and a sched_yield without the Gosched first, which holds this process's P, made the
 // 64-256 KiB all-reduce at world 4 about five times slower.
-func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
+func (t *shmTransport) wait(word *uint32, id int, small bool, ready func() bool) error {
 	for i := 0; ; i++ {
 		if ready() {
 			return nil
@@ -129,6 +142,11 @@ func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
 				osYield()
 			}
 		default:
+			ch := t.bells.waiters[id]
+			select { // a ring that came after an earlier sleep had timed out
+			case <-ch:
+			default:
+			}
 			atomic.StoreUint32(word, 1)
 			if ready() {
 				atomic.StoreUint32(word, 0)
@@ -137,7 +155,12 @@ func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
 			if t.aborted.Load() {
 				return t.tcpTransport.err
 			}
-			futexWait(word, 1, 50*time.Millisecond)
+			tm := time.NewTimer(shmSleep)
+			select {
+			case <-ch:
+			case <-tm.C:
+			}
+			tm.Stop()
 		}
 	}
 }
@@ -145,12 +168,13 @@ func (t *shmTransport) wait(word *uint32, small bool, ready func() bool) error {
 const (
 	shmSpin  = 200
 	shmYield = 50
+	shmSleep = 50 * time.Millisecond // the longest sleep before checking again
 )
 
-func wake(word *uint32) {
-	if atomic.LoadUint32(word) != 0 {
-		atomic.StoreUint32(word, 0)
-		futexWake(word)
+// wake rings peer's bell for its word id when the peer sleeps on word.
+func (t *shmTransport) wake(word *uint32, peer, id int) {
+	if atomic.LoadUint32(word) != 0 && atomic.SwapUint32(word, 0) != 0 {
+		t.bells.ring(peer, id)
 	}
 }
 
@@ -158,7 +182,7 @@ func wake(word *uint32) {
 func (t *shmTransport) write(r *shmRing, small bool, src []byte) error {
 	for len(src) > 0 {
 		var free uint64
-		if err := t.wait(r.pwait, small, func() bool {
+		if err := t.wait(r.pwait, r.waitID, small, func() bool {
 			free = r.capacity - (r.pos - atomic.LoadUint64(r.tail))
 			return free > 0
 		}); err != nil {
@@ -171,7 +195,7 @@ func (t *shmTransport) write(r *shmRing, small bool, src []byte) error {
 		r.pos += round8(n)
 		t.raceRelease()
 		atomic.StoreUint64(r.head, r.pos)
-		wake(r.cwait)
+		t.wake(r.cwait, r.peer, r.wakeID)
 	}
 	return nil
 }
@@ -181,7 +205,7 @@ func (t *shmTransport) write(r *shmRing, small bool, src []byte) error {
 func (t *shmTransport) read(r *shmRing, small bool, n int, fn func(off int, p []byte)) error {
 	for done := 0; done < n; {
 		var avail uint64
-		if err := t.wait(r.cwait, small, func() bool {
+		if err := t.wait(r.cwait, r.waitID, small, func() bool {
 			avail = atomic.LoadUint64(r.head) - r.pos
 			return avail > 0
 		}); err != nil {
@@ -194,7 +218,7 @@ func (t *shmTransport) read(r *shmRing, small bool, n int, fn func(off int, p []
 		done += int(m)
 		r.pos += round8(m)
 		atomic.StoreUint64(r.tail, r.pos)
-		wake(r.pwait)
+		t.wake(r.pwait, r.peer, r.wakeID)
 	}
 	return nil
 }
@@ -257,20 +281,10 @@ func (t *shmTransport) wakeAll() {
 	if t.unmapped {
 		return
 	}
-	if s := t.own; s != nil {
-		atomic.StoreUint32(s.word, 0)
-		futexWake(s.word)
-	}
-	for p := range t.in {
-		for s := range t.in[p] {
-			if r := t.in[p][s]; r != nil {
-				atomic.StoreUint32(r.cwait, 0)
-				futexWake(r.cwait)
-			}
-			if r := t.out[p][s]; r != nil {
-				atomic.StoreUint32(r.pwait, 0)
-				futexWake(r.pwait)
-			}
+	for _, ch := range t.bells.waiters {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -292,6 +306,7 @@ func (t *shmTransport) unmap() {
 		syscall.Munmap(m)
 	}
 	t.maps = nil
+	t.bells.close()
 }
 
 // dialSHM sets up the rings through the store, then the TCP control connections. Each rank
@@ -372,6 +387,7 @@ func shmRings(ctx context.Context, st *Store, ns string, rank, size int, cfg con
 			syscall.Unlink(name)
 			unlinked = true
 		}
+		t.bells.unlink()
 	}
 	defer unlink()
 	fail := func(err error) (*shmTransport, error, error) {
@@ -380,6 +396,9 @@ func shmRings(ctx context.Context, st *Store, ns string, rank, size int, cfg con
 	}
 	if cerr == nil {
 		t.maps = append(t.maps, mem)
+		cerr = t.bells.create(bellName(name), size, k)
+	}
+	if cerr == nil {
 		if staging {
 			t.stages[rank] = newSHMStage(mem[ringsSize:], slotBytes)
 			t.own = t.stages[rank]
@@ -388,7 +407,9 @@ func shmRings(ctx context.Context, st *Store, ns string, rank, size int, cfg con
 			if p != rank {
 				for s := range k {
 					i := slot(p, rank) + s
-					t.in[p][s] = newSHMRing(mem[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
+					r := newSHMRing(mem[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
+					r.peer, r.waitID, r.wakeID = p, ringWaitID(k, p, s), producerWaitID(size, k, rank, s)
+					t.in[p][s] = r
 				}
 			}
 		}
@@ -428,12 +449,18 @@ func shmRings(ctx context.Context, st *Store, ns string, rank, size int, cfg con
 			continue
 		}
 		t.maps = append(t.maps, pm)
+		if err := t.bells.open(p, bellName(string(v))); err != nil {
+			problem = fmt.Errorf("rank %d: %w", rank, err)
+			continue
+		}
 		if staging {
 			t.stages[p] = newSHMStage(pm[ringsSize:], slotBytes)
 		}
 		for s := range k {
 			i := slot(rank, p) + s
-			t.out[p][s] = newSHMRing(pm[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
+			r := newSHMRing(pm[i*(shmCtl+ring) : (i+1)*(shmCtl+ring)])
+			r.peer, r.waitID, r.wakeID = p, producerWaitID(size, k, p, s), ringWaitID(k, rank, s)
+			t.out[p][s] = r
 		}
 	}
 	if len(missing) > 0 {
@@ -507,15 +534,8 @@ func openSHM(name string, size int) ([]byte, error) {
 	return syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 }
 
-func futexWait(word *uint32, val uint32, d time.Duration) {
-	ts := syscall.NsecToTimespec(int64(d))
-	// FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word is shared with other processes.
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 0, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-func futexWake(word *uint32) {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 1, 1<<30, 0, 0, 0)
-}
+// bellName is the name of the bell that goes with the ring file name (see shmBells).
+func bellName(name string) string { return name + "-bell" }
 
 // osYield gives the core to another thread of any process (sched_yield).
 func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }

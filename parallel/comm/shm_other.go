@@ -15,7 +15,7 @@ const (
 
 var errNoSHM = errors.New("shared-memory transport: only on Linux")
 
-// NewSHMGroup needs Linux (futexes on /dev/shm); elsewhere it fails.
+// NewSHMGroup needs Linux (rings in /dev/shm, named pipes as bells); elsewhere it fails.
 func NewSHMGroup(ctx context.Context, st *Store, rank, size int, opts ...Option) (Group, error) {
 	return nil, fmt.Errorf("rank %d: %w", rank, errNoSHM)
 }

@@ -383,7 +383,7 @@ func (t *shmTransport) waitStage(counter func(*shmStage) *uint64, v uint64, rank
 // on this rank's staging word, which every publish wakes. Its yields go to the OS, as those
 // of small frames: the peer that will publish is often waiting for this core.
 func (t *shmTransport) waitStaged(ready func() bool) error {
-	return t.wait(t.own.word, true, ready)
+	return t.wait(t.own.word, stageWaitID(t.size, t.k), true, ready)
 }
 
 // publish stores v into this rank's counter c and wakes the peers that sleep.
@@ -391,7 +391,7 @@ func (t *shmTransport) publish(c *uint64, v uint64) {
 	atomic.StoreUint64(c, v)
 	for p, s := range t.stages {
 		if p != t.rank {
-			wake(s.word)
+			t.wake(s.word, p, stageWaitID(t.size, t.k))
 		}
 	}
 }

@@ -127,6 +127,10 @@ func (p *Program) run(ctx context.Context, done func(*Bucket) error) error {
 	return d.finish(ctx, runErr, done)
 }
 
+// stepPiece is the number of elements the ranged update does between yields to the
+// communication: 1 MiB of parameters, a few tenths of a millisecond of SGD or Adam.
+const stepPiece = 1 << 18
+
 // RangedOptimizer is an optimizer that can apply one step in pieces (optim.SGD, optim.Adam
 // and AdamW implement it; see optim.Ranged): RunStep then updates each bucket's parameters
 // as soon as that bucket's all-reduce has completed, while the later buckets are still
@@ -185,8 +189,16 @@ func (p *Program) rangedStep(ctx context.Context, r RangedOptimizer) error {
 			}
 			began = true
 		}
-		if err := r.StepGrads(b.Grad); err != nil {
-			return fmt.Errorf("ddp: rank %d: optimizer step on %s: %w", d.rank, b, err)
+		// In pieces, yielding between them to reductions still under way (Note [Yielding to
+		// communication]); pieces give the same bits (optim.Ranged).
+		for g := b.Grad; len(g) > 0; {
+			n := min(len(g), stepPiece)
+			if err := r.StepGrads(g[:n]); err != nil {
+				return fmt.Errorf("ddp: rank %d: optimizer step on %s: %w", d.rank, b, err)
+			}
+			if g = g[n:]; len(g) > 0 {
+				d.yieldToComm()
+			}
 		}
 		return nil
 	}
