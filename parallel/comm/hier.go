@@ -47,13 +47,18 @@ const hierPieceChunks = 4
 
 // hierarchy is the state of a hierarchical group (see Note [Hierarchical collectives]).
 type hierarchy struct {
-	first   []int     // first[h]: the lowest rank of host h; first[hosts] = world size
-	host    int       // this rank's host
-	localT  Transport // this host's ranks (shared memory), nil when alone on its host
-	local   *group    // sub-group over localT
-	view    *viewTransport
-	inter   *group // sub-group over view: one rank per host, nil with one host
+	first  []int     // first[h]: the lowest rank of host h; first[hosts] = world size
+	host   int       // this rank's host
+	localT Transport // this host's ranks (shared memory), nil when alone on its host
+	local  *group    // sub-group over localT
+	view   *viewTransport
+	inter  *group // sub-group over view: one rank per host, nil with one host
+	// lanes[s] is the leaders' sub-group over stream s alone: the pipeline's inter stage
+	// runs piece j on lane j mod len(lanes), so that one lane's ring sends while another's
+	// waits for a reduction or the stage before it (see Note [Hierarchical collectives]).
+	lanes   []*group
 	leaders []int
+	single  bool // every host has one rank: no pipeline, the leaders' ring runs on the whole buffer
 }
 
 // attachHier makes g run its collectives hierarchically over hosts first (see hierarchy),
@@ -74,7 +79,12 @@ func (g *group) attachHier(first []int, local Transport) {
 	if len(hr.leaders) > 1 {
 		hr.view = &viewTransport{t: g.t, rank: hr.host, ranks: hr.leaders}
 		hr.inter = g.sub(hr.view, hr.leaders)
+		for s := range g.t.Streams() {
+			v := &viewTransport{t: g.t, rank: hr.host, ranks: hr.leaders, streams: []int{s}}
+			hr.lanes = append(hr.lanes, g.sub(v, hr.leaders))
+		}
 	}
+	hr.single = len(first)-1 == g.size
 	g.hier = hr
 }
 
@@ -122,9 +132,24 @@ func (hr *hierarchy) run(g *group, w *work, h *Header) error {
 
 // pieces is the number of pipeline pieces of count elements of es bytes (at least one, so
 // that every stage exchanges a header even for an empty buffer) and the elements per piece.
+// With one rank on every host there is nothing to overlap the network with: one piece, so
+// that the leaders' ring streams the whole buffer over every stream, as the flat ring does.
 func (hr *hierarchy) pieces(g *group, count, es int) (n, per int) {
+	if hr.single {
+		return 1, max(1, count)
+	}
 	per = max(1, hierPieceChunks*g.cfg.chunkBytes/es)
 	return max(1, (count+per-1)/per), per
+}
+
+// interStage is the inter-host stage of a pipeline of np pieces that runs fn(ig, j) for
+// piece j: on the leaders' group over all streams when there is one piece, else on lane j
+// mod lanes (one stream each), the lanes concurrently.
+func (hr *hierarchy) interStage(np int, fn func(ig *group, j int) error) stage {
+	if np == 1 {
+		return stage{run: func(j int) error { return fn(hr.inter, j) }}
+	}
+	return stage{lanes: len(hr.lanes), run: func(j int) error { return fn(hr.lanes[j%len(hr.lanes)], j) }}
 }
 
 // hostRange is the element range of host h's shards of count elements over n ranks.
@@ -150,33 +175,51 @@ func chunked(g *group, lo, hi int, fn func(c, e int) error) error {
 	}
 }
 
-// pipeline runs stages over pieces 0..n-1: each stage on its own goroutine, taking piece j
-// once the stage before it has finished piece j. nil stages are left out.
-func (g *group) pipeline(n int, stages ...func(j int) error) error {
+// stage is one stage of a pipeline: run(j) for every piece j. Its pieces run in order on
+// one goroutine, or with lanes > 1 on that many goroutines, lane l taking pieces l, l+lanes,
+// ... in order (run must then keep the lanes' pieces apart, as interStage does).
+type stage struct {
+	run   func(j int) error
+	lanes int
+}
+
+// stageOf is the one-lane stage of fn (a stage left out of the pipeline when fn is nil).
+func stageOf(fn func(j int) error) stage { return stage{run: fn} }
+
+// pipeline runs stages over pieces 0..n-1: each stage on its own goroutines (see stage),
+// taking piece j once the stage before it has finished piece j. Stages with a nil run are
+// left out.
+func (g *group) pipeline(n int, stages ...stage) error {
 	var fns []func() error
-	var prev chan int
+	var prev []chan struct{}
 	for _, st := range stages {
-		if st == nil {
+		if st.run == nil {
 			continue
 		}
-		in, out := prev, make(chan int, n)
-		prev = out
-		fns = append(fns, func() error {
-			for j := range n {
-				if in != nil {
-					select {
-					case <-in:
-					case <-g.dead:
-						return g.failure()
+		in, done := prev, make([]chan struct{}, n)
+		for j := range done {
+			done[j] = make(chan struct{})
+		}
+		prev = done
+		lanes := max(1, min(st.lanes, n))
+		for l := range lanes {
+			fns = append(fns, func() error {
+				for j := l; j < n; j += lanes {
+					if in != nil {
+						select {
+						case <-in[j]:
+						case <-g.dead:
+							return g.failure()
+						}
 					}
+					if err := st.run(j); err != nil {
+						return err
+					}
+					close(done[j])
 				}
-				if err := st(j); err != nil {
-					return err
-				}
-				out <- j
-			}
-			return nil
-		})
+				return nil
+			})
+		}
 	}
 	if len(fns) == 0 {
 		return nil
@@ -190,10 +233,11 @@ func (hr *hierarchy) allReduce(g *group, h *Header, dt DType, op Op, count int, 
 	np, per := hr.pieces(g, count, es)
 	piece := func(j int) (int, int) { return j * per, min(count, (j+1)*per) }
 	lg, ig := hr.local, hr.inter
-	var up, inter, down func(j int) error
+	var up, down func(j int) error
+	var inter stage
 	if ig != nil && lg.leader() {
 		hr.view.ranks, ig.ranks = hr.leaders, hr.leaders
-		inter = func(j int) error {
+		inter = hr.interStage(np, func(ig *group, j int) error {
 			a, z := piece(j)
 			p, m := b[a*es:z*es], z-a
 			if len(p)*(ig.size-1) <= g.cfg.smallBytes || m < ig.size {
@@ -209,7 +253,7 @@ func (hr *hierarchy) allReduce(g *group, h *Header, dt DType, op Op, count int, 
 					}
 					return nil
 				})
-		}
+		})
 	}
 	if lg != nil {
 		tmp := lg.tmpBytes(0, g.cfg.chunkBytes)
@@ -237,7 +281,7 @@ func (hr *hierarchy) allReduce(g *group, h *Header, dt DType, op Op, count int, 
 			}
 		}
 	}
-	return g.pipeline(np, up, inter, down)
+	return g.pipeline(np, stageOf(up), inter, stageOf(down))
 }
 
 // reduceScatter: see Note [Hierarchical collectives]. The leader reduces into the group's
@@ -262,11 +306,13 @@ func (hr *hierarchy) reduceScatter(g *group, h *Header, dt DType, op Op, count i
 	}
 	if lg == nil || lg.rank == 0 {
 		acc := g.scratchBytes(len(src))
-		var up, inter func(j int) error
+		var up func(j int) error
+		var inter stage
+		// own is what the ring adds to what it receives and sends first: this host's sum,
+		// which is src itself when the rank is alone on its host.
+		own := acc
 		if lg == nil {
-			up = func(j int) error {
-				return eachRange(j, func(lo, hi int) error { copy(acc[lo*es:hi*es], src[lo*es:hi*es]); return nil })
-			}
+			own = src
 		} else {
 			tmp := lg.tmpBytes(0, g.cfg.chunkBytes)
 			up = func(j int) error {
@@ -288,14 +334,21 @@ func (hr *hierarchy) reduceScatter(g *group, h *Header, dt DType, op Op, count i
 		}
 		if ig != nil {
 			hr.view.ranks, ig.ranks = hr.leaders, hr.leaders
-			inter = func(j int) error {
+			inter = hr.interStage(np, func(ig *group, j int) error {
 				ig.segs = func(seg int) (int, int) { return hr.hostPiece(count, n, np, seg, j) }
 				defer func() { ig.segs = nil }()
 				return ig.ring(h, dt, op, count, 0, ig.size-2,
-					func(int) []byte { return acc },
+					func(t int) []byte {
+						if t == 0 {
+							return own
+						}
+						return acc
+					},
 					func(int) ([]byte, int) { return acc, 0 },
-					func(int) []byte { return acc })
-			}
+					func(int) []byte { return own })
+			})
+		} else if lg == nil {
+			copy(acc, src) // one host of one rank: nothing to reduce
 		}
 		down := func(j int) error {
 			s0, s1 := hr.hostPiece(count, n, np, hr.host, j)
@@ -315,7 +368,7 @@ func (hr *hierarchy) reduceScatter(g *group, h *Header, dt DType, op Op, count i
 			}
 			return nil
 		}
-		return g.pipeline(np, up, inter, down)
+		return g.pipeline(np, stageOf(up), inter, stageOf(down))
 	}
 	up := func(j int) error {
 		return eachRange(j, func(lo, hi int) error {
@@ -330,7 +383,7 @@ func (hr *hierarchy) reduceScatter(g *group, h *Header, dt DType, op Op, count i
 		}
 		return chunked(g, (lo-mlo)*es, (hi-mlo)*es, func(c, e int) error { return lg.recv(0, 0, h, dst[c:e]) })
 	}
-	return g.pipeline(np, up, down)
+	return g.pipeline(np, stageOf(up), stageOf(down))
 }
 
 // hostPiece is host h's slice of pipeline piece j of np: the j-th of np near-equal slices of
@@ -372,9 +425,10 @@ func (hr *hierarchy) allGather(g *group, h *Header, dt DType, count int, dst, sr
 		down := func(j int) error {
 			return whole(j, func(c, e int) error { return lg.recv(0, 0, h, dst[c:e]) })
 		}
-		return g.pipeline(np, up, down)
+		return g.pipeline(np, stageOf(up), stageOf(down))
 	}
-	var up, inter, down func(j int) error
+	var up, down func(j int) error
+	var inter stage
 	if lg != nil {
 		up = func(j int) error {
 			s0, s1 := hr.hostPiece(count, n, np, hr.host, j)
@@ -401,7 +455,7 @@ func (hr *hierarchy) allGather(g *group, h *Header, dt DType, count int, dst, sr
 	}
 	if ig != nil {
 		hr.view.ranks, ig.ranks = hr.leaders, hr.leaders
-		inter = func(j int) error {
+		inter = hr.interStage(np, func(ig *group, j int) error {
 			ig.segs = func(seg int) (int, int) { return hr.hostPiece(count, n, np, seg, j) }
 			defer func() { ig.segs = nil }()
 			m := ig.size
@@ -409,9 +463,9 @@ func (hr *hierarchy) allGather(g *group, h *Header, dt DType, count int, dst, sr
 				func(int) []byte { return dst },
 				func(int) ([]byte, int) { return dst, 0 },
 				func(int) []byte { return nil })
-		}
+		})
 	}
-	return g.pipeline(np, up, inter, down)
+	return g.pipeline(np, stageOf(up), inter, stageOf(down))
 }
 
 // broadcast: see Note [Hierarchical collectives].
@@ -460,7 +514,7 @@ func (hr *hierarchy) broadcast(g *group, h *Header, root, count, es int, b []byt
 			}
 		}
 	}
-	return g.pipeline(np, inter, down)
+	return g.pipeline(np, stageOf(inter), stageOf(down))
 }
 
 // leader reports whether this rank leads its host (nil: alone on its host, so it does).
@@ -482,19 +536,31 @@ func (g *group) sendDown(h *Header, b []byte, lo, hi int) error {
 // viewTransport is the transport among some ranks of another: rank i of the view is rank
 // ranks[i] of t. Streams, aborts and messages are t's.
 type viewTransport struct {
-	t     Transport
-	rank  int
-	ranks []int
+	t       Transport
+	rank    int
+	ranks   []int
+	streams []int // stream s of the view is streams[s] of t; nil: all of t's
 }
 
-func (v *viewTransport) Rank() int    { return v.rank }
-func (v *viewTransport) Size() int    { return len(v.ranks) }
-func (v *viewTransport) Streams() int { return v.t.Streams() }
+func (v *viewTransport) Rank() int { return v.rank }
+func (v *viewTransport) Size() int { return len(v.ranks) }
+func (v *viewTransport) Streams() int {
+	if v.streams != nil {
+		return len(v.streams)
+	}
+	return v.t.Streams()
+}
+func (v *viewTransport) stream(s int) int {
+	if v.streams != nil {
+		return v.streams[s]
+	}
+	return s
+}
 func (v *viewTransport) Send(peer, s int, h *Header, b []byte) error {
-	return v.t.Send(v.ranks[peer], s, h, b)
+	return v.t.Send(v.ranks[peer], v.stream(s), h, b)
 }
 func (v *viewTransport) Recv(peer, s int, h *Header, b []byte) error {
-	return v.t.Recv(v.ranks[peer], s, h, b)
+	return v.t.Recv(v.ranks[peer], v.stream(s), h, b)
 }
 func (v *viewTransport) SendMsg(ctx context.Context, peer int, tag int64, b []byte) error {
 	return v.t.SendMsg(ctx, v.ranks[peer], tag, b)
