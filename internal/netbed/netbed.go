@@ -6,7 +6,9 @@
 //
 // Faults for tests: SetLink and DeleteLink cut a host off, Loss drops a share of its packets.
 // Where the kernel has no netem (as on the machines this was built on: no netem, no gact,
-// no nft queue) loss is made with nftables and there is no way in the kernel to add delay.
+// no fq, no nft queue) loss is made with nftables, the rate with tbf, and the delay in
+// userspace: iptables' NFQUEUE holds each packet arriving at a host until this process
+// accepts it, delay later (see Note [Delay without netem] in hold_linux.go).
 //
 // Safety: addresses (10.213.0.0/24) exist only on interfaces inside the namespaces the bed
 // created, so traffic between hosts never leaves them. Namespaces are named
@@ -31,8 +33,10 @@ var ErrUnavailable = errors.New("netbed: unavailable")
 type Link struct {
 	// Rate in tc's syntax ("1gbit", "10gbit"); "" leaves the link unshaped.
 	Rate string
-	// Delay is the one-way delay added to each host's outgoing packets (netem). Kernels
-	// without netem (some containers) get the rate alone; Bed.Shaping says which.
+	// Delay is the one-way delay added to every packet between two hosts: by netem on the
+	// sender's link, or, in kernels without netem, by a userspace holder in the process
+	// that created the bed, on the receiver's side (it needs iptables and the kernel's
+	// NFQUEUE target). Bed.Shaping says which.
 	Delay time.Duration
 }
 
@@ -40,10 +44,17 @@ type Link struct {
 type Bed struct {
 	prefix string
 	ns     []string // [0]: the switch, then the hosts
-	// Shaping describes the qdisc each link got ("netem delay 500us rate 1gbit", "tbf rate
-	// 1gbit (no netem: no delay)", "none").
+	// Shaping describes what each link got ("netem delay 500us rate 1gbit", "tbf rate 1gbit
+	// + userspace NFQUEUE delay 500us on each host's ingress", "none").
 	Shaping string
+
+	hold     *holder       // the userspace delay (nil with netem or no delay)
+	delayCPU time.Duration // CPU the holder used, set by Close
 }
+
+// DelayCPU is the CPU time the userspace delay (the NFQUEUE holder process) used over the
+// bed's life: valid after Close; 0 with netem or without delay.
+func (b *Bed) DelayCPU() time.Duration { return b.delayCPU }
 
 // Hosts is the number of hosts.
 func (b *Bed) Hosts() int { return len(b.ns) - 1 }

@@ -85,20 +85,53 @@ func (b *Bed) wire(ctx context.Context, hosts int, link Link) error {
 	if link.Rate == "" && link.Delay == 0 {
 		return nil
 	}
+	hold := false
 	for i := range hosts {
-		if err := b.shape(ctx, b.Namespace(i), "eth0", link, true); err != nil {
+		noNetem, err := b.shape(ctx, b.Namespace(i), "eth0", link, true)
+		if err != nil {
 			return err
 		}
-		if err := b.shape(ctx, sw, "p"+strconv.Itoa(i), link, false); err != nil {
+		hold = hold || noNetem && link.Delay > 0
+		if _, err := b.shape(ctx, sw, "p"+strconv.Itoa(i), link, false); err != nil {
 			return err
 		}
+	}
+	if hold {
+		return b.holdAll(ctx, link)
 	}
 	return nil
 }
 
+// holdAll delays the packets arriving at every host by link.Delay in userspace (Note
+// [Delay without netem]): the holder process, then in each host the rule that feeds it.
+func (b *Bed) holdAll(ctx context.Context, link Link) error {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return fmt.Errorf("%w: delay %v without netem needs iptables (NFQUEUE); install iptables", ErrUnavailable, link.Delay)
+	}
+	var err error
+	if b.hold, err = startHolder(ctx, b.ns[1:], link.Delay); err != nil {
+		return fmt.Errorf("%w: delay without netem: %w", ErrUnavailable, err)
+	}
+	for i := range b.Hosts() {
+		if err := run(ctx, "ip", "netns", "exec", b.Namespace(i), "iptables", "-w", "-t", "mangle", "-A", "PREROUTING",
+			"-i", "eth0", "-j", "NFQUEUE", "--queue-num", "0"); err != nil {
+			return fmt.Errorf("%w: delay without netem: %w", ErrUnavailable, err)
+		}
+	}
+	tbf := b.Shaping
+	if tbf == "none" {
+		tbf = ""
+	} else {
+		tbf += " + "
+	}
+	b.Shaping = fmt.Sprintf("%suserspace NFQUEUE delay %v on each host's ingress", tbf, link.Delay)
+	return nil
+}
+
 // shape puts link's qdisc on dev in ns: netem (delay on the host's side only, so that a
-// packet is delayed once; rate on both) or, where the kernel has no netem, tbf for the rate.
-func (b *Bed) shape(ctx context.Context, ns, dev string, link Link, host bool) error {
+// packet is delayed once; rate on both) or, where the kernel has no netem, tbf for the rate
+// (noNetem true: the caller adds the delay).
+func (b *Bed) shape(ctx context.Context, ns, dev string, link Link, host bool) (noNetem bool, err error) {
 	netem := []string{"netem"}
 	if host && link.Delay > 0 {
 		netem = append(netem, "delay", fmt.Sprintf("%dus", link.Delay.Microseconds()))
@@ -107,32 +140,32 @@ func (b *Bed) shape(ctx context.Context, ns, dev string, link Link, host bool) e
 		netem = append(netem, "rate", link.Rate)
 	}
 	if len(netem) == 1 {
-		return nil
+		return false, nil
 	}
 	netem = append(netem, "limit", "100000")
-	err := run(ctx, "tc", append([]string{"-n", ns, "qdisc", "add", "dev", dev, "root"}, netem...)...)
+	err = run(ctx, "tc", append([]string{"-n", ns, "qdisc", "add", "dev", dev, "root"}, netem...)...)
 	if err == nil {
 		b.Shaping = strings.Join(netem[:len(netem)-2], " ")
-		return nil
+		return false, nil
 	}
-	if !strings.Contains(err.Error(), "unknown") || link.Rate == "" {
-		return err
+	if !strings.Contains(err.Error(), "unknown") {
+		return false, err
+	}
+	if link.Rate == "" {
+		return true, nil
 	}
 	bps, perr := rateBits(link.Rate)
 	if perr != nil {
-		return perr
+		return true, perr
 	}
 	// A burst of 4 ms of traffic (at least 256 KiB, for 64 KiB segments), a queue of 50 ms.
 	burst := max(256<<10, bps/8/250)
 	if err := run(ctx, "tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", link.Rate,
 		"burst", strconv.FormatInt(burst, 10), "latency", "50ms"); err != nil {
-		return err
+		return true, err
 	}
 	b.Shaping = "tbf rate " + link.Rate
-	if link.Delay > 0 {
-		b.Shaping += " (no netem in this kernel: no delay)"
-	}
-	return nil
+	return true, nil
 }
 
 // rateBits parses tc's rate syntax (bit, kbit, mbit, gbit) into bits per second.
@@ -152,12 +185,19 @@ func rateBits(s string) (int64, error) {
 	return 0, fmt.Errorf("netbed: rate %q: want a number and bit, kbit, mbit or gbit", s)
 }
 
-// Close kills the processes still inside the bed's namespaces and deletes the namespaces
-// (their veths and qdiscs go with them).
+// Close stops the delay holders, kills the processes still inside the bed's namespaces and
+// deletes the namespaces (their veths, qdiscs and rules go with them).
 func (b *Bed) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var errs []error
+	if b.hold != nil {
+		cpu, err := b.hold.stop()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		b.delayCPU, b.hold = cpu, nil
+	}
 	for _, ns := range b.ns {
 		if err := removeNS(ctx, ns); err != nil {
 			errs = append(errs, err)

@@ -5,12 +5,15 @@ package netbed
 import (
 	"context"
 	"fmt"
+	"net"
 )
 
 // Create needs Linux network namespaces.
 func Create(ctx context.Context, hosts int, link Link) (*Bed, error) {
 	return nil, fmt.Errorf("%w: network namespaces are Linux only", ErrUnavailable)
 }
+
+type holder struct{}
 
 // Close removes the bed.
 func (b *Bed) Close() error { return nil }
@@ -26,3 +29,11 @@ func (b *Bed) Loss(ctx context.Context, i int, p float64) error { return ErrUnav
 
 // Dropped needs Linux.
 func (b *Bed) Dropped(ctx context.Context, i int) (int64, error) { return 0, ErrUnavailable }
+
+// Listen needs Linux.
+func (b *Bed) Listen(i, port int) (net.Listener, error) { return nil, ErrUnavailable }
+
+// Dial needs Linux.
+func (b *Bed) Dial(ctx context.Context, i int, addr string) (net.Conn, error) {
+	return nil, ErrUnavailable
+}

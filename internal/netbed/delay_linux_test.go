@@ -1,0 +1,245 @@
+package netbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rttBound is how much a median round trip through the userspace delay may exceed twice
+// the one-way delay. Each direction is late by the holder's wake-up after the packet's
+// due time (SCHED_FIFO, timer slack 1 ns: measured median 46 µs, p90 80 µs, on this
+// project's 2-vCPU VM at load average 9, bench/results/netbed-delay-log.txt), plus the
+// ping-pong's own wake-ups (median 19-25 µs without any delay); 1 ms leaves room for a
+// loaded machine while a delay applied twice per direction (+2 ms) or netem-free links
+// ignoring it (-2 ms) still fail.
+const rttBound = time.Millisecond
+
+// With a one-way delay, no round trip is shorter than twice the delay (packets are never
+// released early) and the median is within rttBound of it; without, it is far below.
+func TestDelayRTT(t *testing.T) {
+	for _, c := range []struct {
+		link Link
+		min  time.Duration // every round trip at least
+		max  time.Duration // the median below
+	}{
+		{Link{Rate: "1gbit"}, 0, time.Millisecond},
+		{Link{Rate: "1gbit", Delay: time.Millisecond}, 2 * time.Millisecond, 2*time.Millisecond + rttBound},
+		{Link{Delay: time.Millisecond}, 2 * time.Millisecond, 2*time.Millisecond + rttBound},
+	} {
+		t.Run(fmt.Sprintf("%s/%v", c.link.Rate, c.link.Delay), func(t *testing.T) {
+			b := New(t, 2, c.link)
+			r := pingPong(t, b, 200)
+			t.Logf("%s: RTT min %v median %v p90 %v max %v", b.Shaping, r[0], r[len(r)/2], r[len(r)*9/10], r[len(r)-1])
+			if r[0] < c.min {
+				t.Errorf("shortest round trip %v, want at least %v (twice the delay)", r[0], c.min)
+			}
+			if med := r[len(r)/2]; med >= c.max {
+				t.Errorf("median round trip %v, want below %v", med, c.max)
+			}
+		})
+	}
+}
+
+// The faults act on a delayed link as on a plain one: a link set down stops the ping-pong,
+// set up again it resumes; Loss drops every packet and counts them. Close then leaves no
+// namespace and no holder process.
+func TestDelayFaultsAndClose(t *testing.T) {
+	b := New(t, 2, Link{Rate: "1gbit", Delay: 500 * time.Microsecond})
+	if b.hold == nil {
+		t.Skipf("no userspace delay here (%s)", b.Shaping)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := b.Listen(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	c, err := b.Dial(ctx, 0, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// ping sends one byte and waits up to d for it to come back.
+	ping := func(d time.Duration) error {
+		c.SetDeadline(time.Now().Add(d))
+		one := []byte{1}
+		if _, err := c.Write(one); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, one)
+		return err
+	}
+	if err := ping(5 * time.Second); err != nil {
+		t.Fatalf("before the faults: %v", err)
+	}
+	if err := b.SetLink(ctx, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(300 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("link down: ping got %v, want a timeout", err)
+	}
+	if err := b.SetLink(ctx, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	// TCP retransmits the lost byte (and the second one) once the link is back.
+	if err := ping(10 * time.Second); err != nil {
+		t.Fatalf("link up again: %v", err)
+	}
+	if _, err := io.ReadFull(c, []byte{0}); err != nil {
+		t.Fatalf("link up again, the byte sent while it was down: %v", err)
+	}
+	if err := b.Loss(ctx, 0, 1); errors.Is(err, ErrUnavailable) {
+		t.Log(err)
+	} else if err != nil {
+		t.Fatal(err)
+	} else {
+		if err := ping(300 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("loss 1: ping got %v, want a timeout", err)
+		}
+		if n, err := b.Dropped(ctx, 0); err != nil || n == 0 {
+			t.Fatalf("loss 1: dropped %d, %v; want some", n, err)
+		}
+	}
+	pid := b.hold.cmd.Process.Pid
+	ns := b.Namespace(1)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("holder process %d still runs after Close", pid)
+	}
+	if _, err := os.Stat("/run/netns/" + ns); err == nil {
+		t.Errorf("%s still exists after Close", ns)
+	}
+	if b.DelayCPU() <= 0 {
+		t.Errorf("DelayCPU %v after Close, want the holder's CPU time", b.DelayCPU())
+	}
+}
+
+// pingPong measures n round trips of one byte over TCP from host 0 to host 1 (after 20
+// unmeasured ones) and returns them sorted.
+func pingPong(t testing.TB, b *Bed, n int) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := b.Listen(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+	}()
+	c, err := b.Dial(ctx, 0, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(25 * time.Second))
+	one := []byte{1}
+	rtts := make([]time.Duration, 0, n)
+	for i := range n + 20 {
+		start := time.Now()
+		if _, err := c.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, one); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 20 {
+			rtts = append(rtts, time.Since(start))
+		}
+	}
+	slices.Sort(rtts)
+	return rtts
+}
+
+// stream sends bytes from host 0 to host 1 over one TCP connection and returns the rate
+// the receiver saw in bits per second.
+func stream(t testing.TB, b *Bed, bytes int64) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := b.Listen(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan float64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- 0
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1<<20)
+		if _, err := io.ReadFull(c, buf[:1]); err != nil {
+			got <- 0
+			return
+		}
+		start := time.Now()
+		n, _ := io.CopyBuffer(io.Discard, c, buf)
+		got <- float64(n+1) * 8 / time.Since(start).Seconds()
+	}()
+	c, err := b.Dial(ctx, 0, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for sent := int64(0); sent < bytes; sent += int64(len(buf)) {
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	r := <-got
+	c.Close()
+	return r
+}
+
+// TestMeasureDelay prints the RTT and stream numbers of bench/results/netbed-delay-log.txt
+// (GP_NETBED_MEASURE=1; it takes a minute).
+func TestMeasureDelay(t *testing.T) {
+	if os.Getenv("GP_NETBED_MEASURE") == "" {
+		t.Skip("set GP_NETBED_MEASURE=1")
+	}
+	for _, d := range []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond} {
+		b := New(t, 2, Link{Rate: "1gbit", Delay: d})
+		r := pingPong(t, b, 400)
+		b.Close()
+		fmt.Printf("delay %-6v RTT p10 %v median %v p90 %v p99 %v (extra over 2×delay: median %v) holder CPU %v [%s]\n", d,
+			r[len(r)/10], r[len(r)/2], r[len(r)*9/10], r[len(r)*99/100], r[len(r)/2]-2*d, b.DelayCPU(), b.Shaping)
+	}
+	for _, rate := range []string{"1gbit", "10gbit"} {
+		for _, d := range []time.Duration{0, 500 * time.Microsecond} {
+			b := New(t, 2, Link{Rate: rate, Delay: d})
+			start := time.Now()
+			bps := stream(t, b, 1<<30)
+			wall := time.Since(start)
+			b.Close()
+			fmt.Printf("%s delay %v: one TCP stream %.2f Gbit/s; holder CPU %v over %v (%.0f%% of one core) [%s]\n", rate, d, bps/1e9,
+				b.DelayCPU().Round(time.Millisecond), wall.Round(time.Millisecond), 100*b.DelayCPU().Seconds()/wall.Seconds(), b.Shaping)
+		}
+	}
+}
