@@ -36,6 +36,8 @@ var (
 	rawStreams = flag.String("raw-streams", "1,2,4", "raw mode: TCP streams per host pair")
 	rawBytes   = flag.Int("raw-bytes", 256<<20, "raw mode: bytes each host sends per timed run")
 	rawIO      = flag.Int("raw-io", 1<<20, "raw mode: bytes per write and read call")
+	rawSockBuf = flag.Int("raw-sockbuf", 0, "raw mode: SO_SNDBUF and SO_RCVBUF of every stream (0: the kernel's autotuning)")
+	rawLowat   = flag.Int("raw-lowat", 0, "raw mode: SO_RCVLOWAT of every stream (0: the kernel's default)")
 )
 
 const rawWorkerEnv = "GP_NETBED_RAW_WORKER"
@@ -242,6 +244,11 @@ func rawWorker() error {
 			in[i].Close()
 		}
 	}()
+	for _, c := range append(append([]net.Conn(nil), in...), out...) {
+		if err := tuneConn(c.(*net.TCPConn)); err != nil {
+			return fmt.Errorf("raw worker %d: %w", host, err)
+		}
+	}
 	if deadline, ok := ctx.Deadline(); ok {
 		for i := range k {
 			out[i].SetDeadline(deadline)
@@ -310,6 +317,35 @@ func rawWorker() error {
 	}
 	js, _ := json.Marshal(s)
 	fmt.Println("RAW " + string(js))
+	return nil
+}
+
+// tuneConn applies -raw-sockbuf and -raw-lowat to c.
+func tuneConn(c *net.TCPConn) error {
+	if *rawSockBuf > 0 {
+		if err := c.SetReadBuffer(*rawSockBuf); err != nil {
+			return fmt.Errorf("SO_RCVBUF: %w", err)
+		}
+		if err := c.SetWriteBuffer(*rawSockBuf); err != nil {
+			return fmt.Errorf("SO_SNDBUF: %w", err)
+		}
+	}
+	if *rawLowat <= 0 {
+		return nil
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, *rawLowat)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("SO_RCVLOWAT: %w", serr)
+	}
 	return nil
 }
 

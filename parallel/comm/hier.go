@@ -78,10 +78,10 @@ func (g *group) attachHier(first []int, local Transport) {
 	}
 	if len(hr.leaders) > 1 {
 		hr.view = &viewTransport{t: g.t, rank: hr.host, ranks: hr.leaders}
-		hr.inter = g.sub(hr.view, hr.leaders)
+		hr.inter = g.sub(hr.view.transport(), hr.leaders)
 		for s := range g.t.Streams() {
 			v := &viewTransport{t: g.t, rank: hr.host, ranks: hr.leaders, streams: []int{s}}
-			hr.lanes = append(hr.lanes, g.sub(v, hr.leaders))
+			hr.lanes = append(hr.lanes, g.sub(v.transport(), hr.leaders))
 		}
 	}
 	hr.single = len(first)-1 == g.size
@@ -570,3 +570,19 @@ func (v *viewTransport) RecvMsg(ctx context.Context, peer int, tag int64, b []by
 }
 func (v *viewTransport) Abort(err error, notify bool) { v.t.Abort(err, notify) }
 func (v *viewTransport) Close(context.Context) error  { return nil }
+
+// transport is v, and a viewRecver when v.t is one (so that reductions over the view read
+// the received bytes in place, as over v.t).
+func (v *viewTransport) transport() Transport {
+	if _, ok := v.t.(viewRecver); ok {
+		return viewRecvTransport{v}
+	}
+	return v
+}
+
+// viewRecvTransport is a view of a viewRecver.
+type viewRecvTransport struct{ *viewTransport }
+
+func (v viewRecvTransport) RecvView(peer, s int, h *Header, n int, check func(*Header) error, fn func(off int, p []byte)) error {
+	return v.t.(viewRecver).RecvView(v.ranks[peer], v.stream(s), h, n, check, fn)
+}

@@ -116,7 +116,7 @@ func dialHier(ctx context.Context, st *Store, env Env, cfg config, first []int) 
 		for i := range ranks {
 			ranks[i] = lo + i
 		}
-		local = &viewTransport{t: t, rank: env.Rank - lo, ranks: ranks}
+		local = (&viewTransport{t: t, rank: env.Rank - lo, ranks: ranks}).transport()
 	}
 	return t, local, nil
 }

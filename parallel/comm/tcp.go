@@ -66,6 +66,7 @@ type dataConn struct {
 	whdr [headerSize]byte
 	rhdr [headerSize]byte
 	vec  [2][]byte
+	view []byte // RecvView's buffer (tcpViewBytes), made on first use
 }
 
 type hello struct{ rank, size, idx int }
@@ -292,6 +293,46 @@ func (t *tcpTransport) Recv(peer, s int, h *Header, b []byte) error {
 	}
 	if _, err := io.ReadFull(d.rd, b); err != nil {
 		return t.ioErr(peer, err)
+	}
+	return nil
+}
+
+// tcpViewBytes is the piece RecvView reads before handing it on: small enough to stay in
+// the core's cache between the kernel's copy and the reduction that reads it, large enough
+// that the reads stay few.
+const tcpViewBytes = 128 << 10
+
+// RecvView receives a frame of n payload bytes like Recv, calls check on its header before
+// reading any payload, then reads the payload in pieces of at most tcpViewBytes (whole
+// elements, as long as tcpViewBytes is a multiple of the element size) and hands each to fn
+// as it arrives: a reduction reads the bytes while they are still in cache, and overlaps the
+// next piece's arrival (see viewRecver).
+func (t *tcpTransport) RecvView(peer, s int, h *Header, n int, check func(*Header) error, fn func(off int, p []byte)) error {
+	d := t.data[peer][s]
+	if _, err := io.ReadFull(d.rd, d.rhdr[:]); err != nil {
+		return t.ioErr(peer, err)
+	}
+	if err := h.get(d.rhdr[:]); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(h); err != nil {
+			return err
+		}
+	}
+	if int(h.Len) != n {
+		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
+	}
+	if d.view == nil {
+		d.view = make([]byte, tcpViewBytes)
+	}
+	for off := 0; off < n; {
+		p := d.view[:min(n-off, len(d.view))]
+		if _, err := io.ReadFull(d.rd, p); err != nil {
+			return t.ioErr(peer, err)
+		}
+		fn(off, p)
+		off += len(p)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -194,4 +195,72 @@ func TestRendezvousErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot reach the store (master) at 127.0.0.1:1") {
 		t.Errorf("unreachable master: %v", err)
 	}
+}
+
+// RecvView hands a frame's payload on in order, in pieces of at most tcpViewBytes that tile
+// it exactly, and refuses a frame of another length before reading its payload.
+func TestTCPRecvView(t *testing.T) {
+	gs := tcpMaker(t, 2, WithStreams(2))
+	a, b := gs[0].(*group).t.(*tcpTransport), gs[1].(*group).t.(*tcpTransport)
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{
+		{"empty", 0},
+		{"one element", 4},
+		{"one piece", tcpViewBytes},
+		{"piece and a bit", tcpViewBytes + 12},
+		{"several pieces", 3*tcpViewBytes + 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent := make([]byte, tc.n)
+			for i := range sent {
+				sent[i] = byte(i*7 + 3)
+			}
+			h := Header{Kind: 1, DType: 2, Seq: 9, Count: uint64(tc.n / 4)}
+			errc := make(chan error, 1)
+			go func() { errc <- a.Send(1, 1, &h, sent) }()
+			got := make([]byte, tc.n)
+			next := 0
+			var gh Header
+			err := b.RecvView(0, 1, &gh, tc.n, func(hh *Header) error {
+				if !hh.sameOp(&h) {
+					return fmt.Errorf("header %v, want %v", hh, &h)
+				}
+				return nil
+			}, func(off int, p []byte) {
+				if off != next || len(p) > tcpViewBytes {
+					t.Errorf("piece at %d of %d bytes, want offset %d and at most %d bytes", off, len(p), next, tcpViewBytes)
+				}
+				copy(got[off:], p)
+				next = off + len(p)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if next != tc.n || !bytes.Equal(got, sent) {
+				t.Fatalf("received %d bytes (equal: %v), want the %d sent", next, bytes.Equal(got, sent), tc.n)
+			}
+		})
+	}
+	t.Run("wrong length", func(t *testing.T) {
+		h := Header{Kind: 1, Seq: 10}
+		errc := make(chan error, 1)
+		go func() { errc <- a.Send(1, 0, &h, make([]byte, 8)) }()
+		var gh Header
+		called := false
+		err := b.RecvView(0, 0, &gh, 16, nil, func(int, []byte) { called = true })
+		if !errors.Is(err, ErrMismatch) || called {
+			t.Fatalf("RecvView of 16 bytes from a frame of 8: err %v, payload handed on: %v; want ErrMismatch before the payload", err, called)
+		}
+		if gh.Len != 8 || gh.Seq != 10 {
+			t.Fatalf("header %+v, want the sent one (Seq 10, Len 8)", gh)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	})
 }
