@@ -58,7 +58,7 @@ func WithRingBytes(n int) Option {
 
 // DefaultRingBytes returns the size in bytes from which the collective named kind
 // ("all-reduce", "reduce-scatter", "all-gather" or "broadcast") runs the package's
-// algorithm unless WithRingBytes says otherwise, and false for another name.
+// algorithm unless WithRingBytes says otherwise (0: never), and false for another name.
 func DefaultRingBytes(kind string) (int, bool) {
 	for k, name := range kindNames {
 		if name == kind {
@@ -71,9 +71,9 @@ func DefaultRingBytes(kind string) (int, bool) {
 // defaultRingBytes are the thresholds measured by bench/mpi (Note [Ring thresholds]).
 var defaultRingBytes = [numKinds]int{
 	kindAllReduce:     4 << 20,
-	kindReduceScatter: 4 << 20,
-	kindAllGather:     4 << 20,
-	kindBroadcast:     4 << 20,
+	kindReduceScatter: 16 << 20,
+	kindAllGather:     32 << 20,
+	kindBroadcast:     0,
 }
 
 // WithLogger sets the logger of warnings, aborts and debug lines (default: text to stderr).
