@@ -85,7 +85,9 @@ func WithDebug(on bool) Option { return func(c *config) { c.debug = on } }
 // Group is a comm.Group over MPI: a duplicate of MPI_COMM_WORLD, so its rank and size are
 // the job's. Its operations are nonblocking MPI calls (MPI_Iallreduce, MPI_Ibcast,
 // MPI_Iallgather(v), MPI_Ireduce_scatter, MPI_Ibarrier, MPI_Isend, MPI_Irecv) posted in
-// issue order on the process's MPI thread and completed by it (Note [One MPI thread]).
+// issue order on the process's MPI thread and completed by it (Note [One MPI thread]), or,
+// for large collectives (WithRingBytes), the package's ring and chain over MPI_Isend and
+// MPI_Irecv on a second duplicate, tagged with the collective's sequence number.
 type Group struct {
 	e          *engine
 	cfg        config
@@ -213,7 +215,8 @@ func (g *Group) AllReduce(buf comm.Buffer, rop comm.Op) comm.Work {
 	})
 }
 
-// Broadcast implements comm.Group with MPI_Ibcast.
+// Broadcast implements comm.Group with MPI_Ibcast, or from WithRingBytes on (off by
+// default) with a pipelined chain over MPI messages (Note [Ring over MPI messages]).
 func (g *Group) Broadcast(buf comm.Buffer, root int) comm.Work {
 	const k = "broadcast"
 	if root < 0 || root >= g.size {
@@ -243,7 +246,8 @@ func (g *Group) Broadcast(buf comm.Buffer, root int) comm.Work {
 }
 
 // AllGather implements comm.Group with MPI_Iallgather (MPI_Iallgatherv when Size() does not
-// divide len(dst)); src may be dst's own shard (then MPI_IN_PLACE), or any other buffer.
+// divide len(dst)), or from WithRingBytes on (32 MiB) with the package's ring over MPI
+// messages; src may be dst's own shard (then MPI_IN_PLACE), or any other buffer.
 func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
 	const k = "all-gather"
 	dp, total, dt, err := view(dst)
@@ -304,8 +308,10 @@ func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
 	})
 }
 
-// ReduceScatter implements comm.Group with MPI_Ireduce_scatter; dst may overlap src (the
-// result is then received aside and copied). Avg divides this rank's shard by Size().
+// ReduceScatter implements comm.Group with MPI_Ireduce_scatter, or from WithRingBytes on
+// (16 MiB of src) with the package's ring over MPI messages; src is left unchanged. dst may
+// overlap src (the result is then received aside and copied, unless the ring writes it
+// over src's own shard). Avg divides this rank's shard by Size().
 func (g *Group) ReduceScatter(dst, src comm.Buffer, rop comm.Op) comm.Work {
 	const k = "reduce-scatter"
 	sp, total, dt, err := g.reducible(src, rop)

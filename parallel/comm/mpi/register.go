@@ -21,8 +21,9 @@ func init() {
 // auto chooses MPI under mpirun when libmpi loads.
 func auto(env comm.Env) bool { return env.Launcher == comm.LauncherOpenMPI && Load() == nil }
 
-// RingBytesEnv sets WithRingBytes for the groups comm.InitFromEnv builds (bytes; 0 runs
-// every all-reduce as MPI_Iallreduce). All ranks must set the same value.
+// RingBytesEnv sets WithRingBytes for the groups comm.InitFromEnv builds (bytes, one
+// threshold for all-reduce, reduce-scatter, all-gather and broadcast; 0 runs OpenMPI's
+// collectives at every size). All ranks must set the same value.
 const RingBytesEnv = "GP_MPI_RING_BYTES"
 
 // newFromEnv is the backend comm.InitFromEnv builds: New with comm's settings, checked
