@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -219,27 +220,43 @@ func stream(t testing.TB, b *Bed, bytes int64) float64 {
 }
 
 // TestMeasureDelay prints the RTT and stream numbers of bench/results/netbed-delay-log.txt
-// (GP_NETBED_MEASURE=1; it takes a minute).
+// (GP_NETBED_MEASURE=1; about a minute): each setting twice, alternating, on 2 hosts.
 func TestMeasureDelay(t *testing.T) {
 	if os.Getenv("GP_NETBED_MEASURE") == "" {
 		t.Skip("set GP_NETBED_MEASURE=1")
 	}
-	for _, d := range []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond} {
-		b := New(t, 2, Link{Rate: "1gbit", Delay: d})
-		r := pingPong(t, b, 400)
-		b.Close()
-		fmt.Printf("delay %-6v RTT p10 %v median %v p90 %v p99 %v (extra over 2×delay: median %v) holder CPU %v [%s]\n", d,
-			r[len(r)/10], r[len(r)/2], r[len(r)*9/10], r[len(r)*99/100], r[len(r)/2]-2*d, b.DelayCPU(), b.Shaping)
-	}
-	for _, rate := range []string{"1gbit", "10gbit"} {
-		for _, d := range []time.Duration{0, 500 * time.Microsecond} {
-			b := New(t, 2, Link{Rate: rate, Delay: d})
-			start := time.Now()
-			bps := stream(t, b, 1<<30)
-			wall := time.Since(start)
+	for pass := range 2 {
+		for _, d := range []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond} {
+			b := New(t, 2, Link{Rate: "1gbit", Delay: d})
+			r := pingPong(t, b, 500)
 			b.Close()
-			fmt.Printf("%s delay %v: one TCP stream %.2f Gbit/s; holder CPU %v over %v (%.0f%% of one core) [%s]\n", rate, d, bps/1e9,
-				b.DelayCPU().Round(time.Millisecond), wall.Round(time.Millisecond), 100*b.DelayCPU().Seconds()/wall.Seconds(), b.Shaping)
+			fmt.Printf("pass %d: delay %-6v RTT of 500 1-byte TCP ping-pongs: min %v p10 %v median %v p90 %v p99 %v; median - 2×delay %v; holder CPU %v (kernel %v) [%s] load %s\n",
+				pass, d, r[0], r[len(r)/10], r[len(r)/2], r[len(r)*9/10], r[len(r)*99/100], r[len(r)/2]-2*d, b.DelayCPU(), b.delaySys, b.Shaping, loadAvg())
+		}
+		for _, rate := range []string{"1gbit", "10gbit"} {
+			for _, d := range []time.Duration{0, 500 * time.Microsecond} {
+				b := New(t, 2, Link{Rate: rate, Delay: d})
+				size := int64(1 << 30)
+				if rate == "1gbit" {
+					size = 512 << 20
+				}
+				start := time.Now()
+				bps := stream(t, b, size)
+				wall := time.Since(start)
+				b.Close()
+				fmt.Printf("pass %d: %s delay %v: one TCP stream of %d MiB %.2f Gbit/s; holder CPU %v (kernel %v) over %v (%.0f%% of one core) [%s] load %s\n",
+					pass, rate, d, size>>20, bps/1e9, b.DelayCPU().Round(time.Millisecond), b.delaySys.Round(time.Millisecond), wall.Round(time.Millisecond),
+					100*b.DelayCPU().Seconds()/wall.Seconds(), b.Shaping, loadAvg())
+			}
 		}
 	}
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

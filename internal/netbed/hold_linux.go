@@ -119,26 +119,24 @@ func startHolder(ctx context.Context, nss []string, delay time.Duration) (*holde
 }
 
 // stop ends the child (the kernel drops the packets still waiting) and returns the CPU time
-// it used, and an error when it had failed.
-func (h *holder) stop() (time.Duration, error) {
+// it used (all, and the part in the kernel), and an error when it had failed.
+func (h *holder) stop() (cpu, sys time.Duration, err error) {
 	h.stdin.Close() // the child exits at EOF (also when the bed's process dies)
 	done := make(chan error, 1)
 	go func() { done <- h.cmd.Wait() }()
-	var err error
 	select {
 	case err = <-done:
 	case <-time.After(5 * time.Second):
 		h.cmd.Process.Kill()
 		err = <-done
 	}
-	var cpu time.Duration
 	if ps := h.cmd.ProcessState; ps != nil {
-		cpu = ps.UserTime() + ps.SystemTime()
+		cpu, sys = ps.UserTime()+ps.SystemTime(), ps.SystemTime()
 	}
 	if err != nil {
-		return cpu, fmt.Errorf("netbed: delay holder: %w: %s", err, bytes.TrimSpace(h.stderr.Bytes()))
+		return cpu, sys, fmt.Errorf("netbed: delay holder: %w: %s", err, bytes.TrimSpace(h.stderr.Bytes()))
 	}
-	return cpu, nil
+	return cpu, sys, nil
 }
 
 // holdMain is the child: it binds queue 0 in each namespace, says "ready", holds packets

@@ -192,11 +192,11 @@ func (b *Bed) Close() error {
 	defer cancel()
 	var errs []error
 	if b.hold != nil {
-		cpu, err := b.hold.stop()
+		cpu, sys, err := b.hold.stop()
 		if err != nil {
 			errs = append(errs, err)
 		}
-		b.delayCPU, b.hold = cpu, nil
+		b.delayCPU, b.delaySys, b.hold = cpu, sys, nil
 	}
 	for _, ns := range b.ns {
 		if err := removeNS(ctx, ns); err != nil {
