@@ -29,7 +29,8 @@ package netbed
 // would stall behind them. In the child each host has one thread, locked, SCHED_FIFO when
 // the kernel allows (the wire's wake-ups do not queue behind the machine's other work), with
 // timer slack 1 ns, which sleeps in ppoll until a packet arrives or the oldest one is due.
-// It spins for nothing, so it costs CPU only per packet (the child's CPU is Bed.DelayCPU).
+// It spins for nothing, so it costs CPU only per packet (Bed.DelayStats says how much, and
+// how late it released the packets).
 // The error is the holder's wake-up after a packet is queued plus its wake-up after the due
 // time; the tests and bench/results/netbed-delay-log.txt state it as measured.
 //
@@ -49,6 +50,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -73,9 +75,11 @@ func init() {
 
 // holder is the running child process that delays the packets arriving at the hosts.
 type holder struct {
-	cmd    *exec.Cmd
-	stdin  io.Closer
-	stderr bytes.Buffer
+	cmd     *exec.Cmd
+	stdin   io.Closer
+	stderr  bytes.Buffer
+	outDone chan struct{} // closed when the child's stdout is read to its end
+	tail    string        // what the child printed after "ready": its stats line
 }
 
 // startHolder starts the child for the namespaces nss and waits until it has bound their
@@ -85,7 +89,7 @@ func startHolder(ctx context.Context, nss []string, delay time.Duration) (*holde
 	if err != nil {
 		return nil, fmt.Errorf("netbed: delay holder: own executable: %w", err)
 	}
-	h := &holder{cmd: exec.Command(exe)}
+	h := &holder{cmd: exec.Command(exe), outDone: make(chan struct{})}
 	h.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s", holdEnv, delay.Nanoseconds(), strings.Join(nss, " ")))
 	h.cmd.Stderr = &h.stderr
 	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
@@ -100,11 +104,15 @@ func startHolder(ctx context.Context, nss []string, delay time.Duration) (*holde
 	}
 	ready := make(chan error, 1)
 	go func() {
-		line, err := bufio.NewReader(out).ReadString('\n')
+		defer close(h.outDone)
+		r := bufio.NewReader(out)
+		line, err := r.ReadString('\n')
 		if err == nil && line != "ready\n" {
 			err = fmt.Errorf("said %q", line)
 		}
 		ready <- err
+		rest, _ := io.ReadAll(r)
+		h.tail = string(rest)
 	}()
 	select {
 	case err = <-ready:
@@ -118,25 +126,30 @@ func startHolder(ctx context.Context, nss []string, delay time.Duration) (*holde
 	return h, nil
 }
 
-// stop ends the child (the kernel drops the packets still waiting) and returns the CPU time
-// it used (all, and the part in the kernel), and an error when it had failed.
-func (h *holder) stop() (cpu, sys time.Duration, err error) {
+// stop ends the child (the kernel drops the packets still waiting) and returns what it
+// measured, and an error when it had failed.
+func (h *holder) stop() (DelayStats, error) {
 	h.stdin.Close() // the child exits at EOF (also when the bed's process dies)
-	done := make(chan error, 1)
-	go func() { done <- h.cmd.Wait() }()
 	select {
-	case err = <-done:
+	case <-h.outDone:
 	case <-time.After(5 * time.Second):
 		h.cmd.Process.Kill()
-		err = <-done
+		<-h.outDone
 	}
+	err := h.cmd.Wait()
+	var st DelayStats
 	if ps := h.cmd.ProcessState; ps != nil {
-		cpu, sys = ps.UserTime()+ps.SystemTime(), ps.SystemTime()
+		st.CPU, st.KernelCPU = ps.UserTime()+ps.SystemTime(), ps.SystemTime()
+	}
+	var p50, p90, p99, pmax int64
+	if _, serr := fmt.Sscanf(h.tail, "late %d %d %d %d %d", &st.Packets, &p50, &p90, &p99, &pmax); serr == nil {
+		st.Late50, st.Late90 = time.Duration(p50)*time.Microsecond, time.Duration(p90)*time.Microsecond
+		st.Late99, st.LateMax = time.Duration(p99)*time.Microsecond, time.Duration(pmax)*time.Microsecond
 	}
 	if err != nil {
-		return cpu, sys, fmt.Errorf("netbed: delay holder: %w: %s", err, bytes.TrimSpace(h.stderr.Bytes()))
+		return st, fmt.Errorf("netbed: delay holder: %w: %s", err, bytes.TrimSpace(h.stderr.Bytes()))
 	}
-	return cpu, sys, nil
+	return st, nil
 }
 
 // holdMain is the child: it binds queue 0 in each namespace, says "ready", holds packets
@@ -150,7 +163,7 @@ func holdMain(spec string) error {
 	if err != nil {
 		return fmt.Errorf("netbed: %s: delay: %w", holdEnv, err)
 	}
-	runtime.GOMAXPROCS(len(f) + 1)
+	runtime.GOMAXPROCS(len(f) + 2) // a P for each host's thread, stdin's reader and the runtime
 	var qs []*nfqueue
 	for _, ns := range f[1:] {
 		var q *nfqueue
@@ -177,7 +190,41 @@ func holdMain(spec string) error {
 		errc <- nil
 	}()
 	fmt.Println("ready")
-	return <-errc
+	err = <-errc
+	fmt.Println(lateness.String())
+	return err
+}
+
+// lateHist counts the packets released by how late they were past their due time, by µs
+// (the last bucket: 10 ms or later). All hosts' threads add to it.
+type lateHist [10001]atomic.Int64
+
+var lateness lateHist
+
+func (h *lateHist) add(ns int64) { h[min(max(ns, 0)/1000, int64(len(h)-1))].Add(1) }
+
+// String is "late <packets> <p50> <p90> <p99> <max>", the lateness in µs.
+func (h *lateHist) String() string {
+	var n int64
+	for i := range h {
+		n += h[i].Load()
+	}
+	q := func(f float64) int {
+		want, c := int64(f*float64(n)), int64(0)
+		for i := range h {
+			if c += h[i].Load(); c > want {
+				return i
+			}
+		}
+		return len(h) - 1
+	}
+	last := 0
+	for i := range h {
+		if h[i].Load() > 0 {
+			last = i
+		}
+	}
+	return fmt.Sprintf("late %d %d %d %d %d", n, q(0.5), q(0.9), q(0.99), last)
 }
 
 // hold delays the packets of q by delay ns, on a thread of its own, until an error.
@@ -237,6 +284,9 @@ func hold(q *nfqueue, delay int64) error {
 		first := head
 		for head < len(ids) && due[head] <= now {
 			head++
+		}
+		for k := first; k < head; k++ {
+			lateness.add(now - due[k])
 		}
 		if head > first {
 			if err := q.acceptUpTo(ids[head-1]); err != nil {

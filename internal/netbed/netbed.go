@@ -48,17 +48,29 @@ type Bed struct {
 	// + userspace NFQUEUE delay 500us on each host's ingress", "none").
 	Shaping string
 
-	hold     *holder       // the userspace delay (nil with netem or no delay)
-	delayCPU time.Duration // CPU the holder used, set by Close
-	delaySys time.Duration // the part of it in the kernel
+	hold  *holder    // the userspace delay (nil with netem or no delay)
+	delay DelayStats // what the holder measured, set by Close
 }
 
-// DelayCPU is the CPU time the userspace delay (the NFQUEUE holder process) used over the
-// bed's life: valid after Close; 0 with netem or without delay. Most of it is kernel work
-// that moved there rather than new work: an accepted packet goes up the receiving host's
-// stack (and what it triggers: an ACK, the sender's next segments) inside the holder's
-// verdict call, instead of in softirq context.
-func (b *Bed) DelayCPU() time.Duration { return b.delayCPU }
+// DelayStats is what the userspace delay (the NFQUEUE holder process) measured over a
+// bed's life.
+type DelayStats struct {
+	// Packets is the number of packets it held.
+	Packets int64
+	// Late50, Late90, Late99 and LateMax are percentiles of how late it released the
+	// packets past their due time (arrival + delay), at µs resolution; the time a packet
+	// then takes up the receiver's stack and to its application is not in them.
+	Late50, Late90, Late99, LateMax time.Duration
+	// CPU is the CPU time the holder used, KernelCPU the part of it in the kernel. Most of
+	// it is kernel work that moved there rather than new work: an accepted packet goes up
+	// the receiving host's stack (and what it triggers: an ACK, the sender's next segments)
+	// inside the holder's verdict call, instead of in softirq context.
+	CPU, KernelCPU time.Duration
+}
+
+// DelayStats is what the userspace delay measured: valid after Close; zero with netem or
+// without delay.
+func (b *Bed) DelayStats() DelayStats { return b.delay }
 
 // Hosts is the number of hosts.
 func (b *Bed) Hosts() int { return len(b.ns) - 1 }

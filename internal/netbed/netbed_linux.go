@@ -192,11 +192,11 @@ func (b *Bed) Close() error {
 	defer cancel()
 	var errs []error
 	if b.hold != nil {
-		cpu, sys, err := b.hold.stop()
+		st, err := b.hold.stop()
 		if err != nil {
 			errs = append(errs, err)
 		}
-		b.delayCPU, b.delaySys, b.hold = cpu, sys, nil
+		b.delay, b.hold = st, nil
 	}
 	for _, ns := range b.ns {
 		if err := removeNS(ctx, ns); err != nil {
