@@ -154,6 +154,10 @@ func parent() error {
 				cancel()
 				return err
 			}
+			if st := bed.DelayStats(); st.Packets > 0 {
+				fmt.Fprintf(os.Stderr, "netbed: delay holder: %d packets, released late by p50 %v p90 %v p99 %v, CPU %v (kernel %v)\n",
+					st.Packets, st.Late50, st.Late90, st.Late99, st.CPU.Round(time.Millisecond), st.KernelCPU.Round(time.Millisecond))
+			}
 			cancel()
 			n := hosts * *local
 			for _, op := range strings.Split(*opsFlag, ",") {
