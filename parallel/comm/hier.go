@@ -27,7 +27,13 @@ import (
 // pieces are contiguous (the ring splits each among the hosts); reduce-scatter's and
 // all-gather's piece j is the j-th slice of every host's range, so that every leader sends
 // in every piece (contiguous pieces would keep one host's link idle while another's works). Inside a stage,
-// frames are chunks (WithChunkBytes), so the shared-memory rings stream too.
+// frames are chunks (WithChunkBytes), so the shared-memory rings stream too. The network
+// stage runs its pieces on lanes, one per TCP stream: piece j's ring runs on stream j mod k
+// alone, the lanes concurrently, so that one lane's ring sends while another's waits for its
+// reduction or for the stage before it (a ring per piece over all streams stops the link
+// between pieces). When every host has one rank there is nothing to overlap: the buffer is
+// one piece, and the leaders' ring runs over every stream, exactly as the flat ring would
+// (and reduce-scatter sends from and adds the caller's buffer, without copying it first).
 //
 // Determinism: every element of a reduction is computed once, by one rank, in an order that
 // depends only on the host layout: the leader adds its host's ranks in rank order, then the
