@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -67,6 +68,7 @@ func TestDelayRTT(t *testing.T) {
 // set up again it resumes; Loss drops every packet and counts them. Close then leaves no
 // namespace and no holder process.
 func TestDelayFaultsAndClose(t *testing.T) {
+	goroutines := runtime.NumGoroutine()
 	b := New(t, 2, Link{Rate: "1gbit", Delay: 500 * time.Microsecond})
 	if b.hold == nil {
 		t.Skipf("no userspace delay here (%s)", b.Shaping)
@@ -132,8 +134,19 @@ func TestDelayFaultsAndClose(t *testing.T) {
 	}
 	pid := b.hold.cmd.Process.Pid
 	ns := b.Namespace(1)
+	c.Close()
+	l.Close()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// The echo goroutine ends once it sees the connection closed; the bed's own goroutines
+	// (the holder's output reader, exec's) have ended with Close.
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > goroutines; {
+		if time.Now().After(deadline) {
+			t.Errorf("%d goroutines after Close, %d before the bed", runtime.NumGoroutine(), goroutines)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := syscall.Kill(pid, 0); err == nil {
 		t.Errorf("holder process %d still runs after Close", pid)
