@@ -80,10 +80,11 @@ func TestDelayFaultsAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	echo := make(chan net.Conn, 1) // the server's side, closed at the end (host 0's loss keeps a FIN from it)
 	go func() {
 		if c, err := l.Accept(); err == nil {
+			echo <- c
 			io.Copy(c, c)
-			c.Close()
 		}
 	}()
 	c, err := b.Dial(ctx, 0, l.Addr().String())
@@ -135,6 +136,7 @@ func TestDelayFaultsAndClose(t *testing.T) {
 	pid := b.hold.cmd.Process.Pid
 	ns := b.Namespace(1)
 	c.Close()
+	(<-echo).Close()
 	l.Close()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -143,7 +145,8 @@ func TestDelayFaultsAndClose(t *testing.T) {
 	// (the holder's output reader, exec's) have ended with Close.
 	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > goroutines; {
 		if time.Now().After(deadline) {
-			t.Errorf("%d goroutines after Close, %d before the bed", runtime.NumGoroutine(), goroutines)
+			buf := make([]byte, 1<<16)
+			t.Errorf("%d goroutines after Close, %d before the bed:\n%s", runtime.NumGoroutine(), goroutines, buf[:runtime.Stack(buf, true)])
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
