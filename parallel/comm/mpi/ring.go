@@ -248,13 +248,21 @@ func (g *Group) postAll(ops []*op) {
 	}
 }
 
+// maxMessage is the largest message of an exchange that reduces nothing (all-gather): one
+// message per step is fewest hand-offs, and MPI counts are 32-bit.
+const maxMessage = 1 << 30
+
 // exchange sends sn elements at send to the next rank and receives rn elements from the
-// previous one into recv, both in pieces of ringChunk bytes posted at once; it calls
-// arrived(offset, count) for each piece received, in order, and returns once every piece
-// has gone both ways.
+// previous one into recv, both in pieces posted at once: of ringChunk bytes when arrived
+// is set (it is called with the offset and count of each piece received, in order, so
+// that reducing one overlaps the transfer of the next), else of up to maxMessage. It
+// returns once every piece has gone both ways.
 func (g *Group) exchange(send unsafe.Pointer, sn int, recv unsafe.Pointer, rn int, dt uintptr, es, tag int, arrived func(off, n int)) error {
 	next, prev := (g.rank+1)%g.size, (g.rank+g.size-1)%g.size
 	per := max(1, ringChunk/es)
+	if arrived == nil {
+		per = max(1, maxMessage/es)
+	}
 	var recvs, sends []*op
 	for off := 0; off < rn || off == 0; off += per {
 		k, at := min(per, rn-off), uintptr(unsafe.Add(recv, off*es))
