@@ -65,8 +65,8 @@ func TestDelayRTT(t *testing.T) {
 }
 
 // The faults act on a delayed link as on a plain one: a link set down stops the ping-pong,
-// set up again it resumes; Loss drops every packet and counts them. Close then leaves no
-// namespace and no holder process.
+// set up again it resumes; Loss drops every packet and counts them; DeleteLink works. Close
+// then leaves no namespace, no holder process and no goroutine.
 func TestDelayFaultsAndClose(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	b := New(t, 2, Link{Rate: "1gbit", Delay: 500 * time.Microsecond})
@@ -132,6 +132,11 @@ func TestDelayFaultsAndClose(t *testing.T) {
 		if n, err := b.Dropped(ctx, 0); err != nil || n == 0 {
 			t.Fatalf("loss 1: dropped %d, %v; want some", n, err)
 		}
+	}
+	// Deleting a link leaves the holder running (it holds what reaches the host, nothing
+	// now), and Close still stops it cleanly.
+	if err := b.DeleteLink(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
 	pid := b.hold.cmd.Process.Pid
 	ns := b.Namespace(1)
