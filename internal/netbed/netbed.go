@@ -7,8 +7,8 @@
 // Faults for tests: SetLink and DeleteLink cut a host off, Loss drops a share of its packets.
 // Where the kernel has no netem (as on the machines this was built on: no netem, no gact,
 // no fq, no nft queue) loss is made with nftables, the rate with tbf, and the delay in
-// userspace: iptables' NFQUEUE holds each packet arriving at a host until this process
-// accepts it, delay later (see Note [Delay without netem] in hold_linux.go).
+// userspace: iptables' NFQUEUE holds each packet arriving at a host until a holder process
+// the bed starts accepts it, delay later (see Note [Delay without netem] in hold_linux.go).
 //
 // Safety: addresses (10.213.0.0/24) exist only on interfaces inside the namespaces the bed
 // created, so traffic between hosts never leaves them. Namespaces are named
@@ -34,9 +34,9 @@ type Link struct {
 	// Rate in tc's syntax ("1gbit", "10gbit"); "" leaves the link unshaped.
 	Rate string
 	// Delay is the one-way delay added to every packet between two hosts: by netem on the
-	// sender's link, or, in kernels without netem, by a userspace holder in the process
-	// that created the bed, on the receiver's side (it needs iptables and the kernel's
-	// NFQUEUE target). Bed.Shaping says which.
+	// sender's link, or, in kernels without netem, on the receiver's side by a holder
+	// process the bed starts (the creating binary run again; it needs iptables and the
+	// kernel's NFQUEUE target). Bed.Shaping says which.
 	Delay time.Duration
 }
 

@@ -185,7 +185,7 @@ func rateBits(s string) (int64, error) {
 	return 0, fmt.Errorf("netbed: rate %q: want a number and bit, kbit, mbit or gbit", s)
 }
 
-// Close stops the delay holders, kills the processes still inside the bed's namespaces and
+// Close stops the delay holder, kills the processes still inside the bed's namespaces and
 // deletes the namespaces (their veths, qdiscs and rules go with them).
 func (b *Bed) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
