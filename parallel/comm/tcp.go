@@ -297,16 +297,16 @@ func (t *tcpTransport) Recv(peer, s int, h *Header, b []byte) error {
 	return nil
 }
 
-// tcpViewBytes is the piece RecvView reads before handing it on: small enough to stay in
-// the core's cache between the kernel's copy and the reduction that reads it, large enough
-// that the reads stay few.
-const tcpViewBytes = 128 << 10
+// tcpViewBytes bounds the pieces RecvView hands on: small enough to stay in the core's
+// cache between the kernel's copy and the reduction that reads it.
+var tcpViewBytes = 256 << 10
 
 // RecvView receives a frame of n payload bytes like Recv, calls check on its header before
-// reading any payload, then reads the payload in pieces of at most tcpViewBytes (whole
-// elements, as long as tcpViewBytes is a multiple of the element size) and hands each to fn
-// as it arrives: a reduction reads the bytes while they are still in cache, and overlaps the
-// next piece's arrival (see viewRecver).
+// reading any payload, then hands the payload to fn as it arrives: each read takes what the
+// socket holds (at most tcpViewBytes) and fn gets its whole 8-byte words (so whole elements
+// of every type; the frame's last piece is whole because n is a multiple of the element
+// size), the rest waiting for the next read. A reduction thus reads the bytes while they are
+// still in cache, with as many reads as Recv makes (see viewRecver).
 func (t *tcpTransport) RecvView(peer, s int, h *Header, n int, check func(*Header) error, fn func(off int, p []byte)) error {
 	d := t.data[peer][s]
 	if _, err := io.ReadFull(d.rd, d.rhdr[:]); err != nil {
@@ -323,16 +323,25 @@ func (t *tcpTransport) RecvView(peer, s int, h *Header, n int, check func(*Heade
 	if int(h.Len) != n {
 		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
 	}
-	if d.view == nil {
+	if len(d.view) != tcpViewBytes {
 		d.view = make([]byte, tcpViewBytes)
 	}
-	for off := 0; off < n; {
-		p := d.view[:min(n-off, len(d.view))]
-		if _, err := io.ReadFull(d.rd, p); err != nil {
+	off, have := 0, 0 // fn has had [0, off); d.view[:have] holds the bytes after it
+	for off < n {
+		m, err := d.rd.Read(d.view[have:min(len(d.view), n-off)])
+		if m == 0 && err != nil {
 			return t.ioErr(peer, err)
 		}
-		fn(off, p)
-		off += len(p)
+		have += m
+		whole := have &^ 7
+		if off+have == n {
+			whole = have
+		}
+		if whole > 0 {
+			fn(off, d.view[:whole])
+			off += whole
+			have = copy(d.view, d.view[whole:have])
+		}
 	}
 	return nil
 }
