@@ -40,27 +40,30 @@ import (
 
 // Note [Ring thresholds]: bench/mpi ran OpenMPI 4.1.4's collectives (libnbc, vader shared
 // memory with CMA single copy) and the package's algorithms at every size from 1 KiB to
-// 64 MiB, alternating, at world 2 and 3 on the shared 2-core test machine (load average
-// 5-8; bench/results/mpi-log.txt). Below 1 MiB OpenMPI's are 2-10x faster everywhere: the
-// header exchange and the hand-offs between the op's goroutine and the MPI thread cost
-// about 1 ms. Above, ratios ring/OpenMPI of busbw (two runs):
+// 64 MiB, alternating, at world 2 and 3 on the shared 2-core test machine (world 3 is
+// oversubscribed; load average 5-15; bench/results/mpi-log.txt holds every run). The same
+// code measured twice differs by up to 2x there, so a threshold needs a win in every run.
+// Below 1 MiB OpenMPI's are 2-10x faster: the header exchange and the hand-offs between
+// the op's goroutine and the MPI thread cost about 1 ms. Ratios ring/OpenMPI of busbw:
 //
 //   - all-reduce: 1.1-1.3 at world 2 from 2 MiB, 0.7-1.0 at world 3 from 4 to 16 MiB,
-//     1.4-3.3 from 32 MiB at both. The threshold stays at 4 MiB (it was chosen so at world 2).
-//   - reduce-scatter: 0.7-1.3 from 2 to 8 MiB, 1.4-3.7 from 16 MiB at both worlds: 16 MiB.
-//   - all-gather: 0.6-2.0 (noise) up to 16 MiB, 1.1-1.3 from 32 MiB at both worlds: 32 MiB.
-//   - broadcast: OpenMPI's MPI_Ibcast was 0.7-1.2x the chain at world 2 and 2-3x faster
-//     than it at world 3 at every size (its receivers each copy straight from the root's
-//     memory with CMA, while the chain's middle rank must receive each piece before it
-//     forwards it), so the chain is off by default (threshold 0) and runs only when
-//     WithRingBytes or RingBytesEnv asks for it (links where a tree from one root is
-//     slower than a pipeline).
+//     1.4-3.8 at 64 MiB at both. The threshold stays at 4 MiB (chosen so at world 2).
+//   - reduce-scatter: 0.7-6 (noise) from 2 to 8 MiB, 1.4-3.7 from 16 MiB at both worlds in
+//     every run (OpenMPI's also took twice the CPU time): 16 MiB.
+//   - all-gather (no reduction, so one message per step): 1.3-1.7 at world 2 at 64 MiB in
+//     the 4 runs since it sends one message per step, 0.7-1.4 at world 3: 32 MiB, a small
+//     gain at world 2.
+//   - broadcast: MPI_Ibcast was 0.7-1.3x the chain at world 2 and 2-3x faster than it at
+//     world 3 at every size (its receivers each copy straight from the root's memory with
+//     CMA, while the chain's middle rank must receive each piece before it forwards it),
+//     so the chain is off by default (threshold 0) and runs only when WithRingBytes or
+//     RingBytesEnv asks for it (links where a tree from one root is slower than a pipeline).
 //
 // These are one machine's numbers; WithRingBytes sets all four thresholds.
 
-// ringChunk is the largest message of the rings: a step's segment travels in pieces of at
-// most ringChunk bytes, all posted at once, so that the reduction of one piece overlaps
-// the transfer of the next.
+// ringChunk is the largest message of the reducing steps: a reduce-scatter step's segment
+// travels in pieces of at most ringChunk bytes, all posted at once, so that the reduction
+// of one piece overlaps the transfer of the next.
 const ringChunk = 4 << 20
 
 // bcastPiece is the size of the chain broadcast's pieces for a buffer of nb bytes: an
