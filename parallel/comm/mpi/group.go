@@ -282,8 +282,8 @@ func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
 				if err := g.agree(g.tag(o), header{kind: kindAllGather, dtype: dst.DType(), total: total}); err != nil {
 					return err
 				}
-				if mine := unsafe.Add(dp, lo*es); sn > 0 && sp != mine {
-					copy(unsafe.Slice((*byte)(mine), sn*es), unsafe.Slice((*byte)(sp), sn*es)) // a memmove where they overlap
+				if sn > 0 && sp != unsafe.Add(dp, lo*es) {
+					copy(unsafe.Slice((*byte)(unsafe.Add(dp, lo*es)), sn*es), unsafe.Slice((*byte)(sp), sn*es)) // a memmove where they overlap
 				}
 				return g.ringAllGather(g.tag(o), segments{dp, total, g.size, es}, dt)
 			}

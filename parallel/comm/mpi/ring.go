@@ -94,6 +94,9 @@ type segments struct {
 
 func (s segments) seg(k int) (unsafe.Pointer, int) {
 	lo, hi := comm.ShardRange(s.total, s.n, ((k%s.n)+s.n)%s.n)
+	if hi == lo {
+		return nil, 0 // an empty segment may start at the buffer's end, where no pointer may point
+	}
 	return unsafe.Add(s.p, lo*s.es), hi - lo
 }
 
