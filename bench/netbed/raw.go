@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
@@ -295,8 +294,7 @@ func rawWorker() error {
 	if err := once(); err != nil {
 		return fmt.Errorf("raw worker %d: warm-up: %w", host, err)
 	}
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	user0, sys0 := cpuSeconds()
 	busy0, total0 := procStat()
 	secs := make([]float64, *reps)
 	for i := range secs {
@@ -307,10 +305,8 @@ func rawWorker() error {
 		secs[i] = time.Since(start).Seconds()
 	}
 	busy1, total1 := procStat()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	s := rawSample{Host: host, Seconds: benchutil.Median(secs), Runs: *reps,
-		User: tv(ru1.Utime) - tv(ru0.Utime), Sys: tv(ru1.Stime) - tv(ru0.Stime)}
+	user1, sys1 := cpuSeconds()
+	s := rawSample{Host: host, Seconds: benchutil.Median(secs), Runs: *reps, User: user1 - user0, Sys: sys1 - sys0}
 	if total1 > total0 {
 		// jiffies are per core: busy cores = busy jiffies / (total jiffies / cores)
 		s.Busy = float64(busy1-busy0) / float64(total1-total0) * float64(cores())
@@ -339,7 +335,7 @@ func tuneConn(c *net.TCPConn) error {
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, *rawLowat)
+		serr = setRcvLowat(fd, *rawLowat)
 	}); err != nil {
 		return err
 	}
