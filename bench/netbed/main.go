@@ -100,6 +100,71 @@ func main() {
 func parent() error {
 	var rows []row
 	port := 29500
+	err := eachBed(20*time.Minute, func(ctx context.Context, hosts int, rate string, bps float64, bed *netbed.Bed) error {
+		load := benchutil.LoadAvg()
+		res := map[string]map[[2]any]float64{}
+		for _, mode := range []string{"0", "1"} {
+			port++
+			ss, err := job(ctx, bed, hosts, mode, port)
+			if err != nil {
+				return fmt.Errorf("%d hosts, %s, GP_COMM_HIERARCHY=%s: %w", hosts, rate, mode, err)
+			}
+			res[mode] = map[[2]any]float64{}
+			for _, s := range ss {
+				res[mode][[2]any{s.Op, s.Bytes}] = s.Latency
+			}
+		}
+		glooErr := map[[2]any]string{}
+		if *python != "" {
+			port++
+			gs, err := glooJob(ctx, bed, hosts, port)
+			if err != nil {
+				return fmt.Errorf("%d hosts, %s, gloo: %w", hosts, rate, err)
+			}
+			res["gloo"] = map[[2]any]float64{}
+			for _, s := range gs {
+				res["gloo"][[2]any{s.Op, s.Bytes}] = s.Latency
+				if s.Error != "" {
+					glooErr[[2]any{s.Op, s.Bytes}] = s.Error
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "netbed: %d hosts at %s done (load %.1f before, %.1f after)\n", hosts, rate, load, benchutil.LoadAvg())
+		n := hosts * *local
+		for _, op := range strings.Split(*opsFlag, ",") {
+			for _, sz := range strings.Split(*sizes, ",") {
+				b, _ := strconv.Atoi(sz)
+				fl, hl := res["0"][[2]any{op, b}], res["1"][[2]any{op, b}]
+				r := row{Op: op, Hosts: hosts, Local: *local, Rate: rate, Shaping: bed.Shaping, Bytes: b,
+					FlatLat: fl, HierLat: hl, Load: load}
+				r.FlatBus, r.HierBus = busbw(op, n, b, fl), busbw(op, n, b, hl)
+				r.FlatLink, r.HierLink = busbw(op, hosts, b, fl)*1e9/bps, busbw(op, hosts, b, hl)*1e9/bps
+				if gl := res["gloo"][[2]any{op, b}]; gl > 0 {
+					r.GlooLat, r.GlooBus, r.GlooLink = gl, busbw(op, n, b, gl), busbw(op, hosts, b, gl)*1e9/bps
+				} else if *python != "" {
+					r.GlooErr = glooErr[[2]any{op, b}]
+				}
+				rows = append(rows, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	printTable(rows)
+	js, err := json.MarshalIndent(rows, "", " ")
+	if err != nil {
+		return err
+	}
+	fmt.Println("JSON " + *out)
+	return os.WriteFile(*out, append(js, '\n'), 0o644)
+}
+
+// eachBed creates a bed for every -hosts count and -rates rate in turn (links delayed by
+// -delay), runs fn in it within timeout, and removes it; after each bed it prints the delay
+// holder's statistics, if it had one. The first error stops the loop.
+func eachBed(timeout time.Duration, fn func(ctx context.Context, hosts int, rate string, bps float64, bed *netbed.Bed) error) error {
 	for _, hs := range strings.Split(*hostsFlag, ",") {
 		hosts, err := strconv.Atoi(hs)
 		if err != nil {
@@ -110,81 +175,28 @@ func parent() error {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			bed, err := netbed.Create(ctx, hosts, netbed.Link{Rate: rate, Delay: *delay})
 			if err != nil {
 				cancel()
 				return err
 			}
-			load := benchutil.LoadAvg()
-			res := map[string]map[[2]any]float64{}
-			for _, mode := range []string{"0", "1"} {
-				port++
-				ss, err := job(ctx, bed, hosts, mode, port)
-				if err != nil {
-					bed.Close()
-					cancel()
-					return fmt.Errorf("%d hosts, %s, GP_COMM_HIERARCHY=%s: %w", hosts, rate, mode, err)
-				}
-				res[mode] = map[[2]any]float64{}
-				for _, s := range ss {
-					res[mode][[2]any{s.Op, s.Bytes}] = s.Latency
-				}
-			}
-			glooErr := map[[2]any]string{}
-			if *python != "" {
-				port++
-				gs, err := glooJob(ctx, bed, hosts, port)
-				if err != nil {
-					bed.Close()
-					cancel()
-					return fmt.Errorf("%d hosts, %s, gloo: %w", hosts, rate, err)
-				}
-				res["gloo"] = map[[2]any]float64{}
-				for _, s := range gs {
-					res["gloo"][[2]any{s.Op, s.Bytes}] = s.Latency
-					if s.Error != "" {
-						glooErr[[2]any{s.Op, s.Bytes}] = s.Error
-					}
-				}
-			}
-			shaping := bed.Shaping
-			fmt.Fprintf(os.Stderr, "netbed: %d hosts at %s done (load %.1f before, %.1f after)\n", hosts, rate, load, benchutil.LoadAvg())
-			if err := bed.Close(); err != nil {
-				cancel()
+			err = fn(ctx, hosts, rate, bps, bed)
+			cerr := bed.Close()
+			cancel()
+			if err != nil {
 				return err
+			}
+			if cerr != nil {
+				return cerr
 			}
 			if st := bed.DelayStats(); st.Packets > 0 {
 				fmt.Fprintf(os.Stderr, "netbed: delay holder: %d packets, released late by p50 %v p90 %v p99 %v, CPU %v (kernel %v)\n",
 					st.Packets, st.Late50, st.Late90, st.Late99, st.CPU.Round(time.Millisecond), st.KernelCPU.Round(time.Millisecond))
 			}
-			cancel()
-			n := hosts * *local
-			for _, op := range strings.Split(*opsFlag, ",") {
-				for _, sz := range strings.Split(*sizes, ",") {
-					b, _ := strconv.Atoi(sz)
-					fl, hl := res["0"][[2]any{op, b}], res["1"][[2]any{op, b}]
-					r := row{Op: op, Hosts: hosts, Local: *local, Rate: rate, Shaping: shaping, Bytes: b,
-						FlatLat: fl, HierLat: hl, Load: load}
-					r.FlatBus, r.HierBus = busbw(op, n, b, fl), busbw(op, n, b, hl)
-					r.FlatLink, r.HierLink = busbw(op, hosts, b, fl)*1e9/bps, busbw(op, hosts, b, hl)*1e9/bps
-					if gl := res["gloo"][[2]any{op, b}]; gl > 0 {
-						r.GlooLat, r.GlooBus, r.GlooLink = gl, busbw(op, n, b, gl), busbw(op, hosts, b, gl)*1e9/bps
-					} else if *python != "" {
-						r.GlooErr = glooErr[[2]any{op, b}]
-					}
-					rows = append(rows, r)
-				}
-			}
 		}
 	}
-	printTable(rows)
-	js, err := json.MarshalIndent(rows, "", " ")
-	if err != nil {
-		return err
-	}
-	fmt.Println("JSON " + *out)
-	return os.WriteFile(*out, append(js, '\n'), 0o644)
+	return nil
 }
 
 // job runs hosts × local workers inside the bed with GP_COMM_HIERARCHY=mode and returns

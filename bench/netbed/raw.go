@@ -71,59 +71,38 @@ type rawRow struct {
 func rawParent() error {
 	var rows []rawRow
 	port := 29700
-	for _, hs := range strings.Split(*hostsFlag, ",") {
-		hosts, err := strconv.Atoi(hs)
-		if err != nil {
-			return fmt.Errorf("-hosts: %w", err)
-		}
-		for _, rate := range strings.Split(*rates, ",") {
-			bps, err := rateBytes(rate)
+	err := eachBed(10*time.Minute, func(ctx context.Context, hosts int, rate string, bps float64, bed *netbed.Bed) error {
+		for _, ks := range strings.Split(*rawStreams, ",") {
+			k, err := strconv.Atoi(ks)
+			if err != nil || k < 1 {
+				return fmt.Errorf("-raw-streams %q: want positive integers", *rawStreams)
+			}
+			load := benchutil.LoadAvg()
+			port++
+			ss, err := rawJob(ctx, bed, hosts, k, port)
 			if err != nil {
-				return err
+				return fmt.Errorf("raw: %d hosts, %s, %d streams: %w", hosts, rate, k, err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			bed, err := netbed.Create(ctx, hosts, netbed.Link{Rate: rate, Delay: *delay})
-			if err != nil {
-				cancel()
-				return err
+			r := rawRow{Hosts: hosts, Rate: rate, Shaping: bed.Shaping, Streams: k, IOBytes: *rawIO,
+				Bytes: *rawBytes, Load: load}
+			var worst, user, sys, busy float64
+			runs := 0
+			for _, s := range ss {
+				worst = max(worst, s.Seconds)
+				user, sys, busy, runs = user+s.User, sys+s.Sys, busy+s.Busy, s.Runs
 			}
-			for _, ks := range strings.Split(*rawStreams, ",") {
-				k, err := strconv.Atoi(ks)
-				if err != nil || k < 1 {
-					bed.Close()
-					cancel()
-					return fmt.Errorf("-raw-streams %q: want positive integers", *rawStreams)
-				}
-				load := benchutil.LoadAvg()
-				port++
-				ss, err := rawJob(ctx, bed, hosts, k, port)
-				if err != nil {
-					bed.Close()
-					cancel()
-					return fmt.Errorf("raw: %d hosts, %s, %d streams: %w", hosts, rate, k, err)
-				}
-				r := rawRow{Hosts: hosts, Rate: rate, Shaping: bed.Shaping, Streams: k, IOBytes: *rawIO,
-					Bytes: *rawBytes, Load: load}
-				var worst, user, sys, busy float64
-				runs := 0
-				for _, s := range ss {
-					worst = max(worst, s.Seconds)
-					user, sys, busy, runs = user+s.User, sys+s.Sys, busy+s.Busy, s.Runs
-				}
-				gb := float64(*rawBytes) * float64(runs*len(ss)) / 1e9 // sent by all hosts
-				r.GBps = float64(*rawBytes) / worst / 1e9
-				r.Link = r.GBps * 1e9 / bps
-				r.UserPerGB, r.SysPerGB = user/gb, sys/gb
-				r.CPUPerGB = r.UserPerGB + r.SysPerGB
-				r.Busy = busy / float64(len(ss))
-				rows = append(rows, r)
-			}
-			if err := bed.Close(); err != nil {
-				cancel()
-				return err
-			}
-			cancel()
+			gb := float64(*rawBytes) * float64(runs*len(ss)) / 1e9 // sent by all hosts
+			r.GBps = float64(*rawBytes) / worst / 1e9
+			r.Link = r.GBps * 1e9 / bps
+			r.UserPerGB, r.SysPerGB = user/gb, sys/gb
+			r.CPUPerGB = r.UserPerGB + r.SysPerGB
+			r.Busy = busy / float64(len(ss))
+			rows = append(rows, r)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Printf("%-6s %7s %7s %8s %8s %6s %9s %9s %9s %6s %5s\n", "hosts", "rate", "streams", "io", "GB/s",
 		"link", "cpu s/GB", "user s/GB", "sys s/GB", "busy", "load")
