@@ -259,16 +259,8 @@ func (t *shmTransport) RecvView(peer, s int, h *Header, n int, check func(*Heade
 	if err := t.read(r, small, headerSize, func(off int, p []byte) { copy(hdr[off:], p) }); err != nil {
 		return err
 	}
-	if err := h.get(hdr[:]); err != nil {
+	if err := vetFrame(h, hdr[:], n, check); err != nil {
 		return err
-	}
-	if check != nil {
-		if err := check(h); err != nil {
-			return err
-		}
-	}
-	if int(h.Len) != n {
-		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
 	}
 	return t.read(r, small, n, fn)
 }

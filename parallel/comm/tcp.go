@@ -312,16 +312,8 @@ func (t *tcpTransport) RecvView(peer, s int, h *Header, n int, check func(*Heade
 	if _, err := io.ReadFull(d.rd, d.rhdr[:]); err != nil {
 		return t.ioErr(peer, err)
 	}
-	if err := h.get(d.rhdr[:]); err != nil {
+	if err := vetFrame(h, d.rhdr[:], n, check); err != nil {
 		return err
-	}
-	if check != nil {
-		if err := check(h); err != nil {
-			return err
-		}
-	}
-	if int(h.Len) != n {
-		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
 	}
 	if len(d.view) != tcpViewBytes {
 		d.view = make([]byte, tcpViewBytes)

@@ -158,3 +158,20 @@ func ctxErr(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: %w", ErrAborted, ctx.Err())
 }
+
+// vetFrame decodes a received frame header from raw into h for RecvView: check, when not
+// nil, vets it, and its payload must be n bytes.
+func vetFrame(h *Header, raw []byte, n int, check func(*Header) error) error {
+	if err := h.get(raw); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(h); err != nil {
+			return err
+		}
+	}
+	if int(h.Len) != n {
+		return fmt.Errorf("%w: frame of %d bytes, buffer of %d", ErrMismatch, h.Len, n)
+	}
+	return nil
+}
