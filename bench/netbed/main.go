@@ -334,18 +334,8 @@ func busbw(op string, n, bytes int, lat float64) float64 {
 
 // rateBytes is a tc rate ("1gbit") in bytes per second.
 func rateBytes(s string) (float64, error) {
-	for _, u := range []struct {
-		suffix string
-		mult   float64
-	}{{"gbit", 1e9}, {"mbit", 1e6}} {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err == nil {
-				return f * u.mult / 8, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("rate %q: want <n>gbit or <n>mbit", s)
+	b, err := netbed.RateBits(s)
+	return float64(b) / 8, err
 }
 
 func printTable(rows []row) {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/internal/netbed"
 	"github.com/gorgonia-parallel/gp/internal/scaling"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 )
@@ -235,11 +236,14 @@ func fitLink(bytes []int, times []float64, n int) scaling.Link {
 	return scaling.Link{Alpha: max(c, 0) / (2 * float64(n-1)), Beta: 1 / a}
 }
 
+// rateBps is a tc rate ("1gbit", "100mbit") in bytes per second; 0 when it does not parse
+// (the model then has no wire limit, and the row's error shows it).
 func rateBps(r string) float64 {
-	if r == "10gbit" {
-		return 10e9 / 8
+	b, err := netbed.RateBits(r)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scaling:", err)
 	}
-	return 1e9 / 8
+	return float64(b) / 8
 }
 
 func num(m map[string]any, k string) float64 { f, _ := m[k].(float64); return f }

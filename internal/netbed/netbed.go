@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -106,4 +108,22 @@ func New(t testing.TB, hosts int, link Link) *Bed {
 		}
 	})
 	return b
+}
+
+// RateBits parses tc's rate syntax ("10gbit", "100mbit", "64kbit", "800bit") into bits per
+// second.
+func RateBits(s string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 {
+				break
+			}
+			return int64(f * float64(u.mult)), nil
+		}
+	}
+	return 0, fmt.Errorf("netbed: rate %q: want a positive number and bit, kbit, mbit or gbit", s)
 }

@@ -154,7 +154,7 @@ func (b *Bed) shape(ctx context.Context, ns, dev string, link Link, host bool) (
 	if link.Rate == "" {
 		return true, nil
 	}
-	bps, perr := rateBits(link.Rate)
+	bps, perr := RateBits(link.Rate)
 	if perr != nil {
 		return true, perr
 	}
@@ -166,23 +166,6 @@ func (b *Bed) shape(ctx context.Context, ns, dev string, link Link, host bool) (
 	}
 	b.Shaping = "tbf rate " + link.Rate
 	return true, nil
-}
-
-// rateBits parses tc's rate syntax (bit, kbit, mbit, gbit) into bits per second.
-func rateBits(s string) (int64, error) {
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}} {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				break
-			}
-			return int64(f * float64(u.mult)), nil
-		}
-	}
-	return 0, fmt.Errorf("netbed: rate %q: want a number and bit, kbit, mbit or gbit", s)
 }
 
 // Close stops the delay holder, kills the processes still inside the bed's namespaces and

@@ -32,12 +32,12 @@ func TestBed(t *testing.T) {
 
 func TestRateBits(t *testing.T) {
 	for s, want := range map[string]int64{"1gbit": 1e9, "10gbit": 1e10, "500mbit": 5e8, "2.5gbit": 25e8} {
-		if got, err := rateBits(s); err != nil || got != want {
-			t.Errorf("rateBits(%q) = %d, %v", s, got, err)
+		if got, err := RateBits(s); err != nil || got != want {
+			t.Errorf("RateBits(%q) = %d, %v", s, got, err)
 		}
 	}
-	if _, err := rateBits("fast"); err == nil {
-		t.Error("rateBits(fast) did not fail")
+	if _, err := RateBits("fast"); err == nil {
+		t.Error("RateBits(fast) did not fail")
 	}
 }
 
