@@ -104,7 +104,7 @@ var (
 	size      = flag.Int("size", 64, "image side")
 	procs     = flag.Int("procs", 1, "GOMAXPROCS of each of our processes")
 	python    = flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision (\"\": skip PyTorch)")
-	keep      = flag.Bool("keep-earlier", true, "keep the rows of -o that have no hook (the run before -hooks, marked run=earlier) and those of other rates")
+	keep      = flag.Bool("keep-earlier", true, "keep the rows of -o that have no hook (the run before -hooks, marked run=earlier) and those of rate and hook pairs this run does not measure")
 	outFlag   = flag.String("o", filepath.Join("bench", "results", "ddpnet.json"), "JSON output")
 )
 
@@ -167,16 +167,18 @@ func run(ctx context.Context) error {
 }
 
 // earlier is the rows of the JSON file at path to keep: those written before -hooks existed
-// (marked run=earlier) and those of rates this run does not measure.
+// (marked run=earlier) and those of rate and hook pairs this run does not measure.
 func earlier(path string) []row {
 	var old []row
 	b, err := os.ReadFile(path)
 	if err != nil || json.Unmarshal(b, &old) != nil {
 		return nil
 	}
-	now := map[string]bool{}
+	now := map[[2]string]bool{}
 	for _, r := range strings.Split(*rates, ",") {
-		now[r] = true
+		for _, h := range strings.Split(*hooksFlag, ",") {
+			now[[2]string{r, h}] = true
+		}
 	}
 	var keep []row
 	for _, r := range old {
@@ -184,7 +186,7 @@ func earlier(path string) []row {
 		case r.Hook == "" || r.Run == "earlier":
 			r.Hook, r.Run = "none", "earlier"
 			keep = append(keep, r)
-		case !now[r.Rate]:
+		case !now[[2]string{r.Rate, r.Hook}]:
 			keep = append(keep, r)
 		}
 	}
