@@ -30,7 +30,7 @@ type devSharded struct {
 	model   *nn.Model
 	e       *devzero.Engine
 	opt     optim.Optimizer
-	evals   map[int]*devzero.Program
+	evals   map[int]evalProgram
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	ck      *checkpoints
@@ -94,7 +94,7 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	return &devSharded{
 		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg: cfg, g: g, model: model, e: e, opt: opt, evals: map[int]*devzero.Program{},
+		cfg: cfg, g: g, model: model, e: e, opt: opt, evals: map[int]evalProgram{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
 }
@@ -149,21 +149,7 @@ func (s *devSharded) optimizer() optim.Optimizer { return s.opt }
 
 // evalLogits runs an evaluation graph: its Run gathers the units (collective, as zero3's).
 func (s *devSharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
-	p, ok := s.evals[b.N]
-	if !ok {
-		var err error
-		if p, err = s.e.Compile(buildFor(b.N, s.shape[0], s.shape[1], s.shape[2], 0, false, 0, nil), s.evalOpt...); err != nil {
-			return nil, err
-		}
-		s.evals[b.N] = p
-	}
-	if err := fillInputs(p.Input, b); err != nil {
-		return nil, err
-	}
-	if err := p.Run(ctx); err != nil {
-		return nil, err
-	}
-	return p.Output("logits")
+	return runEval(ctx, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
 }
 
 // save gathers the parameters on every rank (collective) and rank 0 writes them with the

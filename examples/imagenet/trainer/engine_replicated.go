@@ -91,22 +91,29 @@ func (r *replicated) trainStep(ctx context.Context, b *data.Batch, at micro) (fl
 func (r *replicated) optimizer() optim.Optimizer { return r.opt }
 
 func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
-	p, ok := r.evals[b.N]
-	if !ok {
-		build := buildFor(b.N, r.shape[0], r.shape[1], r.shape[2], 0, false, 0, nil)
-		var err error
+	return runEval(ctx, r.evals, r.shape, b, func(build nn.BuildFunc) (evalProgram, error) {
 		switch {
 		case r.dst != nil && r.ema == nil: // reads the device's parameters, which the host's lag
-			p, err = r.dst.Compile(build, r.evalOpt...)
+			return r.dst.Compile(build, r.evalOpt...)
 		case r.cfg.dev != nil:
-			p, err = tape.Compile(r.cfg.dev, r.model, build, r.evalOpt...)
+			return tape.Compile(r.cfg.dev, r.model, build, r.evalOpt...)
 		default:
-			p, err = r.d.Compile(build, r.evalOpt...)
+			return r.d.Compile(build, r.evalOpt...)
 		}
-		if err != nil {
+	})
+}
+
+// runEval runs the evaluation program for b's batch size from evals, compiling it with
+// compile (from the build of a batch of b.N images of shape) the first time that size comes,
+// and returns its logits.
+func runEval(ctx context.Context, evals map[int]evalProgram, shape [3]int, b *data.Batch, compile func(nn.BuildFunc) (evalProgram, error)) ([]float32, error) {
+	p, ok := evals[b.N]
+	if !ok {
+		var err error
+		if p, err = compile(buildFor(b.N, shape[0], shape[1], shape[2], 0, false, 0, nil)); err != nil {
 			return nil, err
 		}
-		r.evals[b.N] = p
+		evals[b.N] = p
 	}
 	if err := fillInputs(p.Input, b); err != nil {
 		return nil, err

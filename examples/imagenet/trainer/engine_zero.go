@@ -29,7 +29,7 @@ type sharded struct {
 	cfg     *Config
 	g       comm.Group
 	e       *zero.Engine
-	evals   map[int]*zero.Program
+	evals   map[int]evalProgram
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	dir     string
@@ -85,7 +85,7 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
 		stepper: stepper{prog: prog, grads: e.ShardGrad, normGroup: g, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg: cfg, g: g, e: e, evals: map[int]*zero.Program{},
+		cfg: cfg, g: g, e: e, evals: map[int]evalProgram{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
 }
@@ -114,21 +114,7 @@ func (s *sharded) optimizer() optim.Optimizer { return s.e.Optimizer() }
 // evalLogits runs a ZeRO-3 evaluation graph: its forward gathers parameters, so every rank
 // must run the same number of batches (evaluate pads the ranks that have fewer).
 func (s *sharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
-	p, ok := s.evals[b.N]
-	if !ok {
-		var err error
-		if p, err = s.e.Compile(buildFor(b.N, s.shape[0], s.shape[1], s.shape[2], 0, false, 0, nil), s.evalOpt...); err != nil {
-			return nil, err
-		}
-		s.evals[b.N] = p
-	}
-	if err := fillInputs(p.Input, b); err != nil {
-		return nil, err
-	}
-	if err := p.Run(ctx); err != nil {
-		return nil, err
-	}
-	return p.Output("logits")
+	return runEval(ctx, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
 }
 
 func (s *sharded) tag(step int64) string { return fmt.Sprintf("step-%09d", step) }
