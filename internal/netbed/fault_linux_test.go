@@ -104,10 +104,8 @@ func startJob(t *testing.T, ctx context.Context, bed *netbed.Bed, local int, env
 	for r := range world {
 		cmd := bed.Command(ctx, r/local, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), faultWorkerEnv+"=1", "GP_RDZV_SECRET=netbed-fault",
-			"TORCHELASTIC_RUN_ID=netbed-fault", "OPENBLAS_NUM_THREADS=1",
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
-			"LOCAL_RANK="+strconv.Itoa(r%local), "LOCAL_WORLD_SIZE="+strconv.Itoa(local),
-			"GROUP_RANK="+strconv.Itoa(r/local), "MASTER_ADDR="+bed.Addr(0), "MASTER_PORT="+strconv.Itoa(port))
+			"TORCHELASTIC_RUN_ID=netbed-fault", "OPENBLAS_NUM_THREADS=1")
+		cmd.Env = append(cmd.Env, bed.RankEnv(r, local, port)...)
 		cmd.Env = append(cmd.Env, env...)
 		j.outs[r] = &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = j.outs[r], j.outs[r]

@@ -17,9 +17,11 @@
 package netbed
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -126,4 +128,51 @@ func RateBits(s string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("netbed: rate %q: want a positive number and bit, kbit, mbit or gbit", s)
+}
+
+// RankEnv is the launcher's environment of rank r of a job of local ranks per host, rank r
+// on host r/local (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK), meeting at
+// host 0's port (MASTER_ADDR, MASTER_PORT).
+func (b *Bed) RankEnv(r, local, port int) []string {
+	return []string{fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", b.Hosts()*local),
+		fmt.Sprintf("LOCAL_RANK=%d", r%local), fmt.Sprintf("LOCAL_WORLD_SIZE=%d", local),
+		fmt.Sprintf("GROUP_RANK=%d", r/local), "MASTER_ADDR=" + b.Addr(0), fmt.Sprintf("MASTER_PORT=%d", port)}
+}
+
+// RunRanks runs the test binary (os.Args[0], no tests: it must act as a worker when the
+// environment says so) as hosts×local ranks, rank r inside host r/local, with env and
+// RankEnv's variables added, and returns each rank's combined
+// output once all have exited. A rank that fails, or a job past timeout, fails the test with
+// that rank's output.
+func (b *Bed) RunRanks(t testing.TB, local, port int, timeout time.Duration, env ...string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	world := b.Hosts() * local
+	cmds := make([]*exec.Cmd, world)
+	outs := make([]*bytes.Buffer, world)
+	for r := range world {
+		cmd := b.Command(ctx, r/local, os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(os.Environ(), env...), b.RankEnv(r, local, port)...)
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		cmds[r] = cmd
+	}
+	var failed []string
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			failed = append(failed, fmt.Sprintf("rank %d: %v\n%s", r, err, outs[r]))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	res := make([]string, world)
+	for r := range outs {
+		res[r] = outs[r].String()
+	}
+	return res
 }
