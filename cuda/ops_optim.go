@@ -56,6 +56,18 @@ type AdamArgs struct {
 	Decoupled, Maximize bool
 }
 
+// WithWeightDecay is a with weight decay wd at learning rate lr: AdamW's factor Decay =
+// 1 - lr·wd when a.Decoupled, else Adam's L2 term WeightDecay = wd (Decay 1).
+func (a AdamArgs) WithWeightDecay(lr, wd float64) AdamArgs {
+	a.Decay, a.WeightDecay = 1, 0
+	if a.Decoupled {
+		a.Decay = float32(1 - lr*wd)
+	} else {
+		a.WeightDecay = float32(wd)
+	}
+	return a
+}
+
 // Adam applies one torch.optim.Adam (or AdamW, a.Decoupled) update to p from g with the
 // moments m and v, and with vmax (nil without AMSGrad) the running maximum of v.
 func (d *Device) Adam(p, g, m, v, vmax *Tensor, a AdamArgs) error {

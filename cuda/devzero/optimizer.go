@@ -171,7 +171,7 @@ func (o *shardOptimizer) begin() {
 // stepRange updates the shard's elements within [lo, hi) on the compute stream: disjoint
 // ranges covering the shard give one whole step.
 func (o *shardOptimizer) stepRange(lo, hi int) error {
-	e, k := o.e, o.k
+	e := o.e
 	for _, r := range o.ranges {
 		a, z := max(lo, r.lo), min(hi, r.hi)
 		if a >= z {
@@ -185,12 +185,7 @@ func (o *shardOptimizer) stepRange(lo, hi int) error {
 			}
 			views = append(views, v)
 		}
-		k.Decay, k.WeightDecay = 1, 0
-		if o.decoupled {
-			k.Decay = float32(1 - o.lr*r.wd)
-		} else {
-			k.WeightDecay = float32(r.wd)
-		}
+		k := o.k.WithWeightDecay(o.lr, r.wd)
 		var vmax *cuda.Tensor
 		if len(views) > 4 {
 			vmax = views[4]

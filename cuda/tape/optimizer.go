@@ -184,13 +184,7 @@ func (o *deviceOptimizer) update(sg *devSegment, data, grad *cuda.Tensor, lo, hi
 			WeightDecay: float32(sg.wd), First: sg.first, Nesterov: h.Nesterov, Maximize: h.Maximize,
 		})
 	}
-	k := o.adamK
-	k.Decay, k.WeightDecay = 1, 0
-	if o.decpl {
-		k.Decay = float32(1 - o.lr*sg.wd)
-	} else {
-		k.WeightDecay = float32(sg.wd)
-	}
+	k := o.adamK.WithWeightDecay(o.lr, sg.wd)
 	var vmax *cuda.Tensor
 	if len(views) > 4 {
 		vmax = views[4]
