@@ -31,6 +31,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/sysmon"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -50,6 +51,9 @@ type result struct {
 	AllRed   float64 `json:"allreduce_s,omitempty"`
 	Wait     float64 `json:"wait_s,omitempty"`
 	CPU      float64 `json:"cpu_s"` // user+system CPU seconds of the process over the timed steps
+	// RunDelay is how long the process's threads were runnable but had no CPU over the timed
+	// steps (schedstat), seconds: time lost to the other processes on the machine.
+	RunDelay float64 `json:"run_delay_s"`
 	// BucketList is the bucket sizes after the rebuild, launch order, e.g. "1.95 MiB, 25.00 MiB, ...".
 	BucketList string `json:"bucket_list,omitempty"`
 	// Check is the time of one replica agreement check (hash every parameter and buffer,
@@ -128,13 +132,15 @@ func run(p params, procs, reps int, py, out string) error {
 			return fmt.Errorf("two plain processes: %w", err)
 		}
 		thrPlain, thrDDP, thrPair := throughput(plain), throughput(dist), throughput(pair)
+		ms := func(s float64) float64 { return s * 1e3 / float64(p.steps) }
 		plains, dists, pairs = append(plains, thrPlain), append(dists, thrDDP), append(pairs, thrPair)
 		effs, ceilings = append(effs, thrDDP/(2*thrPlain)), append(ceilings, thrPair/(2*thrPlain))
 		// The 1-minute load average after the repetition: this machine is shared, and a
 		// repetition run beside other work says so here.
 		loads = append(loads, benchutil.LoadAvg())
-		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s",
-			rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps))
+		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s; run delay per step rank 0/1: plain %.1f ms, DDP %.1f/%.1f ms, two plain %.1f/%.1f ms",
+			rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps),
+			ms(plain[0].RunDelay), ms(dist[0].RunDelay), ms(dist[1].RunDelay), ms(pair[0].RunDelay), ms(pair[1].RunDelay))
 		if torchNote == "" {
 			tp, err := launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
 			var td []result
@@ -225,6 +231,11 @@ func numAny(v any, note string) string {
 // child is one benchmark process: "plain" (no DDP) or "ddp" (a rank of the torchrun env).
 func child(role string, p params) error {
 	ctx := context.Background()
+	// Every role, plain ones too, gets what comm.InitFromEnv gives a rank: the runtime's
+	// monitor thread lowered (GP_SYSMON; Note [The monitor thread and cgo]).
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	arch, err := resnet.ResNet18(1000)
 	if err != nil {
 		return err
@@ -351,14 +362,15 @@ func child(role string, p params) error {
 		}
 		defer trace.Stop()
 	}
-	cpu0 := benchutil.CPUSeconds()
+	cpu0, delay0 := benchutil.CPUSeconds(), benchutil.RunDelaySeconds()
 	start := time.Now()
 	for range p.steps {
 		if err := step(); err != nil {
 			return err
 		}
 	}
-	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps, CPU: benchutil.CPUSeconds() - cpu0}
+	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps, CPU: benchutil.CPUSeconds() - cpu0,
+		RunDelay: benchutil.RunDelaySeconds() - delay0}
 	if d != nil {
 		s := d.Timeline().Summary()
 		res.Buckets, res.Overlap = len(d.Buckets()), s.OverlapFraction

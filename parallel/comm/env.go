@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/sysmon"
 )
 
 // Env is the process's place in the job, as torchrun (and gprun) describe it in environment
@@ -88,8 +90,16 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 // Under a launcher that passes LauncherPipeEnv (gprun does), it also makes the process exit
 // when the launcher dies (see WatchLauncher). The timeouts come from GP_COMM_TIMEOUT,
 // GP_COMM_WARN_AFTER and GP_RDZV_TIMEOUT when set (see TimeoutEnv); opts override them.
+//
+// On Linux it also lowers the Go runtime's monitor thread to SCHED_IDLE, so that its
+// wake-ups around the compute's C calls stop taking cores from the ranks of this host;
+// GP_SYSMON=default leaves it alone, GP_SYSMON=nice makes it nice 19 instead (Note [The
+// monitor thread and cgo] in internal/sysmon: DDP's images/s rose 10% on 2 cores).
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 	WatchLauncher()
+	if _, err := sysmon.Lower(); err != nil {
+		return nil, fmt.Errorf("comm: %w", err)
+	}
 	env, err := EnvFromOS()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,186 @@
+//go:build linux
+
+package sysmon
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv makes the test binary run TestHelperLower as a child: Lower once, print the
+// result and every thread's policy as JSON.
+const helperEnv = "GP_SYSMON_TEST_HELPER"
+
+type helperOut struct {
+	Res      Result
+	Err      string
+	Policies map[int]uint32
+	Threads  []int // sorted
+}
+
+func TestHelperLower(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		t.Skip("helper process only")
+	}
+	// Keep the runtime busy the way a training rank does: goroutines that compute.
+	var out helperOut
+	res, err := Lower()
+	out.Res = res
+	if err != nil {
+		out.Err = err.Error()
+	}
+	tids, _ := threads()
+	slices.Sort(tids)
+	out.Threads = tids
+	out.Policies = map[int]uint32{}
+	for _, tid := range tids {
+		if p, err := priorityOf(tid); err == nil {
+			out.Policies[tid] = p.policy
+		}
+	}
+	b, _ := json.Marshal(out)
+	os.Stdout.Write(append([]byte("HELPER "), b...))
+}
+
+func runHelper(t *testing.T, env ...string) helperOut {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLower$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), helperEnv+"=1"), env...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, b)
+	}
+	_, js, ok := strings.Cut(string(b), "HELPER ")
+	if !ok {
+		t.Fatalf("helper printed no result:\n%s", b)
+	}
+	js, _, _ = strings.Cut(js, "\n")
+	var out helperOut
+	if err := json.Unmarshal([]byte(strings.TrimSuffix(js, "PASS")), &out); err != nil {
+		t.Fatalf("helper output %q: %v", js, err)
+	}
+	return out
+}
+
+// The test binary links no C, so the runtime's first thread after the main one is sysmon
+// (runtime.main starts it before anything else): Lower must find exactly that thread, make
+// it SCHED_IDLE and leave every other thread's policy alone.
+func TestLowerFindsSysmon(t *testing.T) {
+	out := runHelper(t)
+	if out.Err != "" {
+		t.Fatalf("Lower: %s", out.Err)
+	}
+	if len(out.Threads) < 2 {
+		t.Fatalf("threads %v: want the main thread and sysmon at least", out.Threads)
+	}
+	if want := out.Threads[1]; out.Res.Thread != want || out.Res.Mode != Idle {
+		t.Fatalf("Lower = %+v, want thread %d (the runtime's second thread) in mode %q", out.Res, want, Idle)
+	}
+	for tid, p := range out.Policies {
+		want := uint32(schedNormal)
+		if tid == out.Res.Thread {
+			want = unix.SCHED_IDLE
+		}
+		if p != want {
+			t.Errorf("thread %d: policy %d, want %d", tid, p, want)
+		}
+	}
+}
+
+func TestLowerModes(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		mode    Mode
+		changed bool
+		err     string
+	}{
+		{"GP_SYSMON=default", Default, false, ""},
+		{"GP_SYSMON=nice", Nice, true, ""},
+		{"GP_SYSMON=fast", Default, false, `GP_SYSMON="fast"`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			out := runHelper(t, tc.env)
+			if tc.err != "" {
+				if !strings.Contains(out.Err, tc.err) {
+					t.Fatalf("Lower error %q, want one naming %s", out.Err, tc.err)
+				}
+				return
+			}
+			if out.Err != "" || out.Res.Mode != tc.mode || (out.Res.Thread != 0) != tc.changed {
+				t.Fatalf("Lower = %+v, %q; want mode %q, a thread changed: %v", out.Res, out.Err, tc.mode, tc.changed)
+			}
+			for tid, p := range out.Policies {
+				if p != schedNormal {
+					t.Errorf("thread %d: policy %d; %s changes no policy", tid, p, tc.env)
+				}
+			}
+		})
+	}
+}
+
+// A thread that appears with the lowered priority (as one sysmon starts would) gets the
+// normal one back from the watcher.
+func TestWatchRestoresInheritedPriority(t *testing.T) {
+	normal := priority{policy: schedNormal}
+	low := priority{policy: unix.SCHED_IDLE}
+	go watch(-1, normal, low)
+
+	type got struct {
+		tid int
+		p   priority
+		err error
+	}
+	res := make(chan got)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // a thread of its own, which exits with the goroutine
+		tid := unix.Gettid()
+		if err := setPriority(tid, low); err != nil {
+			res <- got{err: err}
+			return
+		}
+		deadline := time.Now().Add(20 * watchEvery)
+		for {
+			p, err := priorityOf(tid)
+			if err != nil || p == normal || time.Now().After(deadline) {
+				res <- got{tid, p, err}
+				break
+			}
+			time.Sleep(watchEvery / 10)
+		}
+		<-release
+	}()
+	r := <-res
+	close(release)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.p != normal {
+		t.Fatalf("thread %d still has priority %+v after %v; want the watcher to restore %+v", r.tid, r.p, 20*watchEvery, normal)
+	}
+}
+
+func TestModeFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want Mode
+		ok   bool
+	}{{"", Idle, true}, {"idle", Idle, true}, {"nice", Nice, true}, {"default", Default, true}, {"off", "", false}} {
+		t.Setenv(Env, tc.v)
+		m, err := ModeFromEnv()
+		if (err == nil) != tc.ok || m != tc.want {
+			t.Errorf("%s=%q: %q, %v; want %q, ok %v", Env, tc.v, m, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// schedNormal is SCHED_OTHER (SCHED_NORMAL), which x/sys/unix does not name.
+const schedNormal = 0
