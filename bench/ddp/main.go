@@ -4,7 +4,11 @@
 // processes over loopback TCP, and the same for PyTorch DDP (gloo) in the same run, then
 // prints a table and writes bench/results/ddp.json. Scaling efficiency is the strict
 // definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead counts
-// against it.
+// against it. The plain process runs before and after DDP in each repetition, and its
+// throughput is the mean of the two (this machine's speed drifts within a minute).
+//
+// Every process lowers the Go runtime's monitor thread as comm.InitFromEnv does for a rank
+// (GP_SYSMON, internal/sysmon); GP_SYSMON=default measures without it.
 //
 // "One thread per rank" is GOMAXPROCS=1 by default (-procs): DDP's communication goroutines
 // then share the rank's one P with the compute, where gloo has threads of its own; -procs 2
@@ -109,10 +113,10 @@ func run(p params, procs, reps int, py, out string) error {
 	script := filepath.Join("bench", "ddp", "torch_ddp.py")
 	targs := []string{"--steps", strconv.Itoa(p.steps), "--warmup", strconv.Itoa(p.warmup), "--batch", strconv.Itoa(p.batch), "--size", strconv.Itoa(p.size)}
 	torchNote := ""
-	// One repetition measures every configuration once, ours and PyTorch's interleaved, so
-	// that a disturbance of this shared machine hits one repetition, not one column; the
-	// table reports each configuration's median over the repetitions and the median of the
-	// per-repetition efficiencies.
+	// One repetition measures every configuration once (the plain process twice, before and
+	// after DDP), ours and PyTorch's interleaved, so that a disturbance of this shared
+	// machine hits one repetition, not one column; the table reports each configuration's
+	// median over the repetitions and the median of the per-repetition efficiencies.
 	var plains, dists, pairs, tPlains, tDists, effs, ceilings, tEffs, loads []float64
 	var r0 result
 	var cpu [3]float64
@@ -125,21 +129,28 @@ func run(p params, procs, reps int, py, out string) error {
 		if err != nil {
 			return fmt.Errorf("DDP world 2: %w", err)
 		}
+		// The plain process again, after DDP: this machine's speed drifts by tens of percent
+		// over a minute, and the mean of the runs before and after DDP cancels a steady drift
+		// that one run before it would count as DDP's gain or loss.
+		plainAfter, err := launchRanks(1, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
+		if err != nil {
+			return fmt.Errorf("plain process: %w", err)
+		}
 		// Two plain processes at once, without any communication: what two ranks sharing
 		// this machine's cores, caches and memory bandwidth can reach at best.
 		pair, err := launchRanks(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
 		if err != nil {
 			return fmt.Errorf("two plain processes: %w", err)
 		}
-		thrPlain, thrDDP, thrPair := throughput(plain), throughput(dist), throughput(pair)
+		thrPlain, thrDDP, thrPair := (throughput(plain)+throughput(plainAfter))/2, throughput(dist), throughput(pair)
 		ms := func(s float64) float64 { return s * 1e3 / float64(p.steps) }
 		plains, dists, pairs = append(plains, thrPlain), append(dists, thrDDP), append(pairs, thrPair)
 		effs, ceilings = append(effs, thrDDP/(2*thrPlain)), append(ceilings, thrPair/(2*thrPlain))
 		// The 1-minute load average after the repetition: this machine is shared, and a
 		// repetition run beside other work says so here.
 		loads = append(loads, benchutil.LoadAvg())
-		line := fmt.Sprintf("repetition %d: ours plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s; run delay per step rank 0/1: plain %.1f ms, DDP %.1f/%.1f ms, two plain %.1f/%.1f ms",
-			rep+1, thrPlain, thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps),
+		line := fmt.Sprintf("repetition %d: ours plain %.2f (%.2f before DDP, %.2f after), DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s; run delay per step rank 0/1: plain %.1f ms, DDP %.1f/%.1f ms, two plain %.1f/%.1f ms",
+			rep+1, thrPlain, throughput(plain), throughput(plainAfter), thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps),
 			ms(plain[0].RunDelay), ms(dist[0].RunDelay), ms(dist[1].RunDelay), ms(pair[0].RunDelay), ms(pair[1].RunDelay))
 		if torchNote == "" {
 			tp, err := launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
@@ -147,10 +158,14 @@ func run(p params, procs, reps int, py, out string) error {
 			if err == nil {
 				td, err = launchRanks(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo"))
 			}
+			var tpAfter []result
+			if err == nil {
+				tpAfter, err = launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
+			}
 			if err != nil {
 				torchNote = "PyTorch unavailable: " + benchutil.FirstLine(err.Error())
 			} else {
-				tPlain, tDDP := throughput(tp), throughput(td)
+				tPlain, tDDP := (throughput(tp)+throughput(tpAfter))/2, throughput(td)
 				tPlains, tDists, tEffs = append(tPlains, tPlain), append(tDists, tDDP), append(tEffs, tDDP/(2*tPlain))
 				line += fmt.Sprintf("; PyTorch plain %.2f, DDP %.2f img/s, efficiency %.3f", tPlain, tDDP, tEffs[len(tEffs)-1])
 			}
