@@ -34,7 +34,6 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/internal/simd"
-	"github.com/gorgonia-parallel/gp/internal/sysmon"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -89,12 +88,6 @@ func main() {
 	flag.Float64Var(&minSeconds, "min-seconds", 4, "each measurement times at least this long (and at least the workload's steps), ours and PyTorch's alike")
 	flag.Parse()
 	if *child != "" {
-		// As a trainer does (GP_SYSMON, internal/sysmon): with two threads on two cores the
-		// runtime's monitor thread would take cores from the compute.
-		if _, err := sysmon.Lower(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench/models:", err)
-			os.Exit(1)
-		}
 		if *profile != "" {
 			f, err := os.Create(*profile)
 			if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
-	"github.com/gorgonia-parallel/gp/internal/sysmon"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/models/swin"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -470,14 +469,9 @@ func leaveGroup(g comm.Group, err error) {
 }
 
 // joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE (or
-// mpirun's OMPI_COMM_WORLD_SIZE). A group of one lowers the runtime's monitor thread as
-// comm.InitFromEnv does for a rank (GP_SYSMON): a single process whose threads fill the
-// cores loses them to its wake-ups as well.
+// mpirun's OMPI_COMM_WORLD_SIZE).
 func joinGroup(ctx context.Context, opts ...comm.Option) (comm.Group, error) {
 	if os.Getenv("WORLD_SIZE") == "" && os.Getenv("OMPI_COMM_WORLD_SIZE") == "" {
-		if _, err := sysmon.Lower(); err != nil {
-			return nil, fmt.Errorf("trainer: %w", err)
-		}
 		return comm.NewLocalGroups(1)[0], nil
 	}
 	return comm.InitFromEnv(ctx, opts...)
