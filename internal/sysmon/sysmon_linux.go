@@ -5,7 +5,6 @@ package sysmon
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,8 +22,12 @@ var (
 	}
 )
 
-// findSamples is how many times find looks at every thread's current system call.
-const findSamples = 50
+// find looks at every thread's current system call over and over, for at least findMin and
+// at most findMax: until one thread stands out, which takes findMin on an idle machine.
+const (
+	findMin = 30 * time.Millisecond
+	findMax = time.Second
+)
 
 // watchEvery is how often the watcher looks for threads that inherited the lowered priority.
 const watchEvery = 100 * time.Millisecond
@@ -66,34 +69,25 @@ func lower(m Mode) Result {
 	return Result{Thread: tid, Mode: m}
 }
 
-// find returns the thread that sleeps in nanosleep in most of findSamples looks (at least
-// an eighth, and twice as many as any other thread), 0 when no thread stands out. Go's
-// runtime sleeps there only in sysmon's polling loop (and for a few microseconds when
-// stealing work); a goroutine kept runnable meanwhile stops sysmon from parking on a futex
-// instead, as it does when every P is idle.
+// find returns the thread found sleeping in nanosleep in the most of find's looks (see
+// standsOut), 0 when no thread stands out within findMax.
+// Go's runtime sleeps there only in sysmon's polling loop and, for a few microseconds, in a
+// thread that steals work from a running P. find keeps the looks back to back on this
+// goroutine: a P stays busy, so sysmon polls (it parks on a futex when every P is idle, and
+// the looks' system calls wake it), and nothing is made runnable, so no thread looks for
+// work meanwhile. Where every core is busy, a freshly woken sysmon polls every 20 µs and
+// spends most of each poll waiting for a core, so it stands out only once its polls have
+// lengthened: 30-470 ms with four busy loops on 2 cores.
 func find() (int, error) {
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				runtime.Gosched()
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
 	nanosleep := strconv.Itoa(unix.SYS_NANOSLEEP)
 	counts := map[int]int{}
-	for range findSamples {
-		time.Sleep(500 * time.Microsecond)
+	looks := 0
+	for start := time.Now(); ; looks++ {
+		if d := time.Since(start); d >= findMin {
+			if t := standsOut(counts, looks); t != 0 || d >= findMax {
+				return t, nil
+			}
+		}
 		tids, err := threads()
 		if err != nil {
 			return 0, err
@@ -108,6 +102,11 @@ func find() (int, error) {
 			}
 		}
 	}
+}
+
+// standsOut returns the thread seen in nanosleep in at least 10 looks and a quarter of all,
+// and twice as often as any other; 0 if none.
+func standsOut(counts map[int]int, looks int) int {
 	best, bestN, secondN := 0, 0, 0
 	for t, n := range counts {
 		switch {
@@ -117,12 +116,10 @@ func find() (int, error) {
 			secondN = n
 		}
 	}
-	// Where every core is busy, sysmon spends much of its time runnable, waiting for a core
-	// after each sleep: 11 of 40 looks found it in nanosleep with two busy loops beside.
-	if bestN < findSamples/8 || 2*secondN > bestN {
-		return 0, nil
+	if bestN < 10 || bestN < looks/4 || 2*secondN > bestN {
+		return 0
 	}
-	return best, nil
+	return best
 }
 
 // threads lists this process's thread ids.

@@ -72,26 +72,39 @@ func runHelper(t *testing.T, env ...string) helperOut {
 
 // The test binary links no C, so the runtime's first thread after the main one is sysmon
 // (runtime.main starts it before anything else): Lower must find exactly that thread, make
-// it SCHED_IDLE and leave every other thread's policy alone.
+// it SCHED_IDLE and leave every other thread's policy alone. Where the cores are busy
+// (make test), Lower may give up after findMax, which it says in Result.Reason: one of three
+// helper processes must find the thread, and every one that finds a thread must find it.
 func TestLowerFindsSysmon(t *testing.T) {
-	out := runHelper(t)
-	if out.Err != "" {
-		t.Fatalf("Lower: %s", out.Err)
-	}
-	if len(out.Threads) < 2 {
-		t.Fatalf("threads %v: want the main thread and sysmon at least", out.Threads)
-	}
-	if want := out.Threads[1]; out.Res.Thread != want || out.Res.Mode != Idle {
-		t.Fatalf("Lower = %+v, want thread %d (the runtime's second thread) in mode %q", out.Res, want, Idle)
-	}
-	for tid, p := range out.Policies {
-		want := uint32(schedNormal)
-		if tid == out.Res.Thread {
-			want = unix.SCHED_IDLE
+	found := 0
+	for try := 0; try < 3 && found == 0; try++ {
+		out := runHelper(t)
+		if out.Err != "" {
+			t.Fatalf("Lower: %s", out.Err)
 		}
-		if p != want {
-			t.Errorf("thread %d: policy %d, want %d", tid, p, want)
+		if len(out.Threads) < 2 {
+			t.Fatalf("threads %v: want the main thread and sysmon at least", out.Threads)
 		}
+		if out.Res.Thread == 0 {
+			t.Logf("helper %d: nothing lowered: %s", try, out.Res.Reason)
+			continue
+		}
+		found++
+		if want := out.Threads[1]; out.Res.Thread != want || out.Res.Mode != Idle {
+			t.Fatalf("Lower = %+v, want thread %d (the runtime's second thread) in mode %q", out.Res, want, Idle)
+		}
+		for tid, p := range out.Policies {
+			want := uint32(schedNormal)
+			if tid == out.Res.Thread {
+				want = unix.SCHED_IDLE
+			}
+			if p != want {
+				t.Errorf("thread %d: policy %d, want %d", tid, p, want)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no helper found the monitor thread")
 	}
 }
 
@@ -108,6 +121,11 @@ func TestLowerModes(t *testing.T) {
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			out := runHelper(t, tc.env)
+			// As in TestLowerFindsSysmon: on busy cores the thread may not be told apart.
+			for try := 1; try < 3 && tc.changed && out.Res.Thread == 0 && out.Err == ""; try++ {
+				t.Logf("helper %d: nothing lowered: %s", try, out.Res.Reason)
+				out = runHelper(t, tc.env)
+			}
 			if tc.err != "" {
 				if !strings.Contains(out.Err, tc.err) {
 					t.Fatalf("Lower error %q, want one naming %s", out.Err, tc.err)
