@@ -11,7 +11,7 @@
 // compute nothing. Where every core runs a rank (DDP at one rank per core), each wake-up
 // preempts some rank's compute: measured with bench/ddp on 2 cores, each rank's sysmon ran
 // 0.3 s of every 8 and waited 4 s more for a core, its compute threads waited 1.3-2.3 s of
-// every 8 for a core, and DDP's images/s were 10% lower than with sysmon lowered.
+// every 8 for a core, and DDP's images/s were 6-10% lower than with sysmon lowered.
 //
 // Lowered to SCHED_IDLE, sysmon runs only when a core would otherwise be idle: it still
 // retakes Ps, preempts long-running goroutines and polls the network whenever a rank waits
