@@ -23,6 +23,7 @@ package sysmon
 import (
 	"fmt"
 	"os"
+	"sync"
 )
 
 // Env names the variable that chooses what Lower does: "idle" (the default: SCHED_IDLE),
@@ -68,7 +69,8 @@ type Result struct {
 // Mode. Lowering is a tuning, never a condition of running: when the thread cannot be told
 // apart from the others, /proc cannot be read or the priority cannot be changed, Lower
 // changes nothing and says why in Result.Reason. Only Linux has threads to change:
-// elsewhere Lower does nothing. It takes about 30 ms (it watches the threads).
+// elsewhere Lower does nothing. It takes 30 ms to 1 s: it watches the threads until the
+// monitor stands out.
 func Lower() (Result, error) {
 	once.Do(func() {
 		m, err := ModeFromEnv()
@@ -80,3 +82,12 @@ func Lower() (Result, error) {
 	})
 	return lowered.res, lowered.err
 }
+
+// once and lowered make Lower act once per process.
+var (
+	once    sync.Once
+	lowered struct {
+		res Result
+		err error
+	}
+)

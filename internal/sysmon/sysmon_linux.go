@@ -7,19 +7,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
-
-var (
-	once    sync.Once
-	lowered struct {
-		res Result
-		err error
-	}
 )
 
 // find looks at every thread's current system call over and over, for at least findMin and
