@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,4 +176,25 @@ func (b *Bed) RunRanks(t testing.TB, local, port int, timeout time.Duration, env
 		res[r] = outs[r].String()
 	}
 	return res
+}
+
+// checksumLine is the line a worker prints with a digest of its final state.
+var checksumLine = regexp.MustCompile(`(?m)^checksum \w+$`)
+
+// SameChecksum checks RunRanks' outputs of workers that each print one "checksum <digest>"
+// line of their final state and log their collectives: every output must match ran (the
+// algorithm the test is about, for example `algo=hier`) and carry the same checksum line as
+// rank 0's, which SameChecksum returns. It fails t naming the first rank that does not.
+func SameChecksum(t testing.TB, outs []string, ran *regexp.Regexp) string {
+	t.Helper()
+	first := checksumLine.FindString(outs[0])
+	for r, out := range outs {
+		if !ran.MatchString(out) {
+			t.Fatalf("rank %d's collectives log nothing matching %q:\n%s", r, ran, out)
+		}
+		if sum := checksumLine.FindString(out); sum == "" || sum != first {
+			t.Fatalf("rank %d: %q, rank 0: %q", r, sum, first)
+		}
+	}
+	return first
 }

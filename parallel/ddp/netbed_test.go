@@ -2,7 +2,6 @@ package ddp
 
 import (
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,15 +21,6 @@ func TestEquivalenceAcrossHosts(t *testing.T) {
 	bed := netbed.New(t, 2, netbed.Link{Rate: "1gbit", Delay: 500 * time.Microsecond})
 	outs := bed.RunRanks(t, 2, 29500, 60*time.Second, "GP_DDP_TEST_WORKER=equiv", "GP_RDZV_SECRET=ddp-test",
 		"OPENBLAS_NUM_THREADS=1", "GP_COMM_DEBUG=1", "TORCHELASTIC_RUN_ID=netbed")
-	checksum := regexp.MustCompile(`(?m)^checksum \w+$`)
-	first := checksum.FindString(outs[0])
-	for r, out := range outs {
-		if !strings.Contains(out, "algo=hier") {
-			t.Fatalf("rank %d did not run hierarchical collectives:\n%s", r, out)
-		}
-		if sum := checksum.FindString(out); sum == "" || sum != first {
-			t.Fatalf("rank %d: %q, rank 0: %q", r, sum, first)
-		}
-	}
+	first := netbed.SameChecksum(t, outs, regexp.MustCompile(`algo=hier`))
 	t.Logf("shaping %s; %s on every rank", bed.Shaping, first)
 }

@@ -21,16 +21,6 @@ func TestEquivalenceAcrossHosts(t *testing.T) {
 	bed := netbed.New(t, 2, netbed.Link{Rate: "1gbit"})
 	outs := bed.RunRanks(t, 2, 29510, 90*time.Second, "GP_ZERO_TEST_WORKER=equiv", "GP_RDZV_SECRET=zero-test",
 		"OPENBLAS_NUM_THREADS=1", "GP_COMM_DEBUG=1", "TORCHELASTIC_RUN_ID=netbed")
-	checksum := regexp.MustCompile(`(?m)^checksum \w+$`)
-	hier := regexp.MustCompile(`op=(all-gather|reduce-scatter) .*algo=hier`)
-	first := checksum.FindString(outs[0])
-	for r, out := range outs {
-		if !hier.MatchString(out) {
-			t.Fatalf("rank %d ran no hierarchical all-gather or reduce-scatter:\n%s", r, out)
-		}
-		if sum := checksum.FindString(out); sum == "" || sum != first {
-			t.Fatalf("rank %d: %q, rank 0: %q", r, sum, first)
-		}
-	}
+	first := netbed.SameChecksum(t, outs, regexp.MustCompile(`op=(all-gather|reduce-scatter) .*algo=hier`))
 	t.Logf("shaping %s; %s on every rank", bed.Shaping, first)
 }
