@@ -34,6 +34,83 @@ type Record struct {
 	LossScale float64 `json:"loss_scale,omitempty"`
 }
 
+// MarshalJSON writes r as one JSON object. A value that is not finite (a diverged loss, a
+// learning rate of Inf) is written as the string "NaN", "+Inf" or "-Inf", which JSON has no
+// number for, and read back as that value by UnmarshalJSON: a log line is never lost to it.
+func (r Record) MarshalJSON() ([]byte, error) {
+	return json.Marshal(recordJSON{Kind: r.Kind, Epoch: r.Epoch, Step: r.Step, Loss: jsonFloat(r.Loss),
+		StepLoss: jsonFloat(r.StepLoss), LR: jsonFloat(r.LR), Top1: jsonFloat(r.Top1), Top5: jsonFloat(r.Top5),
+		ImgsPerS: jsonFloat(r.ImgsPerS), ElapsedS: jsonFloat(r.ElapsedS), LossScale: jsonFloat(r.LossScale)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (and plain JSON numbers).
+func (r *Record) UnmarshalJSON(b []byte) error {
+	var j recordJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = Record{Kind: j.Kind, Epoch: j.Epoch, Step: j.Step, Loss: float64(j.Loss),
+		StepLoss: float64(j.StepLoss), LR: float64(j.LR), Top1: float64(j.Top1), Top5: float64(j.Top5),
+		ImgsPerS: float64(j.ImgsPerS), ElapsedS: float64(j.ElapsedS), LossScale: float64(j.LossScale)}
+	return nil
+}
+
+// recordJSON is Record's form in the log.
+type recordJSON struct {
+	Kind      string    `json:"kind"`
+	Epoch     int       `json:"epoch"`
+	Step      int64     `json:"step"`
+	Loss      jsonFloat `json:"loss"`
+	StepLoss  jsonFloat `json:"step_loss,omitempty"`
+	LR        jsonFloat `json:"lr,omitempty"`
+	Top1      jsonFloat `json:"top1,omitempty"`
+	Top5      jsonFloat `json:"top5,omitempty"`
+	ImgsPerS  jsonFloat `json:"imgs_per_s,omitempty"`
+	ElapsedS  jsonFloat `json:"elapsed_s"`
+	LossScale jsonFloat `json:"loss_scale,omitempty"`
+}
+
+// jsonFloat is a float64 that JSON carries as a number when finite and as the string "NaN",
+// "+Inf" or "-Inf" otherwise.
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	switch v := float64(f); {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	default:
+		return json.Marshal(v)
+	}
+}
+
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		var v float64
+		err := json.Unmarshal(b, &v)
+		*f = jsonFloat(v)
+		return err
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	switch s {
+	case "NaN":
+		*f = jsonFloat(math.NaN())
+	case "+Inf", "Inf":
+		*f = jsonFloat(math.Inf(1))
+	case "-Inf":
+		*f = jsonFloat(math.Inf(-1))
+	default:
+		return fmt.Errorf("trainer: metrics value %q is neither a number nor NaN, +Inf or -Inf", s)
+	}
+	return nil
+}
+
 // Metrics appends records to a JSON-lines file and, once OpenTensorBoard is called, the same
 // figures as TensorBoard scalars. It keeps nothing in memory per record: Plot reads the file
 // back.
@@ -194,8 +271,16 @@ const PlotPoints = 2048
 
 // Plot writes a PNG with three panels: training and validation loss, validation top-1 and
 // top-5 accuracy, and the learning rate, against the step. It reads the log back from its
-// file; each curve has at most PlotPoints points.
-func (m *Metrics) Plot(path string) error {
+// file; each curve has at most PlotPoints points. Values a panel cannot show are left out
+// (NaN and Inf everywhere; zero and negative losses on the loss panel's log scale), a panel
+// with nothing left is drawn empty, and a failure inside gonum/plot comes back as an error
+// naming path, never as a panic.
+func (m *Metrics) Plot(path string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("trainer: plot %s: gonum/plot failed: %v", path, p)
+		}
+	}()
 	if err := m.w.Flush(); err != nil {
 		return fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
 	}
@@ -241,10 +326,6 @@ func (m *Metrics) Plot(path string) error {
 		p.X.Label.Text = "step"
 		p.Y.Label.Text = pn.ylabel
 		p.Add(plotter.NewGrid())
-		if pn.log {
-			p.Y.Scale = plot.LogScale{}
-			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		}
 		var all plotter.XYs
 		for _, s := range pn.series {
 			if len(s.xy) == 0 {
@@ -278,6 +359,12 @@ func (m *Metrics) Plot(path string) error {
 			} else {
 				p.Legend.Add(s.name, l)
 			}
+		}
+		if pn.log && len(all) > 0 {
+			// A log axis without a positive value has no range to draw: an empty panel
+			// keeps the linear one.
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		}
 		fitAxes(p, all, pn.log)
 		p.Legend.Top = !pn.log && pn.title != "validation accuracy"
@@ -344,6 +431,9 @@ type decimated struct {
 }
 
 func (d *decimated) add(x, y float64) {
+	if math.IsNaN(y) || math.IsInf(y, 0) {
+		return // not drawable; it would also poison the mean of its run
+	}
 	if d.group == 0 {
 		d.group = 1
 	}
@@ -371,7 +461,8 @@ func (d *decimated) points() plotter.XYs {
 	return append(d.xy[:len(d.xy):len(d.xy)], plotter.XY{X: d.sumX / float64(d.n), Y: d.sumY / float64(d.n)})
 }
 
-// positive drops non-positive points, which a log scale cannot show.
+// positive drops non-positive points, which a log scale cannot show (add has dropped the
+// non-finite ones).
 func positive(xy plotter.XYs) plotter.XYs {
 	var out plotter.XYs
 	for _, p := range xy {

@@ -3,6 +3,7 @@ package trainer
 import (
 	"bufio"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -155,5 +156,57 @@ func TestKeepLastIsBounded(t *testing.T) {
 		if h[len(h)-1] != float64(i) || (len(h) >= n && h[len(h)-n] != float64(i-n+1)) {
 			t.Fatalf("after %d values: %v does not end with the last %d", i, h, n)
 		}
+	}
+}
+
+// Whatever values a run logs (a loss of 0, a negative or non-finite loss, a learning rate
+// of 0 or Inf, one record, none), the log keeps them and the plot is a PNG or an error,
+// never a panic; a non-finite value reads back as itself.
+func TestPlotOfAnyValues(t *testing.T) {
+	inf, nan := math.Inf(1), math.NaN()
+	for _, tc := range []struct {
+		name string
+		recs []Record
+	}{
+		{"no records", nil},
+		{"only a validation", []Record{{Kind: "val", Step: 2, Loss: 1, Top1: 10, Top5: 50}}},
+		{"one step", []Record{{Kind: "train", Step: 1, Loss: 2.3, LR: 0.1}}},
+		{"zero loss", []Record{{Kind: "train", Step: 1, Loss: 0, LR: 0.1}, {Kind: "train", Step: 2, Loss: 0, LR: 0}}},
+		{"negative loss", []Record{{Kind: "train", Step: 1, Loss: -1, LR: 0.1}, {Kind: "val", Step: 1, Loss: -2}}},
+		{"NaN loss", []Record{{Kind: "train", Step: 1, Loss: nan, StepLoss: nan, LR: 0.1}, {Kind: "val", Step: 1, Loss: nan, Top1: 10}}},
+		{"Inf loss and lr", []Record{{Kind: "train", Step: 1, Loss: inf, StepLoss: -inf, LR: inf}, {Kind: "train", Step: 2, Loss: 1, LR: 0}}},
+		{"zero learning rate", []Record{{Kind: "train", Step: 1, Loss: 2, LR: 0}, {Kind: "train", Step: 2, Loss: 1.5, LR: 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "metrics.jsonl")
+			m, err := OpenMetrics(path, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			for _, r := range tc.recs {
+				if err := m.Add(r); err != nil {
+					t.Fatalf("Add(%+v): %v", r, err)
+				}
+			}
+			if err := m.Plot(filepath.Join(dir, "curves.png")); err != nil {
+				t.Fatalf("Plot: %v", err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "curves.png"))
+			if err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
+				t.Fatalf("plot is not a PNG (%d bytes, %v)", len(b), err)
+			}
+			got := readRecords(t, path)
+			if len(got) != len(tc.recs) {
+				t.Fatalf("read back %d records, want %d", len(got), len(tc.recs))
+			}
+			for i, r := range tc.recs {
+				same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+				if g := got[i]; !same(g.Loss, r.Loss) || !same(g.StepLoss, r.StepLoss) || !same(g.LR, r.LR) || g.Step != r.Step {
+					t.Errorf("record %d read back as %+v, want %+v", i, g, r)
+				}
+			}
+		})
 	}
 }

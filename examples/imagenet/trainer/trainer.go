@@ -5,21 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/models/swin"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -78,292 +73,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) 
 		}
 		defer func() { leaveGroup(g, err) }()
 	}
-	rank, world := g.Rank(), g.Size()
-	if cfg.Batch%world != 0 {
-		return nil, fmt.Errorf("trainer: global batch %d is not divisible by the world size %d", cfg.Batch, world)
-	}
-	local := cfg.Batch / world
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("rank", rank)
-	if rank != 0 {
-		out = io.Discard
-	}
-
-	train, val, err := openData(ctx, g, &cfg, log)
+	r, err := newRun(ctx, &cfg, strat, g, out)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.NumClasses == 0 {
-		cfg.NumClasses = train.classes
-	}
-	module, err := newModule(&cfg)
-	if err != nil {
-		return nil, err
-	}
-	mopts := []nn.ModelOption{nn.WithSeed(cfg.Seed)}
-	if !strat.sharded {
-		// DDP all-reduces the gradients in place when the ranks share this host's memory.
-		mopts = append(mopts, ddp.SharedGradients(ctx, g))
-	}
-	model, err := nn.NewModel(module, mopts...)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Pretrained != "" {
-		if err := models.LoadWeights(model.Params, cfg.Pretrained); err != nil {
-			return nil, fmt.Errorf("trainer: -pretrained: %w", err)
-		}
-	}
-
-	shape := [3]int{train.c, train.h, train.w}
-	eng, err := strat.newEngine(ctx, &cfg, strat, g, model, shape, log)
-	if err != nil {
-		return nil, err
-	}
-	// An optimizer step takes GradAccum batches; an epoch's leftover batches (fewer than
-	// GradAccum) are dropped, as drop_last drops a short batch.
-	stepsPerEpoch := train.steps / cfg.GradAccum
-	if stepsPerEpoch == 0 {
-		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than %d batches of %d per rank (-grad-accum-steps %d)",
-			train.images, cfg.GradAccum, local, cfg.GradAccum)
-	}
-	opt := eng.optimizer()
-	sched, err := newSchedule(opt, &cfg, stepsPerEpoch)
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{}
-	meta := &checkpoint.State{Scheduler: sched, RNG: map[string]checkpoint.RNG{"dropout": rngState{model.RNG}}}
-	if res.ResumedFrom, err = eng.resume(ctx, cfg.Resume, meta); err != nil {
-		return nil, err
-	}
-	if res.ResumedFrom != "" {
-		fmt.Fprintf(out, "resumed from %s at step %d (epoch %d)\n", res.ResumedFrom, meta.Step, meta.Epoch)
-	}
-	if first := int64(cfg.StartEpoch * stepsPerEpoch); first > meta.Step {
-		// -start-epoch: the schedule goes on to the epoch's first step, as PyTorch's
-		// main.py starting its loop there and timm's scheduler.step(start_epoch) do.
-		for range first - meta.Step {
-			sched.Step()
-		}
-		meta.Step, meta.Epoch = first, int64(cfg.StartEpoch)
-		fmt.Fprintf(out, "starting at epoch %d (step %d, lr %.4g)\n", cfg.StartEpoch, first, opt.LR())
-	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil && rank == 0 {
-		return nil, fmt.Errorf("trainer: run directory %s: %w", cfg.Out, err)
-	}
-	evaluate := func() (loss, top1, top5 float64, err error) {
-		return evaluate(ctx, g, val, eng, cfg.NumClasses, strat.sharded)
-	}
-	ema, _ := eng.(emaEngine)
-	if cfg.ModelEMA && (ema == nil || ema.modelEMA() == nil) {
-		return nil, fmt.Errorf("trainer: -model-ema: the %s strategy keeps no average of the weights", cfg.Strategy)
-	}
-	// evaluateEMA evaluates the averaged weights (-model-ema) in place of the trained ones.
-	evaluateEMA := func() (loss, top1, top5 float64, err error) {
-		err = ema.modelEMA().swapped(func() error {
-			loss, top1, top5, err = evaluate()
-			return err
-		})
-		return loss, top1, top5, err
 	}
 	if cfg.Evaluate {
-		_, top1, top5, err := evaluate()
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, val.images)
-		res.Top1, res.Top5, res.Evaluated = top1, top5, true
-		return res, nil
+		return r.evaluateOnly(ctx)
 	}
-	saved := int64(-1) // the step of the last checkpoint this run wrote
-	save := func(step int64, epoch int) error {
-		meta.Step, meta.Epoch = step, int64(epoch)
-		var err error
-		res.Checkpoint, err = eng.save(ctx, meta)
-		saved = step
-		return err
-	}
-
-	var metrics *Metrics
-	if rank == 0 {
-		res.MetricsPath = filepath.Join(cfg.Out, "metrics.jsonl")
-		// A resumed run redoes the steps after its checkpoint: their records, written by the
-		// attempt that was interrupted, go, so that the log holds each step once.
-		if metrics, err = OpenMetrics(res.MetricsPath, meta.Step); err != nil {
-			return nil, err
-		}
-		defer metrics.Close()
-		if cfg.TensorBoard {
-			if res.TensorBoardPath, err = metrics.OpenTensorBoard(cfg.Out); err != nil {
-				return nil, err
-			}
-		}
-	}
-	accum := ""
-	if cfg.GradAccum > 1 {
-		accum = fmt.Sprintf(" x %d accumulated", cfg.GradAccum)
-	}
-	fmt.Fprintf(out, "train: %s, %d parameters, %d ranks x batch %d%s, %d steps/epoch, %s lr %.4g, %s schedule, image %dx%d, %d classes\n",
-		cfg.Arch, model.Params.NumParams(), world, local, accum, stepsPerEpoch, cfg.Optimizer, cfg.LR, cfg.Sched, shape[2], shape[1], cfg.NumClasses)
-
-	step, firstStep := meta.Step, meta.Step
-	startEpoch := int(step) / stepsPerEpoch
-	bar := newProgress(out, cfg.Progress, cfg.Quiet || rank != 0)
-	start := time.Now()
-	imagesSeen := 0
-	lossBuf := []float64{0, 0}
-	stop := false
-	for epoch := startEpoch; epoch < cfg.Epochs && !stop; epoch++ {
-		skip := int(step) - epoch*stepsPerEpoch // optimizer steps of this epoch done before a resume
-		bar.start(epoch, cfg.Epochs, stepsPerEpoch, skip)
-		var epochLoss, stepLoss float64
-		var n, k int // optimizer steps of this epoch in this run; batches of the current step
-		for batch, err := range train.batches(ctx, epoch, skip*cfg.GradAccum) {
-			if err != nil {
-				return nil, err
-			}
-			if n+skip == stepsPerEpoch {
-				break // the leftover batches of a -grad-accum-steps epoch
-			}
-			if batch.N != local {
-				return nil, fmt.Errorf("trainer: rank %d: batch of %d images, want %d (a skipped bad file?)", rank, batch.N, local)
-			}
-			k++
-			at := micro{pos: step*int64(cfg.GradAccum) + int64(k-1), last: k == cfg.GradAccum}
-			lv, err := eng.trainStep(ctx, batch, at)
-			if err != nil {
-				return nil, err
-			}
-			stepLoss += float64(lv)
-			if !at.last {
-				continue
-			}
-			lv, stepLoss, k = float32(stepLoss/float64(cfg.GradAccum)), 0, 0
-			maybeKill(&cfg, rank, step+1)
-			if err := eng.update(ctx); err != nil {
-				return nil, fmt.Errorf("trainer: step %d: %w", step+1, err)
-			}
-			if ema != nil && ema.modelEMA() != nil {
-				ema.modelEMA().update()
-			}
-			sched.Step()
-			step++
-			imagesSeen += local * world * cfg.GradAccum
-			epochLoss += float64(lv)
-			n++
-			res.LossHistory = keepLast(append(res.LossHistory, float64(lv)), LossHistorySteps)
-			if step%int64(cfg.PrintFreq) == 0 || n+skip == stepsPerEpoch {
-				// The logged loss is the mean over ranks: one tiny all-reduce every print-freq steps.
-				lossBuf[0], lossBuf[1] = epochLoss/float64(n), float64(lv)
-				if err := g.AllReduce(comm.F64(lossBuf), comm.Avg).Wait(ctx); err != nil {
-					return nil, err
-				}
-				ips := float64(imagesSeen) / time.Since(start).Seconds()
-				bar.update(n+skip, step, lossBuf[0], opt.LR(), ips)
-				if metrics != nil {
-					if err := metrics.Add(Record{Kind: "train", Epoch: epoch, Step: step, Loss: lossBuf[0], StepLoss: lossBuf[1], LR: opt.LR(), ImgsPerS: ips, ElapsedS: time.Since(start).Seconds(), LossScale: lossScaleOf(eng)}); err != nil {
-						return nil, err
-					}
-				}
-			}
-			if cfg.CkptEvery > 0 && step%int64(cfg.CkptEvery) == 0 {
-				if err := save(step, epoch); err != nil {
-					return nil, err
-				}
-			}
-			if cfg.FailAtStep > 0 && step == cfg.FailAtStep && firstAttempt() {
-				fmt.Fprintf(os.Stderr, "trainer: rank %d: failing on purpose after step %d (-fail-at-step)\n", rank, step)
-				os.Exit(3)
-			}
-			if cfg.MaxSteps > 0 && step >= int64(cfg.MaxSteps) {
-				stop = true
-				break
-			}
-		}
-		bar.finish()
-		if n > 0 {
-			// The epoch's loss as the console and the summary show it: the mean over ranks,
-			// as metrics.jsonl has it.
-			lossBuf[0] = epochLoss / float64(n)
-			if err := g.AllReduce(comm.F64(lossBuf[:1]), comm.Avg).Wait(ctx); err != nil {
-				return nil, err
-			}
-			res.FinalLoss = lossBuf[0]
-		}
-		res.Epochs = epoch + 1
-		if stop && n+skip < stepsPerEpoch {
-			break // a partial epoch (-max-steps): no evaluation
-		}
-		vloss, top1, top5, err := evaluate()
-		if err != nil {
-			return nil, err
-		}
-		res.Top1, res.Top5, res.Evaluated = top1, top5, true
-		fmt.Fprintf(out, "epoch %d/%d  train loss %.4f  val loss %.4f  top-1 %.2f%%  top-5 %.2f%%  %.0f img/s\n",
-			epoch+1, cfg.Epochs, res.FinalLoss, vloss, top1, top5, float64(imagesSeen)/time.Since(start).Seconds())
-		// The validation record goes before the checkpoint: a crash between the two leaves a
-		// record that the resumed run drops and writes again, never a missing one.
-		if rank == 0 {
-			if err := metrics.Add(Record{Kind: "val", Epoch: epoch, Step: step, Loss: vloss, Top1: top1, Top5: top5, ElapsedS: time.Since(start).Seconds()}); err != nil {
-				return nil, err
-			}
-		}
-		if cfg.ModelEMA {
-			eloss, etop1, etop5, err := evaluateEMA()
-			if err != nil {
-				return nil, err
-			}
-			res.EMATop1, res.EMATop5 = etop1, etop5
-			fmt.Fprintf(out, "epoch %d/%d  EMA of the weights: val loss %.4f  top-1 %.2f%%  top-5 %.2f%%\n", epoch+1, cfg.Epochs, eloss, etop1, etop5)
-			if rank == 0 {
-				if err := metrics.Add(Record{Kind: "val_ema", Epoch: epoch, Step: step, Loss: eloss, Top1: etop1, Top5: etop5, ElapsedS: time.Since(start).Seconds()}); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if err := save(step, epoch+1); err != nil {
-			return nil, err
-		}
-		if rank == 0 {
-			if err := metrics.Plot(filepath.Join(cfg.Out, "curves.png")); err != nil {
-				return nil, err
-			}
-			res.PlotPath = filepath.Join(cfg.Out, "curves.png")
-		}
-	}
-	res.Steps = step
-	if n := len(res.LossHistory); n > LossHistorySteps {
-		res.LossHistory = append([]float64(nil), res.LossHistory[n-LossHistorySteps:]...)
-	}
-	res.ImgsPerS = float64(imagesSeen) / time.Since(start).Seconds()
-	if step > firstStep && step != saved {
-		// A run that stopped between checkpoints (-max-steps) ends with one, so that a later
-		// run resumes where this one stopped.
-		if err := save(step, int(step)/stepsPerEpoch); err != nil {
-			return nil, err
-		}
-	}
-	if err := eng.report(ctx, &cfg, res); err != nil {
+	if err := r.openOutputs(); err != nil {
 		return nil, err
 	}
-	if rank == 0 {
-		if res.PlotPath == "" && step > 0 {
-			// A run that ended before its first validation still plots its training curves.
-			if err := metrics.Plot(filepath.Join(cfg.Out, "curves.png")); err != nil {
-				return nil, err
-			}
-			res.PlotPath = filepath.Join(cfg.Out, "curves.png")
-		}
-		if res.ModelStateBytes == 0 { // replicated: the fraction of all-reduce hidden behind backward
-			if err := metrics.Scalar("train/overlap", step, res.OverlapFrac); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := finishReport(ctx, g, &cfg, res, out); err != nil {
-		return nil, err
-	}
-	return res, nil
+	defer r.closeOutputs()
+	return r.trainAll(ctx)
 }
 
 // newModule builds cfg's architecture; -drop-path sets a Swin's stochastic depth.
