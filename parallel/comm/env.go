@@ -31,6 +31,22 @@ type Env struct {
 	Launcher, From string
 }
 
+// ErrNoLauncher is wrapped by EnvFromOS's error when no launcher's variables are set at all:
+// the process was started by hand, as one process.
+var ErrNoLauncher = errors.New("no launcher's environment")
+
+// Launched returns this process's rank and the world size as its launcher's environment
+// gives them (see EnvFromOS): 0 and 1 when no launcher started it, or when the variables are
+// malformed (InitFromEnv then reports what is wrong). It reads the environment only; it
+// connects nothing, so a program can size its share of the batch before it builds its graph.
+func Launched() (rank, world int) {
+	env, err := EnvFromOS()
+	if err != nil || env.WorldSize < 1 {
+		return 0, 1
+	}
+	return env.Rank, env.WorldSize
+}
+
 // EnvFromOS reads Env from the environment of the launcher that started this process:
 // gprun or torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT required; LOCAL_RANK and
 // LOCAL_WORLD_SIZE default to a single node), SLURM's srun (SLURM_PROCID, SLURM_NTASKS,

@@ -96,8 +96,8 @@ func envFrom(look lookupFunc) (Env, error) {
 	case r.has("PET_NODE_RANK") || r.has("PET_NNODES"):
 		return kubeflowEnv(r)
 	}
-	return Env{}, errors.New("comm: no launcher's environment: RANK is not set (nor SLURM_PROCID, " +
-		"OMPI_COMM_WORLD_RANK or PET_NODE_RANK); start the workers with gprun, torchrun, srun or mpirun")
+	return Env{}, fmt.Errorf("comm: %w: RANK is not set (nor SLURM_PROCID, "+
+		"OMPI_COMM_WORLD_RANK or PET_NODE_RANK); start the workers with gprun, torchrun, srun or mpirun", ErrNoLauncher)
 }
 
 // torchrunEnv reads torchrun's variables; RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are

@@ -61,6 +61,9 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 		return nil, fmt.Errorf("ddp: rank %d: nil model", g.Rank())
 	}
 	d := &DDP{Model: model, g: g, cfg: newConfig(opts), rank: g.Rank(), size: g.Size()}
+	if err := d.cfg.forNew(); err != nil {
+		return nil, err
+	}
 	d.name = fmt.Sprintf("ddp: rank %d", d.rank)
 	d.tl = newTimeline(d.rank, d.cfg.timelineSteps)
 	_, d.prescale = d.cfg.hook.(allReduceHook)

@@ -1,8 +1,14 @@
 package ddp
 
-import "github.com/gorgonia-parallel/gp/parallel/replica"
+import (
+	"errors"
 
-// Option configures New.
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
+)
+
+// Option configures New or NewSolver. Each option's doc says which of the two it applies to;
+// the other refuses it, naming it.
 type Option func(*config)
 
 type config struct {
@@ -17,6 +23,11 @@ type config struct {
 	rebuild          bool
 	timelineSteps    int
 	checkEvery       int
+
+	// NewSolver's alone.
+	group          comm.Group
+	backwardPasses int
+	clipNorm       float64
 }
 
 func newConfig(opts []Option) config {
@@ -102,3 +113,60 @@ func TimelineSteps(n int) Option { return func(c *config) { c.timelineSteps = ma
 // (ErrDiverged) naming the first tensor that differs and the ranks. Default
 // replica.DefaultCheckEvery; 0 turns the check off. Every rank must use the same value.
 func CheckEvery(steps int) Option { return func(c *config) { c.checkEvery = steps } }
+
+// WithGroup makes NewSolver use g instead of starting a group from the launcher's
+// environment; Close then leaves g open. New takes its group as an argument and refuses it.
+func WithGroup(g comm.Group) Option { return func(c *config) { c.group = g } }
+
+// BackwardPasses makes NewSolver's Step accumulate k backward passes before it reduces and
+// updates (see Solver); New refuses it: run the passes before the last inside NoSync.
+func BackwardPasses(k int) Option { return func(c *config) { c.backwardPasses = k } }
+
+// ClipGradNorm makes NewSolver's Step clip the averaged gradients to a global L2 norm of at
+// most maxNorm before the inner solver's update; New refuses it: the optimizer given to
+// Compile clips (optim.ClipGradNorm).
+func ClipGradNorm(maxNorm float64) Option { return func(c *config) { c.clipNorm = maxNorm } }
+
+// forNew refuses NewSolver's options.
+func (c config) forNew() error {
+	switch {
+	case c.group != nil:
+		return errors.New("ddp: WithGroup is NewSolver's option: New takes the group as its argument")
+	case c.backwardPasses != 0:
+		return errors.New("ddp: BackwardPasses is NewSolver's option: with New, accumulate by running all but the last pass inside NoSync")
+	case c.clipNorm != 0:
+		return errors.New("ddp: ClipGradNorm is NewSolver's option: with New, the optimizer given to Compile clips (optim.ClipGradNorm)")
+	}
+	return nil
+}
+
+// forSolver refuses New's options that have no meaning for a wrapped solver, which averages
+// whatever gradients Step is handed after backward has finished.
+func (c config) forSolver() error {
+	def := newConfig(nil)
+	bad := ""
+	switch {
+	case c.findUnused:
+		bad = "FindUnusedParameters (Step averages the gradients it is handed; hand it only the learnables that have one)"
+	case c.staticGraph:
+		bad = "StaticGraph"
+	case c.syncBN:
+		bad = "SyncBatchNorm (it needs the build-function path: New and Compile)"
+	case c.broadcastBuffers != def.broadcastBuffers:
+		bad = "BroadcastBuffers (NewSolver copies rank 0's leaves once; a plain graph has no buffers)"
+	case c.firstBucket != def.firstBucket || c.lastBucket != def.lastBucket:
+		bad = "FirstBucketBytes or LastBucketBytes (they order reductions within backward; use BucketCapBytes)"
+	case c.rebuild != def.rebuild:
+		bad = "NoBucketRebuild"
+	case c.timelineSteps != def.timelineSteps:
+		bad = "TimelineSteps"
+	case c.backwardPasses < 0:
+		return errors.New("ddp: NewSolver: BackwardPasses must be at least 1")
+	case c.clipNorm < 0:
+		return errors.New("ddp: NewSolver: ClipGradNorm's maximum norm must be positive")
+	}
+	if bad != "" {
+		return errors.New("ddp: NewSolver: " + bad + " does not apply to a wrapped solver")
+	}
+	return nil
+}

@@ -38,7 +38,14 @@ var ErrModelMismatch = errors.New("models differ across ranks")
 // ErrModelMismatch) naming each rank and entry that differs from rank 0. All ranks return the
 // same error. It is a collective: every rank calls it.
 func CheckModels(ctx context.Context, g comm.Group, ps *nn.ParamSet) error {
-	lines := describe(ps)
+	return CheckDescribed(ctx, g, describe(ps))
+}
+
+// CheckDescribed is CheckModels over a description the caller made: one line per tensor,
+// "kind name rest" (for example "learnable w1 [8 32] float32"), in the order every rank must
+// agree on. The error names each rank and line that differs from rank 0's. It is a
+// collective.
+func CheckDescribed(ctx context.Context, g comm.Group, lines []string) error {
 	text := strings.Join(lines, "\n")
 	h := fnv.New64a()
 	h.Write([]byte(text))

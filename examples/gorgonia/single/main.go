@@ -1,16 +1,18 @@
 // Command single trains a two-layer perceptron written in plain gorgonia, in one process: the
 // program the other examples under examples/gorgonia wrap (README, "Wrapping a gorgonia
-// program" shows the diffs).
+// program" shows the diffs; examples/gorgonia/solver is it under DDP in five added lines).
 //
-//	go run ./examples/gorgonia/single -steps 300
+//	go run ./examples/gorgonia/single -steps 300 -solver adam
 package main
 
 import (
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
 	"math"
 	"math/rand/v2"
+	"os"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -26,16 +28,22 @@ const (
 
 func main() {
 	steps := flag.Int("steps", 300, "training steps")
+	kind := flag.String("solver", "adam", "gorgonia solver: vanilla, momentum, adam or rmsprop")
+	save := flag.String("save", "", "write the final weights (float32, little-endian, w1 then w2) to this file; $RANK and other variables are expanded")
 	flag.Parse()
-	if err := run(*steps); err != nil {
+	if solvers[*kind] == nil {
+		log.Fatalf("-solver %q: want vanilla, momentum, adam or rmsprop", *kind)
+	}
+	if err := run(*steps, *kind, os.ExpandEnv(*save)); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(steps int) error {
+func run(steps int, kind, save string) error {
+	n := batch // samples per step in this process
 	g := G.NewGraph()
-	x := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, in), G.WithName("x"), G.WithInit(G.Zeroes()))
-	y := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, out), G.WithName("y"), G.WithInit(G.Zeroes()))
+	x := G.NewMatrix(g, tensor.Float32, G.WithShape(n, in), G.WithName("x"), G.WithInit(G.Zeroes()))
+	y := G.NewMatrix(g, tensor.Float32, G.WithShape(n, out), G.WithName("y"), G.WithInit(G.Zeroes()))
 	w1, w2 := learnables(g)
 	loss, err := forward(x, y, w1, w2)
 	if err != nil {
@@ -46,10 +54,10 @@ func run(steps int) error {
 	}
 	vm := G.NewTapeMachine(g, G.BindDualValues(w1, w2))
 	defer vm.Close()
-	solver := G.NewAdamSolver(G.WithLearnRate(0.01))
+	solver := solvers[kind]()
 
 	for step := range steps {
-		samples(x.Value().Data().([]float32), y.Value().Data().([]float32), step*batch, batch)
+		samples(x.Value().Data().([]float32), y.Value().Data().([]float32), step*batch, n)
 		if err := vm.RunAll(); err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
@@ -61,14 +69,36 @@ func run(steps int) error {
 	}
 	sum := checksum(w1.Value().Data().([]float32)) + checksum(w2.Value().Data().([]float32))
 	fmt.Printf("final loss %.4f, sum of weights %.6f\n", loss.Value().Data().(float32), sum)
-	return nil
+	return write(save, w1, w2)
 }
 
-// learnables creates the weights on g, initialised as gorgonia's examples do.
+// solvers are gorgonia's solvers, with learning rates the task trains well at.
+var solvers = map[string]func() G.Solver{
+	"vanilla":  func() G.Solver { return G.NewVanillaSolver(G.WithLearnRate(0.05)) },
+	"momentum": func() G.Solver { return G.NewMomentum(G.WithLearnRate(0.02), G.WithMomentum(0.9)) },
+	"adam":     func() G.Solver { return G.NewAdamSolver(G.WithLearnRate(0.01)) },
+	"rmsprop":  func() G.Solver { return G.NewRMSPropSolver(G.WithLearnRate(0.005)) },
+}
+
+// learnables creates the weights on g, Glorot-uniform as gorgonia's G.GlorotU(1) but from a
+// fixed seed, so that runs can be compared weight for weight.
 func learnables(g *G.ExprGraph) (w1, w2 *G.Node) {
-	w1 = G.NewMatrix(g, tensor.Float32, G.WithShape(in, hidden), G.WithName("w1"), G.WithInit(G.GlorotU(1)))
-	w2 = G.NewMatrix(g, tensor.Float32, G.WithShape(hidden, out), G.WithName("w2"), G.WithInit(G.GlorotU(1)))
+	w1 = G.NewMatrix(g, tensor.Float32, G.WithShape(in, hidden), G.WithName("w1"), G.WithInit(glorot(1)))
+	w2 = G.NewMatrix(g, tensor.Float32, G.WithShape(hidden, out), G.WithName("w2"), G.WithInit(glorot(2)))
 	return w1, w2
+}
+
+// glorot draws U(-a, a) with a = sqrt(6/(fan_in+fan_out)) from a generator seeded with seed.
+func glorot(seed uint64) G.InitWFn {
+	return func(_ tensor.Dtype, shape ...int) interface{} {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		a := math.Sqrt(6 / float64(shape[0]+shape[1]))
+		v := make([]float32, shape[0]*shape[1])
+		for i := range v {
+			v[i] = float32((2*rng.Float64() - 1) * a)
+		}
+		return v
+	}
 }
 
 // forward is the mean squared error of relu(x·w1)·w2 against y.
@@ -109,4 +139,21 @@ func checksum(v []float32) float64 {
 		s += float64(e)
 	}
 	return s
+}
+
+// write saves the weights' values to path (nothing when path is empty).
+func write(path string, ws ...*G.Node) error {
+	if path == "" {
+		return nil
+	}
+	var buf []byte
+	for _, w := range ws {
+		for _, v := range w.Value().Data().([]float32) {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		return fmt.Errorf("-save: %w", err)
+	}
+	return nil
 }
