@@ -13,6 +13,7 @@ package models
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/models/resnet"
@@ -36,28 +37,28 @@ func TorchvisionArchs() []string {
 // New returns the module of the named architecture ("resnet50", "swin_t") with numClasses
 // outputs (0 means 1000; 10 for the CIFAR ResNets). Build it with nn.NewModel.
 func New(arch string, numClasses int) (nn.Module, error) {
-	if resnet.IsCIFAR(arch) {
+	switch {
+	case resnet.IsCIFAR(arch):
 		c, err := resnet.CIFARArch(arch, numClasses)
 		if err != nil {
 			return nil, err
 		}
 		return resnet.NewCIFAR(c)
-	}
-	if strings.HasPrefix(arch, "resnet") {
+	case slices.Contains(resnet.Archs, arch):
 		c, err := resnet.Arch(arch, numClasses)
 		if err != nil {
 			return nil, err
 		}
 		return resnet.New(c)
-	}
-	if strings.HasPrefix(arch, "swin") {
+	case slices.Contains(swin.Archs, arch) || slices.Contains(swin.TestArchs, arch):
 		c, err := swin.Arch(arch, numClasses)
 		if err != nil {
 			return nil, err
 		}
 		return swin.New(c)
 	}
-	return nil, fmt.Errorf("models: unknown architecture %q (want one of %v)", arch, Archs())
+	return nil, fmt.Errorf("models: unknown architecture %q: want one of %s, or another CIFAR ResNet resnet<6n+2>[_w<width>][_s2]",
+		arch, strings.Join(Archs(), ", "))
 }
 
 // LoadWeights loads a torchvision state dict saved as .npz into ps, strictly: every key

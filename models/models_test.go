@@ -315,3 +315,19 @@ func TestSwinDropPathLinear(t *testing.T) {
 		t.Fatalf("drop-path probabilities %v, want 0.2*k/11", p)
 	}
 }
+
+// An unknown name is refused with every architecture New builds: torchvision's ResNets and
+// Swins, the CIFAR ResNets and the test-sized Swin, whatever family the name looks like.
+func TestUnknownArchListsEvery(t *testing.T) {
+	for _, name := range []string{"resnet19", "swin_x", "vgg16", ""} {
+		_, err := models.New(name, 10)
+		if err == nil {
+			t.Fatalf("New(%q) built a model", name)
+		}
+		for _, a := range models.Archs() {
+			if !strings.Contains(err.Error(), a) {
+				t.Errorf("New(%q): %v: does not name %s", name, err, a)
+			}
+		}
+	}
+}

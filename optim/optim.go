@@ -3,6 +3,7 @@ package optim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 
 	"github.com/gorgonia-parallel/gp/nn"
@@ -107,8 +108,13 @@ func newBase(segs []Segment, lr float64, opts []Option) (base, error) {
 	if err := checkSegments(segs); err != nil {
 		return base{}, err
 	}
-	if lr < 0 {
-		return base{}, fmt.Errorf("%w: learning rate %g < 0", ErrBadHyperparameter, lr)
+	if !(lr >= 0) || math.IsInf(lr, 0) {
+		return base{}, fmt.Errorf("%w: learning rate %g: want a finite number >= 0 (as torch.optim refuses a negative lr)", ErrBadHyperparameter, lr)
+	}
+	for i, s := range segs {
+		if wd := s.WeightDecay; !(wd >= 0) || math.IsInf(wd, 0) {
+			return base{}, fmt.Errorf("%w: segment %d %q: weight decay %g: want a finite number >= 0", ErrBadHyperparameter, i, s.Name, wd)
+		}
 	}
 	return base{segs: segs, lr: lr, cfg: cfg}, nil
 }
