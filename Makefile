@@ -42,7 +42,8 @@ test-levels:
 	done
 
 ## test-examples: build gprun and the examples/gorgonia programs and run each for a few
-## steps as its doc comment says (ddp and zero3 under gprun with 2 processes); any non-zero
+## steps as its doc comment says (ddp, solver and zero3 under gprun with 2 processes; the
+## solver's weights against single's are examples/gorgonia/solver's test); any non-zero
 ## exit fails. They run as binaries rather than from a Go test so that what is checked is
 ## what a user types, launcher included.
 EXAMPLE_STEPS ?= 100
@@ -53,6 +54,7 @@ test-examples:
 	bin/examples/single -steps $(EXAMPLE_STEPS)
 	bin/examples/dp -steps $(EXAMPLE_STEPS)
 	bin/gprun --nproc-per-node 2 -- bin/examples/ddp -steps $(EXAMPLE_STEPS)
+	bin/gprun --nproc-per-node 2 -- bin/examples/solver -steps $(EXAMPLE_STEPS)
 	bin/gprun --nproc-per-node 2 -- bin/examples/zero3 -steps $(EXAMPLE_STEPS)
 
 ## cross: vet (which compiles the tests too) with CGO_ENABLED=0 for linux, macOS and
