@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -36,7 +37,7 @@ type Device struct {
 	convs   map[cudnn.ConvSpec]*cudnn.Conv
 	mod     driver.Module
 	fns     map[string]driver.Function
-	missing map[string]error // pending kernels (kernels.Pending) the driver did not find
+	ptx     string // where the kernels' PTX came from (kernels.Module.Origin)
 	sms     int
 	name    string
 }
@@ -44,7 +45,12 @@ type Device struct {
 // Option configures Open.
 type Option func(*options)
 
-type options struct{ blas, dnn bool }
+type options struct{ blas, dnn, requireDNN bool }
+
+// RequireCuDNNEnv, set to 1, makes Open require cuDNN as RequireCuDNN does: a GPU check
+// (cuda/gpucheck's run.sh) sets it so that a cuDNN that does not load fails the run instead
+// of every convolution quietly running through im2col.
+const RequireCuDNNEnv = "GP_REQUIRE_CUDNN"
 
 // WithoutBLAS opens the device without cuBLAS (GEMM then fails): for machines with the
 // driver but no cuBLAS.
@@ -53,15 +59,24 @@ func WithoutBLAS() Option { return func(o *options) { o.blas = false } }
 // WithoutCuDNN opens the device without cuDNN: convolutions then use im2col and cuBLAS.
 func WithoutCuDNN() Option { return func(o *options) { o.dnn = false } }
 
+// RequireCuDNN makes Open fail, naming the library and why, when cuDNN does not load, instead
+// of falling back to im2col.
+func RequireCuDNN() Option { return func(o *options) { o.requireDNN = true } }
+
 // Open opens device ordinal: retains its primary context, creates the stream, loads the
 // kernels (JIT from PTX), unless WithoutBLAS cuBLAS, and unless WithoutCuDNN cuDNN when it
-// can be loaded (otherwise convolutions use im2col; ConvImplInUse says which, and why).
+// can be loaded (otherwise convolutions use im2col; ConvImplInUse says which, and why; with
+// RequireCuDNN or $GP_REQUIRE_CUDNN=1, Open fails instead). The kernels come from
+// kernels.Load: the embedded PTX, or the file $GP_CUDA_PTX names.
 func Open(ordinal int, opts ...Option) (*Device, error) {
-	o := options{blas: true, dnn: true}
+	o := options{blas: true, dnn: true, requireDNN: os.Getenv(RequireCuDNNEnv) == "1"}
 	for _, f := range opts {
 		f(&o)
 	}
 	fail := func(err error) (*Device, error) { return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err) }
+	if o.requireDNN && (!o.dnn || !o.blas) {
+		return fail(fmt.Errorf("cuDNN is required (RequireCuDNN or %s=1) but the device is opened WithoutCuDNN or WithoutBLAS: drop one or the other", RequireCuDNNEnv))
+	}
 	if err := driver.Load(); err != nil {
 		return nil, err
 	}
@@ -69,7 +84,7 @@ func Open(ordinal int, opts ...Option) (*Device, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]driver.Function{}, missing: map[string]error{}, convs: map[cudnn.ConvSpec]*cudnn.Conv{}}
+	d := &Device{ordinal: ordinal, dev: dev, fns: map[string]driver.Function{}, convs: map[cudnn.ConvSpec]*cudnn.Conv{}}
 	d.name, _ = dev.Name()
 	d.sms, _ = dev.Attribute(driver.AttrMultiprocessorCount)
 	if d.ctx, err = dev.RetainPrimaryContext(); err != nil {
@@ -89,23 +104,21 @@ func (d *Device) init(o options) error {
 	}
 	d.mem = memory.New(devBackend{d.ctx}, memory.WithName(fmt.Sprintf("cuda:%d", d.ordinal)))
 	d.pinned = memory.New(pinnedBackend{d.ctx}, memory.WithName(fmt.Sprintf("cuda:%d pinned", d.ordinal)))
-	if d.mod, err = d.ctx.LoadPTX(kernels.PTX); err != nil {
-		return fmt.Errorf("loading kernels PTX: %w", err)
+	km, err := kernels.Load()
+	if err != nil {
+		return err
 	}
-	for _, n := range kernels.Names() {
+	if d.mod, err = d.ctx.LoadPTX(km.PTX); err != nil {
+		return fmt.Errorf("loading the kernels' PTX (%s): %w", km.Origin, err)
+	}
+	for _, n := range km.Kernels {
 		f, err := d.ctx.Function(d.mod, n)
 		if err != nil {
-			return err
+			return fmt.Errorf("kernel %s of %s: %w", n, km.Origin, err)
 		}
 		d.fns[n] = f
 	}
-	for _, n := range kernels.Pending {
-		if f, err := d.ctx.Function(d.mod, n); err == nil {
-			d.fns[n] = f
-		} else {
-			d.missing[n] = err
-		}
-	}
+	d.ptx = km.Origin
 	if !o.blas {
 		return nil
 	}
@@ -136,6 +149,9 @@ func (d *Device) init(o options) error {
 		}
 	}
 	d.hasDNN = d.dnnErr == nil
+	if o.requireDNN && !d.hasDNN {
+		return fmt.Errorf("cuDNN is required (RequireCuDNN or %s=1) and did not load, so convolutions would fall back to im2col: %w", RequireCuDNNEnv, d.dnnErr)
+	}
 	return nil
 }
 
@@ -210,19 +226,19 @@ func (d *Device) Synchronize(ctx context.Context) error {
 	}
 }
 
-// Kernel reports whether kernel name of kernels.cu is loaded: nil, or an error that says why
-// not (a pending kernel whose PTX has not been generated yet names the command to run).
-// Executors check the kernels their operations launch when they compile, not at the first
-// launch.
+// Kernel reports whether kernel name of kernels.cu is loaded: nil, or an error naming the
+// kernel and the PTX it was looked up in. Executors check the kernels their operations
+// launch when they compile, not at the first launch.
 func (d *Device) Kernel(name string) error {
 	if _, ok := d.fns[name]; ok {
 		return nil
 	}
-	if err, ok := d.missing[name]; ok {
-		return fmt.Errorf("cuda: device %d: kernel %s is in kernels.cu but not in the committed PTX (%v): regenerate it with `go generate ./cuda/kernels` on a machine with nvcc", d.ordinal, name, err)
-	}
-	return fmt.Errorf("cuda: device %d: no kernel %s in the PTX", d.ordinal, name)
+	return fmt.Errorf("cuda: device %d: no kernel %s in the PTX (%s)", d.ordinal, name, d.ptx)
 }
+
+// KernelsPTX says where the kernels this device loaded came from: the file $GP_CUDA_PTX
+// named, or kernels.Embedded.
+func (d *Device) KernelsPTX() string { return d.ptx }
 
 // launch enqueues kernel name over n elements (grid-stride kernels).
 func (d *Device) launch(name string, n int, args ...uint64) error {

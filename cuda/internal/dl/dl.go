@@ -87,7 +87,7 @@ func Open(candidates []string) (*Lib, error) {
 	if len(candidates) == 0 {
 		return nil, fmt.Errorf("dlopen: no candidate paths")
 	}
-	return nil, fmt.Errorf("dlopen failed for all %d candidates:\n  %s", len(candidates), strings.Join(errs, "\n  "))
+	return nil, fmt.Errorf("dlopen failed for all %d candidates:\n  %s\n  %s", len(candidates), strings.Join(errs, "\n  "), Searched(candidates))
 }
 
 // Sym resolves a symbol by name (its default version).

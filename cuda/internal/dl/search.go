@@ -3,6 +3,8 @@ package dl
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // Candidates lists where to look for a library, best first:
@@ -84,4 +86,29 @@ func wheelDirs() []string {
 		dirs = append(dirs, m...)
 	}
 	return dirs
+}
+
+// Searched says where candidates were looked for, for an error: the folders of the paths
+// among them and, when a bare soname is among them, LD_LIBRARY_PATH's folders and the
+// dynamic linker's cache.
+func Searched(candidates []string) string {
+	var dirs []string
+	bare := false
+	for _, c := range candidates {
+		if !strings.Contains(c, "/") {
+			bare = true
+			continue
+		}
+		if d := filepath.Dir(c); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	s := "folders searched: " + strings.Join(dirs, ", ")
+	if len(dirs) == 0 {
+		s = "folders searched: none by path"
+	}
+	if bare {
+		s += "; by soname: LD_LIBRARY_PATH=" + os.Getenv("LD_LIBRARY_PATH") + " and the ld.so cache"
+	}
+	return s
 }

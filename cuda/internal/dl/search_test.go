@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -27,12 +28,23 @@ func TestCandidatesOrderAndWheels(t *testing.T) {
 	}
 }
 
+// A library that is nowhere: the error names it and every folder searched, and says that
+// a bare soname was looked up through LD_LIBRARY_PATH and the linker's cache.
 func TestOpenMissing(t *testing.T) {
-	_, err := Open([]string{"/nonexistent/libnothing.so.1"})
+	t.Setenv("LD_LIBRARY_PATH", "/wheels/nvidia/cudnn/lib")
+	_, err := Open([]string{"/nonexistent/libnothing.so.1", "/other/dir/libnothing.so.1", "libnothing.so.1"})
 	if err == nil {
 		t.Fatal("Open of a missing library succeeded")
 	}
-	if !Available && err != ErrNoCgo {
-		t.Fatalf("without cgo: %v, want ErrNoCgo", err)
+	if !Available {
+		if err != ErrNoCgo {
+			t.Fatalf("without cgo: %v, want ErrNoCgo", err)
+		}
+		return
+	}
+	for _, s := range []string{"libnothing.so.1", "folders searched: /nonexistent, /other/dir", "LD_LIBRARY_PATH=/wheels/nvidia/cudnn/lib"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
 	}
 }

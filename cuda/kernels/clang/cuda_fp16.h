@@ -1,0 +1,2 @@
+// Stands in for the CUDA toolkit's cuda_fp16.h under clang-ptx.sh: see nvptx.h.
+#include "nvptx.h"
