@@ -5,12 +5,18 @@
 package trainer
 
 import (
+	"errors"
 	"flag"
 	"fmt"
-	"github.com/gorgonia-parallel/gp/cuda"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/models/resnet"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
@@ -124,18 +130,19 @@ type SyntheticConfig struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", "", "dataset root (imagefolder: DIR/train and DIR/val)")
 	fs.StringVar(&c.DataFormat, "data-format", "imagefolder", "imagefolder | synthetic | npy | webdataset | fashion-mnist | idx (MNIST-style IDX files; -data defaults to Debian's /usr/share/datasets/fashion-mnist)")
-	fs.StringVar(&c.Arch, "arch", "resnet18", "model architecture: resnet18..152, swin_t, swin_s, swin_b, swin_l")
+	fs.StringVar(&c.Arch, "arch", "resnet18", "model architecture: "+strings.Join(models.Archs(), ", ")+", or another CIFAR ResNet resnet<6n+2>")
 	fs.StringVar(&c.Arch, "a", "resnet18", "alias of -arch")
 	fs.IntVar(&c.NumClasses, "num-classes", 0, "classes (default: the data set's)")
 	fs.IntVar(&c.ImageSize, "image-size", 224, "training crop size")
 	fs.IntVar(&c.Epochs, "epochs", 90, "number of epochs")
 	fs.IntVar(&c.Batch, "b", 256, "global batch size over all ranks")
 	fs.IntVar(&c.Batch, "batch-size", 256, "alias of -b")
-	fs.Float64Var(&c.LR, "lr", 0, "initial learning rate (default: the recipe's, scaled by batch)")
-	fs.Float64Var(&c.LR, "learning-rate", 0, "alias of -lr")
+	fs.Var(hyperFlag{&c.LR, "0: the recipe's"}, "lr", "initial learning rate, >= 0 (default: the recipe's, scaled by batch)")
+	fs.Var(hyperFlag{&c.LR, "0: the recipe's"}, "learning-rate", "alias of -lr")
 	fs.Float64Var(&c.Momentum, "momentum", 0.9, "SGD momentum")
-	fs.Float64Var(&c.WeightDecay, "wd", -1, "weight decay (default: the recipe's)")
-	fs.Float64Var(&c.WeightDecay, "weight-decay", -1, "alias of -wd")
+	c.WeightDecay = -1
+	fs.Var(hyperFlag{&c.WeightDecay, ""}, "wd", "weight decay, >= 0 (default: the recipe's)")
+	fs.Var(hyperFlag{&c.WeightDecay, ""}, "weight-decay", "alias of -wd")
 	fs.IntVar(&c.Workers, "j", 2, "data loading workers per rank")
 	fs.IntVar(&c.Workers, "workers", 2, "alias of -j")
 	fs.StringVar(&c.Sched, "sched", "", "step | cosine (default: the recipe's)")
@@ -187,6 +194,37 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "timeout", 0, "timeout of each collective, like 10m (default: GP_COMM_TIMEOUT, else 30m)")
 }
 
+// hyperFlag is a float flag that refuses a negative, NaN or Inf value, as PyTorch's
+// optimizers refuse a negative learning rate or weight decay; the flag package names the
+// flag in the error. Config's negative value (the flag's default) is "the recipe's", which
+// the flag shows as no default.
+type hyperFlag struct {
+	p    *float64
+	zero string // what 0 means, when not 0 itself
+}
+
+func (f hyperFlag) String() string {
+	if f.p == nil || *f.p < 0 || (*f.p == 0 && f.zero != "") {
+		return ""
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f hyperFlag) Set(v string) error {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return err
+	}
+	if !(x >= 0) || math.IsInf(x, 0) {
+		if f.zero != "" {
+			return fmt.Errorf("want a finite number >= 0 (%s)", f.zero)
+		}
+		return errors.New("want a finite number >= 0")
+	}
+	*f.p = x
+	return nil
+}
+
 // timelineStepsFlag is -timeline-steps: the flag's 0 (off) is Config's negative, since
 // Config's zero value means the default.
 type timelineStepsFlag struct{ p *int }
@@ -216,8 +254,15 @@ func (f timelineStepsFlag) Set(v string) error {
 // warmup epochs, label smoothing 0.1, gradient clipping at 5).
 func (c *Config) recipe() error {
 	swin := strings.HasPrefix(c.Arch, "swin")
-	if !swin && !strings.HasPrefix(c.Arch, "resnet") {
-		return fmt.Errorf("trainer: unknown architecture %q", c.Arch)
+	if !slices.Contains(models.Archs(), c.Arch) && !resnet.IsCIFAR(c.Arch) {
+		_, err := models.New(c.Arch, 0)
+		return fmt.Errorf("trainer: -arch: %w", err)
+	}
+	if !(c.LR >= 0) || math.IsInf(c.LR, 0) {
+		return fmt.Errorf("trainer: -lr %g: want a finite number >= 0 (0: the recipe's)", c.LR)
+	}
+	if math.IsNaN(c.WeightDecay) || math.IsInf(c.WeightDecay, 0) {
+		return fmt.Errorf("trainer: -wd %g: want a finite number >= 0", c.WeightDecay)
 	}
 	if err := c.openDevice(); err != nil {
 		return err
@@ -225,7 +270,8 @@ func (c *Config) recipe() error {
 	if err := c.CommHook.check(c.Strategy); err != nil {
 		return err
 	}
-	// Negative means "the recipe's" (the flags' defaults); a learning rate of 0 too.
+	// Negative means "the recipe's" (the flags' defaults); a learning rate of 0 too (-lr
+	// refuses a negative one above).
 	set := func(v *float64, def float64) {
 		if *v < 0 {
 			*v = def
