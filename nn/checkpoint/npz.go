@@ -13,8 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"codeberg.org/sbinet/npyio/npy"
-
+	"github.com/gorgonia-parallel/gp/internal/npyfile"
 	"github.com/gorgonia-parallel/gp/nn"
 )
 
@@ -97,31 +96,9 @@ func writeNpy(w io.Writer, e nn.StateEntry) error {
 	case e.I64 != nil:
 		descr = "<i8"
 	}
-	dims := make([]string, len(e.Shape))
-	for i, d := range e.Shape {
-		dims[i] = fmt.Sprint(d)
-	}
-	shape := "(" + strings.Join(dims, ", ")
-	if len(dims) == 1 {
-		shape += ","
-	}
-	shape += ")"
-	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape)
-	// numpy pads the header with spaces and a newline so the data starts 64-byte aligned.
-	const pre = 10 // magic (6) + version (2) + header length (2)
-	pad := 64 - (pre+len(dict)+1)%64
-	if pad == 64 {
-		pad = 0
-	}
-	hdr := dict + strings.Repeat(" ", pad) + "\n"
-	if len(hdr) > math.MaxUint16 {
-		return fmt.Errorf("npy header of %d bytes too long", len(hdr))
-	}
+	// npyfile.Encode pads the header as numpy does, so the data starts 64-byte aligned.
 	buf := make([]byte, 0, 64*1024)
-	buf = append(buf, npy.Magic[:]...)
-	buf = append(buf, 1, 0)
-	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(hdr)))
-	buf = append(buf, hdr...)
+	buf = append(buf, npyfile.Encode(descr, false, e.Shape)...)
 	flush := func() error {
 		_, err := w.Write(buf)
 		buf = buf[:0]
@@ -180,45 +157,31 @@ func Read(r io.ReaderAt, size int64, name string) ([]nn.StateEntry, error) {
 	return out, nil
 }
 
-func readMember(zf *zip.File, key string) (nn.StateEntry, error) {
-	rc, err := zf.Open()
-	if err != nil {
+// readMember reads one member through npyfile, which checks its header before anything of
+// the header's claimed size is allocated; the guard keeps a panic anywhere in decoding one
+// member an error naming it.
+func readMember(zf *zip.File, key string) (e nn.StateEntry, err error) {
+	var (
+		h   npyfile.Header
+		raw []byte
+	)
+	if err := npyfile.Guard(func() error {
+		var err error
+		h, raw, err = npyfile.ReadMember(zf)
+		return err
+	}); err != nil {
 		return nn.StateEntry{}, err
 	}
-	defer rc.Close()
-	nr, err := npy.NewReader(rc)
-	if err != nil {
-		return nn.StateEntry{}, fmt.Errorf("npy header: %w", err)
-	}
-	h := nr.Header.Descr
-	h.Type = strings.Trim(h.Type, `'"`)
 	if h.Fortran {
 		return nn.StateEntry{}, errors.New("Fortran-order arrays are not supported")
 	}
-	e := nn.StateEntry{Name: key, Shape: append([]int{}, h.Shape...)}
-	n := 1
-	for _, d := range h.Shape {
-		n *= d
+	if _, ok := map[string]bool{"<f4": true, "<f8": true, "<i8": true, "<i4": true}[h.Descr]; !ok {
+		return nn.StateEntry{}, fmt.Errorf("dtype %s not supported (want <f4, <f8, <i8 or <i4)", h.Descr)
 	}
-	esize := map[string]int{"<f4": 4, "<f8": 8, "<i8": 8, "<i4": 4}[h.Type]
-	if esize == 0 {
-		return nn.StateEntry{}, fmt.Errorf("dtype %s not supported (want <f4, <f8, <i8 or <i4)", h.Type)
-	}
-	if n < 0 || uint64(n)*uint64(esize) > zf.UncompressedSize64 {
-		return nn.StateEntry{}, fmt.Errorf("shape %v does not fit in %d bytes", h.Shape, zf.UncompressedSize64)
-	}
-	raw := make([]byte, n*esize)
-	if _, err := io.ReadFull(rc, raw); err != nil {
-		return nn.StateEntry{}, fmt.Errorf("data of shape %v: %w", h.Shape, err)
-	}
-	// Reading to the end makes archive/zip verify the member's CRC.
-	if extra, err := io.Copy(io.Discard, rc); err != nil {
-		return nn.StateEntry{}, err
-	} else if extra != 0 {
-		return nn.StateEntry{}, fmt.Errorf("%d bytes after the data of shape %v", extra, h.Shape)
-	}
+	n := int(h.Elems)
+	e = nn.StateEntry{Name: key, Shape: append([]int{}, h.Shape...)}
 	le := binary.LittleEndian
-	switch h.Type {
+	switch h.Descr {
 	case "<f4":
 		e.F32 = make([]float32, n)
 		for i := range e.F32 {
