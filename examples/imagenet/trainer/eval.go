@@ -90,8 +90,12 @@ func logSoftmaxAt(row []float32, y int) float64 {
 	return float64(row[y]) - m - math.Log(s)
 }
 
-// rankOf is the number of classes scored strictly higher than class y.
+// rankOf is the number of classes scored strictly higher than class y (ties go to the
+// lower class). A NaN score of y ranks behind every class: a diverged model hits nothing.
 func rankOf(row []float32, y int) int {
+	if math.IsNaN(float64(row[y])) {
+		return math.MaxInt
+	}
 	r := 0
 	for k, v := range row {
 		if v > row[y] || v == row[y] && k < y {
