@@ -39,6 +39,7 @@ func (b *Builder) Autocast(path string, in ...*G.Node) ([]*G.Node, error) {
 			return nil, fmt.Errorf("nn: autocast %s: %w", path, err)
 		}
 		out[i] = c
+		b.marks.markIn(c)
 	}
 	return out, nil
 }
@@ -48,6 +49,7 @@ func (b *Builder) AutocastOutput(path string, n *G.Node) (*G.Node, error) {
 	if b.cfg.cast == nil || n == nil {
 		return n, nil
 	}
+	b.marks.markDecided(n)
 	c, err := b.cfg.cast.CastOutput(b, path, n)
 	if err != nil {
 		return nil, fmt.Errorf("nn: autocast %s: %w", path, err)
