@@ -1,6 +1,7 @@
 package data
 
 import (
+	"archive/zip"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -9,11 +10,9 @@ import (
 	"strings"
 	"sync"
 
-	"codeberg.org/sbinet/npyio/npy"
-	"codeberg.org/sbinet/npyio/npz"
-
 	"github.com/gorgonia-parallel/gp/data/rgb"
 	"github.com/gorgonia-parallel/gp/data/transforms"
+	"github.com/gorgonia-parallel/gp/internal/npyfile"
 )
 
 // Layout is the axis order of an image array.
@@ -63,18 +62,12 @@ func NewArrayDataset(images, labels string, layout Layout, opts ...Option) (*Arr
 		d.Close()
 		return nil, err
 	}
-	lf, err := os.Open(labels)
+	lh, lraw, err := readNPYFile(labels)
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("labels %s: %w", labels, err)
+		return nil, err
 	}
-	defer lf.Close()
-	lr, err := npy.NewReader(lf)
-	if err != nil {
-		d.Close()
-		return nil, fmt.Errorf("labels %s: %v: %w", labels, err, ErrCorrupt)
-	}
-	if err := d.setLabels(labels, lr.Header, lr.Read); err != nil {
+	if err := d.setLabels(labels, lh, lraw); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -84,70 +77,77 @@ func NewArrayDataset(images, labels string, layout Layout, opts ...Option) (*Arr
 // NewArrayDatasetNPZ reads the images and labels arrays named imagesKey and labelsKey from one
 // .npz (read into memory: a zip member may be compressed).
 func NewArrayDatasetNPZ(path, imagesKey, labelsKey string, layout Layout, opts ...Option) (*ArrayDataset, error) {
-	z, err := npz.Open(path)
+	z, err := zip.OpenReader(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", path, err, ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 	}
 	defer z.Close()
-	d := &ArrayDataset{layout: layout}
+	members := map[string]*zip.File{}
+	var keys []string
+	for _, f := range z.File {
+		members[f.Name] = f
+		keys = append(keys, f.Name)
+	}
 	// numpy names members "<key>.npy" and np.load drops the suffix; accept either.
-	for _, k := range []*string{&imagesKey, &labelsKey} {
-		if z.Header(*k) == nil && z.Header(*k+".npy") != nil {
+	var arrays [2]struct {
+		h   npyfile.Header
+		raw []byte
+	}
+	for i, k := range []*string{&imagesKey, &labelsKey} {
+		if members[*k] == nil && members[*k+".npy"] != nil {
 			*k += ".npy"
 		}
-		if z.Header(*k) == nil {
-			return nil, fmt.Errorf("%s: no array %q (have %s): %w", path, *k, strings.Join(z.Keys(), ", "), ErrCorrupt)
+		f := members[*k]
+		if f == nil {
+			return nil, fmt.Errorf("%s: no array %q (have %s): %w", path, *k, strings.Join(keys, ", "), ErrCorrupt)
+		}
+		if err := npyfile.Guard(func() error {
+			var err error
+			arrays[i].h, arrays[i].raw, err = npyfile.ReadMember(f)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("%s:%s: %w: %w", path, *k, ErrCorrupt, err)
 		}
 	}
-	ih := z.Header(imagesKey)
-	name := path + ":" + imagesKey
-	switch dtype(*ih) {
-	case "|u1", "<u1", "u1":
-		var v []uint8
-		if err := z.Read(imagesKey, &v); err != nil {
-			return nil, fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
-		}
-		err = d.setShape(name, ih.Descr.Shape, ih.Descr.Fortran, len(v))
-		d.u8 = v
-	case "<f4":
-		var v []float32
-		if err := z.Read(imagesKey, &v); err != nil {
-			return nil, fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
-		}
-		err = d.setShape(name, ih.Descr.Shape, ih.Descr.Fortran, len(v))
-		d.f32 = v
-	default:
-		err = fmt.Errorf("%s: dtype %s, want uint8 or float32: %w", name, ih.Descr.Type, ErrCorrupt)
-	}
-	if err != nil {
+	d := &ArrayDataset{layout: layout}
+	if err := d.setImages(path+":"+imagesKey, arrays[0].h, arrays[0].raw); err != nil {
 		return nil, err
 	}
-	if err := d.setLabels(path+":"+labelsKey, *z.Header(labelsKey), func(p any) error { return z.Read(labelsKey, p) }); err != nil {
+	if err := d.setLabels(path+":"+labelsKey, arrays[1].h, arrays[1].raw); err != nil {
 		return nil, err
 	}
 	return d, d.finish(opts)
 }
 
-func (d *ArrayDataset) setImages(name string, hdr npy.Header, raw []byte) error {
-	n := 1
-	for _, s := range hdr.Descr.Shape {
-		n *= s
+// readNPYFile reads a whole .npy file through npyfile's checks.
+func readNPYFile(path string) (npyfile.Header, []byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return npyfile.Header{}, nil, fmt.Errorf("labels %s: %w", path, err)
 	}
-	switch dtype(hdr) {
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return npyfile.Header{}, nil, fmt.Errorf("labels %s: %w", path, err)
+	}
+	h, raw, err := npyfile.ReadArray(f, st.Size())
+	if err != nil {
+		return npyfile.Header{}, nil, fmt.Errorf("labels %s: %w: %w", path, ErrCorrupt, err)
+	}
+	return h, raw, nil
+}
+
+func (d *ArrayDataset) setImages(name string, hdr npyfile.Header, raw []byte) error {
+	n := int(hdr.Elems)
+	switch hdr.Descr {
 	case "|u1", "<u1", "u1":
-		if len(raw) < n {
-			return fmt.Errorf("%s: %d data bytes for %v: %w", name, len(raw), hdr.Descr.Shape, ErrCorrupt)
-		}
 		d.u8 = raw[:n]
 	case "<f4":
-		if len(raw) < 4*n {
-			return fmt.Errorf("%s: %d data bytes for %v float32: %w", name, len(raw), hdr.Descr.Shape, ErrCorrupt)
-		}
 		d.f32 = bytesToF32(raw[:4*n])
 	default:
-		return fmt.Errorf("%s: dtype %s, want uint8 or little-endian float32: %w", name, hdr.Descr.Type, ErrCorrupt)
+		return fmt.Errorf("%s: dtype %s, want uint8 or little-endian float32: %w", name, hdr.Descr, ErrCorrupt)
 	}
-	return d.setShape(name, hdr.Descr.Shape, hdr.Descr.Fortran, n)
+	return d.setShape(name, hdr.Shape, hdr.Fortran, n)
 }
 
 func (d *ArrayDataset) setShape(name string, shape []int, fortran bool, n int) error {
@@ -165,26 +165,25 @@ func (d *ArrayDataset) setShape(name string, shape []int, fortran bool, n int) e
 	return nil
 }
 
-func (d *ArrayDataset) setLabels(name string, hdr npy.Header, read func(any) error) error {
+func (d *ArrayDataset) setLabels(name string, hdr npyfile.Header, raw []byte) error {
 	d.labelsName = name
-	if len(hdr.Descr.Shape) != 1 || hdr.Descr.Shape[0] != d.n {
-		return fmt.Errorf("%s: labels shape %v, want [%d]: %w", name, hdr.Descr.Shape, d.n, ErrCorrupt)
+	if len(hdr.Shape) != 1 || hdr.Shape[0] != d.n {
+		return fmt.Errorf("%s: labels shape %v, want [%d]: %w", name, hdr.Shape, d.n, ErrCorrupt)
 	}
-	switch dtype(hdr) {
+	le := binary.LittleEndian
+	d.labels = make([]int64, d.n)
+	switch hdr.Descr {
 	case "<i8":
-		if err := read(&d.labels); err != nil {
-			return fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
+		for i := range d.labels {
+			d.labels[i] = int64(le.Uint64(raw[8*i:]))
 		}
 	case "<i4":
-		var v []int32
-		if err := read(&v); err != nil {
-			return fmt.Errorf("%s: %v: %w", name, err, ErrCorrupt)
-		}
-		for _, x := range v {
-			d.labels = append(d.labels, int64(x))
+		for i := range d.labels {
+			d.labels[i] = int64(int32(le.Uint32(raw[4*i:])))
 		}
 	default:
-		return fmt.Errorf("%s: label dtype %s, want int64 or int32: %w", name, hdr.Descr.Type, ErrCorrupt)
+		d.labels = nil
+		return fmt.Errorf("%s: label dtype %s, want int64 or int32: %w", name, hdr.Descr, ErrCorrupt)
 	}
 	return nil
 }
@@ -292,20 +291,3 @@ func (d *ArrayDataset) Load(ctx context.Context, i int, rng *rand.Rand, dst []fl
 	}
 	return label, nil
 }
-
-// npyDataOffset parses a .npy preamble: magic, version, header length.
-func npyDataOffset(b []byte) (int, error) {
-	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" {
-		return 0, fmt.Errorf("not a .npy file: %w", ErrCorrupt)
-	}
-	if b[6] == 1 {
-		return 10 + int(binary.LittleEndian.Uint16(b[8:10])), nil
-	}
-	if len(b) < 12 {
-		return 0, fmt.Errorf("truncated .npy header: %w", ErrCorrupt)
-	}
-	return 12 + int(binary.LittleEndian.Uint32(b[8:12])), nil
-}
-
-// dtype is the header's type string without the quotes some writers leave in it.
-func dtype(h npy.Header) string { return strings.Trim(h.Descr.Type, "'\" ") }

@@ -9,24 +9,20 @@ import (
 	"math"
 	"os"
 
-	"codeberg.org/sbinet/npyio/npy"
+	"github.com/gorgonia-parallel/gp/internal/npyfile"
 )
 
 // mapNPY reads a .npy file into memory where mmap is not available.
-func mapNPY(path string) (npy.Header, []byte, func() error, error) {
+func mapNPY(path string) (npyfile.Header, []byte, func() error, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
 	}
-	off, err := npyDataOffset(b)
-	if err != nil || off > len(b) {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: bad header: %w", path, ErrCorrupt)
-	}
-	r, err := npy.NewReader(bytes.NewReader(b[:off]))
+	h, err := npyfile.Parse(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: %v: %w", path, err, ErrCorrupt)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: %w: %w", path, ErrCorrupt, err)
 	}
-	return r.Header, b[off:], func() error { return nil }, nil
+	return h, b[h.Offset : h.Offset+h.DataBytes()], func() error { return nil }, nil
 }
 
 func bytesToF32(b []byte) []float32 {

@@ -9,42 +9,34 @@ import (
 	"syscall"
 	"unsafe"
 
-	"codeberg.org/sbinet/npyio/npy"
+	"github.com/gorgonia-parallel/gp/internal/npyfile"
 )
 
-// mapNPY memory-maps a .npy file and returns its header and data bytes.
-func mapNPY(path string) (npy.Header, []byte, func() error, error) {
+// mapNPY memory-maps a .npy file and returns its checked header and data bytes.
+func mapNPY(path string) (npyfile.Header, []byte, func() error, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
 	}
 	if st.Size() == 0 {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: zero-byte file: %w", path, ErrCorrupt)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: zero-byte file: %w", path, ErrCorrupt)
 	}
 	mm, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: mmap: %w", path, err)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: mmap: %w", path, err)
 	}
 	unmap := func() error { return syscall.Munmap(mm) }
-	off, err := npyDataOffset(mm)
-	if err == nil && off > len(mm) {
-		err = fmt.Errorf("header past the end of the file: %w", ErrCorrupt)
-	}
+	h, err := npyfile.Parse(bytes.NewReader(mm), int64(len(mm)))
 	if err != nil {
 		unmap()
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: %w", path, err)
+		return npyfile.Header{}, nil, nil, fmt.Errorf("images %s: %w: %w", path, ErrCorrupt, err)
 	}
-	r, err := npy.NewReader(bytes.NewReader(mm[:off]))
-	if err != nil {
-		unmap()
-		return npy.Header{}, nil, nil, fmt.Errorf("images %s: %v: %w", path, err, ErrCorrupt)
-	}
-	return r.Header, mm[off:], unmap, nil
+	return h, mm[h.Offset : h.Offset+h.DataBytes()], unmap, nil
 }
 
 // bytesToF32 views little-endian float32 data in place (mapped pages are page-aligned and .npy

@@ -192,7 +192,8 @@ func (p *dictParser) str() (string, error) {
 	return "", errors.New("unterminated string")
 }
 
-// tuple parses "()", "(3,)" or "(2, 3)" (Python 2's "3L" accepted).
+// tuple parses "()", "(3,)" or "(2, 3)" (Python 2's "3L" accepted, and "(3)", which
+// numpy would refuse but some writers produce, read as "(3,)").
 func (p *dictParser) tuple() ([]int, error) {
 	if !p.eat('(') {
 		return nil, errors.New("not a tuple")
@@ -223,9 +224,6 @@ func (p *dictParser) tuple() ([]int, error) {
 		p.space()
 		if !p.eat(')') {
 			return nil, errors.New("no ',' or ')' after a dimension")
-		}
-		if len(dims) == 1 {
-			return nil, errors.New("a one-element tuple needs a trailing comma")
 		}
 		return dims, nil
 	}

@@ -44,7 +44,7 @@ func TestParse(t *testing.T) {
 		{"2^60 elements", preamble("{'descr': '<f4', 'fortran_order': False, 'shape': (1152921504606846976,), }\n"), 0, "needs 4611686018427387904 data bytes", nil, ""},
 		{"overflowing shape", preamble("{'descr': '<f8', 'fortran_order': False, 'shape': (999999999999, 999999999999), }\n"), -1, "overflows", nil, ""},
 		{"negative dimension", preamble("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }\n"), -1, "non-negative", nil, ""},
-		{"one-tuple without comma", preamble("{'descr': '<f4', 'fortran_order': False, 'shape': (3), }\n"), -1, "trailing comma", nil, ""},
+		{"one-tuple without comma", preamble("{'descr': '<f4', 'fortran_order': False, 'shape': (3), }\n"), -1, "", []int{3}, "<f4"},
 		{"object dtype", preamble("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }\n"), -1, "not a simple", nil, ""},
 		{"structured dtype", preamble("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }\n"), -1, "structured", nil, ""},
 		{"f16", preamble("{'descr': '<f16', 'fortran_order': False, 'shape': (1,), }\n"), -1, "not supported", nil, ""},
