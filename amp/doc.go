@@ -18,18 +18,29 @@
 //	lower precision     conv1d/2d/3d, conv_transpose*, linear,       nn.Conv2d, nn.Linear (through
 //	                    matmul, mm, bmm, addmm, addbmm, baddbmm      Builder.Autocast), so Swin's
 //	                    (CUDA also: prelu, chain_matmul, ...)        qkv and proj (its attention
-//	                                                                 products: float32, below)
+//	                                                                 products: float32, below);
+//	                                                                 gorgonia's G.Mul, G.BatchedMatMul,
+//	                                                                 G.Tensordot, G.Conv2d/Conv1d's
+//	                                                                 product, ops.Linear/Conv2d used
+//	                                                                 directly (cast by nn.Compile)
 //	float32             softmax, log_softmax, layer_norm,            ops.Softmax, LogSoftmax,
 //	                    group_norm, batch_norm*, nll_loss,           LayerNorm, BatchNorm2d,
 //	                    cross_entropy, mse_loss, l1_loss, sum,       CrossEntropy, Sum, Mean:
 //	                    prod, cumsum, exp, log, pow, norm, ...       never cast, stay float32
-//	promote / other     cat, stack, add, relu, pooling, ...          float32 on the (rounded)
-//	                                                                 values they receive
+//	promote / other     cat, stack, add, relu, pooling, outer, ...   float32 on the (rounded)
+//	                                                                 values they receive (G.OuterProd
+//	                                                                 too: torch.outer is on no list)
 //
 // (*) CUDA autocast runs batch_norm in the input's dtype through cuDNN; norms keep float32
 // statistics either way. Swin's attention products (q·kᵀ and attention·v, inside
 // swin.WindowAttention) are not autocast yet and stay float32, where PyTorch runs them as
 // 16-bit bmm; the device executor keeps them float32 too, to compute what the CPU computes.
+// A plain gorgonia build function needs no marking: under nn.WithAutocast, nn.Compile
+// casts gorgonia's lower-precision ops itself, at the graph's root path "" (Only(...)
+// leaves them float32), and leaves alone the ops a module or the user marked with
+// Builder.Autocast / AutocastOutput; a product with a scalar result (G.Mul of two vectors)
+// is an error naming b.Autocast, which marks it by hand (nn/autocast_graph.go has the
+// rules). Products of float64 tensors stay float64, as in PyTorch.
 // The last row is where the emulation differs from PyTorch: PyTorch
 // runs relu, max pooling and additions in 16 bits when their inputs are 16-bit. ReLU and max
 // pooling of rounded values are exact in either; an addition (a residual connection) is
