@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/gorgonia-parallel/gp/internal/guard"
 )
 
 // seeds are well-formed arrays like the project's writers and numpy produce, plus the input
@@ -62,7 +64,7 @@ func FuzzNewReader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, h, err := NewReader(bytes.NewReader(in), int64(len(in)))
-		if errors.Is(err, ErrDecoderPanic) {
+		if errors.Is(err, guard.ErrPanic) {
 			t.Fatalf("npyio panicked on a checked header: %v", err)
 		}
 		if err != nil {
@@ -83,7 +85,7 @@ func FuzzNewReader(f *testing.F) {
 		default:
 			dst = new([]float64)
 		}
-		if err := Guard(func() error { return r.Read(dst) }); errors.Is(err, ErrDecoderPanic) {
+		if err := Guard(func() error { return r.Read(dst) }); errors.Is(err, guard.ErrPanic) {
 			t.Fatalf("npyio panicked reading %+v: %v", h, err)
 		}
 	})

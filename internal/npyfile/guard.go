@@ -6,41 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 
 	"codeberg.org/sbinet/npyio/npy"
+
+	"github.com/gorgonia-parallel/gp/internal/guard"
 )
 
-// ErrDecoderPanic is wrapped by the error Guard returns when a decoder panicked.
-var ErrDecoderPanic = errors.New("decoder panicked")
-
-// Guard runs fn, a call into a third-party decoder, and turns a panic in it into an error
-// wrapping ErrBad and ErrDecoderPanic that carries the panic value and the panicking frame.
-// Callers wrap the error with the file and member it was decoding.
-func Guard(fn func() error) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%w: %w: %v (%s)", ErrBad, ErrDecoderPanic, v, panicFrame(debug.Stack()))
-		}
-	}()
-	return fn()
-}
-
-// panicFrame picks the function and line that panicked out of a stack trace: the first
-// frame after the runtime's panic machinery.
-func panicFrame(stack []byte) string {
-	lines := bytes.Split(stack, []byte("\n"))
-	for i := 0; i+1 < len(lines); i++ {
-		if bytes.HasPrefix(lines[i], []byte("panic(")) {
-			for j := i + 2; j+1 < len(lines); j += 2 {
-				fn := string(bytes.TrimSpace(lines[j]))
-				if !bytes.HasPrefix(lines[j], []byte("runtime.")) {
-					return fn + " " + string(bytes.TrimSpace(lines[j+1]))
-				}
-			}
-		}
+// Guard runs fn, a call into npyio, with guard.Call: a panic becomes an error wrapping ErrBad
+// and guard.ErrPanic. Callers wrap the error with the file and member being decoded.
+func Guard(fn func() error) error {
+	err := guard.Call(fn)
+	if errors.Is(err, guard.ErrPanic) {
+		return fmt.Errorf("%w: %w", ErrBad, err)
 	}
-	return "unknown frame"
+	return err
 }
 
 // NewReader checks the .npy header at the start of r (size bytes in all, header included)
@@ -63,8 +42,11 @@ func NewReader(r io.Reader, size int64) (*npy.Reader, Header, error) {
 		nr, err = npy.NewReader(io.MultiReader(bytes.NewReader(Encode(h.Descr, h.Fortran, h.Shape)), data))
 		return err
 	})
+	if err != nil && !errors.Is(err, ErrBad) {
+		err = fmt.Errorf("%w: %w", ErrBad, err)
+	}
 	if err != nil {
-		return nil, Header{}, fmt.Errorf("%w: %w", ErrBad, err)
+		return nil, Header{}, err
 	}
 	return nr, h, nil
 }

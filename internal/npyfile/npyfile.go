@@ -7,7 +7,7 @@
 // shape claims present in the file or member) before anything of the claimed size is
 // allocated. ReadArray reads the data it checked; NewReader hands npyio a canonical copy of
 // the checked header (npyio parses only that one layout reliably) and Guard turns a panic in
-// a third-party decoder into an error.
+// npyio into an error.
 package npyfile
 
 import (

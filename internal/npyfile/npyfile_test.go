@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"codeberg.org/sbinet/npyio/npy"
+
+	"github.com/gorgonia-parallel/gp/internal/guard"
 )
 
 // preamble returns magic, version 1.0 and the length of dict, then dict.
@@ -140,8 +142,8 @@ func TestGuard(t *testing.T) {
 		_ = s[:len(s)-1]
 		return nil
 	})
-	if !errors.Is(err, ErrDecoderPanic) || !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), "out of range") || !strings.Contains(err.Error(), "npyfile_test.go") {
-		t.Errorf("error %v, want ErrDecoderPanic with the panic and its line", err)
+	if !errors.Is(err, guard.ErrPanic) || !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), "out of range") || !strings.Contains(err.Error(), "npyfile_test.go") {
+		t.Errorf("error %v, want guard.ErrPanic with the panic and its line", err)
 	}
 	want := io.ErrUnexpectedEOF
 	if err := Guard(func() error { return want }); err != want {
