@@ -3,7 +3,6 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
@@ -68,30 +67,23 @@ func newOptimizer(cfg *Config, segs []optim.Segment) (optim.Optimizer, error) {
 	return optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
 }
 
-// clipShards scales the gradients so that their global L2 norm is at most maxNorm, as
-// torch.nn.utils.clip_grad_norm_ does; each rank holds a disjoint part of them (a ZeRO
-// shard) or, with g nil, all of them. A non-finite norm leaves them as they are.
+// clipShards scales the gradients so that their global L2 norm is at most maxNorm with
+// optim's clipping (optim.ClipGradNormSq, torch.nn.utils.clip_grad_norm_); each rank holds
+// a disjoint part of them (a ZeRO shard) whose sums of squares are all-reduced over g, or,
+// with g nil, all of them. A non-finite norm is optim's error (the caller skips clipping
+// for a step that fp16's loss scaler skips).
 func clipShards(ctx context.Context, g comm.Group, grads []float32, maxNorm float64) error {
-	var sq float64
-	for _, x := range grads {
-		sq += float64(x) * float64(x)
-	}
+	segs := []optim.Segment{{Name: "gradients", Grad: grads}}
+	sq := optim.GradNormSq(segs)
 	if g != nil {
 		buf := []float64{sq}
 		if err := g.AllReduce(comm.F64(buf), comm.Sum).Wait(ctx); err != nil {
-			return fmt.Errorf("trainer: gradient norm all-reduce: %w", err)
+			return fmt.Errorf("trainer: gradient norm all-reduce (-clip-grad): %w", err)
 		}
 		sq = buf[0]
 	}
-	norm := math.Sqrt(sq)
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return nil
-	}
-	if coef := maxNorm / (norm + 1e-6); coef < 1 {
-		c := float32(coef)
-		for i := range grads {
-			grads[i] *= c
-		}
+	if _, err := optim.ClipGradNormSq(segs, maxNorm, sq); err != nil {
+		return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", maxNorm, err)
 	}
 	return nil
 }

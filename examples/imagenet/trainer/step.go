@@ -128,8 +128,18 @@ func (s *stepper) update(ctx context.Context) error {
 		}
 	}
 	if s.clip > 0 {
-		if err := clipShards(ctx, s.normGroup, grads, s.clip); err != nil {
-			return err
+		skip := false
+		if s.scaler != nil {
+			// A step whose gradients overflowed is skipped on every rank: nothing to clip.
+			var err error
+			if skip, err = s.scaler.FoundInf(ctx); err != nil {
+				return err
+			}
+		}
+		if !skip {
+			if err := clipShards(ctx, s.normGroup, grads, s.clip); err != nil {
+				return err
+			}
 		}
 	}
 	return stepOrSkip(ctx, s.prog, s.scaler)
