@@ -73,6 +73,19 @@ func decodePNM(b []byte, dst *Image) error {
 		ch = 3
 	}
 	n := w * h * ch
+	// Check the data is there before allocating for it: a plain sample takes at least a digit
+	// and a separator, a raw one one or two bytes.
+	bps := 1
+	if maxval > 255 {
+		bps = 2
+	}
+	if need := n * bps; plain {
+		if 2*n-1 > len(b)-off+1 {
+			return fmt.Errorf("netpbm data truncated: %d bytes cannot hold %d samples: %w", len(b)-off+1, n, ErrCorrupt)
+		}
+	} else if len(b)-off < need {
+		return fmt.Errorf("netpbm data truncated: %d of %d bytes: %w", len(b)-off, need, ErrCorrupt)
+	}
 	samples := make([]int, 0, n)
 	if plain {
 		i := off - 1
@@ -84,13 +97,6 @@ func decodePNM(b []byte, dst *Image) error {
 			samples, i = append(samples, v), next
 		}
 	} else {
-		bps := 1
-		if maxval > 255 {
-			bps = 2
-		}
-		if len(b)-off < n*bps {
-			return fmt.Errorf("netpbm data truncated: %d of %d bytes: %w", len(b)-off, n*bps, ErrCorrupt)
-		}
 		d := b[off:]
 		for k := 0; k < n; k++ {
 			if bps == 1 {

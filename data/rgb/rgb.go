@@ -12,6 +12,8 @@ import (
 	"image/jpeg"
 	"image/png"
 
+	"github.com/gorgonia-parallel/gp/internal/guard"
+
 	_ "golang.org/x/image/bmp"  // .bmp
 	_ "golang.org/x/image/tiff" // .tif, .tiff
 	_ "golang.org/x/image/webp" // .webp
@@ -20,6 +22,19 @@ import (
 // ErrCorrupt marks input that is not a decodable image: truncated or corrupt data, a zero-byte
 // file, an unknown format. Callers branch on it with errors.Is.
 var ErrCorrupt = errors.New("corrupt or unsupported image")
+
+// MaxPixels is the largest image decoded, in pixels: PIL's DecompressionBombError threshold
+// (twice Image.MAX_IMAGE_PIXELS). A header claiming more is refused before any pixel memory is
+// allocated, since a few hundred bytes of PNG or JPEG can claim gigabytes.
+const MaxPixels = 178956970
+
+// checkPixels refuses a w×h image of more than MaxPixels or with a negative side.
+func checkPixels(w, h int) error {
+	if w < 0 || h < 0 || (w > 0 && h > MaxPixels/w) {
+		return fmt.Errorf("image of %dx%d pixels is over the %d-pixel limit (a decompression bomb?): %w", w, h, MaxPixels, ErrCorrupt)
+	}
+	return nil
+}
 
 // Image is an 8-bit RGB image: Pix holds H rows of W pixels, each R, G, B (HWC, row-major).
 type Image struct {
@@ -51,7 +66,12 @@ func Size(data []byte) (w, h int, err error) {
 		w, h, _, _, err := pnmHeader(data)
 		return w, h, err
 	}
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	var cfg image.Config
+	err = guard.Call(func() error {
+		var err error
+		cfg, _, err = image.DecodeConfig(bytes.NewReader(data))
+		return err
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("%v: %w", err, ErrCorrupt)
 	}
@@ -69,6 +89,9 @@ func Decode(data []byte, dst *Image) error {
 // where dst's top-left pixel lies in the scaled image and the denominator actually used: only the
 // libjpeg-turbo path crops and scales (through the DCT, as libjpeg's scale_denom); other formats
 // and the pure-Go build return the whole image with used == 1.
+//
+// Images over MaxPixels are refused from their header; a panic in a decoder (Go's image
+// packages, golang.org/x/image) is returned as an error wrapping ErrCorrupt.
 func DecodeRegion(data []byte, r image.Rectangle, denom int, dst *Image) (off image.Point, used int, err error) {
 	if len(data) == 0 {
 		return off, 1, fmt.Errorf("zero-byte file: %w", ErrCorrupt)
@@ -79,12 +102,25 @@ func DecodeRegion(data []byte, r image.Rectangle, denom int, dst *Image) (off im
 	if isPNM(data) {
 		return off, 1, decodePNM(data, dst)
 	}
-	img, _, err := image.Decode(bytes.NewReader(data))
-	if err != nil {
-		return off, 1, fmt.Errorf("%v: %w", err, ErrCorrupt)
+	err = guard.Call(func() error {
+		cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+		if err := checkPixels(cfg.Width, cfg.Height); err != nil {
+			return err
+		}
+		img, _, err := image.Decode(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+		FromImage(img, dst)
+		return nil
+	})
+	if errors.Is(err, guard.ErrPanic) {
+		err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	FromImage(img, dst)
-	return off, 1, nil
+	return off, 1, err
 }
 
 func isJPEG(b []byte) bool { return len(b) > 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF }
