@@ -112,6 +112,8 @@ type Builder struct {
 	probe *probe
 	// learned maps each learnable adopted by Learnable to its parameter.
 	learned map[*G.Node]*Param
+	// constants maps each node adopted by Constant to the model's buffer of it.
+	constants map[*G.Node]*Buffer
 	// marks records the ops the build function autocast itself (autocast_graph.go).
 	marks autocastMarks
 }

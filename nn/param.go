@@ -45,6 +45,9 @@ type Buffer struct {
 	Data  []float32
 	Int64 []int64
 	Init  Initializer
+	// Frozen marks a constant of a plain gorgonia graph (Builder.Constant): nothing changes
+	// it, so every replica holds it alike, whether buffers are broadcast or not.
+	Frozen bool
 }
 
 // Numel is the number of elements of the buffer.

@@ -56,10 +56,13 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 	}
 	loss, err := build(b)
 	if err != nil {
-		return nil, err
+		return nil, hintBuildError(err)
 	}
 	p := &Program{Builder: b, Loss: loss}
 	if err := b.checkLearnablesUse(); err != nil {
+		return nil, err
+	}
+	if err := b.checkPlainGraph(); err != nil {
 		return nil, err
 	}
 	if p.Loss, err = b.autocastGraph(loss); err != nil {

@@ -31,6 +31,9 @@ var (
 	_ train.Overlapped = (*ddp.Program)(nil)
 	_ train.Program    = (*dp.Program)(nil)
 	_ train.Program    = (*zero.Program)(nil) // no overlap: the shard update needs every reduce-scatter
+
+	_ train.GlobalLosser = (*ddp.Program)(nil)
+	_ train.GlobalLosser = (*zero.Program)(nil)
 )
 
 // The equivalence tests train gormlp's perceptron for 50 steps on a global batch of 16
@@ -271,7 +274,7 @@ func TestZeRO3RefusesSolver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := zero.New(ctx, m, g)
+	e, err := zero.New(ctx, m, g, zero.WithOptimizer(zero.AdamW(adamLR)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,6 +437,8 @@ func worker(scenario string) error {
 		runtime.KeepAlive(p)
 		runtime.KeepAlive(d)
 		fmt.Printf("heap: %d %d\n", from, end)
+	case "constant":
+		return constantWorker(ctx, g)
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}

@@ -9,7 +9,10 @@
 //     the gradients hold what earlier Runs left (since the last Step or ZeroGrad) plus this
 //     batch's gradient averaged over the replicas (under ZeRO-3: this rank's shard of it).
 //   - Step: the optimizer's (or gorgonia solver's) update from those gradients, then the
-//     gradients are zeroed, as gorgonia's solvers zero them.
+//     gradients are zeroed, as gorgonia's solvers zero them. So a gorgonia solver that the
+//     user steps after Step (or after RunStep) finds zero gradients and does nothing, and
+//     nothing can tell: give the solver to Compile (nn.WithSolver) and let Step run it, or
+//     call Run alone before stepping one's own solver.
 //   - ZeroGrad: zero the gradients without an update (after a skipped step, or to drop an
 //     accumulation).
 //
@@ -37,10 +40,29 @@ type Program interface {
 	// Output returns the named output of the last Run; it aliases the program's memory.
 	Output(name string) ([]float32, error)
 	// LossValue is this replica's loss in the last Run (under DataParallel: the global
-	// batch's).
+	// batch's); GlobalLoss gives the global batch's under every strategy.
 	LossValue() (float32, error)
 	// Close releases the program.
 	Close() error
+}
+
+// GlobalLosser is a Program whose replicas each see part of the global batch and that can
+// give the global batch's loss (DDP, ZeRO-3). DataParallel's LossValue is already global.
+type GlobalLosser interface {
+	Program
+	// GlobalLoss is the mean over the replicas of their losses in the last Run; it is a
+	// collective: every replica calls it.
+	GlobalLoss(ctx context.Context) (float32, error)
+}
+
+// GlobalLoss returns the global batch's loss of the last Run: the mean over the replicas of
+// their losses for a GlobalLosser (one collective: every replica must call it), and
+// LossValue otherwise (one process, DataParallel), with no collective.
+func GlobalLoss(ctx context.Context, p Program) (float32, error) {
+	if g, ok := p.(GlobalLosser); ok {
+		return g.GlobalLoss(ctx)
+	}
+	return p.LossValue()
 }
 
 // Overlapped is a Program whose strategy can fuse Run and Step (see RunStep).

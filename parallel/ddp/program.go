@@ -70,6 +70,16 @@ func (p *Program) Output(name string) ([]float32, error) { return p.np.Output(na
 // LossValue is this rank's loss in the last Run.
 func (p *Program) LossValue() (float32, error) { return p.np.LossValue() }
 
+// GlobalLoss is the mean over the ranks of their losses in the last Run: the global batch's
+// loss. It is a collective (one all-reduce of one value): every rank calls it.
+func (p *Program) GlobalLoss(ctx context.Context) (float32, error) {
+	v, err := p.np.LossValue()
+	if err != nil {
+		return 0, err
+	}
+	return replica.Mean(ctx, p.d.g, v, p.d.who())
+}
+
 // Learnables returns the graph's learnables (see nn.Program.Learnables): after Run their
 // Node.Grad() is the average of every rank's gradients.
 func (p *Program) Learnables() G.Nodes { return p.np.Learnables() }

@@ -171,16 +171,7 @@ func (s *Solver) Group() comm.Group { return s.g }
 
 // Mean returns the mean of v over the ranks (v itself in one process): the global batch's
 // loss from each rank's, when the ranks' batches are of equal size. It is a collective.
-func (s *Solver) Mean(v float32) (float32, error) {
-	if s.g == nil || s.g.Size() == 1 {
-		return v, nil
-	}
-	buf := []float32{v}
-	if err := s.g.AllReduce(comm.F32(buf), comm.Sum).Wait(s.ctx); err != nil {
-		return 0, fmt.Errorf("%s: mean over the ranks: %w", s.name, err)
-	}
-	return buf[0] / float32(s.g.Size()), nil
-}
+func (s *Solver) Mean(v float32) (float32, error) { return replica.Mean(s.ctx, s.g, v, s.name) }
 
 // Close closes the process group when NewSolver started it.
 func (s *Solver) Close() error {

@@ -27,12 +27,43 @@ func (d *DataParallel) Program(n int) (*Program, error) {
 	return &Program{d: d, n: n, inputs: map[string][]float32{}}, nil
 }
 
-// SetInput copies the global batch's values of the named input (n samples).
+// SetInput copies the global batch's values of the named input (n samples). The length is
+// checked against the replicas' graphs: a wrong one is an error that says what was
+// expected, and whether data holds a replica's share where the global batch was meant.
 func (p *Program) SetInput(name string, data []float32) error {
-	if len(data) == 0 || len(data)%p.n != 0 {
-		return fmt.Errorf("dp: input %q holds %d values, not a positive multiple of the batch size %d", name, len(data), p.n)
+	if err := p.checkInput(name, len(data)); err != nil {
+		return err
 	}
 	p.inputs[name] = append(p.inputs[name][:0], data...)
+	return nil
+}
+
+// checkInput checks that got values are the global batch's of input name, from the shape
+// the first replica's graph gives it.
+func (p *Program) checkInput(name string, got int) error {
+	sizes := Chunks(p.n, len(p.d.replicas))
+	r := p.d.replicas[0]
+	p.d.mu.Lock()
+	prog, err := p.d.program(r, sizes[0])
+	p.d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("dp: input %q: %w", name, err)
+	}
+	shape := prog.InputShape(name)
+	if len(shape) == 0 {
+		return fmt.Errorf("dp: the graph declares no input %q", name)
+	}
+	per := 1
+	for _, s := range shape[1:] {
+		per *= s
+	}
+	if want := p.n * per; got != want {
+		hint := ""
+		if got == sizes[0]*per {
+			hint = fmt.Sprintf(": that is a replica's share (%d samples); SetInput takes the whole global batch, which DataParallel splits over its %d replicas", sizes[0], len(sizes))
+		}
+		return fmt.Errorf("dp: input %q takes the global batch of %d samples of %d values (%d values), got %d%s", name, p.n, per, want, got, hint)
+	}
 	return nil
 }
 

@@ -28,8 +28,9 @@ type Tensor struct {
 	I64        []int64
 }
 
-// Replicated lists the tensors of ps that every replica holds alike: the parameters, and the
-// buffers when withBuffers (they agree only where they are broadcast or synchronised).
+// Replicated lists the tensors of ps that every replica holds alike: the parameters, the
+// frozen buffers (a plain graph's constants), and the other buffers when withBuffers (they
+// agree only where they are broadcast or synchronised).
 func Replicated(ps *nn.ParamSet, withParams, withBuffers bool) []Tensor {
 	var out []Tensor
 	if withParams {
@@ -37,8 +38,8 @@ func Replicated(ps *nn.ParamSet, withParams, withBuffers bool) []Tensor {
 			out = append(out, Tensor{Kind: "parameter", Name: p.Name, F32: p.Data})
 		}
 	}
-	if withBuffers {
-		for _, b := range ps.Buffers {
+	for _, b := range ps.Buffers {
+		if withBuffers || b.Frozen {
 			out = append(out, Tensor{Kind: "buffer", Name: b.Name, F32: b.Data, I64: b.Int64})
 		}
 	}

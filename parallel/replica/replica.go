@@ -83,3 +83,17 @@ func (r StatsReducer) ReduceStats(buf []float64) error {
 	}
 	return nil
 }
+
+// Mean returns the mean of every rank's v over g (v itself in a group of one): the global
+// batch's loss from each rank's, when the ranks' batches are of equal size. who prefixes the
+// error ("ddp: rank 1"). It is a collective.
+func Mean(ctx context.Context, g comm.Group, v float32, who string) (float32, error) {
+	if g == nil || g.Size() == 1 {
+		return v, nil
+	}
+	buf := []float32{v}
+	if err := g.AllReduce(comm.F32(buf), comm.Sum).Wait(ctx); err != nil {
+		return 0, fmt.Errorf("%s: mean over the ranks: %w", who, err)
+	}
+	return buf[0] / float32(g.Size()), nil
+}

@@ -55,11 +55,15 @@ func Workers(n, minChunk int) AdamOption { return optim.WithWorkers(n, minChunk)
 // OffloadDisk. Being optim's AdamW, it is bit-identical to optim's AdamW on the same
 // segments, implements optim.Ranged, and its state dict uses optim's keys
 // ("optim.<param>.exp_avg[lo:hi]"), so it loads into optim's optimizers and back. Without
-// Workers the update runs on one goroutine.
+// Workers the update runs on one goroutine, or on WithOffload's workers under offload.
 func AdamW(lr float64, opts ...AdamOption) OptimizerFunc {
 	opts = slices.Clone(opts)
 	return func(segs []optim.Segment, mem Allocator) (optim.Optimizer, error) {
-		all := append(slices.Clip(opts), optim.WithAllocator(mem))
+		var all []optim.Option
+		if w, ok := mem.(updateWorkers); ok {
+			all = append(all, optim.WithWorkers(w.updateWorkers(), 1<<15)) // Workers in opts wins
+		}
+		all = append(append(all, opts...), optim.WithAllocator(mem))
 		o, err := optim.NewAdamW(segs, lr, all...)
 		if err != nil {
 			return nil, fmt.Errorf("zero: AdamW: %w", err)
@@ -72,8 +76,21 @@ func AdamW(lr float64, opts ...AdamOption) OptimizerFunc {
 type fileAlloc struct {
 	dir     string
 	rank    int
+	workers int
 	regions []*region
 }
+
+// heapAlloc is the engine's allocator without disk offload.
+type heapAlloc struct {
+	optim.HeapAllocator
+	workers int
+}
+
+// updateWorkers is what the engine's allocators tell AdamW: the offload's goroutine count.
+type updateWorkers interface{ updateWorkers() int }
+
+func (a heapAlloc) updateWorkers() int  { return a.workers }
+func (f *fileAlloc) updateWorkers() int { return f.workers }
 
 func (f *fileAlloc) Alloc(name string, n int) ([]float32, error) {
 	path := fmt.Sprintf("%s/rank%d-%s.f32", f.dir, f.rank, name)

@@ -109,7 +109,7 @@ func TestDiskOffload(t *testing.T) {
 			t.Fatalf("element %d: disk %g, cpu %g", i, b[i], a[i])
 		}
 	}
-	dm := trainMLP(t, 256, WithOffload(OffloadDisk, 1), WithOffloadDir(t.TempDir()), DiskMaster())
+	dm := trainMLP(t, 256, WithOffload(OffloadDisk, 1), WithOffloadDir(t.TempDir()), DiskMaster(), WithOptimizer(AdamW(lr, Workers(1, 1<<15))))
 	if m := dm.Memory(); m.FileBytes != m.StateBytes+m.MasterBytes || m.FileResidentBytes != 0 {
 		t.Errorf("DiskMaster: %v", m)
 	}

@@ -180,6 +180,16 @@ func (p *Program) Output(name string) ([]float32, error) { return p.np.Output(na
 // LossValue is the loss of the last Run.
 func (p *Program) LossValue() (float32, error) { return p.np.LossValue() }
 
+// GlobalLoss is the mean over the ranks of their losses in the last Run: the global batch's
+// loss. It is a collective (one all-reduce of one value): every rank calls it.
+func (p *Program) GlobalLoss(ctx context.Context) (float32, error) {
+	v, err := p.np.LossValue()
+	if err != nil {
+		return 0, err
+	}
+	return replica.Mean(ctx, p.e.g, v, fmt.Sprintf("zero: rank %d", p.e.rank))
+}
+
 // Close releases the tape machine.
 func (p *Program) Close() error { return errors.Join(p.np.Close(), p.zerosR.close()) }
 

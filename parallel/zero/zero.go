@@ -79,8 +79,10 @@ func WithUnitDepth(depth int) Option { return func(c *config) { c.key = DepthKey
 // flat buffer with equal keys form one unit.
 func WithUnitKey(key func(name string) string) Option { return func(c *config) { c.key = key } }
 
-// WithOptimizer chooses the optimizer of the shard (default AdamW(1e-3), with the offload's
-// workers under OffloadCPU and OffloadDisk).
+// WithOptimizer chooses the optimizer of the shard (AdamW, Optim over any of optim's
+// optimizers, or an OptimizerFunc of one's own). It is required: New refuses an engine
+// without one, as PyTorch's and DeepSpeed's ZeRO make the optimizer explicit. Under
+// OffloadCPU and OffloadDisk, AdamW's Workers option spreads the update over cores.
 func WithOptimizer(f OptimizerFunc) Option { return func(c *config) { c.optimizer = f } }
 
 // WithWeightDecay is the decay handed to optim.Segments: every parameter gets wd except
@@ -92,7 +94,8 @@ func WithWeightDecay(wd float64) Option { return func(c *config) { c.weightDecay
 func WithPrefetch(n int) Option { return func(c *config) { c.prefetch = max(n, 0) } }
 
 // WithOffload selects offload. OffloadDisk needs a directory (WithOffloadDir). workers is
-// the fused AdamW's goroutine count under OffloadCPU and OffloadDisk (<= 0: GOMAXPROCS).
+// AdamW's goroutine count under OffloadCPU and OffloadDisk (<= 0: GOMAXPROCS) unless AdamW
+// is given Workers itself.
 func WithOffload(o Offload, workers int) Option {
 	return func(c *config) { c.offload, c.workers = o, workers }
 }
@@ -155,6 +158,9 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		o(&cfg)
 	}
 	e := &Engine{Model: model, g: g, cfg: cfg, rank: g.Rank(), world: g.Size()}
+	if cfg.optimizer == nil {
+		return nil, fmt.Errorf("zero: rank %d: no optimizer: give WithOptimizer, for example zero.WithOptimizer(zero.AdamW(1e-3)) (ZeRO-3 steps each rank's shard with the engine's optimizer; a gorgonia solver or an optimizer given to Compile cannot)", e.rank)
+	}
 	e.checker.Every = cfg.checkEvery
 	ps := model.Params
 	if cfg.offload == OffloadDisk && cfg.dir == "" {
@@ -182,12 +188,6 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		return nil, err
 	}
 	fn := cfg.optimizer
-	if fn == nil {
-		fn = AdamW(1e-3, Workers(max(cfg.workers, 1), 1<<15))
-		if cfg.offload != OffloadNone {
-			fn = AdamW(1e-3, Workers(cfg.workers, 1<<15))
-		}
-	}
 	e.segs = segs
 	if e.opt, err = fn(segs, e.alloc); err != nil {
 		e.Close()
@@ -207,12 +207,16 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 func (e *Engine) allocate() error {
 	l, cfg := e.lay, e.cfg
 	var err error
-	e.alloc = optim.HeapAllocator{}
+	workers := 1
+	if cfg.offload != OffloadNone {
+		workers = cfg.workers
+	}
+	e.alloc = heapAlloc{workers: workers}
 	if cfg.offload == OffloadDisk {
 		if err := os.MkdirAll(cfg.dir, 0o700); err != nil {
 			return fmt.Errorf("zero: rank %d: offload directory: %w", e.rank, err)
 		}
-		e.alloc = &fileAlloc{dir: cfg.dir, rank: e.rank}
+		e.alloc = &fileAlloc{dir: cfg.dir, rank: e.rank, workers: workers}
 	}
 	if cfg.offload == OffloadDisk && cfg.diskMaster {
 		if e.masterR, err = newFile(fmt.Sprintf("rank %d master shard", e.rank), fmt.Sprintf("%s/rank%d-master.f32", cfg.dir, e.rank), l.shardLen); err != nil {

@@ -73,12 +73,18 @@ func run(steps int) error {
 		if err := train.RunStep(ctx, p); err != nil { // forward, backward + all-reduce, Adam
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		loss, _ := p.LossValue()
+		loss, err := train.GlobalLoss(ctx, p) // the mean over the ranks: the global batch's loss
+		if err != nil {
+			return err
+		}
 		if group.Rank() == 0 {
 			report(step, steps, loss)
 		}
 	}
-	loss, _ := p.LossValue()
+	loss, err := train.GlobalLoss(ctx, p)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("final loss %.4f, sum of weights %.6f\n", loss, checksum(m.Params.Data))
 	return nil
 }

@@ -75,7 +75,10 @@ func run(steps int) error {
 		if err := train.RunStep(ctx, p); err != nil { // gather, forward, backward + reduce-scatter, AdamW on the shard
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		loss, _ := p.LossValue()
+		loss, err := train.GlobalLoss(ctx, p) // the mean over the ranks: the global batch's loss
+		if err != nil {
+			return err
+		}
 		if group.Rank() == 0 {
 			report(step, steps, loss)
 		}
@@ -84,7 +87,10 @@ func run(steps int) error {
 	if err != nil {
 		return err
 	}
-	loss, _ := p.LossValue()
+	loss, err := train.GlobalLoss(ctx, p)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("final loss %.4f, sum of weights %.6f\n", loss, checksum(weights))
 	return nil
 }
