@@ -396,6 +396,12 @@ func TestAutocastRefusesScalarProduct(t *testing.T) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
 	}
+	// Off at the graph's root, the policy casts none of gorgonia's ops: nothing to refuse.
+	if p, err := nn.Compile(m, build(false), nn.WithAutocast(amp.Autocast(amp.BF16, amp.Only("head")))); err != nil {
+		t.Errorf("under Only(head): %v", err)
+	} else {
+		p.Close()
+	}
 	p, err := nn.Compile(m, build(true), nn.WithAutocast(amp.Autocast(amp.BF16)))
 	if err != nil {
 		t.Fatalf("marked by hand: %v", err)

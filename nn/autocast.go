@@ -10,7 +10,9 @@ import (
 // in which precision the lower-precision ops (convolution, linear, batched matmul) compute,
 // by rewriting their inputs and output. Ops on the float32 list (softmax, norms, losses,
 // reductions) are never passed to it and stay float32. gorgonia's own lower-precision ops
-// in a build function are passed to it by Compile with the path "" (see WithAutocast).
+// in a build function are passed to it by Compile with the path "" (see WithAutocast),
+// unless it has a method Enabled(path string) bool (as amp's Policy does) that is false
+// for "": then Compile leaves them, and the graph, as they are.
 type CastPolicy interface {
 	// CastInput returns the node a lower-precision op of module path uses for input n
 	// (for example n rounded to bfloat16), or n itself where the policy is off. A node

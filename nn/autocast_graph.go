@@ -19,8 +19,8 @@ import (
 //
 //   - every lower-precision op that the build function did not mark is re-created with
 //     G.ApplyOp on its float32 inputs cast by the policy (CastInput) and its output cast
-//     (CastOutput), with the path "" (the graph's root: Only(...) leaves these ops in
-//     float32, Except(...) does not reach them);
+//     (CastOutput), with the path "" (the graph's root: Except(...) does not reach these
+//     ops, and a policy off at the root, as amp's Only(...) is, leaves the graph as it is);
 //   - every node downstream of a rewritten one is re-created on the rewritten inputs, with
 //     the same op; leaves, inputs, learnables, their taps and hooks are upstream and stay;
 //   - the loss and the named outputs (Builder.Output) become the rewritten nodes. The
@@ -76,6 +76,9 @@ func (m *autocastMarks) markDecided(n *G.Node) {
 func (b *Builder) autocastGraph(loss *G.Node) (*G.Node, error) {
 	if b.cfg.cast == nil {
 		return loss, nil
+	}
+	if e, ok := b.cfg.cast.(interface{ Enabled(path string) bool }); ok && !e.Enabled("") {
+		return loss, nil // off at the root (amp's Only): gorgonia's ops stay float32
 	}
 	kinds, err := gorgoniaKinds()
 	if err != nil {
@@ -185,7 +188,11 @@ func (r *rewriter) castByHand(in G.Nodes) bool {
 			continue
 		}
 		for !r.b.marks.in[c] && c.Op() != nil && r.kinds.view(c.Op()) {
-			c = inputsOf(r.b.Graph, c)[0]
+			in := inputsOf(r.b.Graph, c)
+			if len(in) != 1 {
+				break
+			}
+			c = in[0]
 		}
 		if !r.b.marks.in[c] {
 			return false
