@@ -3,6 +3,7 @@ package webdataset
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -10,7 +11,9 @@ import (
 
 	"codeberg.org/sbinet/npyio/npy"
 
+	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/data/transforms"
+	"github.com/gorgonia-parallel/gp/internal/npyfile"
 )
 
 // Label decodes the "cls" field (an ASCII integer), or "cls2"/"index" when cls is absent.
@@ -56,16 +59,22 @@ func (s Sample) JSON(v any) error {
 }
 
 // NPY reads the field ext (e.g. "npy", "seg.npy") with npyio into ptr (a pointer to a slice).
+// The member's header is checked by npyfile first (a shape claiming more than the member
+// holds is refused before npyio allocates it); a bad member, or a panic in npyio, is an error
+// wrapping data.ErrCorrupt that names the shard, the sample and the field.
 func (s Sample) NPY(ext string, ptr any) (npy.Header, error) {
 	b, ok := s.Files[ext]
 	if !ok {
 		return npy.Header{}, fmt.Errorf("%s: sample %s has no %s: %w", s.Shard, s.Key, ext, ErrMissing)
 	}
-	r, err := npy.NewReader(bytes.NewReader(b))
+	r, _, err := npyfile.NewReader(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
-		return npy.Header{}, fmt.Errorf("%s: %s.%s: %w", s.Shard, s.Key, ext, err)
+		return npy.Header{}, fmt.Errorf("%s: %s.%s: %w: %w", s.Shard, s.Key, ext, data.ErrCorrupt, err)
 	}
-	if err := r.Read(ptr); err != nil {
+	if err := npyfile.Guard(func() error { return r.Read(ptr) }); err != nil {
+		if errors.Is(err, npyfile.ErrBad) {
+			err = fmt.Errorf("%w: %w", data.ErrCorrupt, err)
+		}
 		return r.Header, fmt.Errorf("%s: %s.%s: %w", s.Shard, s.Key, ext, err)
 	}
 	return r.Header, nil

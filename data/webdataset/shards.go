@@ -19,8 +19,12 @@ import (
 // ErrMissing marks a sample without a field the decoder needs, such as its label.
 var ErrMissing = errors.New("sample field missing")
 
+// MaxShards bounds the names one pattern may expand to.
+const MaxShards = 1 << 20
+
 // Expand expands braces as webdataset's braceexpand: "{000..099}" is a zero-padded numeric range
-// (padded to the width of the first bound), "{a,b}" a list; several braces multiply.
+// (padded to the width of the first bound), "{a,b}" a list; several braces multiply. A pattern
+// expanding to more than MaxShards names is an error.
 func Expand(pattern string) ([]string, error) {
 	i := strings.IndexByte(pattern, '{')
 	if i < 0 {
@@ -38,6 +42,9 @@ func Expand(pattern string) ([]string, error) {
 		if err1 != nil || err2 != nil || b < a {
 			return nil, fmt.Errorf("shard pattern %q: bad range {%s}", pattern, body)
 		}
+		if b-a >= MaxShards || b-a < 0 {
+			return nil, fmt.Errorf("shard pattern %q: range {%s} has more than %d names", pattern, body, MaxShards)
+		}
 		for v := a; v <= b; v++ {
 			alts = append(alts, fmt.Sprintf("%0*d", len(lo), v))
 		}
@@ -47,6 +54,9 @@ func Expand(pattern string) ([]string, error) {
 	tails, err := Expand(rest)
 	if err != nil {
 		return nil, err
+	}
+	if len(alts)*len(tails) > MaxShards {
+		return nil, fmt.Errorf("shard pattern %q expands to more than %d names", pattern, MaxShards)
 	}
 	var out []string
 	for _, a := range alts {

@@ -76,7 +76,7 @@ func writeTar(t *testing.T, path string, files []file) {
 	}
 }
 
-func jpeg(t *testing.T, v uint8) []byte {
+func jpeg(t testing.TB, v uint8) []byte {
 	var img rgb.Image
 	img.Resize(20, 20)
 	for i := range img.Pix {
