@@ -32,8 +32,10 @@ import (
 // G.Conv2d and G.Conv1d build after im2col (conv), and ops.Linear and ops.Conv2d used
 // directly. G.OuterProd is torch.outer, which is on no list, and stays float32, as do
 // float64 products (PyTorch casts float32 tensors only). gorgonia's op types are
-// unexported, so they are recognised by the types of ops built once on a scratch graph;
-// a gorgonia whose matrix product cannot be recognised so refuses autocast (opKinds).
+// unexported, so they are recognised by the types of the ops G.Mul, G.BatchedMatMul,
+// G.Tensordot and G.OuterProd build once on a scratch graph (opKinds), whatever gorgonia
+// names them; where those cannot be built, or the outer product is not of the matrix
+// product's type, Compile refuses autocast rather than guess.
 //
 // An op is marked, and left as it is, when AutocastOutput was called on its output (or on a
 // reshape or transpose of it, as G.Conv2d returns), which is what modules do whether or not
