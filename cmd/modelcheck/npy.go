@@ -1,62 +1,61 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
+	"math"
 	"os"
-	"strings"
 
-	"codeberg.org/sbinet/npyio"
+	"github.com/gorgonia-parallel/gp/internal/npyfile"
 )
 
-// readNpy reads a C-order .npy array of float32, float64, int64 or int32 as float32.
+// readNpy reads a C-order .npy array of float32, float64, int64 or int32 as float32. The
+// header is checked by npyfile before anything of its claimed size is allocated; errors name
+// the file.
 func readNpy(path string) ([]float32, []int, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	r, err := npyio.NewReader(f)
+	st, err := f.Stat()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, err
 	}
-	d := r.Header.Descr
-	if d.Fortran {
-		return nil, nil, fmt.Errorf("%s: Fortran-order arrays are not supported", path)
+	return decodeNpy(path, f, st.Size())
+}
+
+// decodeNpy is readNpy over a reader of size bytes; name is used in errors.
+func decodeNpy(name string, r io.Reader, size int64) ([]float32, []int, error) {
+	h, raw, err := npyfile.ReadArray(r, size)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	shape := append([]int{}, d.Shape...)
-	var out []float32
-	switch strings.Trim(d.Type, `'"`) {
+	if h.Fortran {
+		return nil, nil, fmt.Errorf("%s: Fortran-order arrays are not supported", name)
+	}
+	le := binary.LittleEndian
+	out := make([]float32, h.Elems)
+	switch h.Descr {
 	case "<f4":
-		err = r.Read(&out)
+		for i := range out {
+			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
+		}
 	case "<f8":
-		var v []float64
-		if err = r.Read(&v); err == nil {
-			out = make([]float32, len(v))
-			for i, x := range v {
-				out[i] = float32(x)
-			}
+		for i := range out {
+			out[i] = float32(math.Float64frombits(le.Uint64(raw[8*i:])))
 		}
 	case "<i8":
-		var v []int64
-		if err = r.Read(&v); err == nil {
-			out = make([]float32, len(v))
-			for i, x := range v {
-				out[i] = float32(x)
-			}
+		for i := range out {
+			out[i] = float32(int64(le.Uint64(raw[8*i:])))
 		}
 	case "<i4":
-		var v []int32
-		if err = r.Read(&v); err == nil {
-			out = make([]float32, len(v))
-			for i, x := range v {
-				out[i] = float32(x)
-			}
+		for i := range out {
+			out[i] = float32(int32(le.Uint32(raw[4*i:])))
 		}
 	default:
-		return nil, nil, fmt.Errorf("%s: dtype %s not supported (want <f4, <f8, <i8 or <i4)", path, d.Type)
+		return nil, nil, fmt.Errorf("%s: dtype %s not supported (want <f4, <f8, <i8 or <i4)", name, h.Descr)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return out, shape, nil
+	return out, append([]int{}, h.Shape...), nil
 }
