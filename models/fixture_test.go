@@ -25,7 +25,7 @@ func smallSwin() (nn.Module, error) {
 	return swin.New(swin.Config{EmbedDim: 12, Depths: []int{2, 2, 2}, Heads: []int{2, 2, 4}, NumClasses: 5})
 }
 
-// Tolerances of issue 3, float32 against PyTorch's float32: logits norm-wise relative 1e-4,
+// Tolerances, float32 against PyTorch's float32: logits norm-wise relative 1e-4,
 // loss relative 1e-5, each parameter gradient norm-wise relative 1e-3 (accumulation order
 // differs in long reductions), BatchNorm buffers norm-wise relative 1e-5.
 const (

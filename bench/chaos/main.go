@@ -1,6 +1,6 @@
 //go:build linux
 
-// Command chaos is the fail-fast soak (issue 19, item 7; not part of make test): for N
+// Command chaos is the fail-fast soak (not part of make test): for N
 // minutes it runs a small DDP job again and again (gprun, 2 ranks, resnet18 on 16x16
 // WebDataset shards, --max-restarts generous, a checkpoint every few steps, -out on a tmpfs
 // it mounts) while a driver injects one fault into each: SIGKILL of a random rank, the disk

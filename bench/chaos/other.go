@@ -1,6 +1,6 @@
 //go:build !linux
 
-// Command chaos is the fail-fast soak of issue 19: it mounts a tmpfs, kills ranks with
+// Command chaos is the fail-fast soak: it mounts a tmpfs, kills ranks with
 // SIGKILL and watches /dev/shm, so it runs on Linux only (as root).
 package main
 

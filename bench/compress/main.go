@@ -1,5 +1,4 @@
-// Command compress measures DDP's gradient compression hooks where links are slow (issue 23,
-// item 4): 2 hosts of the multi-host test bed (internal/netbed: network namespaces on a
+// Command compress measures DDP's gradient compression hooks where links are slow: 2 hosts of the multi-host test bed (internal/netbed: network namespaces on a
 // bridge, each host's link shaped by tc) with one rank each (-ranks-per-host for more:
 // shared memory inside a host, TCP between), training the same model for the same steps with
 // each hook: none (the averaging all-reduce), fp16 and bf16 (16-bit values on

@@ -22,10 +22,10 @@ import (
 func (p *Program) lowerBatchNorm(n *G.Node, d ops.Desc) (*kernel, error) {
 	st := d.BN
 	if !d.Affine {
-		return nil, fmt.Errorf("BatchNorm without gamma and beta has no device kernel yet")
+		return nil, fmt.Errorf("BatchNorm without gamma and beta has no device kernel: use an affine BatchNorm, or run on the CPU")
 	}
 	if st.Reducer != nil {
-		return nil, fmt.Errorf("SyncBatchNorm (a statistics reducer) is not yet on the device (issue 20, item 2)")
+		return nil, fmt.Errorf("SyncBatchNorm (a statistics reducer) is not supported by the device executor: use BatchNorm, or SyncBatchNorm on the CPU")
 	}
 	c := d.In[1]
 	shape4 := []int{d.In[0], c, 1, 1}
@@ -114,7 +114,7 @@ func (p *Program) lowerBatchNormGrad(d ops.Desc) (*kernel, error) {
 	return &kernel{extra: []*G.Node{gamma}, kernels: []string{"batchnorm_bwd_f32", "relu_bwd_f32"},
 		run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 			if s.a == nil {
-				return fmt.Errorf("the backward of an eval-mode BatchNorm has no device kernel yet")
+				return fmt.Errorf("the backward of an eval-mode BatchNorm has no device kernel: differentiate a train-mode graph, or run on the CPU")
 			}
 			dy := x[len(x)-2]
 			if relu {

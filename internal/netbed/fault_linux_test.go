@@ -1,6 +1,6 @@
 package netbed_test
 
-// Faults across the test bed ("Bad input" of issue 23): a host that becomes unreachable in
+// Faults across the test bed: a host that becomes unreachable in
 // the middle of a job, a link that drops packets, a rank that starts late. Each job is a few
 // ranks of this test binary started inside the bed's hosts (GP_NETBED_FAULT_WORKER), and each
 // must end as on one host: with the comm package's errors naming the peer, within the
