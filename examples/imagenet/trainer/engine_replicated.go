@@ -156,22 +156,28 @@ func (r *replicated) save(ctx context.Context, meta *checkpoint.State) (string, 
 }
 
 func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.State) (string, error) {
-	var entries []nn.StateEntry
+	st := r.state(meta)
+	load := func(p string) error {
+		entries, err := checkpoint.Load(p)
+		if err != nil {
+			return err
+		}
+		if _, err := st.Restore(entries); err != nil {
+			return fmt.Errorf("trainer: resume from %s: %w", p, err)
+		}
+		return nil
+	}
 	var err error
 	switch path {
 	case "none", "":
 		return "", nil
 	case "auto":
-		path, entries, err = r.ck.loadLatest()
+		path, err = r.ck.newest(load)
 	default:
-		entries, err = checkpoint.Load(path)
+		err = load(path)
 	}
 	if err != nil || path == "" {
 		return "", err
-	}
-	st := r.state(meta)
-	if _, err := st.Restore(entries); err != nil {
-		return "", fmt.Errorf("trainer: resume from %s: %w", path, err)
 	}
 	if r.dst != nil {
 		if err := r.dst.FromHost(); err != nil {

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/data"
@@ -32,8 +30,7 @@ type sharded struct {
 	evals   map[int]evalProgram
 	evalOpt []nn.BuildOption
 	shape   [3]int
-	dir     string
-	log     *slog.Logger
+	ck      *checkpoints
 	tl      *ddp.Timeline
 	steps   int
 }
@@ -87,7 +84,7 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
 		cfg: cfg, g: g, e: e, evals: map[int]evalProgram{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
-		dir: filepath.Join(cfg.Out, "zero"), log: log, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
+		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
 }
 
 // trainStep and update are the stepper's, with the step on the timeline: one event for
@@ -117,11 +114,8 @@ func (s *sharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, err
 	return runEval(ctx, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
 }
 
-func (s *sharded) tag(step int64) string { return fmt.Sprintf("step-%09d", step) }
-
 func (s *sharded) save(ctx context.Context, meta *checkpoint.State) (string, error) {
-	tag := s.tag(meta.Step)
-	dir := filepath.Join(s.dir, tag)
+	dir := s.ck.path(meta.Step)
 	if s.g.Rank() == 0 {
 		st := *meta
 		if s.scaler != nil {
@@ -134,77 +128,45 @@ func (s *sharded) save(ctx context.Context, meta *checkpoint.State) (string, err
 			return "", err
 		}
 	}
-	// The trainer's state is in place before the shards; LATEST moves only when all are.
-	if err := s.e.Save(ctx, s.dir, tag); err != nil {
+	// The trainer's state is in place before the shards; the manifest (and zero's LATEST)
+	// is written only when all are.
+	if err := s.e.Save(ctx, s.ck.dir, filepath.Base(dir)); err != nil {
 		return "", err
 	}
 	if s.g.Rank() == 0 {
-		tags, _ := s.tags()
-		for i := s.cfg.Keep; i < len(tags); i++ {
-			if err := os.RemoveAll(filepath.Join(s.dir, tags[i])); err != nil {
-				s.log.Warn("could not remove old checkpoint", "path", tags[i], "err", err)
-			}
-		}
+		s.ck.prune()
 	}
 	return dir, nil
 }
 
-// tags lists the complete checkpoints (those with a manifest), newest first.
-func (s *sharded) tags() ([]string, error) {
-	ents, err := os.ReadDir(s.dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var tags []string
-	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "step-") {
-			if _, err := os.Stat(filepath.Join(s.dir, e.Name(), zero.ManifestName)); err == nil {
-				tags = append(tags, e.Name())
-			}
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(tags)))
-	return tags, nil
-}
-
 func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.State) (string, error) {
-	var candidates []string
+	st := *meta
+	if s.scaler != nil {
+		st.Scaler = s.scaler
+	}
+	load := func(dir string) error {
+		if _, err := checkpoint.LoadState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
+			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
+		}
+		if err := s.e.Load(dir); err != nil {
+			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
+		}
+		return nil
+	}
+	var err error
 	switch path {
 	case "none", "":
 		return "", nil
 	case "auto":
-		tags, err := s.tags()
-		if err != nil {
-			return "", fmt.Errorf("trainer: checkpoints in %s: %w", s.dir, err)
-		}
-		for _, t := range tags {
-			candidates = append(candidates, filepath.Join(s.dir, t))
-		}
+		path, err = s.ck.newest(load)
 	default:
-		candidates = []string{path}
+		err = load(path)
 	}
-	for i, dir := range candidates {
-		st := *meta
-		if s.scaler != nil {
-			st.Scaler = s.scaler
-		}
-		_, err := checkpoint.LoadState(filepath.Join(dir, "trainer.npz"), &st)
-		if err == nil {
-			err = s.e.Load(dir)
-		}
-		if err == nil {
-			meta.Step, meta.Epoch = st.Step, st.Epoch
-			return dir, nil
-		}
-		if path != "auto" || i == len(candidates)-1 {
-			return "", fmt.Errorf("trainer: resume from %s: %w", dir, err)
-		}
-		fmt.Fprintf(os.Stderr, "trainer: checkpoint %s is unreadable (%v); falling back to the previous one\n", dir, err)
+	if err != nil || path == "" {
+		return "", err
 	}
-	return "", nil
+	meta.Step, meta.Epoch = st.Step, st.Epoch
+	return path, nil
 }
 
 func (s *sharded) report(ctx context.Context, cfg *Config, res *Result) error {
