@@ -50,6 +50,12 @@
 // etcd under the run id (see parallel/launch/etcdrdzv). With either, node ranks, the master
 // and the secret come from the rendezvous, and when any node's workers fail every node
 // restarts its workers in a new round.
+//
+// The workers' output reaches gprun's line by line, each line prefixed once, so a progress
+// bar redrawn with carriage returns would show only its last state. When gprun's standard
+// output is a terminal, it names that terminal to the workers in GP_PROGRESS_TTY
+// ("/dev/pts/3"), where one of them (the trainer's rank 0) draws its bar; otherwise the
+// variable is unset and the workers print lines.
 package main
 
 import (
@@ -80,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-ch
 		defer rdzv.Close()
 	}
 	cfg.Stdout, cfg.Stderr, cfg.Signals = stdout, stderr, sigs
+	cfg.Env = append(cfg.Env, progressEnv(stdout)...)
 	err := launch.Run(ctx, cfg)
 	if err == nil {
 		return 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -11,11 +12,15 @@ import (
 
 // progress shows rank 0's training progress in one of two forms. On a terminal, a
 // per-epoch bar (schollz/progressbar) redrawn in place with "\r": epoch, step, loss, lr,
-// images/s and ETA. Anywhere else (a file, a pipe, gprun), one line per -print-freq steps and
+// images/s and ETA. Anywhere else (a file, a pipe), one line per -print-freq steps and
 // nothing redrawn, so that a log holds whole lines, each of which a launcher can prefix.
+// Under gprun, whose output is a terminal, the bar is drawn on that terminal (which gprun
+// names in LauncherTTYEnv), since gprun passes the workers' own output on line by line.
 type progress struct {
-	out    io.Writer
-	mode   string // "off", "bar" or "log"
+	out    io.Writer // lines
+	barOut io.Writer // the bar: out, or the launcher's terminal
+	tty    *os.File  // the launcher's terminal, opened here; nil when none
+	mode   string    // "off", "bar" or "log"
 	bar    *progressbar.ProgressBar
 	label  string // "epoch E/N"
 	steps  int    // optimizer steps in the epoch
@@ -23,19 +28,54 @@ type progress struct {
 	digits int
 }
 
-// newProgress shows progress on out as mode says ("bar", "log", or "" for bar on a terminal
-// and log elsewhere); off shows nothing.
+// LauncherTTYEnv names the terminal that a launcher's own output is (gprun sets it when its
+// stdout is a terminal): rank 0 draws its progress bar there.
+const LauncherTTYEnv = "GP_PROGRESS_TTY"
+
+// newProgress shows progress on out as mode says ("bar", "log", or "" for a bar on a
+// terminal, out's or the launcher's, and lines elsewhere); off shows nothing.
 func newProgress(out io.Writer, mode string, off bool) *progress {
+	p := &progress{out: out, barOut: out, mode: mode}
 	switch {
 	case off:
-		mode = "off"
-	case mode == "":
-		mode = "log"
-		if isTerminal(out) {
-			mode = "bar"
+		p.mode = "off"
+	case mode == "log":
+	case isTerminal(out):
+		p.mode = "bar"
+	default:
+		if p.tty = launcherTTY(); p.tty != nil {
+			p.mode, p.barOut = "bar", p.tty
+		} else if mode == "" {
+			p.mode = "log"
 		}
 	}
-	return &progress{out: out, mode: mode}
+	return p
+}
+
+// launcherTTY opens the terminal LauncherTTYEnv names, or returns nil when it is unset or
+// no terminal can be opened there.
+func launcherTTY() *os.File {
+	path := os.Getenv(LauncherTTYEnv)
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil
+	}
+	if !isTerminal(f) {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// close releases the launcher's terminal.
+func (p *progress) close() {
+	if p.tty != nil {
+		p.tty.Close()
+		p.tty = nil
+	}
 }
 
 // isTerminal reports whether w is a character device (a terminal), not a file or a pipe.
@@ -57,7 +97,7 @@ func (p *progress) start(epoch, epochs, steps, done int) {
 		return
 	}
 	p.bar = progressbar.NewOptions(steps,
-		progressbar.OptionSetWriter(p.out),
+		progressbar.OptionSetWriter(p.barOut),
 		progressbar.OptionSetDescription(p.label),
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionShowCount(),
@@ -98,6 +138,6 @@ func (p *progress) finish() {
 	} else {
 		_ = p.bar.Exit()
 	}
-	fmt.Fprintln(p.out)
+	fmt.Fprintln(p.barOut)
 	p.bar = nil
 }

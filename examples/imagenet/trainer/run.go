@@ -221,6 +221,7 @@ func (r *run) trainAll(ctx context.Context) (*Result, error) {
 	fmt.Fprintf(r.out, "train: %s, %d parameters, %d ranks x batch %d%s, %d steps/epoch, %s lr %.4g, %s schedule, image %dx%d, %d classes\n",
 		cfg.Arch, r.model.Params.NumParams(), r.world, r.local, accum, r.perEpoch, cfg.Optimizer, cfg.LR, cfg.Sched, r.shape[2], r.shape[1], cfg.NumClasses)
 	r.bar = newProgress(r.out, cfg.Progress, cfg.Quiet || r.rank != 0)
+	defer r.bar.close()
 	r.start = time.Now()
 	for epoch := int(r.step) / r.perEpoch; epoch < cfg.Epochs; epoch++ {
 		complete, err := r.epoch(ctx, epoch)
