@@ -2,12 +2,14 @@ package comm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -41,6 +43,31 @@ const (
 )
 
 const storePurpose = "gp-store-v1"
+
+// MaxStoreValue bounds a value (and a reply) the store accepts: the store carries addresses,
+// ids and counters, and a stranger on the port (any client when no secret is set) must not be
+// able to make the server allocate what a length field claims.
+const MaxStoreValue = 64 << 20
+
+// readLen reads n bytes, n at most limit, with memory growing as the bytes arrive (in 64 KiB
+// steps) rather than with what the length field claims.
+func readLen(r io.Reader, n uint64, limit int, what string) ([]byte, error) {
+	if n > uint64(limit) {
+		return nil, fmt.Errorf("%s of %d bytes is over the limit of %d", what, n, limit)
+	}
+	const step = 64 << 10
+	if n <= step {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	var buf bytes.Buffer
+	got, err := io.Copy(&buf, io.LimitReader(r, int64(n)))
+	if err == nil && uint64(got) != n {
+		err = io.ErrUnexpectedEOF
+	}
+	return buf.Bytes(), err
+}
 
 // DialStore connects to the store at addr (host:port), retrying until ctx ends (the host may
 // not be up yet). Options: WithSecret, WithTimeout (the default wait of Get).
@@ -145,6 +172,9 @@ func (s *Store) call(ctx context.Context, op byte, key string, value []byte) ([]
 			return nil, fmt.Errorf("store %s: %w", s.addr, err)
 		}
 	}
+	if len(value) > MaxStoreValue {
+		return nil, fmt.Errorf("store %s %q: value of %d bytes is over the limit of %d", s.addr, key, len(value), MaxStoreValue)
+	}
 	c := s.conn
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
@@ -161,8 +191,7 @@ func (s *Store) call(ctx context.Context, op byte, key string, value []byte) ([]
 	}
 	var reply []byte
 	if err == nil {
-		reply = make([]byte, binary.LittleEndian.Uint32(hdr[1:]))
-		_, err = io.ReadFull(s.rd, reply)
+		reply, err = readLen(s.rd, uint64(binary.LittleEndian.Uint32(hdr[1:])), MaxStoreValue, "reply")
 	}
 	if err != nil {
 		// The connection is in an unknown state; the next call reconnects.
@@ -276,16 +305,20 @@ func (s *StoreServer) serve(c net.Conn) {
 		if _, err := io.ReadFull(rd, h[:]); err != nil {
 			return
 		}
-		key := make([]byte, binary.LittleEndian.Uint16(h[1:]))
-		var vl [4]byte
-		if _, err := io.ReadFull(rd, key); err != nil {
+		key, err := readLen(rd, uint64(binary.LittleEndian.Uint16(h[1:])), math.MaxUint16, "key")
+		if err != nil {
 			return
 		}
+		var vl [4]byte
 		if _, err := io.ReadFull(rd, vl[:]); err != nil {
 			return
 		}
-		val := make([]byte, binary.LittleEndian.Uint32(vl[:]))
-		if _, err := io.ReadFull(rd, val); err != nil {
+		val, err := readLen(rd, uint64(binary.LittleEndian.Uint32(vl[:])), MaxStoreValue, "value")
+		if err != nil {
+			// Past a refused length the stream cannot be followed: answer, then hang up.
+			s.logger.Warn("comm: store dropped a client", "remote", c.RemoteAddr().String(), "err", err)
+			c.Write(append([]byte{stErr}, binary.LittleEndian.AppendUint32(nil, uint32(len(err.Error())))...))
+			c.Write([]byte(err.Error()))
 			return
 		}
 		st, reply := s.handle(h[0], string(key), val, c)

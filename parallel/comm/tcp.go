@@ -116,26 +116,38 @@ func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTr
 	want := (size - 1 - rank) * (k + 1)
 	got := make(chan accepted)
 	acceptDone := make(chan struct{})
+	// hctx ends the handshakes still running once the wanted connections arrived.
+	hctx, endHandshakes := context.WithCancel(ctx)
+	defer endHandshakes()
+	// Each handshake runs on its own goroutine, so a client that connects and stalls (a
+	// stranger on the port) holds up only itself until its deadline, not the peers after it.
+	// The loop ends when the listener closes, after the wanted connections arrived.
 	go func() {
-		defer close(acceptDone)
-		for n := 0; n < want; {
+		var hs sync.WaitGroup
+		defer func() {
+			hs.Wait()
+			close(acceptDone)
+		}()
+		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			h, err := acceptPeer(c.(*net.TCPConn), secret, purpose, rank, size, k)
-			if err != nil {
-				t.logger.Warn("comm: refused a connection", "rank", rank, "remote", c.RemoteAddr().String(), "err", err)
-				c.Close()
-				continue
-			}
-			select {
-			case got <- accepted{c.(*net.TCPConn), h, true}:
-				n++
-			case <-ctx.Done():
-				c.Close()
-				return
-			}
+			hs.Add(1)
+			go func() {
+				defer hs.Done()
+				h, err := acceptPeer(hctx, c.(*net.TCPConn), secret, purpose, rank, size, k)
+				if err != nil {
+					t.logger.Warn("comm: refused a connection", "rank", rank, "remote", c.RemoteAddr().String(), "err", err)
+					c.Close()
+					return
+				}
+				select {
+				case got <- accepted{c.(*net.TCPConn), h, true}:
+				case <-hctx.Done():
+					c.Close()
+				}
+			}()
 		}
 	}()
 	for p := range rank {
@@ -163,11 +175,13 @@ func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTr
 				}
 			}
 			ln.Close()
+			endHandshakes()
 			<-acceptDone
 			return fail(fmt.Errorf("ranks %v did not connect: %w", missing, ctxErr(ctx)))
 		}
 	}
 	ln.Close()
+	endHandshakes()
 	<-acceptDone
 	for p, c := range t.ctrl {
 		if c != nil {
@@ -216,9 +230,13 @@ func dialPeer(ctx context.Context, addr, secret, purpose string, h hello) (*net.
 	return c, nil
 }
 
-func acceptPeer(c *net.TCPConn, secret, purpose string, rank, size, k int) (hello, error) {
+// acceptPeer runs the acceptor's handshake (authentication, then the 12-byte hello) with a
+// 30-second deadline that ctx's end cuts short.
+func acceptPeer(ctx context.Context, c *net.TCPConn, secret, purpose string, rank, size, k int) (hello, error) {
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	defer c.SetDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
 	if err := authAccept(c, secret, purpose); err != nil {
 		return hello{}, err
 	}
