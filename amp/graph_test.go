@@ -166,7 +166,8 @@ func nnNetBuild(b *nn.Builder) (*G.Node, error) {
 type netRun struct {
 	loss   float32
 	logits []float32
-	rounds int // amp.Round nodes in the forward (the casts)
+	grad   []float32 // the gradient, in the plain model's layout (the head [32, 10])
+	rounds int       // amp.Round nodes in the forward (the casts)
 }
 
 func runNet(t *testing.T, m *nn.Model, build nn.BuildFunc, opts ...nn.BuildOption) netRun {
@@ -183,11 +184,19 @@ func runNet(t *testing.T, m *nn.Model, build nn.BuildFunc, opts ...nn.BuildOptio
 	for i := range y {
 		y[i] = float32(rng.Intn(netClasses))
 	}
+	m.Params.ZeroGrad()
 	if err := p.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m.Params.ZeroGrad()
 	var r netRun
+	r.grad = append([]float32(nil), m.Params.Grad...)
+	if fc := m.Params.Param("fc.weight"); fc != nil { // nn's head is [10, 32]
+		for i := range netFeat {
+			for j := range netClasses {
+				r.grad[fc.Offset+i*netClasses+j] = fc.Grad[j*netFeat+i]
+			}
+		}
+	}
 	if r.loss, err = p.LossValue(); err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +236,12 @@ func castsIn(p *nn.Program, roots ...*G.Node) int {
 // written by hand with b.Autocast/b.AutocastOutput it is the same graph again (nothing cast
 // twice). The bit-for-bit claim is the exact data's (netValue): with every float32 sum
 // exact, the models can differ only in what they round, so the tolerance is zero.
+//
+// The gradients agree too, to float32's rounding (the backward's sums are not all exact;
+// asserted at most 2^-20 of the largest gradient, measured equal): G.Conv2d's input is cast
+// before im2col, as nn's Conv2d casts it, so x's gradient is rounded once after im2col's
+// backward sums it. Cast after im2col, each of its 9 terms would be rounded (measured: the
+// gradients then differ by 1.6e-3 of the largest, about what bf16 moves them from float32).
 //
 // Against float32, the bf16 loss differs by a bf16-sized amount, asserted in (2^-16, 2^-6]
 // relative. The lower end is beyond float32's reach here: the sums are exact, so float32
@@ -271,6 +286,12 @@ func TestAutocastPlainGorgoniaConvNet(t *testing.T) {
 	rel := math.Abs(float64(bfPlain.loss-fp32Plain.loss)) / math.Abs(float64(fp32Plain.loss))
 	t.Logf("bf16 against float32: loss %.3g relative, largest logit difference %.3g (logits up to %.3g)",
 		rel, maxDiff(bfPlain.logits, fp32Plain.logits), maxAbs(fp32Plain.logits))
+	gradRel := maxDiff(bfPlain.grad, bfNN.grad) / maxAbs(bfNN.grad)
+	t.Logf("gradients, largest difference relative to the largest gradient: plain-nn float32 %.3g, bf16 %.3g; bf16-float32 %.3g",
+		maxDiff(fp32Plain.grad, fp32NN.grad)/maxAbs(fp32NN.grad), gradRel, maxDiff(bfNN.grad, fp32NN.grad)/maxAbs(fp32NN.grad))
+	if gradRel > 0x1p-20 {
+		t.Errorf("bf16 gradients: plain and nn differ by %.3g of the largest, want float32 rounding (at most 2^-20)", gradRel)
+	}
 	if rel <= 0x1p-16 || rel > 0x1p-6 {
 		t.Errorf("bf16 loss %v against float32 %v: %.3g relative, want in (2^-16, 2^-6]", bfPlain.loss, fp32Plain.loss, rel)
 	}

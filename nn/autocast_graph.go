@@ -18,9 +18,11 @@ import (
 // nodes the loss and the named outputs need, leaves first, and
 //
 //   - every lower-precision op that the build function did not mark is re-created with
-//     G.ApplyOp on its float32 inputs cast by the policy (CastInput) and its output cast
-//     (CastOutput), with the path "" (the graph's root: Except(...) does not reach these
-//     ops, and a policy off at the root, as amp's Only(...) is, leaves the graph as it is);
+//     G.ApplyOp on its float32 inputs cast by the policy (CastInput, at the node the values
+//     come from: above the reshapes, transposes and im2col that lead to the op, see
+//     castInput) and its output cast (CastOutput), with the path "" (the graph's root:
+//     Except(...) does not reach these ops, and a policy off at the root, as amp's
+//     Only(...) is, leaves the graph as it is);
 //   - every node downstream of a rewritten one is re-created on the rewritten inputs, with
 //     the same op; leaves, inputs, learnables, their taps and hooks are upstream and stay;
 //   - the loss and the named outputs (Builder.Output) become the rewritten nodes. The
@@ -163,7 +165,7 @@ func (r *rewriter) visit(n *G.Node) error {
 		if c.IsScalar() || !isFloat32(c) {
 			continue
 		}
-		cast, err := policy.CastInput(r.b, "", c)
+		cast, err := r.castInput(c)
 		if err != nil {
 			return fmt.Errorf("nn: autocast: input %d of %v (node %s): %w; mark the op by hand with b.Autocast and b.AutocastOutput", i, n.Op(), n.Name(), err)
 		}
@@ -179,6 +181,35 @@ func (r *rewriter) visit(n *G.Node) error {
 	}
 	r.repl[n] = out
 	return nil
+}
+
+// castInput casts an input of a lower-precision op where its values come from: through
+// the reshapes, transposes and im2col between them and the op (G.Conv2d's operands are
+// reshape(im2col(x)) and reshape(w)), which it re-creates on the cast. So G.Conv2d casts x
+// and w, as nn's Conv2d does: the cast costs a pass over x rather than over the k·k times
+// larger im2col matrix, and in backward the gradient of x is rounded once, after im2col's
+// backward sums it, rather than each of its k·k terms.
+func (r *rewriter) castInput(c *G.Node) (*G.Node, error) {
+	var views G.Nodes // from the op's input up to the source
+	src := c
+	for src.Op() != nil && r.kinds.view(src.Op()) {
+		in := inputsOf(r.b.Graph, src)
+		if len(in) != 1 || in[0].IsScalar() || !isFloat32(in[0]) {
+			break
+		}
+		views = append(views, src)
+		src = in[0]
+	}
+	cast, err := r.b.cfg.cast.CastInput(r.b, "", src)
+	if err != nil || cast == src {
+		return c, err // off, or already cast: the input as it is
+	}
+	for i := len(views) - 1; i >= 0; i-- {
+		if cast, err = G.ApplyOp(views[i].Op(), cast); err != nil {
+			return nil, fmt.Errorf("re-creating %v on the cast of %s: %w", views[i].Op(), src.Name(), err)
+		}
+	}
+	return cast, nil
 }
 
 // castByHand reports whether every float32 tensor input of an op is a node Builder.Autocast
