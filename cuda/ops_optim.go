@@ -1,6 +1,9 @@
 package cuda
 
-import "github.com/gorgonia-parallel/gp/cuda/driver"
+import (
+	"github.com/gorgonia-parallel/gp/cuda/driver"
+	"github.com/gorgonia-parallel/gp/optim"
+)
 
 // Optimizer updates on the device: the element loops of package optim's SGD and Adam/AdamW,
 // so that a device step equals the CPU's (cuda/tape's device optimizer drives them per
@@ -46,12 +49,10 @@ func (d *Device) SGD(p, g, buf *Tensor, a SGDArgs) error {
 // AdamArgs are one Adam/AdamW step's float32 scalars, as optim.Adam's BeginStep computes
 // them (step-dependent terms in float64, then rounded).
 type AdamArgs struct {
+	// AdamScalars are the step's scalars, as optim computes them (Hyper.AdamStep).
+	optim.AdamScalars
 	// Decay is AdamW's 1 - lr·weight_decay; WeightDecay is Adam's L2 term.
 	Decay, WeightDecay float32
-	// B1, OneMinusB1, B2, OneMinusB2: the betas and their complements.
-	B1, OneMinusB1, B2, OneMinusB2 float32
-	// BC2Sqrt is sqrt(1 - beta2^t); Eps the denominator term; NegStep -lr/(1 - beta1^t).
-	BC2Sqrt, Eps, NegStep float32
 	// Decoupled selects AdamW's decay; Maximize as optim's.
 	Decoupled, Maximize bool
 }

@@ -68,7 +68,8 @@ func newAdam(name string, decoupled bool, segs []Segment, lr float64, opts []Opt
 
 // adamConsts are the float32 scalars of one step, shared by every element and worker.
 type adamConsts struct {
-	decay, wd, b1, omb1, b2, omb2, bc2sqrt, eps, negStep float32
+	AdamScalars
+	decay, wd float32
 }
 
 // Step applies one Adam/AdamW update to every segment.
@@ -80,17 +81,8 @@ func (o *Adam) BeginStep() error {
 	if err := o.begin(o.name()); err != nil {
 		return err
 	}
-	c := o.cfg
 	o.step++
-	t := float64(o.step)
-	bc1 := 1 - math.Pow(c.beta1, t)
-	bc2 := 1 - math.Pow(c.beta2, t)
-	o.k = adamConsts{
-		b1: float32(c.beta1), omb1: float32(1 - c.beta1),
-		b2: float32(c.beta2), omb2: float32(1 - c.beta2),
-		bc2sqrt: float32(math.Sqrt(bc2)), eps: float32(c.eps),
-		negStep: float32(-(o.lr / bc1)),
-	}
+	o.k = adamConsts{AdamScalars: o.Hyper().AdamStep(o.lr, o.step)}
 	return nil
 }
 
@@ -144,15 +136,15 @@ func adamKernel(k *adamConsts, maximize, decoupled bool, p, g, m, v, vmax []floa
 		} else if k.wd != 0 {
 			gi += k.wd * pi
 		}
-		mi := m[i]*k.b1 + k.omb1*gi
-		vi := v[i]*k.b2 + k.omb2*gi*gi
+		mi := m[i]*k.B1 + k.OneMinusB1*gi
+		vi := v[i]*k.B2 + k.OneMinusB2*gi*gi
 		m[i], v[i] = mi, vi
 		if vmax != nil {
 			vi = max(vmax[i], vi)
 			vmax[i] = vi
 		}
-		denom := float32(math.Sqrt(float64(vi)))/k.bc2sqrt + k.eps
-		p[i] = pi + k.negStep*mi/denom
+		denom := float32(math.Sqrt(float64(vi)))/k.BC2Sqrt + k.Eps
+		p[i] = pi + k.NegStep*mi/denom
 	}
 }
 

@@ -3,7 +3,6 @@ package devzero
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -155,17 +154,9 @@ func (o *shardOptimizer) step(ctx context.Context) error {
 // begin computes a device step's scalars as optim's Adam does (step-dependent terms in
 // float64, then rounded); stepRange then updates pieces of the shard.
 func (o *shardOptimizer) begin() {
-	h := o.hyper
 	o.lr = o.host.LR()
 	o.steps++
-	t := float64(o.steps)
-	bc1, bc2 := 1-math.Pow(h.Beta1, t), 1-math.Pow(h.Beta2, t)
-	o.k = cuda.AdamArgs{
-		B1: float32(h.Beta1), OneMinusB1: float32(1 - h.Beta1),
-		B2: float32(h.Beta2), OneMinusB2: float32(1 - h.Beta2),
-		BC2Sqrt: float32(math.Sqrt(bc2)), Eps: float32(h.Eps),
-		NegStep: float32(-(o.lr / bc1)), Decoupled: o.decoupled, Maximize: h.Maximize,
-	}
+	o.k = cuda.AdamArgs{AdamScalars: o.hyper.AdamStep(o.lr, o.steps), Decoupled: o.decoupled, Maximize: o.hyper.Maximize}
 }
 
 // stepRange updates the shard's elements within [lo, hi) on the compute stream: disjoint

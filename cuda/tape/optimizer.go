@@ -3,7 +3,6 @@ package tape
 import (
 	"context"
 	"fmt"
-	"math"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -131,17 +130,8 @@ func (o *deviceOptimizer) begin() error {
 		}
 		return nil
 	}
-	h := o.hyper
 	o.steps++
-	t := float64(o.steps)
-	bc1 := 1 - math.Pow(h.Beta1, t)
-	bc2 := 1 - math.Pow(h.Beta2, t)
-	o.adamK = cuda.AdamArgs{
-		B1: float32(h.Beta1), OneMinusB1: float32(1 - h.Beta1),
-		B2: float32(h.Beta2), OneMinusB2: float32(1 - h.Beta2),
-		BC2Sqrt: float32(math.Sqrt(bc2)), Eps: float32(h.Eps),
-		NegStep: float32(-(o.lr / bc1)), Decoupled: o.decpl, Maximize: h.Maximize,
-	}
+	o.adamK = cuda.AdamArgs{AdamScalars: o.hyper.AdamStep(o.lr, o.steps), Decoupled: o.decpl, Maximize: o.hyper.Maximize}
 	return nil
 }
 
