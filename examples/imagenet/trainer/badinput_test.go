@@ -1,10 +1,15 @@
 package trainer
 
 import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // A learning rate or weight decay that is negative, NaN or Inf is refused, naming the flag,
@@ -47,5 +52,39 @@ func TestBadHyperparameterFlags(t *testing.T) {
 	// Without the flags, the recipe's.
 	if c, err = parseConfig(t, "-b", "256"); err != nil || c.WeightDecay != 1e-4 {
 		t.Errorf("no -wd: wd %g (%v), want the recipe's 1e-4", c.WeightDecay, err)
+	}
+}
+
+// A run directory's checkpoint of another architecture, or of another strategy, is refused
+// at the start naming the file (and the flag to change), and the checkpoint stays.
+func TestCheckpointOfAnotherModelOrStrategy(t *testing.T) {
+	out := t.TempDir()
+	cfg := tinyConfig(t, out)
+	cfg.Arch, cfg.MaxSteps, cfg.Resume = "resnet8", 2, "none"
+	runWorld(t, 1, cfg)
+	saved := filepath.Join(out, "ckpt-000000002.npz")
+	for _, tc := range []struct {
+		arch, strategy string
+		want           []string
+	}{
+		{"resnet14", "ddp", []string{saved, "-arch", "layer1.1.conv1.weight"}},
+		{"resnet8", "zero3", []string{out, "ckpt-000000002.npz", "-strategy zero3"}},
+	} {
+		c := cfg
+		c.Arch, c.Strategy, c.Resume = tc.arch, tc.strategy, "auto"
+		c.Group = comm.NewLocalGroups(1)[0]
+		_, err := Run(context.Background(), c, io.Discard)
+		if err == nil {
+			t.Errorf("%s %s: resumed from another model's checkpoint", tc.arch, tc.strategy)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %s: %v: does not say %q", tc.arch, tc.strategy, err, w)
+			}
+		}
+		if _, err := os.Stat(saved); err != nil {
+			t.Errorf("%s %s: the checkpoint is gone: %v", tc.arch, tc.strategy, err)
+		}
 	}
 }

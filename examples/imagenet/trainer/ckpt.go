@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -182,7 +183,7 @@ func (c *checkpoints) newest(load func(path string) error) (string, error) {
 		return "", c.otherLayout()
 	}
 	var first error
-	for _, p := range all {
+	for i, p := range all {
 		err := load(p)
 		if err == nil {
 			return p, nil
@@ -190,8 +191,9 @@ func (c *checkpoints) newest(load func(path string) error) (string, error) {
 		if first == nil {
 			first = err
 		}
-		c.log.Warn("checkpoint unreadable, falling back to the previous one", "path", p, "err", err)
-		fmt.Fprintf(os.Stderr, "trainer: checkpoint %s is unreadable (%v); falling back to the previous one\n", p, err)
+		if i < len(all)-1 {
+			fmt.Fprintf(os.Stderr, "trainer: checkpoint %s does not load (%v); falling back to the previous one\n", p, err)
+		}
 	}
 	return "", fmt.Errorf("trainer: resume: none of the %d checkpoints in %s loads (they are kept; -resume none starts over beside them): the newest, %s: %w",
 		len(all), c.dir, all[0], first)
@@ -224,4 +226,12 @@ func (c *checkpoints) loadLatest() (string, []nn.StateEntry, error) {
 		return err
 	})
 	return path, entries, err
+}
+
+// mismatchHint says what a checkpoint whose state does not fit the model usually is.
+func mismatchHint(err error) string {
+	if errors.Is(err, checkpoint.ErrMismatch) {
+		return " (a checkpoint of another -arch or -num-classes? -resume none starts over beside it)"
+	}
+	return ""
 }

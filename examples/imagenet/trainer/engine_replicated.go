@@ -163,7 +163,7 @@ func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.S
 			return err
 		}
 		if _, err := st.Restore(entries); err != nil {
-			return fmt.Errorf("trainer: resume from %s: %w", p, err)
+			return fmt.Errorf("trainer: resume from %s%s: %w", p, mismatchHint(err), err)
 		}
 		return nil
 	}

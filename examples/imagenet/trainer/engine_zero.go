@@ -149,7 +149,7 @@ func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.Stat
 			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
 		}
 		if err := s.e.Load(dir); err != nil {
-			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
+			return fmt.Errorf("trainer: resume from %s%s: %w", dir, mismatchHint(err), err)
 		}
 		return nil
 	}
