@@ -17,9 +17,11 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/models/resnet"
+	"github.com/gorgonia-parallel/gp/optim/gsolver"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	G "gorgonia.org/gorgonia"
 )
 
 // Config is a training run. Zero values take the architecture's recipe defaults.
@@ -118,7 +120,15 @@ type Config struct {
 	// otherwise Run joins the group the torchrun environment describes.
 	Group comm.Group
 
-	dev *cuda.Device // opened by recipe for -device cuda
+	// Solver, when set, is a gorgonia solver (G.NewAdamSolver(...), ...) that steps the
+	// model in place of -opt's optimizer, under -strategy ddp or none on the CPU; one per
+	// rank. Its state is checkpointed (optim/gsolver; a solver whose state cannot be
+	// captured is refused at the start), -lr (0: the solver's own) and the schedule set its
+	// learning rate, and its weight decay is its own (G.WithL2Reg), not -wd's.
+	Solver G.Solver `json:"-"`
+
+	dev    *cuda.Device   // opened by recipe for -device cuda
+	solver *gsolver.State // Solver's state, made by recipe
 }
 
 // SyntheticConfig sizes the generated data set of -data-format synthetic.
@@ -257,6 +267,9 @@ func (c *Config) recipe() error {
 	if !slices.Contains(models.Archs(), c.Arch) && !resnet.IsCIFAR(c.Arch) {
 		_, err := models.New(c.Arch, 0)
 		return fmt.Errorf("trainer: -arch: %w", err)
+	}
+	if err := c.checkSolver(); err != nil {
+		return err
 	}
 	if !(c.LR >= 0) || math.IsInf(c.LR, 0) {
 		return fmt.Errorf("trainer: -lr %g: want a finite number >= 0 (0: the recipe's)", c.LR)

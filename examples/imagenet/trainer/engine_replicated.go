@@ -58,6 +58,10 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	if err != nil {
 		return nil, err
 	}
+	update := nn.WithOptimizer(opt)
+	if cfg.solver != nil {
+		opt, update = newSolverOptimizer(cfg.solver, model.Params, cfg.LR), nn.WithSolver(cfg.Solver)
+	}
 	var prog train.Program
 	var dst *tape.State
 	if cfg.dev != nil {
@@ -66,7 +70,7 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 		}
 		prog, dst, err = compileOn(ctx, cfg, d, g, model, opt, build, scaler, opts)
 	} else {
-		prog, err = strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, nn.WithOptimizer(opt)))
+		prog, err = strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, update))
 	}
 	if err != nil {
 		return nil, err

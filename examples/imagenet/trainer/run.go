@@ -218,8 +218,12 @@ func (r *run) trainAll(ctx context.Context) (*Result, error) {
 	if cfg.GradAccum > 1 {
 		accum = fmt.Sprintf(" x %d accumulated", cfg.GradAccum)
 	}
+	optName := cfg.Optimizer
+	if cfg.Solver != nil {
+		optName = fmt.Sprintf("%T", cfg.Solver)
+	}
 	fmt.Fprintf(r.out, "train: %s, %d parameters, %d ranks x batch %d%s, %d steps/epoch, %s lr %.4g, %s schedule, image %dx%d, %d classes\n",
-		cfg.Arch, r.model.Params.NumParams(), r.world, r.local, accum, r.perEpoch, cfg.Optimizer, cfg.LR, cfg.Sched, r.shape[2], r.shape[1], cfg.NumClasses)
+		cfg.Arch, r.model.Params.NumParams(), r.world, r.local, accum, r.perEpoch, optName, cfg.LR, cfg.Sched, r.shape[2], r.shape[1], cfg.NumClasses)
 	r.bar = newProgress(r.out, cfg.Progress, cfg.Quiet || r.rank != 0)
 	defer r.bar.close()
 	r.start = time.Now()
