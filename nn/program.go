@@ -202,16 +202,16 @@ func (p *Program) Step(ctx context.Context) error {
 	if err := p.update(); err != nil {
 		return fmt.Errorf("nn: optimizer step: %w", err)
 	}
-	p.ZeroGrad()
-	return nil
+	return p.ZeroGrad()
 }
 
 // ZeroGrad zeroes the program's gradient buffer (the model's, unless WithGradBuffer gave
 // another). Gradients accumulate over Runs until Step or ZeroGrad, as in PyTorch and as
 // gorgonia's dual values do until a solver's step.
-func (p *Program) ZeroGrad() {
+func (p *Program) ZeroGrad() error {
 	buf := p.Builder.cfg.gradBuf
 	splitChunks(len(buf), func(lo, hi int) { clear(buf[lo:hi]) })
+	return nil
 }
 
 // HasUpdate reports whether the program was compiled with an optimizer or a solver.

@@ -33,8 +33,9 @@ type Program interface {
 	// Step updates the parameters from the gradients with the program's optimizer and
 	// zeroes the gradients.
 	Step(ctx context.Context) error
-	// ZeroGrad zeroes the gradients.
-	ZeroGrad()
+	// ZeroGrad zeroes the gradients. Its error is a device's (a failed launch); on the host
+	// it is nil.
+	ZeroGrad() error
 	// SetInput copies data into the named input (all of it: its size is fixed by the graph).
 	SetInput(name string, data []float32) error
 	// Output returns the named output of the last Run; it aliases the program's memory.

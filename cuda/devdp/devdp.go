@@ -219,7 +219,7 @@ func (p *Program) reduce(ctx context.Context, held *cuda.Tensor, errs []error) e
 func (p *Program) Step(ctx context.Context) error { return p.dp.states[0].Step(ctx) }
 
 // ZeroGrad zeroes the master's gradients.
-func (p *Program) ZeroGrad() { _ = p.dp.states[0].ZeroGrad() }
+func (p *Program) ZeroGrad() error { return p.dp.states[0].ZeroGrad() }
 
 // LossValue is the global batch's mean loss in the last Run.
 func (p *Program) LossValue() (float32, error) {

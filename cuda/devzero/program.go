@@ -91,8 +91,8 @@ func (p *Program) Step(ctx context.Context) error {
 	return p.e.ZeroGrad()
 }
 
-// ZeroGrad zeroes the gradients (a failure is the next Run's).
-func (p *Program) ZeroGrad() { _ = p.e.ZeroGrad() }
+// ZeroGrad zeroes the gradients on the device.
+func (p *Program) ZeroGrad() error { return p.e.ZeroGrad() }
 
 func (e *Engine) begin(ranged bool) {
 	n := len(e.model.Params.Params)

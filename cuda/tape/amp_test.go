@@ -139,7 +139,7 @@ func ampRun(t *testing.T, d *cuda.Device, newModel func() (nn.Module, error), f 
 		m      *nn.Model
 		run    func() error
 		step   func() error
-		zero   func()
+		zero   func() error
 		loss   func() (float32, error)
 		setIn  func(string, []float32) error
 		scaler *amp.GradScaler
@@ -235,7 +235,9 @@ func ampRun(t *testing.T, d *cuda.Device, newModel func() (nn.Module, error), f 
 					t.Fatal(err)
 				}
 				if inf {
-					s.zero()
+					if err := s.zero(); err != nil {
+						t.Fatal(err)
+					}
 				} else if err := s.step(); err != nil {
 					t.Fatal(err)
 				}

@@ -393,13 +393,11 @@ func (p *Program) Step(ctx context.Context) error {
 }
 
 // ZeroGrad zeroes the gradient buffer (the device's, for a program of a State).
-func (p *Program) ZeroGrad() {
+func (p *Program) ZeroGrad() error {
 	if p.st != nil {
-		// The only failure is a launch on a broken device, which the next Run reports.
-		_ = p.st.ZeroGrad()
-		return
+		return p.st.ZeroGrad()
 	}
-	p.cpu.ZeroGrad()
+	return p.cpu.ZeroGrad()
 }
 
 // State is the device state the program was compiled from (State.Compile), or nil.

@@ -85,7 +85,7 @@ func (p *Program) GlobalLoss(ctx context.Context) (float32, error) {
 func (p *Program) Learnables() G.Nodes { return p.np.Learnables() }
 
 // ZeroGrad zeroes the model's gradients.
-func (p *Program) ZeroGrad() { p.d.Model.Params.ZeroGrad() }
+func (p *Program) ZeroGrad() error { p.d.Model.Params.ZeroGrad(); return nil }
 
 // Close releases the tape machine.
 func (p *Program) Close() error { return p.np.Close() }

@@ -81,7 +81,7 @@ func (p *Program) Run(ctx context.Context) error {
 func (p *Program) Step(ctx context.Context) error { return p.d.Step(ctx) }
 
 // ZeroGrad zeroes the master's gradients.
-func (p *Program) ZeroGrad() { p.d.ZeroGrad() }
+func (p *Program) ZeroGrad() error { p.d.ZeroGrad(); return nil }
 
 // LossValue is the global batch's loss in the last Run.
 func (p *Program) LossValue() (float32, error) {

@@ -311,7 +311,7 @@ func (p *Program) Step(ctx context.Context) error {
 }
 
 // ZeroGrad zeroes the gradients (Engine.ZeroGrad).
-func (p *Program) ZeroGrad() { p.e.ZeroGrad() }
+func (p *Program) ZeroGrad() error { p.e.ZeroGrad(); return nil }
 
 // issue starts the all-gather of unit u unless it is resident or in flight.
 func (p *Program) issue(u int) {

@@ -306,7 +306,7 @@ func (p *fakeProgram) Step(context.Context) error {
 	p.calls = append(p.calls, "step")
 	return nil
 }
-func (p *fakeProgram) ZeroGrad()                        { p.calls = append(p.calls, "zero") }
+func (p *fakeProgram) ZeroGrad() error                  { p.calls = append(p.calls, "zero"); return nil }
 func (p *fakeProgram) SetInput(string, []float32) error { return nil }
 func (p *fakeProgram) Output(string) ([]float32, error) { return nil, nil }
 func (p *fakeProgram) LossValue() (float32, error)      { return 1, nil }

@@ -175,7 +175,9 @@ func stepOrSkip(ctx context.Context, prog train.Program, scaler *amp.GradScaler)
 		return err
 	}
 	if inf {
-		prog.ZeroGrad()
+		if err := prog.ZeroGrad(); err != nil {
+			return err
+		}
 	} else if err := prog.Step(ctx); err != nil {
 		return err
 	}
