@@ -142,6 +142,14 @@ func slurmEnv(r *envReader) (Env, error) {
 	e.GroupRank = r.num("SLURM_NODEID", 0, true)
 	e.RestartCount = r.num("SLURM_RESTART_COUNT", 0, false)
 	e.RunID = r.str("SLURM_JOB_ID")
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"SLURM_LOCALID", e.LocalRank}, {"SLURM_NODEID", e.GroupRank}} {
+		if v.n < 0 {
+			r.errs = append(r.errs, fmt.Errorf("%s=%d is negative", v.name, v.n))
+		}
+	}
 	e.LocalWorldSize = slurmLocalSize(r, e)
 	e.MasterAddr = r.str("MASTER_ADDR")
 	if e.MasterAddr == "" {
@@ -175,7 +183,7 @@ func slurmEnv(r *envReader) (Env, error) {
 func slurmLocalSize(r *envReader, e Env) int {
 	for _, name := range []string{"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"} {
 		if v := r.str(name); v != "" {
-			if counts, err := expandCounts(v); err == nil && e.GroupRank < len(counts) {
+			if counts, err := expandCounts(v); err == nil && e.GroupRank >= 0 && e.GroupRank < len(counts) {
 				return counts[e.GroupRank]
 			}
 		}
@@ -191,6 +199,10 @@ func slurmLocalSize(r *envReader, e Env) int {
 	return 0
 }
 
+// maxTaskCounts bounds the nodes a task count list may expand to (SLURM's own limit on a
+// job's nodes is far below it).
+const maxTaskCounts = 1 << 20
+
 // expandCounts expands SLURM's compressed count list: "2(x3),1" is [2 2 2 1].
 func expandCounts(s string) ([]int, error) {
 	var out []int
@@ -203,6 +215,9 @@ func expandCounts(s string) ([]int, error) {
 		n, err2 := strconv.Atoi(rep)
 		if err1 != nil || err2 != nil || n < 1 || n > 1<<16 {
 			return nil, fmt.Errorf("bad task count %q in %q", item, s)
+		}
+		if len(out)+n > maxTaskCounts {
+			return nil, fmt.Errorf("task counts %q expand to more than %d nodes", s, maxTaskCounts)
 		}
 		for range n {
 			out = append(out, c)
@@ -247,12 +262,21 @@ func FirstHost(list string) (string, error) {
 	return checkHost(list, b.String(), depth)
 }
 
+// checkHost checks the host FirstHost assembled: letters, digits, '-', '.' and '_' only
+// (a host name, or an IPv4 address), surrounding spaces dropped.
 func checkHost(list, host string, depth int) (string, error) {
+	host = strings.TrimSpace(host)
 	switch {
 	case depth > 0:
 		return "", fmt.Errorf("host list %q: '[' without ']'", list)
 	case host == "":
 		return "", fmt.Errorf("host list %q: no host", list)
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return "", fmt.Errorf("host list %q: host %q has %q, not allowed in a host name", list, host, c)
+		}
 	}
 	return host, nil
 }
