@@ -263,7 +263,39 @@ func (f timelineStepsFlag) Set(v string) error {
 // epochs), Swin with AdamW (lr 1e-3 per 1024 images, weight decay 0.05, cosine with 20
 // warmup epochs, label smoothing 0.1, gradient clipping at 5).
 func (c *Config) recipe() error {
+	if err := c.checkInputs(); err != nil {
+		return err
+	}
 	swin := strings.HasPrefix(c.Arch, "swin")
+	c.archDefaults(swin)
+	if err := c.Augment.resolve(c.DataFormat, c.ImageSize); err != nil {
+		return err
+	}
+	if c.GradAccum <= 0 {
+		c.GradAccum = 1
+	}
+	if c.WarmupLR <= 0 {
+		c.WarmupLR = 0.01 * c.LR
+	}
+	if c.EMADecay == 0 {
+		c.EMADecay = 0.9998
+	}
+	if c.Out == "" {
+		c.Out = "runs/" + c.Arch
+	}
+	if c.Keep <= 0 {
+		c.Keep = 1
+	}
+	if c.PrintFreq <= 0 {
+		c.PrintFreq = 10
+	}
+	return c.checkRecipe(swin)
+}
+
+// checkInputs refuses what no recipe can fix: an unknown -arch, a gorgonia solver that
+// cannot be stepped or checkpointed, a learning rate or weight decay out of range, a device
+// or communication hook that does not open.
+func (c *Config) checkInputs() error {
 	if !slices.Contains(models.Archs(), c.Arch) && !resnet.IsCIFAR(c.Arch) {
 		_, err := models.New(c.Arch, 0)
 		return fmt.Errorf("trainer: -arch: %w", err)
@@ -277,14 +309,19 @@ func (c *Config) recipe() error {
 	if math.IsNaN(c.WeightDecay) || math.IsInf(c.WeightDecay, 0) {
 		return fmt.Errorf("trainer: -wd %g: want a finite number >= 0", c.WeightDecay)
 	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("trainer: -timeout %v is negative", c.Timeout)
+	}
 	if err := c.openDevice(); err != nil {
 		return err
 	}
-	if err := c.CommHook.check(c.Strategy); err != nil {
-		return err
-	}
+	return c.CommHook.check(c.Strategy)
+}
+
+// archDefaults fills what the user left unset with the architecture family's recipe.
+func (c *Config) archDefaults(swin bool) {
 	// Negative means "the recipe's" (the flags' defaults); a learning rate of 0 too (-lr
-	// refuses a negative one above).
+	// refuses a negative one).
 	set := func(v *float64, def float64) {
 		if *v < 0 {
 			*v = def
@@ -307,38 +344,27 @@ func (c *Config) recipe() error {
 		}
 		set(&c.Smoothing, 0.1)
 		set(&c.ClipGrad, 5)
-	} else {
-		if c.Optimizer == "" {
-			c.Optimizer = "sgd"
-		}
-		set(&c.LR, 0.1*float64(c.Batch)/256)
-		set(&c.WeightDecay, 1e-4)
-		if c.Sched == "" {
-			c.Sched = "step"
-		}
-		if c.Warmup < 0 {
-			c.Warmup = 0
-		}
-		set(&c.Smoothing, 0)
-		set(&c.ClipGrad, 0)
+		return
 	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("trainer: -timeout %v is negative", c.Timeout)
+	if c.Optimizer == "" {
+		c.Optimizer = "sgd"
 	}
-	if err := c.Augment.resolve(c.DataFormat, c.ImageSize); err != nil {
-		return err
+	set(&c.LR, 0.1*float64(c.Batch)/256)
+	set(&c.WeightDecay, 1e-4)
+	if c.Sched == "" {
+		c.Sched = "step"
 	}
-	if c.GradAccum <= 0 {
-		c.GradAccum = 1
+	if c.Warmup < 0 {
+		c.Warmup = 0
 	}
-	if c.WarmupLR <= 0 {
-		c.WarmupLR = 0.01 * c.LR
-	}
+	set(&c.Smoothing, 0)
+	set(&c.ClipGrad, 0)
+}
+
+// checkRecipe checks the options once the recipe has filled them in.
+func (c *Config) checkRecipe(swin bool) error {
 	if c.MinLR < 0 || c.MinLR > c.LR {
 		return fmt.Errorf("trainer: -min-lr %g: want it in [0, lr %g]", c.MinLR, c.LR)
-	}
-	if c.EMADecay == 0 {
-		c.EMADecay = 0.9998
 	}
 	if c.ModelEMA && !(c.EMADecay > 0 && c.EMADecay < 1) {
 		return fmt.Errorf("trainer: -model-ema-decay %g: want it in (0, 1)", c.EMADecay)
@@ -353,15 +379,6 @@ func (c *Config) recipe() error {
 	case "", "bar", "log":
 	default:
 		return fmt.Errorf("trainer: unknown -progress %q (bar or log)", c.Progress)
-	}
-	if c.Out == "" {
-		c.Out = "runs/" + c.Arch
-	}
-	if c.Keep <= 0 {
-		c.Keep = 1
-	}
-	if c.PrintFreq <= 0 {
-		c.PrintFreq = 10
 	}
 	switch c.Sched {
 	case "step", "cosine":

@@ -208,80 +208,19 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 		if len(shards) < world {
 			return nil, fmt.Errorf("trainer: %d %s shards for %d ranks: every rank needs one", len(shards), name, world)
 		}
-		// Every rank scans its shards (truncation, the index's counts, labels) and the ranks
-		// agree on the outcome before anyone trains, so a bad shard stops every rank and
-		// skipped samples are counted alike.
-		mine, scanErr := 0, error(nil)
-		for _, sh := range webdataset.Split(shards, rank, world, 0, 1) {
-			st, err := webdataset.Scan(ctx, sh, cfg.NumClasses, index.Expected(sh))
-			if err == nil && len(st.Bad) > 0 && bad == data.Fail {
-				err = fmt.Errorf("%w (%d bad labels in this shard; -bad-input skip leaves them out)", st.Bad[0], len(st.Bad))
-			}
-			if err != nil {
-				scanErr = fmt.Errorf("trainer: rank %d: %w", rank, err)
-				break
-			}
-			for _, e := range st.Bad {
-				log.Warn("trainer: skipping sample", "err", e.Error())
-			}
-			mine += st.Good()
-		}
-		// The lowest rank that found a bad shard (world: none). The others' errors name it
-		// as their cause (a *comm.RemoteError), so that the launcher reports its error, which
-		// names the shard, rather than theirs.
-		first := []float64{float64(world)}
-		if scanErr != nil {
-			first[0] = float64(rank)
-		}
-		if err := g.AllReduce(comm.F64(first), comm.Min).Wait(ctx); err != nil {
-			return nil, err
-		}
-		if scanErr != nil {
-			return nil, scanErr
-		}
-		if r := int(first[0]); r < world {
-			return nil, fmt.Errorf("trainer: rank %d: stopping: %w", rank,
-				&comm.RemoteError{Rank: r, Msg: "bad " + name + " shard (its error names it)"})
-		}
-		counts := []float64{float64(mine), float64(mine)}
-		if err := g.AllReduce(comm.F64(counts[:1]), comm.Min).Wait(ctx); err != nil {
-			return nil, err
-		}
-		if err := g.AllReduce(comm.F64(counts[1:]), comm.Sum).Wait(ctx); err != nil {
+		mine, least, total, err := scanShards(ctx, g, cfg, name, shards, index, bad, log)
+		if err != nil {
 			return nil, err
 		}
 		l := &webdataset.Loader{Shards: shards, Rank: rank, World: world, Workers: cfg.Workers, BatchSize: local,
 			Shuffle: shuffle, Seed: uint64(cfg.Seed), Pipeline: t, Log: log, Classes: cfg.NumClasses, Bad: bad}
-		steps := int(counts[0]) / local
+		steps := least / local
 		if !train {
 			steps = (mine + local - 1) / local // validation: every sample of this rank's shards
 		}
 		w, h, _ := t.OutSize()
-		return &split{c: 3, h: h, w: w, classes: cfg.NumClasses, images: int(counts[1]), steps: max(steps, 0),
-			batches: func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
-				return func(yield func(*data.Batch, error) bool) {
-					i := 0
-					for b, err := range l.Batches(ctx, epoch) {
-						if err != nil {
-							yield(nil, err)
-							return
-						}
-						if train && i >= steps {
-							return
-						}
-						if train && b.N != local {
-							return // a last short batch: the epoch ends, as with drop_last
-						}
-						i++
-						if i <= skip {
-							continue
-						}
-						if !yield(b, nil) {
-							return
-						}
-					}
-				}
-			}}, nil
+		return &split{c: 3, h: h, w: w, classes: cfg.NumClasses, images: total, steps: max(steps, 0),
+			batches: shardBatches(l, train, steps, local)}, nil
 	}
 	train, err := side("train", trainT, 1000, true)
 	if err != nil {
@@ -292,6 +231,86 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 		return nil, nil, err
 	}
 	return train, val, nil
+}
+
+// scanShards has every rank scan its shards of one side (truncation, the index's counts,
+// labels) and agree with the others on the outcome before anyone trains: it returns this
+// rank's good samples, the fewest any rank has and the total.
+func scanShards(ctx context.Context, g comm.Group, cfg *Config, name string, shards []string, index webdataset.ShardIndex,
+	bad data.BadInput, log *slog.Logger) (mine, least, total int, err error) {
+	rank, world := g.Rank(), g.Size()
+	// Every rank scans its shards (truncation, the index's counts, labels) and the ranks
+	// agree on the outcome before anyone trains, so a bad shard stops every rank and
+	// skipped samples are counted alike.
+	mine, scanErr := 0, error(nil)
+	for _, sh := range webdataset.Split(shards, rank, world, 0, 1) {
+		st, err := webdataset.Scan(ctx, sh, cfg.NumClasses, index.Expected(sh))
+		if err == nil && len(st.Bad) > 0 && bad == data.Fail {
+			err = fmt.Errorf("%w (%d bad labels in this shard; -bad-input skip leaves them out)", st.Bad[0], len(st.Bad))
+		}
+		if err != nil {
+			scanErr = fmt.Errorf("trainer: rank %d: %w", rank, err)
+			break
+		}
+		for _, e := range st.Bad {
+			log.Warn("trainer: skipping sample", "err", e.Error())
+		}
+		mine += st.Good()
+	}
+	// The lowest rank that found a bad shard (world: none). The others' errors name it
+	// as their cause (a *comm.RemoteError), so that the launcher reports its error, which
+	// names the shard, rather than theirs.
+	first := []float64{float64(world)}
+	if scanErr != nil {
+		first[0] = float64(rank)
+	}
+	if err := g.AllReduce(comm.F64(first), comm.Min).Wait(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	if scanErr != nil {
+		return 0, 0, 0, scanErr
+	}
+	if r := int(first[0]); r < world {
+		return 0, 0, 0, fmt.Errorf("trainer: rank %d: stopping: %w", rank,
+			&comm.RemoteError{Rank: r, Msg: "bad " + name + " shard (its error names it)"})
+	}
+	counts := []float64{float64(mine), float64(mine)}
+	if err := g.AllReduce(comm.F64(counts[:1]), comm.Min).Wait(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := g.AllReduce(comm.F64(counts[1:]), comm.Sum).Wait(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	return mine, int(counts[0]), int(counts[1]), nil
+}
+
+// shardBatches is a split's batches from a WebDataset loader: a training epoch ends after
+// steps full batches (a short last batch is dropped), validation takes every batch.
+func shardBatches(l *webdataset.Loader, train bool, steps, local int) func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
+	return func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
+		return func(yield func(*data.Batch, error) bool) {
+			i := 0
+			for b, err := range l.Batches(ctx, epoch) {
+				if err != nil {
+					yield(nil, err)
+					return
+				}
+				if train && i >= steps {
+					return
+				}
+				if train && b.N != local {
+					return // a last short batch: the epoch ends, as with drop_last
+				}
+				i++
+				if i <= skip {
+					continue
+				}
+				if !yield(b, nil) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // badInput is cfg.BadInput as a data policy: skip is data.SkipBadLabels, so that only what

@@ -281,13 +281,47 @@ func (m *Metrics) Plot(path string) (err error) {
 			err = fmt.Errorf("trainer: plot %s: gonum/plot failed: %v", path, p)
 		}
 	}()
+	panels, err := m.panels()
+	if err != nil {
+		return err
+	}
+	const w, h = 6 * vg.Inch, 3 * vg.Inch
+	img := vgimg.New(w, h*vg.Length(len(panels)))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1}
+	for i, pn := range panels {
+		p, err := pn.plot()
+		if err != nil {
+			return fmt.Errorf("trainer: plot %s: %s: %w", path, pn.title, err)
+		}
+		p.Draw(tiles.At(dc, 0, i))
+	}
+	err = checkpoint.WriteFile(path, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: plot: %w", err)
+	}
+	return nil
+}
+
+// panel is one panel of the plot.
+type panel struct {
+	title, ylabel string
+	log           bool
+	series        []series
+}
+
+// panels reads the log back into the plot's three panels.
+func (m *Metrics) panels() ([]panel, error) {
 	if err := m.w.Flush(); err != nil {
-		return fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
+		return nil, fmt.Errorf("trainer: metrics log %s: %w", m.path, err)
 	}
 	var trainLoss, valLoss, top1, top5, lr decimated
 	f, err := os.Open(m.path)
 	if err != nil {
-		return fmt.Errorf("trainer: plot: %w", err)
+		return nil, fmt.Errorf("trainer: plot: %w", err)
 	}
 	defer f.Close()
 	dec := json.NewDecoder(bufio.NewReader(f))
@@ -307,77 +341,60 @@ func (m *Metrics) Plot(path string) (err error) {
 			top5.add(x, r.Top5)
 		}
 	}
-	panels := []struct {
-		title, ylabel string
-		log           bool
-		series        []series
-	}{
+	return []panel{
 		{"loss (log scale)", "cross-entropy", true, []series{{"train", trainLoss.points(), 0}, {"val", valLoss.points(), 1}}},
 		{"validation accuracy", "%", false, []series{{"top-1", top1.points(), 2}, {"top-5", top5.points(), 3}}},
 		{"learning rate", "lr", false, []series{{"lr", lr.points(), 4}}},
-	}
-	const w, h = 6 * vg.Inch, 3 * vg.Inch
-	img := vgimg.New(w, h*vg.Length(len(panels)))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1}
-	for i, pn := range panels {
-		p := plot.New()
-		p.Title.Text = pn.title
-		p.X.Label.Text = "step"
-		p.Y.Label.Text = pn.ylabel
-		p.Add(plotter.NewGrid())
-		var all plotter.XYs
-		for _, s := range pn.series {
-			if len(s.xy) == 0 {
-				continue
-			}
-			xy := s.xy
-			if pn.log {
-				xy = positive(xy)
-			}
-			if len(xy) == 0 {
-				continue
-			}
-			all = append(all, xy...)
-			l, err := plotter.NewLine(xy)
-			if err != nil {
-				return fmt.Errorf("trainer: plot %s: %w", pn.title, err)
-			}
-			l.Color = palette[s.color%len(palette)]
-			l.Width = vg.Points(1.5)
-			p.Add(l)
-			if len(xy) <= markedPoints {
-				// A series of a few points (validation once per epoch, a short run) is
-				// drawn with markers: a line of one point is invisible.
-				sc, err := plotter.NewScatter(xy)
-				if err != nil {
-					return fmt.Errorf("trainer: plot %s: %w", pn.title, err)
-				}
-				sc.GlyphStyle = draw.GlyphStyle{Color: l.Color, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
-				p.Add(sc)
-				p.Legend.Add(s.name, l, sc)
-			} else {
-				p.Legend.Add(s.name, l)
-			}
+	}, nil
+}
+
+// plot draws the panel's series.
+func (pn panel) plot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = pn.title
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = pn.ylabel
+	p.Add(plotter.NewGrid())
+	var all plotter.XYs
+	for _, s := range pn.series {
+		xy := s.xy
+		if pn.log {
+			xy = positive(xy)
 		}
-		if pn.log && len(all) > 0 {
-			// A log axis without a positive value has no range to draw: an empty panel
-			// keeps the linear one.
-			p.Y.Scale = plot.LogScale{}
-			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		if len(xy) == 0 {
+			continue
 		}
-		fitAxes(p, all, pn.log)
-		p.Legend.Top = !pn.log && pn.title != "validation accuracy"
-		p.Draw(tiles.At(dc, 0, i))
+		all = append(all, xy...)
+		l, err := plotter.NewLine(xy)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = palette[s.color%len(palette)]
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		if len(xy) > markedPoints {
+			p.Legend.Add(s.name, l)
+			continue
+		}
+		// A series of a few points (validation once per epoch, a short run) is drawn with
+		// markers: a line of one point is invisible.
+		sc, err := plotter.NewScatter(xy)
+		if err != nil {
+			return nil, err
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: l.Color, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
+		p.Add(sc)
+		p.Legend.Add(s.name, l, sc)
 	}
-	err = checkpoint.WriteFile(path, func(w io.Writer) error {
-		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("trainer: plot: %w", err)
+	if pn.log && len(all) > 0 {
+		// A log axis without a positive value has no range to draw: an empty panel keeps
+		// the linear one.
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	return nil
+	fitAxes(p, all, pn.log)
+	p.Legend.Top = !pn.log && pn.title != "validation accuracy"
+	return p, nil
 }
 
 // markedPoints is the longest series the plot draws with a marker at each point.
