@@ -140,11 +140,16 @@ func (g *group) encodeStatus(id uint64) []byte {
 	return b
 }
 
-// decodeStatus parses a reply of encodeStatus into peer's state.
+// decodeStatus parses a reply of encodeStatus into peer's state. A reply shorter than its
+// header is not an answer (id 0 matches no probe); the record count is bounded by the
+// records the reply holds, whatever it claims.
 func decodeStatus(peer int, b []byte) (id uint64, ps PeerStatus) {
+	if len(b) < statusHeaderSize {
+		return 0, PeerStatus{Rank: peer}
+	}
 	id = binary.LittleEndian.Uint64(b[0:])
 	ps = PeerStatus{Rank: peer, Answered: true, Issued: binary.LittleEndian.Uint64(b[8:])}
-	n := min(int(binary.LittleEndian.Uint64(b[16:])), flightReply)
+	n := int(min(binary.LittleEndian.Uint64(b[16:]), flightReply, uint64((len(b)-statusHeaderSize)/recordWireSize)))
 	for i := range n {
 		p := b[statusHeaderSize+i*recordWireSize:]
 		ps.Recent = append(ps.Recent, OpRecord{
