@@ -47,6 +47,19 @@ type schedCase struct {
 	Start, End float64
 	Total      int
 	Scheds     []schedCase
+	// ConstantLR, PolynomialLR and OneCycleLR.
+	Factor, Power  float64
+	MaxLR          float64 `json:"max_lr"`
+	TotalSteps     int     `json:"total_steps"`
+	PctStart       float64 `json:"pct_start"`
+	Anneal         string
+	ThreePhase     bool    `json:"three_phase"`
+	DivFactor      float64 `json:"div_factor"`
+	FinalDivFactor float64 `json:"final_div_factor"`
+	BaseMomentum   float64 `json:"base_momentum"`
+	MaxMomentum    float64 `json:"max_momentum"`
+	CycleMomentum  *bool   `json:"cycle_momentum"`
+	Opt            string  // the optimizer: "sgd" (momentum 0.9), "adam", or plain SGD
 }
 
 func loadFixtures(t *testing.T) *fixtures {

@@ -20,6 +20,17 @@ func buildSched(opt LRTarget, c schedCase) (Scheduler, error) {
 		return NewCosineAnnealingLR(opt, c.TMax, c.EtaMin)
 	case "linear":
 		return NewLinearLR(opt, c.Start, c.End, c.Total)
+	case "constant":
+		return NewConstantLR(opt, c.Factor, c.Total)
+	case "poly":
+		return NewPolynomialLR(opt, c.Total, c.Power)
+	case "onecycle":
+		return NewOneCycleLR(opt, c.MaxLR, c.TotalSteps, OneCycle{
+			PctStart: c.PctStart, Linear: c.Anneal == "linear", ThreePhase: c.ThreePhase,
+			NoCycleMomentum: c.CycleMomentum != nil && !*c.CycleMomentum,
+			BaseMomentum:    c.BaseMomentum, MaxMomentum: c.MaxMomentum,
+			DivFactor: c.DivFactor, FinalDivFactor: c.FinalDivFactor,
+		})
 	}
 	var subs []Scheduler
 	for _, sc := range c.Scheds {
@@ -44,7 +55,20 @@ func TestSchedulesMatchPyTorch(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			f := f.with(t)
 			want := f.f64("sched." + c.Name)
-			opt, err := NewSGD([]Segment{{Name: "x", Data: make([]float32, 1), Grad: make([]float32, 1)}}, 0.1)
+			var wantMom []float64
+			if f.has("sched." + c.Name + ".momentum") {
+				wantMom = f.f64("sched." + c.Name + ".momentum")
+			}
+			newOpt := func(segs []Segment) (Optimizer, error) {
+				switch c.Opt {
+				case "sgd":
+					return NewSGD(segs, 0.1, WithMomentum(0.9))
+				case "adam":
+					return NewAdam(segs, 0.1)
+				}
+				return NewSGD(segs, 0.1)
+			}
+			opt, err := newOpt([]Segment{{Name: "x", Data: make([]float32, 1), Grad: make([]float32, 1)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,10 +86,15 @@ func TestSchedulesMatchPyTorch(t *testing.T) {
 				if got := s.LR(); got != opt.LR() {
 					t.Fatalf("after %d steps: scheduler LR %g, optimizer LR %g", k, got, opt.LR())
 				}
+				if wantMom != nil {
+					if got := opt.(MomentumTarget).Momentum(); math.Abs(got-wantMom[k]) > schedRel*math.Abs(wantMom[k]) {
+						t.Fatalf("momentum after %d steps = %.17g, want %.17g", k, got, wantMom[k])
+					}
+				}
 				// Resume half-way from state dicts into freshly built objects.
 				if k == len(want)/2 {
 					st, ost := s.StateDict(), opt.StateDict()
-					opt2, _ := NewSGD(opt.Segments(), 0.1)
+					opt2, _ := newOpt(opt.(interface{ Segments() []Segment }).Segments())
 					s2, err := buildSched(opt2, c)
 					if err != nil {
 						t.Fatal(err)
@@ -92,6 +121,11 @@ func TestSchedulerErrors(t *testing.T) {
 		{"step size 0", func() error { _, err := NewStepLR(opt, 0, 0.1); return err }},
 		{"cosine T_max 0", func() error { _, err := NewCosineAnnealingLR(opt, 0, 0); return err }},
 		{"linear start 0", func() error { _, err := NewLinearLR(opt, 0, 1, 5); return err }},
+		{"constant factor 2", func() error { _, err := NewConstantLR(opt, 2, 5); return err }},
+		{"poly total 0", func() error { _, err := NewPolynomialLR(opt, 0, 1); return err }},
+		{"onecycle total 0", func() error { _, err := NewOneCycleLR(opt, 0.1, 0, OneCycle{}); return err }},
+		{"onecycle pct 1", func() error { _, err := NewOneCycleLR(opt, 0.1, 10, OneCycle{PctStart: 1}); return err }},
+		{"onecycle momentum of SGD without momentum", func() error { _, err := NewOneCycleLR(opt, 0.1, 10, OneCycle{}); return err }},
 		{"sequential milestones", func() error {
 			a, _ := NewStepLR(opt, 1, 0.5)
 			_, err := NewSequentialLR(opt, []Scheduler{a}, []int{3})

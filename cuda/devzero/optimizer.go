@@ -155,6 +155,10 @@ func (o *shardOptimizer) step(ctx context.Context) error {
 // float64, then rounded); stepRange then updates pieces of the shard.
 func (o *shardOptimizer) begin() {
 	o.lr = o.host.LR()
+	// A schedule may move beta1 (OneCycleLR) as it moves the rate.
+	if h, ok := o.host.(interface{ Hyper() optim.Hyper }); ok {
+		o.hyper = h.Hyper()
+	}
 	o.steps++
 	o.k = cuda.AdamArgs{AdamScalars: o.hyper.AdamStep(o.lr, o.steps), Decoupled: o.decoupled, Maximize: o.hyper.Maximize}
 }
@@ -196,6 +200,11 @@ func (o *shardOptimizer) stepCPU(ctx context.Context) error {
 		return fmt.Errorf("waiting for the gradient shard's copy to the host: %w", err)
 	}
 	o.cpu.SetLR(o.host.LR())
+	if h, ok := o.host.(interface{ Hyper() optim.Hyper }); ok {
+		if err := o.cpu.SetMomentum(h.Hyper().Beta1); err != nil {
+			return err
+		}
+	}
 	if err := o.cpu.Step(); err != nil {
 		return err
 	}

@@ -124,6 +124,10 @@ func (o *deviceOptimizer) begin() error {
 	}
 	o.in = true
 	o.lr = o.host.LR()
+	// A schedule may move the momentum (OneCycleLR) as it moves the rate.
+	if h, ok := o.host.(interface{ Hyper() optim.Hyper }); ok {
+		o.hyper = h.Hyper()
+	}
 	if !o.adam {
 		for i := range o.segs {
 			o.segs[i].first = !o.segs[i].init

@@ -94,6 +94,21 @@ SCHED_CASES = [
     dict(name="chained", kind="chained",
          scheds=[dict(kind="linear", start=0.5, end=1.0, total=3),
                  dict(kind="step", step_size=4, gamma=0.7)]),
+    dict(name="constant", kind="constant", factor=0.25, total=4),
+    dict(name="warmup_constant", kind="sequential", milestones=[6],
+         scheds=[dict(kind="linear", start=0.1, end=1.0, total=6),
+                 dict(kind="constant", factor=1.0, total=0)]),
+    dict(name="poly", kind="poly", total=12, power=2.0),
+    dict(name="poly_linear", kind="poly", total=30, power=1.0),
+    # OneCycleLR's cases also record the momentum (SGD's, or Adam's beta1) after each step.
+    dict(name="onecycle", kind="onecycle", max_lr=0.5, total_steps=20, opt="sgd"),
+    dict(name="onecycle_adam_linear", kind="onecycle", max_lr=0.02, total_steps=25, pct_start=0.25,
+         anneal="linear", opt="adam"),
+    dict(name="onecycle_three_phase", kind="onecycle", max_lr=1.0, total_steps=20, pct_start=0.2,
+         three_phase=True, div_factor=10.0, final_div_factor=100.0, base_momentum=0.8,
+         max_momentum=0.9, opt="sgd"),
+    dict(name="onecycle_no_momentum", kind="onecycle", max_lr=0.3, total_steps=22, cycle_momentum=False,
+         opt="sgd"),
 ]
 
 
@@ -108,21 +123,45 @@ def make_sched(c, opt):
         return S.CosineAnnealingLR(opt, c["t_max"], c["eta_min"])
     if k == "linear":
         return S.LinearLR(opt, c["start"], c["end"], c["total"])
+    if k == "constant":
+        return S.ConstantLR(opt, c["factor"], c["total"])
+    if k == "poly":
+        return S.PolynomialLR(opt, c["total"], c["power"])
+    if k == "onecycle":
+        kw = {key: c[key] for key in ("pct_start", "div_factor", "final_div_factor", "three_phase",
+                                       "base_momentum", "max_momentum", "cycle_momentum") if key in c}
+        if "anneal" in c:
+            kw["anneal_strategy"] = c["anneal"]
+        return S.OneCycleLR(opt, c["max_lr"], total_steps=c["total_steps"], **kw)
     subs = [make_sched(s, opt) for s in c["scheds"]]
     if k == "sequential":
         return S.SequentialLR(opt, subs, c["milestones"])
     return S.ChainedScheduler(subs)
 
 
+def momentum(opt):
+    g = opt.param_groups[0]
+    return g["betas"][0] if "betas" in g else g["momentum"]
+
+
 for c in SCHED_CASES:
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    param = [torch.nn.Parameter(torch.zeros(1))]
+    if c.get("opt") == "adam":
+        opt = torch.optim.Adam(param, lr=0.1)
+    elif c.get("opt") == "sgd":
+        opt = torch.optim.SGD(param, lr=0.1, momentum=0.9)
+    else:
+        opt = torch.optim.SGD(param, lr=0.1)
     s = make_sched(c, opt)
-    lrs = [opt.param_groups[0]["lr"]]
-    for _ in range(SCHED_STEPS):
+    lrs, moms = [opt.param_groups[0]["lr"]], [momentum(opt)]
+    for _ in range(c.get("total_steps", SCHED_STEPS)):
         opt.step()
         s.step()
         lrs.append(opt.param_groups[0]["lr"])
+        moms.append(momentum(opt))
     arrays[f"sched.{c['name']}"] = np.array(lrs, dtype=np.float64)
+    if c["kind"] == "onecycle":
+        arrays[f"sched.{c['name']}.momentum"] = np.array(moms, dtype=np.float64)
 
 CLIP_CASES = [dict(name="clipped", max_norm=1.0), dict(name="unclipped", max_norm=100.0),
               dict(name="tight", max_norm=0.01)]
