@@ -2,6 +2,7 @@ package tensorboard
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -56,13 +57,15 @@ func ReadFile(path string) ([]Event, error) {
 		if n > 1<<30 {
 			return evs, fmt.Errorf("tensorboard: %s: record at byte %d: length %d: %w", path, off, n, ErrCorrupt)
 		}
-		rec := make([]byte, n+4)
-		if _, err := io.ReadFull(r, rec); err != nil {
+		// Memory grows with the bytes there are, not with the length a damaged header claims.
+		var buf bytes.Buffer
+		if got, err := io.CopyN(&buf, r, int64(n)+4); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return evs, fmt.Errorf("tensorboard: %s: record at byte %d: %w", path, off, err)
+			return evs, fmt.Errorf("tensorboard: %s: record at byte %d: %d of %d bytes: %w", path, off, got, n+4, err)
 		}
+		rec := buf.Bytes()
 		data := rec[:n]
 		if maskedCRC(data) != binary.LittleEndian.Uint32(rec[n:]) {
 			return evs, fmt.Errorf("tensorboard: %s: record at byte %d: data checksum: %w", path, off, ErrCorrupt)

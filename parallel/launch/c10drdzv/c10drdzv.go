@@ -214,6 +214,24 @@ type final struct {
 	Secret  string         `json:"secret"`
 }
 
+// masterOf reads node 0's registration: the host and port of the store its rank 0 hosts.
+// Errors quote what was registered.
+func masterOf(b []byte) (host string, port int, err error) {
+	var master registration
+	if err := json.Unmarshal(b, &master); err != nil {
+		return "", 0, fmt.Errorf("node 0's registration %.200q is unreadable: %w", b, err)
+	}
+	host, port0, err := net.SplitHostPort(master.Addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("node 0 registered the address %.200q: %w", master.Addr, err)
+	}
+	port, err = strconv.Atoi(port0)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return "", 0, fmt.Errorf("node 0 registered the address %.200q, not a host and a port in 1-65535", master.Addr)
+	}
+	return host, port, nil
+}
+
 func (r *Rendezvous) key(v int64, rest string) string {
 	return r.prefix + "r" + strconv.FormatInt(v, 10) + "/" + rest
 }
@@ -276,13 +294,10 @@ func (r *Rendezvous) Next(ctx context.Context) (launch.Round, error) {
 		if err != nil {
 			return launch.Round{}, r.wrap(ctx, err)
 		}
-		var master registration
-		json.Unmarshal(b, &master)
-		host, port0, err := net.SplitHostPort(master.Addr)
+		host, p, err := masterOf(b)
 		if err != nil {
-			return launch.Round{}, fmt.Errorf("c10drdzv: node 0 registered %q: %w", master.Addr, err)
+			return launch.Round{}, fmt.Errorf("c10drdzv: run %s round %d: %w", r.cfg.RunID, v, err)
 		}
-		p, _ := strconv.Atoi(port0)
 		changed := make(chan struct{})
 		var endMu sync.Mutex
 		var endFailed bool

@@ -83,26 +83,7 @@ func (c *coordinator) gather(ctx context.Context, v int64) ([]int, bool) {
 		if err != nil {
 			return nil, false
 		}
-		var reg registration
-		if err := json.Unmarshal(b, &reg); err != nil {
-			fin.Refused[idx] = fmt.Sprintf("unreadable registration %q: %v", b, err)
-			continue
-		}
-		switch {
-		case len(fin.Members) == 0:
-			first = reg
-		case reg.NProc != first.NProc:
-			fin.Refused[idx] = fmt.Sprintf("node %s (at %s) has --nproc-per-node %d, but node 0 (%s, at %s) has %d: every node needs the same",
-				reg.ID, reg.Addr, reg.NProc, first.ID, first.Addr, first.NProc)
-			continue
-		case commandKey(reg.Command) != commandKey(first.Command):
-			fin.Refused[idx] = fmt.Sprintf("node %s (at %s) runs %q, but node 0 (%s, at %s) runs %q: every node must run the same program and arguments",
-				reg.ID, reg.Addr, commandKey(reg.Command), first.ID, first.Addr, commandKey(first.Command))
-			continue
-		}
-		if len(fin.Members) < c.cfg.MaxNodes {
-			fin.Members = append(fin.Members, idx)
-		}
+		fin.admit(&first, idx, b, c.cfg.MaxNodes)
 	}
 	for idx, why := range fin.Refused {
 		c.cfg.Log("c10d rendezvous: round %d: refused join %d: %s", v, idx, why)
@@ -179,5 +160,35 @@ func (c *coordinator) watch(ctx context.Context, v int64, members []int) string 
 		} else if late > 0 && len(members) < c.cfg.MaxNodes {
 			return fmt.Sprintf("membership: %d node(s) waiting to join %d of at most %d", late, len(members), c.cfg.MaxNodes)
 		}
+	}
+}
+
+// admit decides on join idx, whose registration is b: refused (why in Refused) when b is
+// unreadable or its node differs from the first member in processes or command, else a
+// member while there are fewer than maxNodes. first is the first member's registration,
+// set by the first admitted join.
+func (fin *final) admit(first *registration, idx int, b []byte, maxNodes int) {
+	var reg registration
+	if err := json.Unmarshal(b, &reg); err != nil {
+		fin.Refused[idx] = fmt.Sprintf("unreadable registration %.200q: %v", b, err)
+		return
+	}
+	switch {
+	case reg.NProc < 1:
+		fin.Refused[idx] = fmt.Sprintf("node %.100s (at %.100s) registered --nproc-per-node %d: want at least 1", reg.ID, reg.Addr, reg.NProc)
+		return
+	case len(fin.Members) == 0:
+		*first = reg
+	case reg.NProc != first.NProc:
+		fin.Refused[idx] = fmt.Sprintf("node %s (at %s) has --nproc-per-node %d, but node 0 (%s, at %s) has %d: every node needs the same",
+			reg.ID, reg.Addr, reg.NProc, first.ID, first.Addr, first.NProc)
+		return
+	case commandKey(reg.Command) != commandKey(first.Command):
+		fin.Refused[idx] = fmt.Sprintf("node %s (at %s) runs %q, but node 0 (%s, at %s) runs %q: every node must run the same program and arguments",
+			reg.ID, reg.Addr, commandKey(reg.Command), first.ID, first.Addr, commandKey(first.Command))
+		return
+	}
+	if len(fin.Members) < maxNodes {
+		fin.Members = append(fin.Members, idx)
 	}
 }
