@@ -8,7 +8,7 @@ PKGS    ?= ./...
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: all deps test test-cgo test-levels test-purego cross vet demo demo-synthetic bench bench-ops bench-models bench-comm \
-        bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check fixtures clean test-examples
+        bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check ptx-clang fixtures clean test-examples
 
 all: test
 
@@ -135,6 +135,12 @@ bench-amp: deps
 ## EMULATE=1 also builds the fake GPU libraries into it, for EMULATE=1 build/gpu-check/run.sh.
 gpu-check:
 	EMULATE=$(EMULATE) bash cuda/gpucheck/build.sh build/gpu-check
+
+## ptx-clang: compile cuda/kernels/kernels.cu with clang's NVPTX backend (no CUDA toolkit) and
+## check that every kernel is an entry point and the stand-in math is accurate; skipped, saying
+## so, where clang is not installed. PTX_OUT=cuda/kernels/kernels.ptx also rewrites the embedded PTX.
+ptx-clang:
+	bash cuda/kernels/clang-ptx.sh $(PTX_OUT)
 
 ## fixtures: regenerate the committed PyTorch fixtures (needs Debian's python3-torch).
 fixtures:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU check into one folder that runs on a GPU machine without Go:
-#   bash cuda/gpucheck/build.sh [OUT]      (default OUT: build/gpu-check)
-# then copy OUT to the GPU machine and run OUT/run.sh there. With EMULATE=1 it also builds
+#   bash cuda/gpucheck/build.sh [DIR]      (default DIR: build/gpu-check)
+# then copy DIR to the GPU machine and run DIR/run.sh A, then DIR/run.sh B, there. With EMULATE=1 it also builds
 # cuda/cudatest's fake GPU libraries and the kernel emulator into OUT/emulator, for
 # `EMULATE=1 OUT/run.sh` on a machine without a GPU.
 #
@@ -20,8 +20,8 @@ cc=${CC:-cc}
 mkdir -p "$out"
 # A fresh folder: the binaries, and what an earlier run.sh left (its runs, logs, generated data
 # and results), which would otherwise travel with it.
-rm -rf "$out"/*.test "$out"/imagenet "$out"/*.gz "$out"/runs "$out"/logs "$out"/data "$out"/emulator \
-  "$out"/*.txt "$out"/*.jsonl "$out"/kernels.ptx
+rm -rf "$out"/*.test "$out"/imagenet "$out"/*.gz "$out"/runs "$out"/logs "$out"/data "$out"/emulator "$out"/out \
+  "$out"/*.txt "$out"/*.jsonl "$out"/*.ptx "$out"/PTX_PENDING
 static=$(mktemp -d)
 trap 'rm -rf "$static"' EXIT
 tags=()
@@ -51,13 +51,15 @@ else
   CGO_ENABLED=1 "$go" build -ldflags="-s -w" -o "$out/imagenet" ./examples/imagenet
 fi
 cp cuda/gpucheck/run.sh cuda/gpucheck/torch_bench.py cuda/gpucheck/compare.py cuda/gpucheck/README.md "$out/"
-# kernels.cu, so that run.sh can regenerate the PTX where nvcc is (the binaries embed the
-# committed PTX), and the kernels the committed PTX lacks (cuda/kernels' Pending), one a line.
+# kernels.cu, from which run.sh builds the PTX for the GPU it runs on with nvcc (every step
+# loads it through $GP_CUDA_PTX), and the PTX the binaries embed (run.sh's fallback where
+# there is no nvcc).
 cp cuda/kernels/kernels.cu "$out/"
-sed -n '/^var Pending = /,/}/p' cuda/kernels/kernels.go | grep -o '"[A-Za-z0-9_]*"' | tr -d '"' > "$out/PTX_PENDING" || true
+cp cuda/kernels/kernels.ptx "$out/kernels.embedded.ptx"
 chmod +x "$out/run.sh" "$out/gpucheck.test" "$out/tape.test" "$out/imagenet"
 {
   echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)') with $("$go" version); $linking"
+  echo "built on glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
   echo "needs glibc >= $(objdump -T "$out/gpucheck.test" "$out/tape.test" "$out/imagenet" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1 || echo '?')"
   for b in gpucheck.test tape.test imagenet; do
     echo "$b needs: $(ldd "$out/$b" 2>/dev/null | awk '/=>/ {print $1} !/=>/ && /\// {print $1}' | tr '\n' ' ')"
@@ -71,4 +73,4 @@ if [ "${EMULATE:-0}" = 1 ]; then
   CGO_ENABLED=1 "$go" run ./cuda/gpucheck/fakelibs "$out/emulator"
   echo "gpu-check: fake GPU libraries and the kernel emulator in $out/emulator (EMULATE=1 $out/run.sh)"
 fi
-echo "gpu-check: $out ready ($(du -sh "$out" | cut -f1)); on the GPU machine run: $out/run.sh"
+echo "gpu-check: $out ready ($(du -sh "$out" | cut -f1)); on the GPU machine run: OUT=... $out/run.sh A, then B"

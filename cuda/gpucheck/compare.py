@@ -4,12 +4,14 @@ relative difference of its first steps' losses from the CPU run of the same trai
 
     python3 compare.py [--dir DIR] [--cpu-steps 2] [--warmup 3]
 
-Inputs in DIR: trainer.jsonl (run.sh's manifest: one line per trainer run, with its run
-folder and exit status), each run's metrics.jsonl (-print-freq 1: every step's loss and
-elapsed time), its log (the trainer's error when it failed), torch.jsonl (torch_bench.py)
-and gp.jsonl (the GEMM lines of gpucheck.test). Output: the table on stdout, table.txt and
-table.jsonl in DIR; exit status 1 when a run failed (other than "not supported" or "PTX
-pending") or its losses are off.
+Inputs in DIR (run.sh's OUT): trainer.jsonl (run.sh's manifest: one line per trainer run,
+with its run folder and log relative to DIR and its exit status, or "skipped" when the
+deadline left no room), each run's metrics.jsonl (-print-freq 1: every step's loss and
+elapsed time), its log (the optimizer it ran, and the trainer's error when it failed),
+torch.jsonl (torch_bench.py) and gp.jsonl (the GEMM lines of gpucheck.test). Each device row
+is compared with the CPU run of the same model, amp and optimizer. Output: the table on
+stdout, table.txt and table.jsonl in DIR; exit status 1 when a run failed (other than "not
+supported" or "not run") or its losses are off.
 
 img/s is measured from metrics.jsonl's elapsed_s between the end of step WARMUP and the end
 of the last step, so the first steps (compilation, allocation, cuDNN's algorithm search) are
@@ -34,12 +36,14 @@ import sys
 TOL = {"off": 1e-3, "bf16": 1e-2, "fp16": 1e-2}
 CHECKED_STEPS = {"bf16": 1, "fp16": 1}  # others: --cpu-steps
 
-# Trainer errors that mean "this combination is not on the device yet", not a failure.
-UNSUPPORTED = re.compile(r"not yet on the device|has no device kernel|not supported")
-# A kernel of kernels.cu that the PTX these binaries embed lacks (cuda/kernels' Pending, written
-# where there was no nvcc; cuda.Device.Kernel names `go generate ./cuda/kernels`): run.sh
-# reports the tape tests that need one as "PTX pending", and so are these rows, not failures.
-PTX_PENDING = re.compile(r"go generate \./cuda/kernels")
+# Trainer errors that mean "this combination is not on the device yet", not a failure: the
+# trainer's refusals ("trainer: -opt sgd with -strategy zero3 -device cuda is not yet on the
+# device ...", -offload disk, -sync-bn) and cuda/tape's ops without a device kernel ("op ... of
+# node ... has no device kernel"). Anything else a run prints is a failure.
+UNSUPPORTED = re.compile(r"is not yet on the device|has no device kernel")
+# The optimizer a run used, from the trainer's "train: ..., sgd lr 0.025, ..." line.
+TRAIN_LINE = re.compile(r"^train: .*?, (\w+) lr [0-9.e+-]+, ")
+TIMED_OUT = (124, 137)
 
 
 def read_jsonl(path):
@@ -80,6 +84,31 @@ def trainer_error(log):
     return err or "exited without an error message (see %s)" % log
 
 
+def optimizer_used(log):
+    """The optimizer the trainer's log says it ran, or None."""
+    try:
+        with open(log, errors="replace") as f:
+            for line in f:
+                m = TRAIN_LINE.match(line)
+                if m:
+                    return m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def classify_failure(r, d):
+    """The result of a run that did not exit 0, and whether it fails the table."""
+    if r.get("skipped"):
+        return "not run: the DEADLINE left no room for it", False
+    if r["rc"] in TIMED_OUT:
+        return "FAIL: timed out (run.sh's step timeout; see %s)" % r["log"], True
+    err = trainer_error(os.path.join(d, r["log"]))
+    if UNSUPPORTED.search(err):
+        return "not supported: " + err, False
+    return "FAIL: " + err, True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=".")
@@ -92,7 +121,12 @@ def main():
     for r in read_jsonl(os.path.join(d, "torch.jsonl")):
         if r.get("bench") == "train":
             torch[(r["arch"], r["amp"])] = r.get("images_per_s") or ("error: " + r.get("error", "?"))
-    cpu = {(r["arch"], r["amp"]): r for r in runs if r["device"] == "cpu"}
+    # CPU references by model, amp and the optimizer they ran (run.sh runs one per optimizer
+    # its device rows use).
+    cpu = {}
+    for r in runs:
+        if r["device"] == "cpu":
+            cpu[(r["arch"], r["amp"], r.get("opt") or optimizer_used(os.path.join(d, r["log"])))] = r
     rows, failed = [], False
     for r in runs:
         if r["device"] == "cpu":
@@ -101,17 +135,11 @@ def main():
         row = {"model": f'{r["arch"]} {r["image"]}px b{r["batch"]}', "arch": r["arch"], "strategy": r["strategy"],
                "amp": r["amp"], "ours": None, "torch": torch.get(key), "ratio": None, "loss_diff": None, "result": ""}
         if r["rc"] != 0:
-            err = trainer_error(r["log"])
-            if PTX_PENDING.search(err):
-                row["result"] = "PTX pending: " + err
-            elif UNSUPPORTED.search(err):
-                row["result"] = "not supported: " + err
-            else:
-                row["result"] = "FAIL: " + err
-                failed = True
+            row["result"], bad = classify_failure(r, d)
+            failed = failed or bad
             rows.append(row)
             continue
-        st = steps_of(r["out"])
+        st = steps_of(os.path.join(d, r["out"]))
         n = max(st) if st else 0
         if n < 2:
             row["result"] = f"FAIL: {n} steps in metrics.jsonl"
@@ -124,13 +152,18 @@ def main():
         row["steps_timed"] = n - w
         if isinstance(row["torch"], (int, float)) and row["torch"] > 0:
             row["ratio"] = round(row["ours"] / row["torch"], 3)
-        ref = cpu.get(key)
+        opt = optimizer_used(os.path.join(d, r["log"]))
+        row["opt"] = opt
+        ref = cpu.get((r["arch"], r["amp"], opt))
         if ref is None or ref["rc"] != 0:
-            row["result"] = "no CPU reference" + (": " + trainer_error(ref["log"]) if ref else "")
-            failed = True
+            why = f"no CPU reference with -opt {opt}"
+            if ref is not None:
+                why += ": " + classify_failure(ref, d)[0]
+            row["result"] = why
+            failed = failed or not (ref is not None and ref.get("skipped"))
             rows.append(row)
             continue
-        cs = steps_of(ref["out"])
+        cs = steps_of(os.path.join(d, ref["out"]))
         k = min(CHECKED_STEPS.get(r["amp"], a.cpu_steps), n, max(cs) if cs else 0)
         shared = min(a.cpu_steps, n, max(cs) if cs else 0)
         row["loss_diffs"] = [abs(st[i][0] - cs[i][0]) / abs(cs[i][0]) for i in range(1, shared + 1)]
@@ -165,9 +198,9 @@ def main():
             return format(v, ".3g")
         return format(v, spec)
 
-    lines = [f"{'model':22} {'strategy':8} {'amp':5} {'ours img/s':>10} {'torch img/s':>11} {'ratio':>6} {'loss diff':>9}  result"]
+    lines = [f"{'model':22} {'strategy':8} {'opt':5} {'amp':5} {'ours img/s':>10} {'torch img/s':>11} {'ratio':>6} {'loss diff':>9}  result"]
     for r in rows:
-        lines.append(f"{r['model']:22} {r['strategy']:8} {r['amp']:5} {fmt(r['ours'], '.1f'):>10} {fmt(r['torch'], '.1f'):>11} "
+        lines.append(f"{r['model']:22} {r['strategy']:8} {r.get('opt') or '-':5} {r['amp']:5} {fmt(r['ours'], '.1f'):>10} {fmt(r['torch'], '.1f'):>11} "
                      f"{fmt(r['ratio'], '.2f'):>6} {fmt(r['loss_diff'], '.1e'):>9}  {r['result']}")
     gemm = {}
     for p, impl in (("gp.jsonl", "gp"), ("torch.jsonl", "torch")):

@@ -7,6 +7,7 @@
 //
 // `make gpu-check` (build.sh) compiles the test binaries with `go test -c` and the trainer of
 // examples/imagenet, and copies them with run.sh, torch_bench.py and compare.py into one
-// folder; carry it to the GPU machine (which needs no Go) and run ./run.sh there: the checks,
-// then the trainer's runs against the CPU and PyTorch, in one table (README.md).
+// folder; carry it to the GPU machine (which needs no Go) and run `./run.sh A` there (the
+// preflight, the PTX built by nvcc for that GPU, these checks and the executor's), then
+// `./run.sh B` (the trainer's runs against the CPU and PyTorch, in one table; README.md).
 package gpucheck

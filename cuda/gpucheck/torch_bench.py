@@ -44,6 +44,14 @@ def bench_gemm(size=4096, iters=20):
                           "tflops": round(2 * size**3 * iters / el / 1e12, 2)}), flush=True)
 
 
+def grad_scaler(enabled):
+    """torch.amp.GradScaler("cuda"), the current API (torch 2.3 and newer); older torches
+    have only torch.cuda.amp.GradScaler, which newer ones deprecate."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def bench_train(arch, image, batch, amp, steps, warmup, device, classes=1000):
     import torchvision
     torch.backends.cudnn.benchmark = True
@@ -56,8 +64,7 @@ def bench_train(arch, image, batch, amp, steps, warmup, device, classes=1000):
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     autocast = amp in ("bf16", "fp16")
     dtype = torch.float16 if amp == "fp16" else torch.bfloat16
-    # torch.cuda.amp's GradScaler: torch.amp.GradScaler is newer than some installed torches.
-    scaler = torch.cuda.amp.GradScaler(enabled=amp == "fp16" and device.startswith("cuda"))
+    scaler = grad_scaler(enabled=amp == "fp16" and device.startswith("cuda"))
     x = torch.randn(batch, 3, image, image, device=device)
     y = torch.randint(0, classes, (batch,), device=device)
 
@@ -89,7 +96,8 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--gemm", action=argparse.BooleanOptionalAction, default=True)
     a = ap.parse_args()
-    info = {"torch": torch.__version__, "device": a.device}
+    info = {"torch": torch.__version__, "device": a.device,
+            "grad_scaler": "torch.amp" if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler") else "torch.cuda.amp"}
     if a.device.startswith("cuda"):
         info.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0))
     print(json.dumps(info), flush=True)

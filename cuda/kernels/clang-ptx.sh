@@ -11,6 +11,7 @@
 # ARCH (default sm_80, as go generate's compute_80; clang 14 knows none newer) picks the target.
 # Exit status 0 when clang is not installed (it says so): the check is skipped, not failed.
 set -euo pipefail
+dest=${1:+$(realpath -m "$1")}
 cd "$(dirname "$0")"
 clang=${CLANG:-clang}
 if ! command -v "$clang" >/dev/null 2>&1; then
@@ -39,7 +40,7 @@ fi
   cat "$tmp/k.ptx"
 } > "$tmp/out.ptx"
 echo "clang-ptx: kernels.cu compiles for $arch: $(echo "$have" | wc -l) entry points, every kernel of kernels.cu ($(wc -l < "$tmp/out.ptx") lines of PTX)"
-if [ $# -gt 0 ]; then
-  cp "$tmp/out.ptx" "$1"
-  echo "clang-ptx: wrote $1"
+if [ -n "$dest" ]; then
+  cp "$tmp/out.ptx" "$dest"
+  echo "clang-ptx: wrote $dest"
 fi
