@@ -44,6 +44,8 @@ type Config struct {
 	ClipGrad    float64
 	Optimizer   string  // sgd or adamw
 	MinLR       float64 // the cosine schedule's floor (timm's --min-lr)
+	PolyPower   float64 // the poly schedule's power
+	PctStart    float64 // the onecycle schedule's rising share
 	WarmupLR    float64 // the warmup's first learning rate (timm's --warmup-lr; 0: 1% of LR)
 	// StartEpoch starts the run at this epoch, the schedule advanced to its first step, as
 	// PyTorch's --start-epoch does (0: the checkpoint's, or the first); a checkpoint of a
@@ -155,7 +157,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(hyperFlag{&c.WeightDecay, ""}, "weight-decay", "alias of -wd")
 	fs.IntVar(&c.Workers, "j", 2, "data loading workers per rank")
 	fs.IntVar(&c.Workers, "workers", 2, "alias of -j")
-	fs.StringVar(&c.Sched, "sched", "", "step | cosine (default: the recipe's)")
+	fs.StringVar(&c.Sched, "sched", "", "step | cosine | onecycle | poly | constant (default: the recipe's); onecycle peaks at -lr (PyTorch's OneCycleLR defaults, momentum cycled), poly decays as (1-t/T)^-poly-power, constant holds -lr after the warmup")
+	fs.Float64Var(&c.PolyPower, "poly-power", 1, "power of the poly schedule (PyTorch's PolynomialLR default 1)")
+	fs.Float64Var(&c.PctStart, "pct-start", 0.3, "share of the steps the onecycle schedule spends rising (PyTorch's default 0.3)")
 	fs.IntVar(&c.Warmup, "warmup-epochs", -1, "linear warmup epochs (default: the recipe's)")
 	fs.Float64Var(&c.Smoothing, "label-smoothing", -1, "label smoothing (default: the recipe's)")
 	fs.Float64Var(&c.ClipGrad, "clip-grad", -1, "clip gradients to this global norm, 0 off (default: the recipe's)")
@@ -381,9 +385,13 @@ func (c *Config) checkRecipe(swin bool) error {
 		return fmt.Errorf("trainer: unknown -progress %q (bar or log)", c.Progress)
 	}
 	switch c.Sched {
-	case "step", "cosine":
+	case "step", "cosine", "poly", "constant":
+	case "onecycle":
+		if c.Warmup > 0 {
+			return fmt.Errorf("trainer: -sched onecycle has its own rise (-pct-start): drop -warmup-epochs %d", c.Warmup)
+		}
 	default:
-		return fmt.Errorf("trainer: unknown -sched %q (step or cosine)", c.Sched)
+		return fmt.Errorf("trainer: unknown -sched %q (step, cosine, onecycle, poly or constant)", c.Sched)
 	}
 	switch c.Optimizer {
 	case "sgd", "adamw":

@@ -464,3 +464,51 @@ type noState struct{}
 
 func (noState) StateDict() []nn.StateEntry          { return nil }
 func (noState) LoadStateDict([]nn.StateEntry) error { return nil }
+
+// -sched onecycle, poly and constant: the learning rate at the first step, its peak and at
+// the last step of 10 epochs of 5 steps, as PyTorch's OneCycleLR (from -lr/25 up to -lr
+// after 30% of the steps, down to -lr/25/1e4), PolynomialLR (power 2 after a 2-epoch
+// warmup: 0 at the end) and ConstantLR (-lr held after the warmup) give them. OneCycleLR's
+// final rate is that of the last step taken (step 49; PyTorch's step 50 would lie past it).
+func TestSchedulesOfPyTorchUsers(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		args              []string
+		first, peak, last float64
+		peakAt, lastAt    int
+	}{
+		{"onecycle", []string{"-sched", "onecycle", "-warmup-epochs", "0"}, 0.1 / 25, 0.1, 0.1 / 25 / 1e4, 14, 49},
+		{"poly", []string{"-sched", "poly", "-poly-power", "2", "-warmup-epochs", "2"}, 0.001, 0.1, 0, 10, 50},
+		{"constant", []string{"-sched", "constant", "-warmup-epochs", "2"}, 0.001, 0.1, 0.1, 10, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(t, append([]string{"-lr", "0.1", "-epochs", "10", "-opt", "sgd", "-momentum", "0.9"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt, err := optim.NewSGD([]optim.Segment{{Name: "w", Data: []float32{0}, Grad: make([]float32, 1)}}, c.LR, optim.WithMomentum(0.9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const spe = 5
+			sched, err := newSchedule(opt, c, spe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lrs := []float64{opt.LR()}
+			for range 10 * spe {
+				sched.Step()
+				lrs = append(lrs, opt.LR())
+			}
+			near(t, "lr at step 0", lrs[0], tc.first, 1e-9)
+			near(t, "lr at the peak", lrs[tc.peakAt], tc.peak, 1e-9)
+			near(t, "lr at the last step", lrs[tc.lastAt], tc.last, 1e-12)
+		})
+	}
+	if _, err := parseConfig(t, "-sched", "onecycle", "-warmup-epochs", "3", "-epochs", "10"); err == nil || !strings.Contains(err.Error(), "-sched onecycle has its own rise") {
+		t.Errorf("-sched onecycle with a warmup: %v", err)
+	}
+	if _, err := parseConfig(t, "-sched", "exp"); err == nil || !strings.Contains(err.Error(), "unknown -sched \"exp\" (step, cosine, onecycle, poly or constant)") {
+		t.Errorf("-sched exp: %v", err)
+	}
+}
