@@ -7,6 +7,7 @@ PKGS    ?= ./...
 # Tests run the BLAS with one thread per process: several ranks share 2 cores.
 export OPENBLAS_NUM_THREADS ?= 1
 
+.PHONY: test-fuzz
 .PHONY: all deps test test-cgo test-levels test-purego cross vet demo demo-synthetic bench bench-ops bench-models bench-comm \
         bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check ptx-clang fixtures clean test-examples
 
@@ -20,7 +21,7 @@ deps:
 ## kernel and model tests again at every lower level it has (GP_SIMD), the pure-Go
 ## (CGO_ENABLED=0) build and its tests, the examples as a user runs them, and the cross
 ## builds (macOS, Windows, arm64).
-test: deps vet test-cgo test-levels test-purego test-examples cross
+test: deps vet test-cgo test-levels test-purego test-examples cross test-fuzz
 
 vet:
 	$(GO) vet $(PKGS)
@@ -56,6 +57,14 @@ test-examples:
 	bin/gprun --nproc-per-node 2 -- bin/examples/ddp -steps $(EXAMPLE_STEPS)
 	bin/gprun --nproc-per-node 2 -- bin/examples/solver -steps $(EXAMPLE_STEPS)
 	bin/gprun --nproc-per-node 2 -- bin/examples/zero3 -steps $(EXAMPLE_STEPS)
+
+## test-fuzz: every fuzz target (func FuzzXxx) for FUZZTIME each, one at a time on one worker,
+## on the committed corpus (each package's testdata/fuzz/FuzzXxx) plus what it finds (bench/fuzz
+## prints the table). A crasher fails it; go test writes the input under the package's
+## testdata/fuzz/FuzzXxx/, to commit with the parser's fix.
+FUZZTIME ?= 10s
+test-fuzz:
+	$(GO) run ./bench/fuzz -fuzztime $(FUZZTIME)
 
 ## cross: vet (which compiles the tests too) with CGO_ENABLED=0 for linux, macOS and
 ## Windows on amd64 and arm64.

@@ -1,0 +1,210 @@
+// Command fuzz runs every fuzz target of the module (each func FuzzXxx in a _test.go file)
+// one at a time for -fuzztime on -parallel workers, on the committed corpus
+// (testdata/fuzz/FuzzXxx) plus what it finds, and prints a table of the executions and new
+// coverage each reached. With -out it writes them as JSON (bench/results/fuzz.json). Any
+// target that fails (a crasher; go test writes its input under the package's
+// testdata/fuzz/FuzzXxx/) makes the command fail after the others ran. `make test-fuzz` runs
+// it for 10 s a target.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// target is one fuzz function and what a run of it reached.
+type target struct {
+	Package        string        `json:"package"`
+	Name           string        `json:"name"`
+	Seconds        float64       `json:"seconds"`          // the -fuzztime it ran for
+	Execs          int64         `json:"execs"`            // inputs executed while fuzzing
+	ExecsPerSecond float64       `json:"execs_per_second"` // execs / seconds
+	Baseline       int           `json:"baseline_corpus"`  // seed and cached inputs run first
+	NewInteresting int           `json:"new_interesting"`  // inputs that reached new coverage
+	Crashers       []string      `json:"crashers"`         // failing inputs this run wrote
+	Regressions    []*regression `json:"regression_inputs"`
+	Wall           float64       `json:"wall_s"` // compile and run
+}
+
+// regression is an input committed under testdata/fuzz/FuzzXxx/ and what it exposed.
+type regression struct {
+	File string `json:"file"`
+	Fix  string `json:"fix"`
+}
+
+// fixes says, for each committed regression input, what it exposed and where it was fixed.
+var fixes = map[string]string{
+	"FuzzTCPHandshake/stalled-stranger": "a client that connected to a rank's transport listener and sent nothing held the sequential accept loop for its 30 s deadline, so rank 1 timed out and the world did not form; parallel/comm/tcp.go runs each handshake on its own goroutine",
+	"FuzzStoreServer/huge-value-length": "a store request claiming a 4 GiB value made the server allocate 4 GiB; parallel/comm/store.go reads with memory growing as bytes arrive and refuses values over 64 MiB",
+	"FuzzEnv/negative-node-id":          "SLURM_NODEID=-1 indexed the task counts at -1 (panic in slurmLocalSize); parallel/comm/envlaunchers.go refuses negative node and local ids",
+	"FuzzFirstHost/space-before-comma":  "FirstHost(\"a ,b\") gave \"a \", and bytes no host name has passed through; FirstHost trims the host and checks its characters",
+	"FuzzExpandCounts/over-2e20-nodes":  "SLURM task count lists expanded without a total bound; bounded at 2^20 nodes",
+	"FuzzReadArray/npyio-readheader":    "the header that panics npyio v0.14.0's readHeader (slice bounds out of range [:-1], reader.go:101); internal/npyfile parses and checks every header before npyio sees it",
+	"FuzzReadArray/2e60-elements":       "a header claiming 2^60 float32s: refused from the header against the bytes present, nothing allocated",
+	"FuzzNewReader/npyio-readheader":    "npyio is given only npyfile's canonical copy of a checked header",
+	"FuzzRead/crafted-npz":              "an .npz member with npyio's panicking header panicked checkpoint.Read; members are read through internal/npyfile and the error names file and key",
+	"FuzzReadNpy/npyio-readheader":      "modelcheck's .npy inputs reached npyio's panicking readHeader; read through internal/npyfile",
+	"FuzzArrayNPY/npyio-readheader":     "data.NewArrayDataset's labels file reached npyio's panicking readHeader; read through internal/npyfile",
+	"FuzzArrayNPZ/npyio-readheader-npz": "npyio/npz.Open parsed every member's header with npyio (panic); the .npz data set reads members through internal/npyfile",
+	"FuzzReadTar/npyio-panic-member":    "a WebDataset .npy member with npyio's panicking header, or claiming 2^60 elements, panicked Sample.NPY; now ErrCorrupt naming shard, sample and field",
+	"FuzzExpand/maxint-range":           "a shard pattern {0..9223372036854775807} looped without end (the counter overflowed); Expand refuses more than 2^20 names",
+	"FuzzDecode/png-60000x60000":        "a 71-byte grayscale PNG claiming 60000x60000 pixels made image/png allocate 3.6 GB (and the RGB conversion 10.8 GB); data/rgb refuses images over PIL's 178,956,970-pixel limit from the header",
+	"FuzzDecode/pgm-65536x65536":        "a Netpbm header claiming 65536x65536 samples allocated 32 GiB for them before checking the data was there; data/rgb checks first",
+	"FuzzStatusReply/short-reply":       "decodeStatus indexed a reply without checking its length (RecvMsg fixes the length, so not reachable before); it now checks itself",
+	"FuzzReadFile/huge-record":          "a TensorBoard record header claiming 1 GiB was allocated before reading; ReadFile grows with the bytes there are",
+	"FuzzMasterOf/port-zero":            "node 0's registration with a bad port gave the workers MASTER_PORT 0; masterOf refuses ports outside 1-65535",
+	"FuzzAdmit/zero-nproc":              "a registration with --nproc-per-node 0 became a member; admit refuses it",
+}
+
+var fuzzFunc = regexp.MustCompile(`(?m)^func (Fuzz\w+)\(\w+ \*testing\.F\)`)
+
+var progress = regexp.MustCompile(`fuzz: elapsed: \d+s, execs: (\d+) .*new interesting: (\d+) \(total: (\d+)\)`)
+var baseline = regexp.MustCompile(`gathering baseline coverage: \d+/(\d+) completed`)
+var failing = regexp.MustCompile(`Failing input written to (\S+)`)
+
+func main() {
+	fuzztime := flag.Duration("fuzztime", 60*time.Second, "how long each target fuzzes")
+	parallel := flag.Int("parallel", 1, "fuzzing workers per target (go test -parallel)")
+	match := flag.String("run", "", "only targets whose package/name matches this regular expression")
+	out := flag.String("out", "", "write the results as JSON here (e.g. bench/results/fuzz.json)")
+	flag.Parse()
+	log.SetFlags(0)
+	filter := regexp.MustCompile(*match)
+
+	targets, err := discover(".")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%-32s %-22s %8s %10s %8s %8s %6s  %s\n", "package", "target", "seconds", "execs", "execs/s", "baseline", "new", "crashers")
+	failed := 0
+	var ran []*target
+	for _, t := range targets {
+		if !filter.MatchString(t.Package + "/" + t.Name) {
+			continue
+		}
+		if err := t.run(*fuzztime, *parallel); err != nil {
+			failed++
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n", t.Package, t.Name, err)
+		}
+		ran = append(ran, t)
+		fmt.Printf("%-32s %-22s %8.0f %10d %8.0f %8d %6d  %s\n", t.Package, t.Name, t.Seconds, t.Execs, t.ExecsPerSecond, t.Baseline, t.NewInteresting, strings.Join(t.Crashers, " "))
+	}
+	res := map[string]any{
+		"what":            "go test -fuzz of every fuzz target, one at a time, on the committed corpus plus what it finds",
+		"fuzztime_s":      fuzztime.Seconds(),
+		"parallel":        *parallel,
+		"minimize":        "-fuzzminimizetime 10x",
+		"go":              runtime.Version(),
+		"cpus":            runtime.NumCPU(),
+		"targets":         ran,
+		"targets_failing": failed,
+	}
+	line, _ := json.Marshal(res)
+	fmt.Println(string(line))
+	if *out != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if failed > 0 {
+		log.Fatalf("%d fuzz targets failed; their inputs are under the packages' testdata/fuzz/ (fix the parser, then commit the input)", failed)
+	}
+}
+
+// discover finds every fuzz function under root, by package directory and name.
+func discover(root string) ([]*target, error) {
+	var out []*target
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "bin" || n == "build" || n == "runs") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzzFunc.FindAllSubmatch(b, -1) {
+			t := &target{Package: "./" + filepath.ToSlash(filepath.Dir(p)), Name: string(m[1])}
+			t.Regressions = regressions(filepath.Dir(p), t.Name)
+			out = append(out, t)
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Package != out[j].Package {
+			return out[i].Package < out[j].Package
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, err
+}
+
+// regressions lists the inputs committed for name in dir's testdata/fuzz.
+func regressions(dir, name string) []*regression {
+	ents, _ := os.ReadDir(filepath.Join(dir, "testdata", "fuzz", name))
+	var out []*regression
+	for _, e := range ents {
+		key := name + "/" + e.Name()
+		out = append(out, &regression{File: filepath.ToSlash(filepath.Join(dir, "testdata", "fuzz", key)), Fix: fixes[key]})
+	}
+	return out
+}
+
+// run fuzzes t for d and parses go test's progress lines.
+func (t *target) run(d time.Duration, parallel int) error {
+	start := time.Now()
+	cmd := exec.Command("go", "test", "-run", "^$", "-fuzz", "^"+t.Name+"$", "-fuzztime", d.String(),
+		"-fuzzminimizetime", "10x", "-parallel", strconv.Itoa(parallel), t.Package)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	t.Wall = time.Since(start).Seconds()
+	t.Seconds = d.Seconds()
+	sc := bufio.NewScanner(&buf)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := progress.FindStringSubmatch(line); m != nil {
+			t.Execs, _ = strconv.ParseInt(m[1], 10, 64)
+			t.NewInteresting, _ = strconv.Atoi(m[2])
+		}
+		if m := baseline.FindStringSubmatch(line); m != nil {
+			t.Baseline, _ = strconv.Atoi(m[1])
+		}
+		if m := failing.FindStringSubmatch(line); m != nil {
+			t.Crashers = append(t.Crashers, filepath.ToSlash(filepath.Join(t.Package, m[1])))
+		}
+	}
+	t.ExecsPerSecond = float64(t.Execs) / t.Seconds
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, lastLines(buf.String(), 30))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
