@@ -46,10 +46,16 @@ func (c *Config) openDevice() error {
 	case "", "ddp", "none", "dp":
 	case "zero3":
 		if c.Offload == "disk" {
-			return fmt.Errorf("trainer: -offload disk is not yet on the device (issue 20, item 2): use -offload cpu or none with -device %s", dev)
+			return fmt.Errorf("trainer: -offload disk is not yet on the device: use -offload cpu or none with -device %s", dev)
+		}
+		// The device's zero3 steps AdamW only: it is the recipe's optimizer there (the
+		// recipe fills c.Optimizer only when it is empty); an explicit -opt sgd is refused
+		// when the engine is made.
+		if c.Optimizer == "" {
+			c.Optimizer = "adamw"
 		}
 	default:
-		return fmt.Errorf("trainer: -strategy %s is not yet on the device (issue 20, item 2): use -strategy ddp, none or dp with -device %s", c.Strategy, dev)
+		return fmt.Errorf("trainer: -strategy %s is not yet on the device: use -strategy ddp, none, dp or zero3 with -device %s", c.Strategy, dev)
 	}
 	ordinal, err := deviceOrdinal(dev)
 	if err != nil {
@@ -90,10 +96,11 @@ func deviceOrdinal(dev string) (int, error) {
 
 // compileOn compiles a replicated engine's training program on the device (the engine calls
 // it for -device cuda instead of the strategy's compile): the parameters, gradients and
-// optimizer live on the device (tape.State) and, at world size > 1, DDP's buckets are
-// all-reduced there by NCCL while backward runs, each bucket stepped on the device after its
-// reduction (cuda/devddp over an NCCL group on this rank's GPU, made through the rendezvous
-// store). What the stepper does between Run and Step (-amp fp16's unscale and inf/NaN
+// optimizer live on the device (tape.State) and, at world size > 1 or under an explicit
+// -strategy ddp, DDP's buckets are all-reduced there by NCCL while backward runs, each bucket
+// stepped on the device after its reduction (cuda/devddp over an NCCL group on this rank's
+// GPU, deviceGroup). At world size 1 that is NCCL's event protocol over a group of one, what
+// a one-GPU check exercises; -strategy none and the default skip it. What the stepper does between Run and Step (-amp fp16's unscale and inf/NaN
 // check, -clip-grad, -grad-accum-steps' 1/A) works on the State's device gradients
 // (updateDevice), under every strategy here; -model-ema averages the host's weights, copied
 // from the device after each optimizer step (replicated.update). -strategy dp runs
@@ -113,7 +120,7 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 	if err != nil {
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
-	if world == 1 {
+	if world == 1 && cfg.Strategy != "ddp" {
 		p, err := st.Compile(build, opts...)
 		if err != nil {
 			st.Close()
@@ -121,21 +128,10 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 		}
 		return p, st, nil
 	}
-	store := comm.StoreOf(g)
-	if store == nil {
-		st.Close()
-		return nil, nil, fmt.Errorf("trainer: -device %s at world size %d needs the rendezvous store of a launched job (gprun or torchrun) to make its NCCL group", cfg.Device, world)
-	}
-	nopts := []nccl.Option{nccl.WithDevice(cfg.dev.Ordinal()), nccl.WithName("trainer-ddp")}
-	if cfg.Timeout > 0 {
-		nopts = append(nopts, nccl.WithTimeout(cfg.Timeout))
-	}
-	// The group lives as long as the process: the trainer's Run is the process's run, and
-	// NCCL's (and the fake's) shared state is released at exit.
-	ng, err := nccl.New(ctx, store, g.Rank(), world, nopts...)
+	ng, err := deviceGroup(ctx, cfg, g, "trainer-ddp")
 	if err != nil {
 		st.Close()
-		return nil, nil, fmt.Errorf("trainer: -device %s: NCCL group: %w", cfg.Device, err)
+		return nil, nil, err
 	}
 	dd, err := devddp.New(d, st, ng)
 	if err != nil {
@@ -148,6 +144,38 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 		return nil, nil, err
 	}
 	return p, st, nil
+}
+
+// deviceGroup makes the NCCL group of g's ranks on this rank's GPU, named name, exchanging
+// NCCL's unique id through the launched job's rendezvous store or, for a group of one without
+// a launcher (no store), through a store of one on loopback that is closed once the group is
+// made (NCCL reads the store only to start). The group lives as long as the process: the
+// trainer's Run is the process's run, and NCCL's (and the fake's) state is released at exit.
+func deviceGroup(ctx context.Context, cfg *Config, g comm.Group, name string) (*nccl.Group, error) {
+	store := comm.StoreOf(g)
+	if store == nil {
+		if g.Size() != 1 {
+			return nil, fmt.Errorf("trainer: -device %s at world size %d needs the rendezvous store of a launched job (gprun or torchrun) to make its NCCL group", cfg.Device, g.Size())
+		}
+		srv, err := comm.ListenStore("127.0.0.1:0", 1)
+		if err != nil {
+			return nil, fmt.Errorf("trainer: -device %s: the NCCL group's store of one: %w", cfg.Device, err)
+		}
+		defer srv.Close()
+		if store, err = comm.DialStore(ctx, srv.Addr()); err != nil {
+			return nil, fmt.Errorf("trainer: -device %s: the NCCL group's store of one: %w", cfg.Device, err)
+		}
+		defer store.Close()
+	}
+	nopts := []nccl.Option{nccl.WithDevice(cfg.dev.Ordinal()), nccl.WithName(name)}
+	if cfg.Timeout > 0 {
+		nopts = append(nopts, nccl.WithTimeout(cfg.Timeout))
+	}
+	ng, err := nccl.New(ctx, store, g.Rank(), g.Size(), nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: -device %s: NCCL group: %w", cfg.Device, err)
+	}
+	return ng, nil
 }
 
 // compileDataParallel is -strategy dp on the device: cfg.DPReplicas replicas on the devices

@@ -12,12 +12,13 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 )
 
 // devSharded is -strategy zero3 -device cuda: cuda/devzero on this rank's GPU, the units
 // all-gathered and the gradients reduce-scattered by NCCL on the device, AdamW on the
-// rank's shard on the device or, with -offload cpu, on the CPU. -amp is autocast in the
+// rank's shard on the device or, with -offload cpu, on the CPU (AdamW is the default optimizer
+// there; -opt sgd is refused). At world size 1 without a launcher the NCCL group is one
+// rank's (deviceGroup). -amp is autocast in the
 // graph; -amp fp16's unscale and inf/NaN check, -clip-grad and -grad-accum-steps' 1/A work
 // on each rank's gradient shard (update). -sync-bn is not on the device yet and is
 // refused. Checkpoints hold the gathered parameters and the trainer's
@@ -40,13 +41,9 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	dev := cfg.Device
 	switch {
 	case cfg.Optimizer != "adamw":
-		return nil, fmt.Errorf("trainer: -strategy zero3 -device %s steps AdamW on the device: pass -opt adamw", dev)
+		return nil, fmt.Errorf("trainer: -opt %s with -strategy zero3 -device %s is not yet on the device (it steps AdamW on each rank's shard): pass -opt adamw (the default there), or -strategy ddp for -opt %s", cfg.Optimizer, dev, cfg.Optimizer)
 	case cfg.SyncBN:
-		return nil, fmt.Errorf("trainer: -sync-bn with -strategy zero3 -device %s is not yet on the device (issue 20, item 2)", dev)
-	}
-	store := comm.StoreOf(g)
-	if store == nil {
-		return nil, fmt.Errorf("trainer: -strategy zero3 -device %s needs the rendezvous store of a launched job (gprun or torchrun) to make its NCCL group", dev)
+		return nil, fmt.Errorf("trainer: -sync-bn with -strategy zero3 -device %s is not yet on the device: use -strategy ddp -sync-bn, or zero3 without -sync-bn", dev)
 	}
 	// The shards are cut from each rank's model: rank 0's parameters everywhere first.
 	if err := g.Broadcast(comm.F32(model.Params.Data), 0).Wait(ctx); err != nil {
@@ -60,14 +57,9 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 	if err != nil {
 		return nil, err
 	}
-	nopts := []nccl.Option{nccl.WithDevice(cfg.dev.Ordinal()), nccl.WithName("trainer-zero3")}
-	if cfg.Timeout > 0 {
-		nopts = append(nopts, nccl.WithTimeout(cfg.Timeout))
-	}
-	// The group lives as long as the process, as compileOn's.
-	ng, err := nccl.New(ctx, store, g.Rank(), g.Size(), nopts...)
+	ng, err := deviceGroup(ctx, cfg, g, "trainer-zero3")
 	if err != nil {
-		return nil, fmt.Errorf("trainer: -device %s: NCCL group: %w", dev, err)
+		return nil, err
 	}
 	var zopts []devzero.Option
 	if cfg.Offload == "cpu" {
