@@ -7,6 +7,9 @@
 // and type (fields.go) and refuses, when Of is called, a solver whose layout is not the
 // one it knows, so that a program learns at its start, not at its first checkpoint, that
 // its solver cannot be saved.
+//
+// A solver wrapped for several ranks (ddp.NewSolver) is checkpointed through the solver it
+// wraps: Of(inner), every rank holding the same state.
 package gsolver
 
 import (
