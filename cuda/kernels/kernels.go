@@ -112,6 +112,3 @@ func Required() []string {
 	}
 	return out
 }
-
-// Names lists the kernels the embedded PTX defines, in file order.
-func Names() []string { return Parse(Embedded, PTX).Kernels }
