@@ -88,3 +88,27 @@ func TestCheckpointOfAnotherModelOrStrategy(t *testing.T) {
 		}
 	}
 }
+
+// A data set whose images do not fit the model's input (grey or 4-channel arrays for an RGB
+// model) is refused at the start naming the file and what it needs.
+func TestDataOfAnotherShape(t *testing.T) {
+	for _, ch := range []int{1, 4} {
+		dir := t.TempDir()
+		for _, side := range []string{"train", "val"} {
+			const n, size = 16, 12
+			lab := make([]byte, 8*n)
+			for i := range n {
+				lab[8*i] = byte(i % 2)
+			}
+			writeNpy(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{n, size, size, ch}, make([]byte, n*size*size*ch))
+			writeNpy(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{n}, lab)
+		}
+		cfg := tinyConfig(t, t.TempDir())
+		cfg.Data, cfg.DataFormat, cfg.Arch, cfg.ImageSize = dir, "npy", "resnet8", 12
+		cfg.Group = comm.NewLocalGroups(1)[0]
+		_, err := Run(context.Background(), cfg, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "train_images.npy")) || !strings.Contains(err.Error(), "3-channel") {
+			t.Errorf("%d-channel images: %v, want an error naming train_images.npy and 3 channels", ch, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/data/synth"
@@ -117,8 +118,13 @@ func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, l
 func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
 	bad, _ := badInput(cfg)
 	open := func(side string, t *transforms.Pipeline) (*data.ArrayDataset, error) {
-		return data.NewArrayDataset(filepath.Join(cfg.Data, side+"_images.npy"), filepath.Join(cfg.Data, side+"_labels.npy"),
+		images := filepath.Join(cfg.Data, side+"_images.npy")
+		ds, err := data.NewArrayDataset(images, filepath.Join(cfg.Data, side+"_labels.npy"),
 			data.NHWC, data.WithTransform(t), data.WithLogger(log), data.WithClasses(cfg.NumClasses), data.WithBadInput(bad))
+		if err != nil && !strings.Contains(err.Error(), images) {
+			err = fmt.Errorf("trainer: -data-format npy: %s (images [N,H,W,C]): %w", images, err)
+		}
+		return ds, err
 	}
 	trainDS, err := open("train", trainT)
 	if err != nil {
