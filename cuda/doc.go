@@ -30,8 +30,9 @@
 //     to these functions and runs it with its values on the device; gradients come back
 //     into the flat gradient buffer (nn.ParamSet.Grad) through the taps' hooks, so DDP
 //     buckets and ZeRO shards are unchanged;
-//   - cuda/tape lowers the project's own ops too (nn/ops, models/swin, amp; found by
-//     ops.Describe, swin.DescribeOp and amp.DescribeOp), so ResNet and the Swin Transformer
+//   - cuda/tape lowers the project's own ops too (found by ops.Describe, which covers
+//     nn/ops and every ops.Describer such as models/swin's, and amp.DescribeOp), so ResNet
+//     and the Swin Transformer
 //     run on the device as the graphs they are, with no hand-written device copy of a
 //     model: the trainer's -device cuda and cuda/gpucheck's model tests use it;
 //   - parameters stay float32 masters; with autocast, GEMM and convolution operands are cast

@@ -15,9 +15,12 @@
 // options' hooks) and lowers every node of nn.Program.Graph, in the TapeMachine's order, to
 // a device kernel by its op: gorgonia's ops are recognised by their type and String() (the
 // table in ops.go), which gorgonia keeps stable because its hashing and printing use it; the
-// project's own ops (nn/ops, models/swin, amp) by their descriptions (ops.Describe,
-// swin.DescribeOp, amp.DescribeOp; ops_nn.go, ops_norm.go, ops_swin.go), so ResNet and the
-// Swin Transformer train on the device as the graphs they are.
+// project's own ops by their descriptions (ops_nn.go, ops_norm.go, ops_window.go, ops_amp.go):
+// ops.Describe describes nn/ops's ops and those of any package whose op types implement
+// ops.Describer (models/swin's attention, row gathers and permutes), and amp.DescribeOp
+// amp's. ResNet and the Swin Transformer train on the device as the graphs they are, and
+// the executor imports no model: a package that defines ops gives them to the device by
+// describing them in nn/ops's vocabulary, which needs no import of the device packages.
 // An op without a device kernel, or one whose kernel the device has not loaded, is an error
 // of Compile naming the op and the node, never a silent host fallback: a fallback would copy
 // the value to the host and back at every run, which is exactly the cost a user moves to the

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda"
-	"github.com/gorgonia-parallel/gp/models/swin"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 )
@@ -28,7 +27,8 @@ type lowerFunc func(n *G.Node, desc string, in []*G.Node) (*kernel, error)
 
 // Op table: the op's type (package.Type, without the pointer) to its lowering, for gorgonia's
 // ops (those users write). The project's own ops are lowered by their descriptions
-// (ops.Describe, swin.DescribeOp, amp.DescribeOp; lowerNode).
+// (ops.Describe, which also describes the ops of other packages that implement
+// ops.Describer, such as models/swin's; amp.DescribeOp; lowerNode).
 var table = map[string]lowerFunc{
 	"gorgonia.elemBinOp":     lowerBinary,
 	"gorgonia.elemUnaryOp":   lowerUnary,
@@ -46,8 +46,8 @@ var table = map[string]lowerFunc{
 // opType is the op's Go type without pointer and package path: "gorgonia.elemBinOp".
 func opType(op G.Op) string { return strings.TrimPrefix(fmt.Sprintf("%T", op), "*") }
 
-// lowerNode lowers the project's ops (nn/ops, models/swin, amp) by their descriptions and
-// gorgonia's by the table.
+// lowerNode lowers the project's ops by their descriptions (ops.Describe: nn/ops's and every
+// ops.Describer's, models/swin's among them; amp.DescribeOp) and gorgonia's by the table.
 func (p *Program) lowerNode(n *G.Node, in []*G.Node) (*kernel, error) {
 	if k, ok, err := p.lowerAutocast(n, in); ok || err != nil {
 		return k, err
@@ -55,9 +55,6 @@ func (p *Program) lowerNode(n *G.Node, in []*G.Node) (*kernel, error) {
 	op := n.Op()
 	if d, ok := ops.Describe(op); ok {
 		return p.lowerNN(n, d, in)
-	}
-	if d, ok := swin.DescribeOp(op); ok {
-		return p.lowerSwin(n, d)
 	}
 	if d, ok := amp.DescribeOp(op); ok {
 		return lowerAmp(d)

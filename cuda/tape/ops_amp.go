@@ -394,3 +394,21 @@ func (p *Program) readers(n *G.Node) []*G.Node {
 	}
 	return out
 }
+
+// lowerAmp: Round to the autocast format, and the loss scaling by the scaler's current scale.
+func lowerAmp(d amp.OpDesc) (*kernel, error) {
+	if d.Round {
+		f := cuda.BF16
+		name := "round_bf16_f32"
+		if d.Format == amp.FP16 {
+			f, name = cuda.FP16, "round_f16_f32"
+		}
+		return &kernel{kernels: []string{name}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
+			return dev.Round(out, x[0], f)
+		}}, nil
+	}
+	sc := d.Scaler
+	return &kernel{kernels: []string{"scale_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
+		return dev.Scale(out, x[0], sc.Scale())
+	}}, nil
+}

@@ -8,9 +8,10 @@ import (
 	G "gorgonia.org/gorgonia"
 )
 
-// The project's own ops (package nn/ops), recognised by ops.Describe. A backward op that
-// needs what its forward computed (saved statistics, the dropout key, the gradients of gamma
-// and beta) finds it in the forward op's saved state, which lives until the end of the Run.
+// The project's own ops (package nn/ops, and the ops.Describers of other packages),
+// recognised by ops.Describe. A backward op that needs what its forward computed (saved
+// statistics, the dropout key, the gradients of gamma and beta) finds it in the forward op's
+// saved state, which lives until the end of the Run.
 
 // saved is what a forward op leaves for its backward ops during one Run.
 type saved struct {
@@ -41,7 +42,7 @@ func (p *Program) runAlloc(shape ...int) (*cuda.Tensor, error) {
 
 func view(t *cuda.Tensor, shape ...int) (*cuda.Tensor, error) { return t.View(0, shape...) }
 
-// lowerNN lowers an op of package nn/ops described by d.
+// lowerNN lowers an op described by d (ops.Describe: nn/ops's own or an ops.Describer's).
 func (p *Program) lowerNN(n *G.Node, d ops.Desc, in []*G.Node) (*kernel, error) {
 	switch d.Kind {
 	case ops.KindLinear:
@@ -179,6 +180,9 @@ func (p *Program) lowerNN(n *G.Node, d ops.Desc, in []*G.Node) (*kernel, error) 
 		return &kernel{kernels: []string{"softmax_bwd_rows_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 			return dev.SoftmaxBackward(out, x[0], x[1])
 		}}, nil
+	case ops.KindWindowAttention, ops.KindWindowAttentionGrad, ops.KindWindowAttentionTableGrad,
+		ops.KindGatherRows, ops.KindScatterAddRows, ops.KindPermute:
+		return p.lowerWindow(n, d)
 	}
 	return nil, errNoKernel
 }

@@ -1,71 +1,53 @@
 package swin
 
-import G "gorgonia.org/gorgonia"
+import (
+	"slices"
 
-// OpKind names what an op of this package computes, for another executor of the same graph
-// (cuda/tape, docs/DESIGN.md §9); the op types stay unexported and DescribeOp is their one
-// public face.
-type OpKind int
-
-// The kinds, with each op's inputs in order.
-const (
-	OpAttention          OpKind = iota + 1 // qkv [Bw, N, 3C] (channels (3, Heads, C/Heads)), table [T, Heads] -> [Bw, N, C]
-	OpAttentionGrad                        // qkv, dy -> dqkv; Fwd (the probabilities it saved)
-	OpAttentionTableGrad                   // dqkv (ordering only) -> dtable [T, Heads]; Fwd
-	OpGatherRows                           // x -> y: row i of y (Row elements) is row Index[i] of x, zero where negative
-	OpScatterAddRows                       // dy -> dx: the adjoint of OpGatherRows with the same Index
-	OpToNHWC                               // [B, C, H, W] -> [B, H, W, C]
-	OpToNCHW                               // [B, H, W, C] -> [B, C, H, W]
+	"github.com/gorgonia-parallel/gp/nn/ops"
 )
 
-// OpDesc describes one op of this package: its kind and the parameters fixed when the graph
-// was built. Fields a kind does not use are zero.
-type OpDesc struct {
-	Kind OpKind
-	Fwd  G.Op
+// The ops of this package describe themselves in nn/ops's vocabulary (ops.Describer), so
+// that another executor of the same graph (cuda/tape, docs/DESIGN.md §9) runs them through
+// ops.Describe without importing this package; the op types stay unexported.
 
-	// Attention: Bw windows of N tokens, C channels in Heads heads; the bias table has
-	// TableRows rows and RelIndex (N·N entries) indexes it; Mask is nil or NW windows of
-	// N·N additive values (window b uses b mod NW).
-	Bw, N, C, Heads, TableRows, NW int
-	RelIndex                       []int32
-	Mask                           []float32
-
-	// Gather and scatter: Index (one entry per gathered row), Row elements per row; In is
-	// the gathered-from shape and Out the gathered shape (for both directions).
-	Index   []int32
-	Row     int
-	In, Out []int
-
-	// Permutes: the NCHW shape.
-	B, H, W int
+// Describe: ops.KindWindowAttention.
+func (op *attnOp) Describe() ops.Desc {
+	return ops.Desc{Kind: ops.KindWindowAttention, Attention: op.attention(), In: op.qkvShape(), Out: []int{op.bw, op.n, op.c}}
 }
 
-// DescribeOp returns the description of an op of this package, and false for any other op.
-func DescribeOp(op G.Op) (OpDesc, bool) {
-	switch o := op.(type) {
-	case *attnOp:
-		return attnDesc(OpAttention, o), true
-	case *attnGradOp:
-		return attnDesc(OpAttentionGrad, o.fwd), true
-	case *attnTableGradOp:
-		return attnDesc(OpAttentionTableGrad, o.fwd), true
-	case *gatherOp:
-		d := OpDesc{Kind: OpGatherRows, Index: o.idx, Row: o.row, In: o.in, Out: o.out}
-		if o.scatter {
-			d.Kind = OpScatterAddRows
-		}
-		return d, true
-	case *permuteOp:
-		d := OpDesc{Kind: OpToNHWC, B: o.b, C: o.c, H: o.h, W: o.w}
-		if o.back {
-			d.Kind = OpToNCHW
-		}
-		return d, true
+// Describe: ops.KindWindowAttentionGrad, Fwd the forward op.
+func (op *attnGradOp) Describe() ops.Desc {
+	f := op.fwd
+	return ops.Desc{Kind: ops.KindWindowAttentionGrad, Fwd: f, Attention: f.attention(), In: f.qkvShape(), Out: f.qkvShape()}
+}
+
+// Describe: ops.KindWindowAttentionTableGrad, Fwd the forward op.
+func (op *attnTableGradOp) Describe() ops.Desc {
+	f := op.fwd
+	return ops.Desc{Kind: ops.KindWindowAttentionTableGrad, Fwd: f, Attention: f.attention(), In: f.qkvShape(), Out: []int{f.tRows, f.heads}}
+}
+
+// Describe: ops.KindGatherRows, or ops.KindScatterAddRows for the adjoint (from the
+// gathered shape back to the gathered-from one).
+func (op *gatherOp) Describe() ops.Desc {
+	from, to := slices.Clone([]int(op.in)), slices.Clone([]int(op.out))
+	if op.scatter {
+		return ops.Desc{Kind: ops.KindScatterAddRows, Index: op.idx, Row: op.row, In: to, Out: from}
 	}
-	return OpDesc{}, false
+	return ops.Desc{Kind: ops.KindGatherRows, Index: op.idx, Row: op.row, In: from, Out: to}
 }
 
-func attnDesc(k OpKind, f *attnOp) OpDesc {
-	return OpDesc{Kind: k, Fwd: f, Bw: f.bw, N: f.n, C: f.c, Heads: f.heads, TableRows: f.tRows, NW: f.nW, RelIndex: f.relIdx, Mask: f.mask}
+// Describe: ops.KindPermute, NCHW to NHWC or (back) NHWC to NCHW.
+func (op *permuteOp) Describe() ops.Desc {
+	nchw, nhwc := []int{op.b, op.c, op.h, op.w}, []int{op.b, op.h, op.w, op.c}
+	if op.back {
+		return ops.Desc{Kind: ops.KindPermute, In: nhwc, Out: nchw, Perm: []int{0, 3, 1, 2}}
+	}
+	return ops.Desc{Kind: ops.KindPermute, In: nchw, Out: nhwc, Perm: []int{0, 2, 3, 1}}
 }
+
+func (op *attnOp) attention() *ops.WindowAttention {
+	return &ops.WindowAttention{Bw: op.bw, N: op.n, C: op.c, Heads: op.heads, TableRows: op.tRows, NW: op.nW, RelIndex: op.relIdx, Mask: op.mask}
+}
+
+func (op *attnOp) qkvShape() []int { return []int{op.bw, op.n, 3 * op.c} }

@@ -48,6 +48,14 @@ const (
 	KindDropoutGrad                      // dy -> dy·mask/(1-p) with the forward's mask; Drop, Fwd
 	KindSoftmax                          // x -> softmax (LogSoftmax: Log) over the axis of In viewed [Outer, N, Inner]
 	KindSoftmaxGrad                      // y, dy -> dx; Fwd
+
+	// Kinds that ops of other packages describe themselves as (Describer).
+	KindWindowAttention          // qkv [Bw, N, 3C] (channels (3, Heads, C/Heads)), table [TableRows, Heads] -> [Bw, N, C]; Attention, In (qkv's)
+	KindWindowAttentionGrad      // qkv, dy -> dqkv; Attention, Fwd (the probabilities its forward saved)
+	KindWindowAttentionTableGrad // dqkv (ordering only) -> dtable [TableRows, Heads]; Attention, Fwd
+	KindGatherRows               // x [In] -> y [Out]: row i of y (Row elements) is row Index[i] of x, zero where Index[i] < 0
+	KindScatterAddRows           // dy [In] -> dx [Out]: the adjoint of GatherRows with the same Index and Row
+	KindPermute                  // x [In] -> y [Out], contiguous: axis i of y is axis Perm[i] of x
 )
 
 // Desc describes one op: its Kind and the parameters fixed when the graph was built. Fields
@@ -82,6 +90,13 @@ type Desc struct {
 
 	Outer, Axis, Inner2 int  // Softmax: In viewed [Outer, Axis, Inner2]
 	Log                 bool // LogSoftmax
+
+	Attention *WindowAttention // WindowAttention and its grads
+
+	Index []int32 // GatherRows, ScatterAddRows: one entry per gathered row
+	Row   int     // GatherRows, ScatterAddRows: elements per row
+
+	Perm []int // Permute
 }
 
 // ConvGeometry is a convolution's or a pooling window's static geometry: input [N, C, H, W],
@@ -123,7 +138,8 @@ func (m *DropMask) Scale() float32 {
 	return float32(1 / (1 - m.P))
 }
 
-// Describe returns the description of an op of this package, and false for any other op.
+// Describe returns the description of an op of this package or of an op that describes
+// itself (Describer), and false for any other op.
 func Describe(op G.Op) (Desc, bool) {
 	switch o := op.(type) {
 	case *linearOp:
@@ -208,6 +224,8 @@ func Describe(op G.Op) (Desc, bool) {
 	case *softmaxGradOp:
 		f := o.fwd
 		return Desc{Kind: KindSoftmaxGrad, Fwd: f, In: f.shape, Out: f.shape, Outer: f.outer, Axis: f.n, Inner2: f.inner, Log: f.log}, true
+	case Describer:
+		return o.Describe(), true
 	}
 	return Desc{}, false
 }

@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda"
-	"github.com/gorgonia-parallel/gp/models/swin"
+	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 )
 
-// The Swin Transformer's ops (models/swin, recognised by swin.DescribeOp) and amp's.
+// The ops that describe themselves in nn/ops's vocabulary (ops.Describer) for windowed
+// attention, row gathers and permutes: the Swin Transformer's (models/swin), found through
+// ops.Describe like nn/ops's own, so that this executor knows no model.
 
 // constInt32 uploads an index for the program's life.
 func (p *Program) constInt32(v []int32) (*cuda.Tensor, error) {
@@ -21,15 +22,17 @@ func (p *Program) constInt32(v []int32) (*cuda.Tensor, error) {
 	return t, err
 }
 
-func (p *Program) lowerSwin(n *G.Node, d swin.OpDesc) (*kernel, error) {
+// lowerWindow lowers the kinds KindWindowAttention(Grad, TableGrad), KindGatherRows,
+// KindScatterAddRows and KindPermute.
+func (p *Program) lowerWindow(n *G.Node, d ops.Desc) (*kernel, error) {
 	switch d.Kind {
-	case swin.OpGatherRows, swin.OpScatterAddRows:
+	case ops.KindGatherRows, ops.KindScatterAddRows:
 		idx, err := p.constInt32(d.Index)
 		if err != nil {
 			return nil, err
 		}
 		row := d.Row
-		if d.Kind == swin.OpGatherRows {
+		if d.Kind == ops.KindGatherRows {
 			return &kernel{kernels: []string{"gather_rows_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 				return dev.GatherRows(out, x[0], idx, row)
 			}}, nil
@@ -40,10 +43,10 @@ func (p *Program) lowerSwin(n *G.Node, d swin.OpDesc) (*kernel, error) {
 			}
 			return dev.ScatterAddRows(out, x[0], idx, row)
 		}}, nil
-	case swin.OpToNHWC, swin.OpToNCHW:
-		in, perm := []int{d.B, d.C, d.H, d.W}, []int{0, 2, 3, 1}
-		if d.Kind == swin.OpToNCHW {
-			in, perm = []int{d.B, d.H, d.W, d.C}, []int{0, 3, 1, 2}
+	case ops.KindPermute:
+		in, perm := d.In, d.Perm
+		if !isPerm(perm, len(in)) {
+			return nil, fmt.Errorf("permute of %v by %v: not a permutation of its axes", in, perm)
 		}
 		return &kernel{kernels: []string{"permute_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 			xv, err := view(x[0], in...)
@@ -52,9 +55,12 @@ func (p *Program) lowerSwin(n *G.Node, d swin.OpDesc) (*kernel, error) {
 			}
 			return dev.Permute(out, xv, perm...)
 		}}, nil
-	case swin.OpAttention, swin.OpAttentionGrad:
+	case ops.KindWindowAttention, ops.KindWindowAttentionGrad:
+		if d.Attention == nil {
+			return nil, fmt.Errorf("window attention without its shape (ops.Desc.Attention)")
+		}
 		return p.lowerAttention(n, d)
-	case swin.OpAttentionTableGrad:
+	case ops.KindWindowAttentionTableGrad:
 		s := p.state(d.Fwd)
 		return &kernel{kernels: []string{"scale_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, _ []*cuda.Tensor) error {
 			if s.dgamma == nil {
@@ -64,6 +70,21 @@ func (p *Program) lowerSwin(n *G.Node, d swin.OpDesc) (*kernel, error) {
 		}}, nil
 	}
 	return nil, errNoKernel
+}
+
+// isPerm reports whether perm is a permutation of 0..rank-1.
+func isPerm(perm []int, rank int) bool {
+	if len(perm) != rank {
+		return false
+	}
+	seen := make([]bool, rank)
+	for _, a := range perm {
+		if a < 0 || a >= rank || seen[a] {
+			return false
+		}
+		seen[a] = true
+	}
+	return true
 }
 
 // attnGeom is window attention's shapes: bw windows of n tokens, heads of hd channels.
@@ -102,7 +123,8 @@ func (g attnGeom) thirds(all *cuda.Tensor) (q, k, v *cuda.Tensor, err error) {
 
 // lowerAttention: the forward saves the probabilities; the backward computes dqkv and leaves
 // the bias table's gradient for the table-gradient node (as attnGradOp on the CPU).
-func (p *Program) lowerAttention(n *G.Node, d swin.OpDesc) (*kernel, error) {
+func (p *Program) lowerAttention(n *G.Node, desc ops.Desc) (*kernel, error) {
+	d := desc.Attention
 	if d.Heads <= 0 || d.C%d.Heads != 0 {
 		return nil, fmt.Errorf("window attention: %d channels in %d heads", d.C, d.Heads)
 	}
@@ -121,7 +143,7 @@ func (p *Program) lowerAttention(n *G.Node, d swin.OpDesc) (*kernel, error) {
 	scale := float32(1 / math.Sqrt(float64(g.hd)))
 	b, nn := g.bw*g.heads, g.n*g.n
 	names := []string{"permute_f32", "gather_rows_f32", "add_bcast_f32", "softmax_rows_f32", "softmax_bwd_rows_f32", "sum_axis_f32", "fill_f32", "scatter_add_rows_f32"}
-	if d.Kind == swin.OpAttention {
+	if desc.Kind == ops.KindWindowAttention {
 		s := p.state(n.Op())
 		return &kernel{kernels: names, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 			all, q, k, v, err := g.splitQKV(dev, x[0])
@@ -170,7 +192,7 @@ func (p *Program) lowerAttention(n *G.Node, d swin.OpDesc) (*kernel, error) {
 			return dev.Permute(y, o4, 0, 2, 1, 3)
 		}}, nil
 	}
-	s := p.state(d.Fwd)
+	s := p.state(desc.Fwd)
 	return &kernel{kernels: names, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
 		if s.a == nil {
 			return fmt.Errorf("the attention forward has not run")
@@ -272,22 +294,4 @@ func addBias(dev *cuda.Device, scores, table, rel *cuda.Tensor, g attnGeom) erro
 		return err
 	}
 	return dev.AddBroadcast(scores, scores, bias, g.heads, 1, nn)
-}
-
-// lowerAmp: Round to the autocast format, and the loss scaling by the scaler's current scale.
-func lowerAmp(d amp.OpDesc) (*kernel, error) {
-	if d.Round {
-		f := cuda.BF16
-		name := "round_bf16_f32"
-		if d.Format == amp.FP16 {
-			f, name = cuda.FP16, "round_f16_f32"
-		}
-		return &kernel{kernels: []string{name}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
-			return dev.Round(out, x[0], f)
-		}}, nil
-	}
-	sc := d.Scaler
-	return &kernel{kernels: []string{"scale_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
-		return dev.Scale(out, x[0], sc.Scale())
-	}}, nil
 }
