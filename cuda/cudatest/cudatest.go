@@ -38,6 +38,9 @@ var fakeCublas string
 //go:embed testdata/fakecudnn.c
 var fakeCudnn string
 
+//go:embed testdata/fakestreams.h
+var fakeStreams string
+
 //go:embed testdata/emu.h
 var emuHeader string
 
@@ -55,12 +58,15 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", "", fmt.Errorf("cudatest: no C compiler to build the fake GPU libraries: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "fakestreams.h"), []byte(fakeStreams), 0o644); err != nil {
+		return "", "", fmt.Errorf("cudatest: %w", err)
+	}
 	for _, l := range []struct{ name, src string }{{"libcuda.so.1", fakeCuda}, {"libnccl.so.2", fakeNCCL}, {"libcublas.so.12", fakeCublas}, {"libcudnn.so.9", fakeCudnn}} {
 		src := filepath.Join(dir, l.name+".c")
 		if err := os.WriteFile(src, []byte(l.src), 0o644); err != nil {
 			return "", "", fmt.Errorf("cudatest: %w", err)
 		}
-		out, err := exec.Command(cc, "-shared", "-fPIC", "-pthread", "-O2", "-o", filepath.Join(dir, l.name), src, "-ldl", "-lm").CombinedOutput()
+		out, err := exec.Command(cc, "-shared", "-fPIC", "-pthread", "-O2", "-I", dir, "-o", filepath.Join(dir, l.name), src, "-ldl", "-lm").CombinedOutput()
 		if err != nil {
 			return "", "", fmt.Errorf("cudatest: %s %s: %v\n%s", cc, l.name, err, out)
 		}
@@ -177,11 +183,14 @@ var (
 )
 
 // emuTable generates, for every kernel, a wrapper that unpacks cuLaunchKernel's parameter
-// array, and the name-to-wrapper table emu_sched.cc looks kernels up in.
+// array, and the name-to-wrapper table emu_sched.cc looks kernels up in, with each
+// parameter's access for the fake driver's stream-order checker: r for a const pointer
+// (read), w for another pointer (written), - for a value.
 func emuTable(src string) string {
 	var b strings.Builder
 	var names []string
 	var syncs []bool
+	var accesses []string
 	locs := globalRe.FindAllStringIndex(src, -1)
 	for k, m := range globalRe.FindAllStringSubmatch(src, -1) {
 		name := m[1]
@@ -192,19 +201,29 @@ func emuTable(src string) string {
 		body := src[locs[k][1]:end]
 		syncs = append(syncs, strings.Contains(body, "block_sum") || strings.Contains(body, "block_max") || strings.Contains(body, "__syncthreads"))
 		var args []string
+		var access []byte
 		for i, p := range strings.Split(m[2], ",") {
 			pm := paramRe.FindStringSubmatch(strings.Join(strings.Fields(p), " "))
 			if pm == nil {
 				continue
 			}
 			args = append(args, fmt.Sprintf("*(%s*)p[%d]", pm[1], i))
+			switch {
+			case !strings.Contains(pm[1], "*"):
+				access = append(access, '-')
+			case strings.HasPrefix(pm[1], "const"):
+				access = append(access, 'r')
+			default:
+				access = append(access, 'w')
+			}
 		}
+		accesses = append(accesses, string(access))
 		fmt.Fprintf(&b, "static void emu_w_%s(void** p) { %s(%s); }\n", name, name, strings.Join(args, ", "))
 		names = append(names, name)
 	}
-	b.WriteString("struct emu_entry { const char* name; void (*fn)(void**); bool sync; };\nstatic emu_entry emu_table[] = {\n")
+	b.WriteString("struct emu_entry { const char* name; void (*fn)(void**); bool sync; const char* access; };\nstatic emu_entry emu_table[] = {\n")
 	for i, n := range names {
-		fmt.Fprintf(&b, "\t{\"%s\", emu_w_%s, %v},\n", n, n, syncs[i])
+		fmt.Fprintf(&b, "\t{\"%s\", emu_w_%s, %v, \"%s\"},\n", n, n, syncs[i], accesses[i])
 	}
 	fmt.Fprintf(&b, "};\nstatic const int emu_table_len = %d;\n", len(names))
 	return b.String()

@@ -74,6 +74,14 @@ extern "C" int emu_has(const char* name) {
 	return 0;
 }
 
+// emu_access says, per parameter of kernel name, r (a const pointer), w (another pointer)
+// or - (a value); NULL for an unknown kernel.
+extern "C" const char* emu_access(const char* name) {
+	for (int i = 0; i < emu_table_len; i++)
+		if (strcmp(emu_table[i].name, name) == 0) return emu_table[i].access;
+	return 0;
+}
+
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void** p) {
 	// One launch at a time in the process: the scheduler's state (the running block's

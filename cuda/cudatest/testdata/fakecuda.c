@@ -43,7 +43,6 @@ int cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
 int cuCtxSetCurrent(void* c) { if (c) cur = ((struct fakeCtx*)c)->dev; return 0; }
 int cuCtxGetDevice(int* d) { *d = cur; return 0; }
 int cuCtxEnablePeerAccess(void* peer, unsigned f) { return peer && ((struct fakeCtx*)peer)->dev != cur ? 0 : 1; }
-int cuCtxSynchronize(void) { return 0; }
 /* Allocations carry a 16-byte header (size, device) so that a free is counted against the
  * device that allocated; the pointer handed out stays 16-byte aligned, as calloc's. */
 /* Live allocations by address, recorded while there are several devices: a kernel launched
@@ -82,9 +81,10 @@ int fakeForeign(uintptr_t p) {
 	int d = -1;
 	pthread_mutex_lock(&spanMu);
 	size_t i = spanFind(p);
-	if (i > 0 && p < spans[i - 1].hi && spans[i - 1].dev != cur) d = spans[i - 1].dev;
+	if (i > 0 && p < spans[i - 1].hi && spans[i - 1].dev >= 0 && spans[i - 1].dev != cur) d = spans[i - 1].dev;
 	pthread_mutex_unlock(&spanMu);
 	return d; }
+#include "fakestreams.h"
 int cuMemAlloc_v2(uintptr_t* p, size_t n) {
 	size_t l = limit();
 	if (l && __sync_add_and_fetch(&used[cur], n) > l) { __sync_fetch_and_sub(&used[cur], n); return 2; }
@@ -92,39 +92,30 @@ int cuMemAlloc_v2(uintptr_t* p, size_t n) {
 	if (!m) { if (l) __sync_fetch_and_sub(&used[cur], n); return 2; }
 	((size_t*)m)[0] = n; ((size_t*)m)[1] = (size_t)cur;
 	if (!l) __sync_fetch_and_add(&used[cur], n);
-	if (ndev() > 1) spanAdd((uintptr_t)(m + 16), n, cur);
+	spanAdd((uintptr_t)(m + 16), n, cur);
 	*p = (uintptr_t)(m + 16); return 0; }
 int cuMemFree_v2(uintptr_t p) {
 	if (!p) return 0;
 	char* m = (char*)p - 16;
+	if (seeded()) devSync(); /* as CUDA's, a free waits for the device */
+	histDrop(p);
 	spanRemove(p);
 	__sync_fetch_and_sub(&used[((size_t*)m)[1]], ((size_t*)m)[0]);
 	free(m); return 0; }
 int cuMemGetInfo_v2(size_t* f, size_t* t) { size_t u = used[cur], tot = total(); *f = u < tot ? tot - u : 0; *t = tot; return 0; }
-int cuMemcpyPeer(uintptr_t d, void* dc, uintptr_t s, void* sc, size_t n) { memmove((void*)d, (void*)s, n); return 0; }
-int cuMemcpyPeerAsync(uintptr_t d, void* dc, uintptr_t s, void* sc, size_t n, void* st) { memmove((void*)d, (void*)s, n); return 0; }
 /* fakeMemUsed is the bytes allocated on device d and not freed (tests' accounting). */
 long fakeMemUsed(int d) { return d >= 0 && d < MAXDEV ? (long)used[d] : -1; }
-int cuMemcpyHtoD_v2(uintptr_t d, const void* s, size_t n) { memcpy((void*)d, s, n); return 0; }
-int cuMemcpyDtoH_v2(void* d, uintptr_t s, size_t n) { memcpy(d, (void*)s, n); return 0; }
-int cuMemcpyDtoD_v2(uintptr_t d, uintptr_t s, size_t n) { memmove((void*)d, (void*)s, n); return 0; }
-int cuMemcpyHtoDAsync_v2(uintptr_t d, const void* s, size_t n, void* st) { memcpy((void*)d, s, n); return 0; }
-int cuMemcpyDtoHAsync_v2(void* d, uintptr_t s, size_t n, void* st) { memcpy(d, (void*)s, n); return 0; }
-int cuMemcpyDtoDAsync_v2(uintptr_t d, uintptr_t s, size_t n, void* st) { memmove((void*)d, (void*)s, n); return 0; }
-int cuMemsetD32Async(uintptr_t d, unsigned v, size_t n, void* st) { for (size_t i = 0; i < n; i++) ((unsigned*)d)[i] = v; return 0; }
-int cuMemHostAlloc(void** p, size_t n, unsigned f) { *p = calloc(1, n ? n : 1); return *p ? 0 : 2; }
-int cuMemFreeHost(void* p) { free(p); return 0; }
-int cuStreamCreate(void** s, unsigned f) { *s = malloc(1); return 0; }
-int cuStreamDestroy_v2(void* s) { free(s); return 0; }
-int cuStreamSynchronize(void* s) { return 0; }
-int cuStreamQuery(void* s) { return 0; }
-int cuStreamWaitEvent(void* s, void* e, unsigned f) { return 0; }
-int cuEventCreate(void** e, unsigned f) { *e = malloc(1); return 0; }
-int cuEventDestroy_v2(void* e) { free(e); return 0; }
-int cuEventRecord(void* e, void* s) { return 0; }
-int cuEventQuery(void* e) { return 0; }
-int cuEventSynchronize(void* e) { return 0; }
-int cuEventElapsedTime(float* ms, void* a, void* b) { *ms = 1.5f; return 0; }
+int cuMemHostAlloc(void** p, size_t n, unsigned f) {
+	*p = calloc(1, n ? n : 1);
+	if (!*p) return 2;
+	spanAdd((uintptr_t)*p, n, -1);
+	return 0; }
+int cuMemFreeHost(void* p) {
+	if (!p) return 0;
+	if (seeded()) devSync();
+	histDrop((uintptr_t)p);
+	spanRemove((uintptr_t)p);
+	free(p); return 0; }
 int cuModuleLoadData(void** m, const void* img) {
 	if (strstr((const char*)img, ".version") == NULL) return 218; /* CUDA_ERROR_INVALID_PTX */
 	*m = strdup((const char*)img); return 0; }
@@ -132,8 +123,10 @@ int cuModuleUnload(void* m) { free(m); return 0; }
 /* With $GP_FAKE_KERNELS naming the kernel emulator (emu.h), launches run on the CPU. */
 typedef int (*emu_fn)(const char*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void**);
 typedef int (*emu_has_fn)(const char*);
+typedef const char* (*emu_access_fn)(const char*);
 static emu_fn emu;
 static emu_has_fn emuHas;
+static emu_access_fn emuAccess;
 static int emuTried, emuFailed;
 static void emuLoad(void) {
 	if (emuTried) return;
@@ -141,7 +134,7 @@ static void emuLoad(void) {
 	const char* p = getenv("GP_FAKE_KERNELS");
 	void* h = p && *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : 0;
 	if (p && *p && !h) { fprintf(stderr, "fakecuda: %s\n", dlerror()); emuFailed = 1; return; }
-	if (h) { emu = (emu_fn)dlsym(h, "emu_launch"); emuHas = (emu_has_fn)dlsym(h, "emu_has"); }
+	if (h) { emu = (emu_fn)dlsym(h, "emu_launch"); emuHas = (emu_has_fn)dlsym(h, "emu_has"); emuAccess = (emu_access_fn)dlsym(h, "emu_access"); }
 }
 int cuModuleGetFunction(void** f, void* m, const char* name) {
 	char pat[512]; snprintf(pat, sizeof pat, ".entry %s(", name);
@@ -150,6 +143,38 @@ int cuModuleGetFunction(void** f, void* m, const char* name) {
 		if (!emuHas || !emuHas(name)) return 500; /* CUDA_ERROR_NOT_FOUND */
 	}
 	*f = (void*)strdup(name); return 0; }
+/* A launch copies its arguments (the caller's may be gone when the kernel runs) and runs
+ * on its stream. Pointer arguments into live allocations are its accesses: read when the
+ * kernel declares them const, else written. */
+typedef struct launch { char name[64]; unsigned g[3], b[3], sh; int n; void* ptr[33]; uint64_t val[32]; } launch;
+static int runLaunch(void* p) {
+	launch* l = p;
+	return emu ? emu(l->name, l->g[0], l->g[1], l->g[2], l->b[0], l->b[1], l->b[2], l->sh, l->ptr) : 0; }
+static int launchOp(fstream* s, const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		unsigned sh, void** params) {
+	launch* l = calloc(1, sizeof *l);
+	if (!l) return 2;
+	snprintf(l->name, sizeof l->name, "%s", name);
+	l->g[0] = gx, l->g[1] = gy, l->g[2] = gz, l->b[0] = bx, l->b[1] = by, l->b[2] = bz, l->sh = sh;
+	while (params[l->n]) {
+		if (l->n == 32) { free(l); return 1; }
+		l->val[l->n] = *(uint64_t*)params[l->n];
+		l->ptr[l->n] = &l->val[l->n];
+		l->n++;
+	}
+	if (seeded()) {
+		const char* mode = emuAccess ? emuAccess(name) : 0;
+		fakeAccess acc[32];
+		int na = 0;
+		for (int i = 0; i < l->n; i++) {
+			char m = mode && (int)strlen(mode) > i ? mode[i] : 'w';
+			if (m == 'r' || m == 'w') acc[na++] = (fakeAccess){(uintptr_t)l->val[i], 1, m == 'w', i};
+		}
+		char op[80];
+		snprintf(op, sizeof op, "kernel %s", name);
+		if (check(s, op, acc, na)) { free(l); return 999; }
+	}
+	return enqueue(s, name, runLaunch, l, free, 0, 0); }
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 	unsigned sh, void* st, void** params, void** extra) {
 	if (!f || gx == 0 || bx == 0 || bx * by * bz > 1024 || !params) return 1;
@@ -166,8 +191,10 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 		}
 	emuLoad();
 	if (emuFailed) return 1;
-	return emu ? emu((const char*)f, gx, gy, gz, bx, by, bz, sh, params) : 0; }
+	return launchOp((fstream*)st, (const char*)f, gx, gy, gz, bx, by, bz, sh, params); }
 long fakeLaunches(void) { return launches; }
 int cuGetErrorString(int r, const char** s) {
-	*s = r == 2 ? "out of memory" : r == 101 ? "invalid device ordinal" : r == 700 ? "an illegal memory access was encountered" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found" : "fake error";
+	*s = r == 2 ? "out of memory" : r == 101 ? "invalid device ordinal" : r == 700 ? "an illegal memory access was encountered" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found"
+		: r == 600 ? "device not ready" : r == 719 ? "unspecified launch failure (fake: an asynchronous operation failed)"
+		: r == 999 && raceText[0] ? raceText : "fake error";
 	return 0; }
