@@ -8,7 +8,7 @@ PKGS    ?= ./...
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: test-fuzz
-.PHONY: all deps test test-cgo test-levels test-purego cross vet demo demo-synthetic bench bench-ops bench-models bench-comm \
+.PHONY: all deps test test-cgo test-levels test-purego cross vet demo demo-synthetic bench bench-ops bench-models bench-comm bench-tta \
         bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check ptx-clang fixtures clean test-examples
 
 all: test
@@ -113,6 +113,11 @@ demo-synthetic: deps
 ## Benchmarks that compare with PyTorch use Debian's python3-torch when it is installed
 ## (apt-get install python3-torch python3-torchvision libopenblas0-pthread) and say so when not.
 bench: bench-ops bench-models bench-comm bench-ddp bench-dp bench-data bench-zero bench-amp
+
+## bench-tta: time to 91% test top-1 on the demo's job, ours against PyTorch DDP (gloo) with
+## the same model, initial weights and recipe (bench/results/tta.json).
+bench-tta: deps
+	$(GO) run ./bench/tta
 
 bench-ops: deps
 	$(GO) run ./bench/ops
