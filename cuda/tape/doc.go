@@ -49,4 +49,10 @@
 // parameter leaves are bound to the block it returns) and Done right after the last, and
 // adds gradients into the block Grad returns. cuda/devzero gathers ZeRO-3's units there,
 // ahead of use, and frees them after (Program.UnitSchedule is the order of the calls).
+//
+// A per-op device profile is off by default. StartProfile(dev), or GP_TAPE_PROFILE=1 when a
+// program is compiled, times every op of every Run on the device with CUDA events and
+// notes the memory in use after each; WriteProfile(w, dev, top) prints the top kinds of op
+// by device time, the memory peak and the allocator's statistics (Note [Per-op device
+// profile] in profile.go).
 package tape

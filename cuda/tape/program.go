@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/driver"
 	"github.com/gorgonia-parallel/gp/nn"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -37,6 +38,9 @@ type Program struct {
 	pleaves []paramLeaf   // under st: parameter leaves, viewing the state's device buffer
 	uleaves [][]paramLeaf // under a unit state, by unit: its parameter leaves (bound at Need)
 	uviews  [][]int       // under a unit state, by unit: alias steps viewing its parameters
+
+	profileEnv bool           // compiled under GP_TAPE_PROFILE=1: the first Run starts the device's profile
+	events     []driver.Event // timing events of profiled Runs, two per step (profile.go)
 }
 
 // paramLeaf is a parameter's leaf under a State: its slot holds a view of the device buffer.
@@ -89,6 +93,10 @@ func compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, st *State, opts 
 	if dev == nil {
 		return nil, fmt.Errorf("cuda/tape: no device (open one with cuda.Open)")
 	}
+	profile, err := profileEnv()
+	if err != nil {
+		return nil, err
+	}
 	cpu, err := nn.Compile(m, build, opts...)
 	if err != nil {
 		return nil, err
@@ -97,7 +105,7 @@ func compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, st *State, opts 
 		_ = cpu.Close()
 		return nil, fmt.Errorf("cuda/tape: a program of a device state steps with the state's optimizer (tape.WithOptimizer), not nn.WithOptimizer or nn.WithSolver, which step the host's parameters")
 	}
-	p := &Program{cpu: cpu, dev: dev, loss: -1, nodeOf: map[G.Op]*G.Node{}, inputsOf: map[*G.Node][]*G.Node{}, saved: map[G.Op]*saved{}, st: st}
+	p := &Program{cpu: cpu, dev: dev, loss: -1, nodeOf: map[G.Op]*G.Node{}, inputsOf: map[*G.Node][]*G.Node{}, saved: map[G.Op]*saved{}, st: st, profileEnv: profile}
 	if err := p.lower(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -282,6 +290,13 @@ func (p *Program) Run(ctx context.Context) error {
 			return fmt.Errorf("cuda/tape: copying %s in: %w", in.node.Name(), err)
 		}
 	}
+	var prof *runProfile
+	if pr := p.profile(); pr != nil {
+		var err error
+		if prof, err = p.startProfile(pr); err != nil {
+			return err
+		}
+	}
 	for i := range p.steps {
 		st := &p.steps[i]
 		for _, c := range st.unitsBefore {
@@ -289,8 +304,14 @@ func (p *Program) Run(ctx context.Context) error {
 				return fmt.Errorf("cuda/tape: before node %s: %w", st.node.Name(), err)
 			}
 		}
-		if err := p.exec(ctx, st); err != nil {
+		if err := prof.before(i, st); err != nil {
+			return fmt.Errorf("cuda/tape: profile: before node %s: %w", st.node.Name(), err)
+		}
+		if err := p.exec(ctx, st, prof, i); err != nil {
 			return fmt.Errorf("cuda/tape: node %s (%v): %w", st.node.Name(), st.node.Op(), err)
+		}
+		if err := prof.after(i); err != nil {
+			return fmt.Errorf("cuda/tape: profile: after node %s: %w", st.node.Name(), err)
 		}
 		for _, c := range st.unitsAfter {
 			if err := p.unbindUnit(c); err != nil {
@@ -315,11 +336,17 @@ func (p *Program) Run(ctx context.Context) error {
 			return fmt.Errorf("cuda/tape: copying running statistics back: %w", err)
 		}
 	}
+	if prof != nil {
+		if err := p.finishProfile(ctx, prof); err != nil {
+			return err
+		}
+	}
 	p.ran = true
 	return nil
 }
 
-func (p *Program) exec(ctx context.Context, st *step) error {
+// exec runs step i; prof, when not nil, samples the memory in use after its op.
+func (p *Program) exec(ctx context.Context, st *step, prof *runProfile, i int) error {
 	in := make([]*cuda.Tensor, len(st.in))
 	for i, s := range st.in {
 		if in[i] = p.vals[s]; in[i] == nil {
@@ -356,6 +383,7 @@ func (p *Program) exec(ctx context.Context, st *step) error {
 			return err
 		}
 	}
+	prof.sample(i, p.dev)
 	for _, s := range st.free {
 		p.vals[s].Free()
 		p.vals[s] = nil
@@ -447,5 +475,16 @@ func (p *Program) Close() error {
 		t.Free()
 	}
 	p.own = nil
-	return p.cpu.Close()
+	var err error
+	for _, e := range p.events {
+		if e2 := p.dev.Context().EventDestroy(e); e2 != nil && err == nil {
+			err = fmt.Errorf("cuda/tape: destroying a profile event: %w", e2)
+		}
+	}
+	p.events = nil
+	cerr := p.cpu.Close()
+	if err == nil {
+		return cerr
+	}
+	return errors.Join(err, cerr)
 }
