@@ -1,6 +1,8 @@
 /* A fake libcudnn for CPU tests with fakecuda.c (device memory is host memory): the legacy
  * convolution API with naive loops (float, half and bfloat16 data, float accumulation), so
- * the tests check descriptors, argument order, algorithm and workspace plumbing. */
+ * the tests check descriptors, argument order, algorithm and workspace plumbing. A
+ * convolution runs on the handle's stream (cudnnSetStream) through fakecuda.c's
+ * fakeStreamOp, which checks its operands' bytes against the other streams' work. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -10,16 +12,16 @@
 #include <string.h>
 typedef struct { int n, c, h, w, dt; } tdesc;
 typedef struct { int pad_h, pad_w, u, v, dh, dw, mode, ct, math; } cdesc;
-static int handle;
+typedef struct { void* stream; } handle;
 /* An operand in another device's memory than the current context's fails, as without peer
  * access on a GPU (fakecuda.c's fakeForeign; -1 when it is not loaded). */
 static int foreign(const void* p) {
 	static int (*f)(uintptr_t);
 	if (!f) f = (int (*)(uintptr_t))dlsym(RTLD_DEFAULT, "fakeForeign");
 	return p && f ? f((uintptr_t)p) : -1; }
-int cudnnCreate(void** h) { *h = &handle; return 0; }
-int cudnnDestroy(void* h) { return 0; }
-int cudnnSetStream(void* h, void* s) { return 0; }
+int cudnnCreate(handle** h) { *h = calloc(1, sizeof(handle)); return *h ? 0 : 2; /* ALLOC_FAILED */ }
+int cudnnDestroy(handle* h) { free(h); return 0; }
+int cudnnSetStream(handle* h, void* s) { if (!h) return 3; h->stream = s; return 0; }
 size_t cudnnGetVersion(void) { return 90100; }
 int cudnnCreateTensorDescriptor(tdesc** d) { *d = calloc(1, sizeof(tdesc)); return 0; }
 int cudnnCreateFilterDescriptor(tdesc** d) { *d = calloc(1, sizeof(tdesc)); return 0; }
@@ -77,13 +79,8 @@ static void st(void* p, int dt, long i, float f) {
 	((uint16_t*)p)[i] = sign | r;
 }
 /* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w). */
-static int conv(int which, const float* al, const float* be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
-		tdesc* yd, const void* y, void* out, void* ws, size_t wsBytes) {
-	if (!shapesOK(xd, wd, c, yd)) return 3;
-	if (wsBytes < 4096 || !ws) return 3;
-	const void* ops[] = {x, w, y, out, ws};
-	for (int i = 0; i < 5; i++)
-		if (foreign(ops[i]) >= 0) { fprintf(stderr, "fakecudnn: convolution operand %d is in device %d's memory\n", i, foreign(ops[i])); return 8; }
+static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
+		tdesc* yd, const void* y, void* out, void* ws) {
 	memset(ws, 0xab, 4096); /* the workspace must be writable device memory */
 	int N = xd->n, C = xd->c, H = xd->h, W = xd->w, K = wd->n, KH = wd->h, KW = wd->w, OH = yd->h, OW = yd->w, dt = xd->dt;
 	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
@@ -100,17 +97,50 @@ static int conv(int which, const float* al, const float* be, tdesc* xd, const vo
 			else acc[wi] += ld(y, dt, yi) * ld(x, dt, xi);
 		}
 	}
-	for (long i = 0; i < total; i++) st(out, dt, i, *al * acc[i] + (*be != 0 ? *be * ld(out, dt, i) : 0));
+	for (long i = 0; i < total; i++) st(out, dt, i, al * acc[i] + (be != 0 ? be * ld(out, dt, i) : 0));
 	free(acc);
-	return 0;
 }
-int cudnnConvolutionForward(void* h, const float* al, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c, int algo,
+/* A convolution as queued: the descriptors by value (the caller may change or destroy its
+ * own before the stream runs it). */
+typedef struct { int which; float al, be; tdesc x, w, y; cdesc c; const void *xp, *wp, *yp; void *out, *ws; } job;
+static int runJob(void* p) {
+	job* j = p;
+	conv(j->which, j->al, j->be, &j->x, j->xp, &j->w, j->wp, &j->c, &j->y, j->yp, j->out, j->ws);
+	return 0; }
+typedef struct { uintptr_t p; size_t n; int write, arg; } fakeAccess;
+typedef int (*streamop_fn)(void*, const char*, const fakeAccess*, int, int (*)(void*), void*, void (*)(void*));
+static size_t bytes(const tdesc* d) { return (size_t)d->n * d->c * d->h * d->w * (d->dt == 0 ? 4 : 2); }
+static int enqueue(handle* h, int which, const float* al, const float* be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
+		tdesc* yd, const void* y, void* out, void* ws, size_t wsBytes) {
+	if (!shapesOK(xd, wd, c, yd)) return 3;
+	if (wsBytes < 4096 || !ws) return 3;
+	const void* ops[] = {x, w, y, out, ws};
+	for (int i = 0; i < 5; i++)
+		if (foreign(ops[i]) >= 0) { fprintf(stderr, "fakecudnn: convolution operand %d is in device %d's memory\n", i, foreign(ops[i])); return 8; }
+	job* j = malloc(sizeof *j);
+	if (!j) return 2;
+	*j = (job){which, *al, *be, *xd, *wd, *yd, *c, x, w, y, out, ws};
+	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
+	fakeAccess acc[4] = {{(uintptr_t)out, bytes(od), 1, 3}, {(uintptr_t)ws, 4096, 1, 4}};
+	int na = 2;
+	if (which != 1) acc[na++] = (fakeAccess){(uintptr_t)x, bytes(xd), 0, 0};
+	if (which != 2) acc[na++] = (fakeAccess){(uintptr_t)w, bytes(wd), 0, 1};
+	if (which != 0) acc[na++] = (fakeAccess){(uintptr_t)y, bytes(yd), 0, 2};
+	static streamop_fn f;
+	static int tried;
+	if (!tried) f = (streamop_fn)dlsym(RTLD_DEFAULT, "fakeStreamOp"), tried = 1;
+	static const char* names[] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
+	if (!f) { runJob(j); free(j); return 0; }
+	int rc = f(h ? h->stream : 0, names[which], acc, na, runJob, j, free);
+	return rc == 999 ? 8 : rc; /* EXECUTION_FAILED: the race is in fakeRaceText */
+}
+int cudnnConvolutionForward(handle* h, const float* al, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c, int algo,
 		void* ws, size_t wsb, const float* be, tdesc* yd, void* y) {
-	return algo != 0 ? 3 : conv(0, al, be, xd, x, wd, w, c, yd, 0, y, ws, wsb); }
-int cudnnConvolutionBackwardData(void* h, const float* al, tdesc* wd, const void* w, tdesc* dyd, const void* dy, cdesc* c, int algo,
+	return algo != 0 ? 3 : enqueue(h, 0, al, be, xd, x, wd, w, c, yd, 0, y, ws, wsb); }
+int cudnnConvolutionBackwardData(handle* h, const float* al, tdesc* wd, const void* w, tdesc* dyd, const void* dy, cdesc* c, int algo,
 		void* ws, size_t wsb, const float* be, tdesc* dxd, void* dx) {
-	return algo != 0 ? 3 : conv(1, al, be, dxd, 0, wd, w, c, dyd, dy, dx, ws, wsb); }
-int cudnnConvolutionBackwardFilter(void* h, const float* al, tdesc* xd, const void* x, tdesc* dyd, const void* dy, cdesc* c, int algo,
+	return algo != 0 ? 3 : enqueue(h, 1, al, be, dxd, 0, wd, w, c, dyd, dy, dx, ws, wsb); }
+int cudnnConvolutionBackwardFilter(handle* h, const float* al, tdesc* xd, const void* x, tdesc* dyd, const void* dy, cdesc* c, int algo,
 		void* ws, size_t wsb, const float* be, tdesc* dwd, void* dw) {
-	return algo != 0 ? 3 : conv(2, al, be, xd, x, dwd, 0, c, dyd, dy, dw, ws, wsb); }
+	return algo != 0 ? 3 : enqueue(h, 2, al, be, xd, x, dwd, 0, c, dyd, dy, dw, ws, wsb); }
 const char* cudnnGetErrorString(int s) { return s == 3 ? "CUDNN_STATUS_BAD_PARAM" : "CUDNN_STATUS_INTERNAL_ERROR"; }

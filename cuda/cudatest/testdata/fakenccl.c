@@ -40,11 +40,19 @@
  * only way one can be left; the next ncclGetUniqueId on the machine unlinks such segments
  * (maker gone, older than the init timeout).
  *
- * Calls complete before they return (streams are ignored); ncclGroupStart/End do nothing.
+ * Streams. A call runs on its stream through fakecuda.c's fakeStreamOp: at once on a
+ * synchronous stream (the default: calls complete before they return, and their errors are
+ * their results), on the stream's thread when the fake driver runs streams asynchronously
+ * ($GP_EMU_SEED; its checker then sees the buffers' bytes as the collective reads and writes
+ * them). Arguments are checked at the call; a failure while the stream runs the call is
+ * reported by ncclCommGetAsyncError, and the stream stays blocked until the communicator is
+ * aborted, as behind a failed NCCL kernel. A call holds a
+ * reference to the communicator until it has run. ncclGroupStart/End do nothing.
  * Data types: int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16
  * (the 16-bit floats reduce in float32); ops: sum, prod, max, min, avg (integer avg truncates). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -90,7 +98,8 @@ typedef struct {
 	shdr* h;
 	size_t maplen, stage0, ring0, ringsz;
 	int rank, n, aborted;
-	_Atomic int refs; /* 1 for the handle, 1 per call in progress */
+	_Atomic int refs; /* 1 for the handle, 1 per call in progress or queued */
+	_Atomic int asyncErr; /* the first failure of a call run on a stream's thread */
 	long long lastcheck;
 } comm;
 
@@ -351,7 +360,8 @@ int ncclCommAbort(comm* m) {
 int ncclCommGetAsyncError(comm* m, int* e) {
 	if (!m || !e) return invalidArg;
 	if (!enter(m)) { *e = internalErr; return ok; }
-	*e = failed(m->h);
+	*e = atomic_load(&m->asyncErr); /* this rank's own failure before a peer's abort */
+	if (!*e) *e = failed(m->h);
 	leave(m);
 	return ok; }
 int ncclCommCount(const comm* m, int* n) { *n = m->n; return ok; }
@@ -458,10 +468,54 @@ static int coll(int kind, const void* s, void* r, size_t count, int dt, int op, 
 	} while (off < count);
 	leave(m);
 	return rc; }
-int ncclAllReduce(const void* s, void* r, size_t n, int dt, int op, comm* m, void* st) { return coll(0, s, r, n, dt, op, 0, m); }
-int ncclReduceScatter(const void* s, void* r, size_t n, int dt, int op, comm* m, void* st) { return coll(1, s, r, n, dt, op, 0, m); }
-int ncclAllGather(const void* s, void* r, size_t n, int dt, comm* m, void* st) { return coll(2, s, r, n, dt, 0, 0, m); }
-int ncclBroadcast(const void* s, void* r, size_t n, int dt, int root, comm* m, void* st) { return coll(3, s, r, n, dt, 0, root, m); }
+
+/* A call as queued on its stream. kind: 0-3 as coll's, 4 send, 5 receive. */
+typedef struct { int kind, dt, op, root; const void* s; void* r; size_t count; comm* m; int queued; } call_t;
+typedef struct { uintptr_t p; size_t n; int write, arg; } fakeAccess;
+typedef int (*streamop_fn)(void*, const char*, const fakeAccess*, int, int (*)(void*), void*, void (*)(void*));
+static int sendNow(const void* s, size_t n, int dt, int peer, comm* m);
+static int recvNow(void* r, size_t n, int dt, int peer, comm* m);
+static int isAborted(comm* m, const void* a) { (void)a; return atomic_load(&m->h->aborted) != 0; }
+static int runCall(void* p) {
+	call_t* c = p;
+	int rc = c->kind == 4 ? sendNow(c->s, c->count, c->dt, c->root, c->m)
+		: c->kind == 5 ? recvNow(c->r, c->count, c->dt, c->root, c->m)
+		: coll(c->kind, c->s, c->r, c->count, c->dt, c->op, c->root, c->m);
+	int z = 0;
+	if (!c->queued || !rc) return rc;
+	/* As NCCL's kernels, a failed call holds its stream until the communicator is aborted;
+	 * the failure is the communicator's (ncclCommGetAsyncError), not the stream's. */
+	atomic_compare_exchange_strong(&c->m->asyncErr, &z, rc);
+	waitfor(c->m, isAborted, 0, 0);
+	return 0; }
+static void releaseCall(void* p) { call_t* c = p; leave(c->m); free(c); }
+/* submit checks a call's arguments and runs it on stream st (see Streams above). */
+static int submit(void* st, call_t c) {
+	static const char* names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "ncclSend", "ncclRecv"};
+	comm* m = c.m;
+	if (!m || c.dt < 0 || c.dt > 9 || ((c.kind == 0 || c.kind == 1) && (c.op < 0 || c.op > 4))) return invalidArg;
+	if (!enter(m)) return internalErr;
+	int rc = failed(m->h);
+	if (!rc && (c.kind == 3 || c.kind >= 4) && (c.root < 0 || c.root >= m->n || (c.kind >= 4 && c.root == m->rank))) rc = invalidArg;
+	if (rc) { leave(m); return rc; }
+	call_t* p = malloc(sizeof *p);
+	if (!p) { leave(m); return sysErr; }
+	*p = c;
+	size_t b = c.count * dtsize(c.dt), in = c.kind == 1 ? b * m->n : b, out = c.kind == 2 ? b * m->n : b;
+	fakeAccess acc[2] = {{(uintptr_t)c.s, c.kind == 5 || (c.kind == 3 && m->rank != c.root) ? 0 : in, 0, 0},
+		{(uintptr_t)c.r, c.kind == 4 ? 0 : out, 1, 1}};
+	static streamop_fn f;
+	static int (*queues)(void*);
+	static int tried;
+	if (!tried) f = (streamop_fn)dlsym(RTLD_DEFAULT, "fakeStreamOp"), queues = (int (*)(void*))dlsym(RTLD_DEFAULT, "fakeStreamQueues"), tried = 1;
+	if (!f) { rc = runCall(p); releaseCall(p); return rc; }
+	p->queued = queues && queues(st);
+	rc = f(st, names[c.kind], acc, 2, runCall, p, releaseCall);
+	return rc == 999 ? invalidUsage : rc; /* the race is in fakecuda's fakeRaceText */ }
+int ncclAllReduce(const void* s, void* r, size_t n, int dt, int op, comm* m, void* st) { return submit(st, (call_t){0, dt, op, 0, s, r, n, m}); }
+int ncclReduceScatter(const void* s, void* r, size_t n, int dt, int op, comm* m, void* st) { return submit(st, (call_t){1, dt, op, 0, s, r, n, m}); }
+int ncclAllGather(const void* s, void* r, size_t n, int dt, comm* m, void* st) { return submit(st, (call_t){2, dt, 0, 0, s, r, n, m}); }
+int ncclBroadcast(const void* s, void* r, size_t n, int dt, int root, comm* m, void* st) { return submit(st, (call_t){3, dt, 0, root, s, r, n, m}); }
 
 static int ringHasRoom(comm* m, const void* q) {
 	const ring_t* g = q; return atomic_load(&g->head) - atomic_load(&g->tail) < m->ringsz; }
@@ -511,7 +565,9 @@ static int p2pEnter(comm* m, int dt, int peer) {
 	if (rc) leave(m);
 	return rc;
 }
-int ncclSend(const void* s, size_t n, int dt, int peer, comm* m, void* st) {
+int ncclSend(const void* s, size_t n, int dt, int peer, comm* m, void* st) { return submit(st, (call_t){4, dt, 0, peer, s, 0, n, m}); }
+int ncclRecv(void* r, size_t n, int dt, int peer, comm* m, void* st) { return submit(st, (call_t){5, dt, 0, peer, 0, r, n, m}); }
+static int sendNow(const void* s, size_t n, int dt, int peer, comm* m) {
 	int rc = p2pEnter(m, dt, peer);
 	if (rc) return rc;
 	uint64_t b = n * dtsize(dt);
@@ -519,7 +575,7 @@ int ncclSend(const void* s, size_t n, int dt, int peer, comm* m, void* st) {
 	if (!rc) rc = ringWrite(m, peer, s, b);
 	leave(m);
 	return rc; }
-int ncclRecv(void* r, size_t n, int dt, int peer, comm* m, void* st) {
+static int recvNow(void* r, size_t n, int dt, int peer, comm* m) {
 	int rc = p2pEnter(m, dt, peer);
 	if (rc) return rc;
 	uint64_t b = 0, want = n * dtsize(dt);

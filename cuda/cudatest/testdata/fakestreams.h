@@ -239,6 +239,9 @@ int fakeStreamOp(void* st, const char* op, const fakeAccess* acc, int nacc, int 
 	if (check((fstream*)st, op, acc, nacc)) { if (release) release(arg); return 999; }
 	return enqueue((fstream*)st, op, fn, arg, release, 0, 0); }
 
+/* fakeStreamQueues reports whether work on st runs on its own thread (not at the call). */
+int fakeStreamQueues(void* st) { return st && ((fstream*)st)->async; }
+
 /* devSync drains every stream of the current device (cuCtxSynchronize, frees). */
 static int devSync(void) {
 	int rc = 0;
