@@ -179,7 +179,7 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 		} else if o.err = w.exec(o); o.err != nil {
 			if perr := w.poisoned(); perr != nil {
 				// Aborted by a Wait's context or a timeout: report that cause first.
-				o.err = fmt.Errorf("%w (%v)", perr, o.err)
+				o.err = fmt.Errorf("%w (%w)", perr, o.err)
 			}
 			w.setPoison(o.err)
 		}
@@ -271,7 +271,13 @@ func (w *worker) wait(o *task) error {
 			return err
 		}
 		if ok {
-			return nil
+			// A failed or aborted collective also ends its stream's work: the result is
+			// valid only when the communicator reports no error.
+			if err := w.comm.AsyncError(); err != nil {
+				w.abort(err)
+				return err
+			}
+			return w.poisoned()
 		}
 		if perr := w.poisoned(); perr != nil {
 			return perr
