@@ -58,7 +58,7 @@ type opAcc struct {
 
 // StartProfile turns the per-op profile of dev on: every program on dev records into it
 // from its next Run (see Note [Per-op device profile]). It returns dev's profile, the one
-// already collecting when the profile is on.
+// already collecting when the profile is on. The profile holds dev until StopProfile.
 func StartProfile(dev *cuda.Device) *Profile {
 	pr, _ := profiles.LoadOrStore(dev, &Profile{dev: dev, ops: map[string]*opAcc{}})
 	return pr.(*Profile)
@@ -259,7 +259,7 @@ func (r *runProfile) sample(i int, dev *cuda.Device) {
 	}
 }
 
-// finish waits for the Run's work and adds its op times to the profile.
+// finishProfile waits for the Run's work and adds its op times to the profile.
 func (p *Program) finishProfile(ctx context.Context, r *runProfile) error {
 	if err := p.dev.Synchronize(ctx); err != nil {
 		return fmt.Errorf("cuda/tape: profile: %w", err)
