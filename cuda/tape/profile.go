@@ -51,7 +51,12 @@ type Profile struct {
 }
 
 type opAcc struct {
-	nodes map[*G.Node]bool
+	nodes map[*G.Node]*nodeAcc
+	calls int
+	ns    float64
+}
+
+type nodeAcc struct {
 	calls int
 	ns    float64
 }
@@ -103,12 +108,21 @@ type OpTime struct {
 	Time  time.Duration // the device time between the events around them, summed
 }
 
+// NodeTime is the device time of one node over the profiled Runs.
+type NodeTime struct {
+	Node  string // the node's name
+	Op    string // its kind (OpTime.Op)
+	Calls int
+	Time  time.Duration
+}
+
 // ProfileReport is a Profile read at one moment.
 type ProfileReport struct {
 	Device     string        // the device's ordinal and name
 	Runs       int           // the profiled Runs, of every program on the device
 	DeviceTime time.Duration // the sum of Ops' Time
 	Ops        []OpTime      // every kind that ran, most device time first (then by name)
+	Nodes      []NodeTime    // every node that ran, most device time first (then by name)
 	// PeakInUse is the most bytes the device's allocator had in use right after an op ran,
 	// over the profiled Runs, and PeakNode that op's node (with its op).
 	PeakInUse int64
@@ -133,15 +147,22 @@ func (pr *Profile) Report() ProfileReport {
 		t := time.Duration(a.ns)
 		r.Ops = append(r.Ops, OpTime{Op: name, Nodes: len(a.nodes), Calls: a.calls, Time: t})
 		r.DeviceTime += t
+		for n, na := range a.nodes {
+			r.Nodes = append(r.Nodes, NodeTime{Node: n.Name(), Op: name, Calls: na.calls, Time: time.Duration(na.ns)})
+		}
 	}
 	slices.SortFunc(r.Ops, func(a, b OpTime) int {
 		return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Op, b.Op))
 	})
+	slices.SortFunc(r.Nodes, func(a, b NodeTime) int {
+		return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Node, b.Node))
+	})
 	return r
 }
 
-// WriteTable writes the report: a header line, the top ops by device time (all of them
-// when top <= 0) with their share of the device time, and the memory lines.
+// WriteTable writes the report: a header line, the top kinds of op by device time (all of
+// them when top <= 0) with their share of the device time, the top nodes likewise, and the
+// memory line.
 func (r ProfileReport) WriteTable(w io.Writer, top int) error {
 	perRun := 0.0
 	if r.Runs > 0 {
@@ -171,6 +192,23 @@ func (r ProfileReport) WriteTable(w io.Writer, top int) error {
 	}
 	if n := len(r.Ops) - len(shown); n > 0 {
 		if _, err := fmt.Fprintf(w, "(%d more kinds of op)\n", n); err != nil {
+			return err
+		}
+	}
+	nodes := r.Nodes
+	if top > 0 && len(nodes) > top {
+		nodes = nodes[:top]
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "node\top\t  calls\t  total ms\t  mean ms")
+	for _, o := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%7d\t%10.3f\t%9.4f\n", o.Node, o.Op, o.Calls, ms(o.Time), ms(o.Time)/float64(max(o.Calls, 1)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n := len(r.Nodes) - len(nodes); n > 0 {
+		if _, err := fmt.Fprintf(w, "(%d more nodes)\n", n); err != nil {
 			return err
 		}
 	}
@@ -287,10 +325,16 @@ func (p *Program) finishProfile(ctx context.Context, r *runProfile) error {
 	for _, x := range recs {
 		a := pr.ops[x.name]
 		if a == nil {
-			a = &opAcc{nodes: map[*G.Node]bool{}}
+			a = &opAcc{nodes: map[*G.Node]*nodeAcc{}}
 			pr.ops[x.name] = a
 		}
-		a.nodes[x.node] = true
+		na := a.nodes[x.node]
+		if na == nil {
+			na = &nodeAcc{}
+			a.nodes[x.node] = na
+		}
+		na.calls++
+		na.ns += x.ns
 		a.calls++
 		a.ns += x.ns
 	}

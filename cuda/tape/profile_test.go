@@ -117,6 +117,26 @@ func TestProfileCountsOps(t *testing.T) {
 					t.Errorf("%s: %d nodes profiled, the graph has %d", kind, got[kind].Nodes, n)
 				}
 			}
+			// Each node once per run, and each kind's nodes add up to the kind.
+			perKind := map[string]tape.OpTime{}
+			for i, nt := range r.Nodes {
+				if nt.Calls != runs {
+					t.Errorf("node %s: %d calls in %d runs", nt.Node, nt.Calls, runs)
+				}
+				if i > 0 && nt.Time > r.Nodes[i-1].Time {
+					t.Errorf("nodes not by device time: %s after %s", nt.Node, r.Nodes[i-1].Node)
+				}
+				k := perKind[nt.Op]
+				k.Nodes++
+				k.Calls += nt.Calls
+				k.Time += nt.Time
+				perKind[nt.Op] = k
+			}
+			for _, o := range r.Ops {
+				if k := perKind[o.Op]; k.Nodes != o.Nodes || k.Calls != o.Calls || k.Time != o.Time {
+					t.Errorf("%s: its nodes add up to %+v, the kind says %+v", o.Op, k, o)
+				}
+			}
 			if sum != r.DeviceTime {
 				t.Errorf("op times sum to %v, device time %v", sum, r.DeviceTime)
 			}
@@ -134,10 +154,12 @@ func TestProfileCountsOps(t *testing.T) {
 			out := buf.String()
 			t.Logf("\n%s", out)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			// header, column names, top rows, "(n more kinds of op)", memory
-			if len(lines) != 2+top+2 || !strings.Contains(lines[0], fmt.Sprintf("%d runs", runs)) ||
-				!strings.HasPrefix(strings.TrimSpace(lines[2]), r.Ops[0].Op) ||
-				lines[2+top] != fmt.Sprintf("(%d more kinds of op)", len(r.Ops)-top) || !strings.HasPrefix(lines[3+top], "memory: peak") {
+			// header; column names, top kinds, "(n more kinds of op)"; column names, top
+			// nodes, "(n more nodes)"; memory
+			if len(lines) != 1+2*(top+2)+1 || !strings.Contains(lines[0], fmt.Sprintf("%d runs", runs)) ||
+				!strings.HasPrefix(lines[2], r.Ops[0].Op) || lines[2+top] != fmt.Sprintf("(%d more kinds of op)", len(r.Ops)-top) ||
+				!strings.HasPrefix(lines[4+top], r.Nodes[0].Node) || lines[4+2*top] != fmt.Sprintf("(%d more nodes)", len(r.Nodes)-top) ||
+				!strings.HasPrefix(lines[5+2*top], "memory: peak") {
 				t.Errorf("table:\n%s", out)
 			}
 
