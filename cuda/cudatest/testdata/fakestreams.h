@@ -42,7 +42,7 @@ typedef struct work {
 	char name[64];
 } work;
 typedef struct fstream {
-	int id, dev, async, quit;
+	int id, dev, async, quit, held;
 	pthread_t th;
 	work *head, *tail;
 	uint64_t enq, done, rng;
@@ -172,7 +172,7 @@ static void* worker(void* p) {
 	fstream* s = p;
 	pthread_mutex_lock(&qmu);
 	for (;;) {
-		while (!s->head && !s->quit) pthread_cond_wait(&qcv, &qmu);
+		while ((!s->head || s->held) && !s->quit) pthread_cond_wait(&qcv, &qmu);
 		if (!s->head) break;
 		work* w = s->head;
 		while (w->waitOn && w->waitOn->done < w->waitPos) pthread_cond_wait(&qcv, &qmu);
@@ -239,6 +239,18 @@ int fakeStreamOp(void* st, const char* op, const fakeAccess* acc, int nacc, int 
 	if (check((fstream*)st, op, acc, nacc)) { if (release) release(arg); return 999; }
 	return enqueue((fstream*)st, op, fn, arg, release, 0, 0); }
 
+/* fakeStreamHold stops (hold 1) or resumes (hold 0) an asynchronous stream's thread before
+ * its next operation, so that a test can keep work pending while the host goes on; 1 when
+ * st is not asynchronous. */
+int fakeStreamHold(void* st, int hold) {
+	fstream* s = st;
+	if (!s || !s->async) return 1;
+	pthread_mutex_lock(&qmu);
+	s->held = hold;
+	pthread_cond_broadcast(&qcv);
+	pthread_mutex_unlock(&qmu);
+	return 0; }
+
 /* fakeStreamQueues reports whether work on st runs on its own thread (not at the call). */
 int fakeStreamQueues(void* st) { return st && ((fstream*)st)->async; }
 
@@ -262,7 +274,7 @@ int cuStreamCreate(void** out, unsigned f) {
 		if (!s || !(s->vc = calloc(MAXT, sizeof(uint32_t)))) { free(s); return 2; }
 		s->id = id;
 	}
-	s->dev = cur, s->quit = 0, s->async = seeded(), s->head = s->tail = 0;
+	s->dev = cur, s->quit = 0, s->held = 0, s->async = seeded(), s->head = s->tail = 0;
 	s->rng = (seedOf() + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)id * 0xbf58476d1ce4e5b9ull;
 	if (!s->rng) s->rng = 1;
 	pthread_mutex_lock(&ckmu);

@@ -1,0 +1,105 @@
+package cudatest
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/cuda/internal/dl"
+)
+
+// SeedVar names the variable that makes the fake libcuda run streams asynchronously: each
+// stream created while it is set runs its work on its own thread, in order, with random
+// delays drawn from this seed, and the stream-order checker watches every operation (see
+// testdata/fakestreams.h). Unset, work runs at the call, as on a fully synchronous device.
+const SeedVar = "GP_EMU_SEED"
+
+// DelayVar bounds one random delay of an asynchronous stream, in microseconds (default 200).
+const DelayVar = "GP_EMU_DELAY_US"
+
+// Seeds are the seeds the TestAsyncStreams tests run under: the checker's verdicts do not
+// depend on the seed, the interleavings (and so wrong results from a missing wait) do.
+var Seeds = []uint64{1, 2, 3}
+
+// Async makes the streams t's code creates from now on asynchronous with seed (t.Setenv, so t
+// must not be parallel) and fails t at its end with the checker's first race, if any; races
+// recorded before Async are cleared. It calls Require.
+func Async(t testing.TB, seed uint64) {
+	t.Helper()
+	Require(t)
+	t.Setenv(SeedVar, strconv.FormatUint(seed, 10))
+	if err := ResetRace(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r, err := Race()
+		if err != nil {
+			t.Error(err)
+		} else if r != "" {
+			t.Errorf("seed %d: %s", seed, r)
+		}
+		_ = ResetRace()
+	})
+}
+
+// Race returns the first stream-order race the fake driver's checker recorded since the last
+// ResetRace: both operations, their streams and the buffer's bytes; "" for none.
+func Race() (string, error) {
+	f, err := fakeSym("fakeRaceText")
+	if err != nil {
+		return "", err
+	}
+	return dl.CallString(f, 0), nil
+}
+
+// ResetRace forgets the recorded race.
+func ResetRace() error {
+	f, err := fakeSym("fakeRaceText")
+	if err != nil {
+		return err
+	}
+	dl.CallString(f, 1)
+	return nil
+}
+
+// HoldStream stops (hold true) or resumes an asynchronous stream (a CUstream of the fake
+// driver) before its next operation, so that a test can keep work pending while the host
+// goes on. It fails for a synchronous stream (one created without SeedVar).
+func HoldStream(stream uintptr, hold bool) error {
+	f, err := fakeSym("fakeStreamHold")
+	if err != nil {
+		return err
+	}
+	h := uintptr(0)
+	if hold {
+		h = 1
+	}
+	if dl.Call(f, stream, h) != 0 {
+		return fmt.Errorf("cudatest: stream %#x is not asynchronous (create it with %s set)", stream, SeedVar)
+	}
+	return nil
+}
+
+var fake struct {
+	once sync.Once
+	lib  *dl.Lib
+	err  error
+}
+
+// fakeSym resolves a test hook of the fake libcuda that Main built.
+func fakeSym(name string) (dl.Func, error) {
+	fake.once.Do(func() {
+		p := os.Getenv("CUDA_DRIVER_LIBRARY")
+		if os.Getenv(readyVar) != "1" || p == "" {
+			fake.err = fmt.Errorf("cudatest: the fake libcuda is not installed (%s)", reason)
+			return
+		}
+		fake.lib, fake.err = dl.Open([]string{p})
+	})
+	if fake.err != nil {
+		return nil, fake.err
+	}
+	return fake.lib.Sym(name)
+}
