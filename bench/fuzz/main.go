@@ -80,7 +80,7 @@ func main() {
 	fuzztime := flag.Duration("fuzztime", 60*time.Second, "how long each target fuzzes")
 	parallel := flag.Int("parallel", 1, "fuzzing workers per target (go test -parallel)")
 	match := flag.String("run", "", "only targets whose package/name matches this regular expression")
-	out := flag.String("out", "", "write the results as JSON here (e.g. bench/results/fuzz.json)")
+	out := flag.String("out", "", "write the results as JSON here (e.g. bench/results/fuzz.json); with -run, the targets run replace theirs in the file and the others stay")
 	flag.Parse()
 	log.SetFlags(0)
 	filter := regexp.MustCompile(*match)
@@ -103,9 +103,11 @@ func main() {
 		ran = append(ran, t)
 		fmt.Printf("%-32s %-22s %8.0f %10d %8.0f %8d %6d  %s\n", t.Package, t.Name, t.Seconds, t.Execs, t.ExecsPerSecond, t.Baseline, t.NewInteresting, strings.Join(t.Crashers, " "))
 	}
+	if *match != "" && *out != "" {
+		ran = mergeInto(*out, ran)
+	}
 	res := map[string]any{
 		"what":            "go test -fuzz of every fuzz target, one at a time, on the committed corpus plus what it finds",
-		"fuzztime_s":      fuzztime.Seconds(),
 		"parallel":        *parallel,
 		"minimize":        "-fuzzminimizetime 10x",
 		"go":              runtime.Version(),
@@ -124,6 +126,24 @@ func main() {
 	if failed > 0 {
 		log.Fatalf("%d fuzz targets failed; their inputs are under the packages' testdata/fuzz/ (fix the parser, then commit the input)", failed)
 	}
+}
+
+// mergeInto returns the targets of the JSON results at path with those of ran in their place.
+func mergeInto(path string, ran []*target) []*target {
+	var old struct{ Targets []*target }
+	if b, err := os.ReadFile(path); err == nil {
+		json.Unmarshal(b, &old)
+	}
+	byKey := map[string]*target{}
+	for _, t := range append(old.Targets, ran...) {
+		byKey[t.Package+" "+t.Name] = t
+	}
+	out := make([]*target, 0, len(byKey))
+	for _, t := range byKey {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Package+" "+out[i].Name < out[j].Package+" "+out[j].Name })
+	return out
 }
 
 // discover finds every fuzz function under root, by package directory and name.
