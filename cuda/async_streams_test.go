@@ -16,17 +16,8 @@ import (
 // delays) under each seed, the stream-order checker failing any op that touches bytes
 // another stream may still be using.
 func TestAsyncStreamsOps(t *testing.T) {
-	for _, seed := range cudatest.Seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			cudatest.Async(t, seed)
-			for _, c := range []struct {
-				name string
-				run  func(*testing.T)
-			}{{"ops", TestOpsOnFakeDriver}, {"matmul", TestMatMulOnFake}, {"cudnn", TestConvCuDNNOnFake}} {
-				t.Run(c.name, c.run)
-			}
-		})
-	}
+	cudatest.RunAsync(t, cudatest.Test{Name: "ops", Run: TestOpsOnFakeDriver},
+		cudatest.Test{Name: "matmul", Run: TestMatMulOnFake}, cudatest.Test{Name: "cudnn", Run: TestConvCuDNNOnFake})
 }
 
 // Free of a pinned buffer whose copy to the device is still queued waits for the copy: the

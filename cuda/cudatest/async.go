@@ -44,6 +44,46 @@ func Async(t testing.TB, seed uint64) {
 	})
 }
 
+// Test is a named test function, for RunAsync.
+type Test struct {
+	Name string
+	Run  func(*testing.T)
+}
+
+// RunAsync runs each test as a subtest under every seed of Seeds with asynchronous streams
+// (Async: a race the checker finds fails the subtest), and fails t when no operation ran on
+// a stream's own thread, that is when the tests never reached the asynchronous path.
+func RunAsync(t *testing.T, tests ...Test) {
+	t.Helper()
+	Require(t)
+	for _, seed := range Seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			Async(t, seed)
+			before, err := QueuedOps()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tests {
+				t.Run(c.Name, c.Run)
+			}
+			if after, err := QueuedOps(); err != nil {
+				t.Error(err)
+			} else if after == before {
+				t.Errorf("seed %d: no operation ran on an asynchronous stream", seed)
+			}
+		})
+	}
+}
+
+// QueuedOps counts the operations the fake driver has run on a stream's own thread.
+func QueuedOps() (int, error) {
+	f, err := fakeSym("fakeQueuedOps")
+	if err != nil {
+		return 0, err
+	}
+	return dl.Call(f), nil
+}
+
 // Race returns the first stream-order race the fake driver's checker recorded since the last
 // ResetRace: both operations, their streams and the buffer's bytes; "" for none.
 func Race() (string, error) {

@@ -196,5 +196,5 @@ long fakeLaunches(void) { return launches; }
 int cuGetErrorString(int r, const char** s) {
 	*s = r == 2 ? "out of memory" : r == 101 ? "invalid device ordinal" : r == 700 ? "an illegal memory access was encountered" : r == 218 ? "a PTX JIT compilation failed" : r == 500 ? "named symbol not found"
 		: r == 600 ? "device not ready" : r == 719 ? "unspecified launch failure (fake: an asynchronous operation failed)"
-		: r == 999 && raceText[0] ? raceText : "fake error";
+		: r == 999 && myRace[0] ? myRace : "fake error";
 	return 0; }

@@ -61,7 +61,9 @@ static fstream* streams[MAXT];
 static int freeIds[MAXT], nfree, nextId = 1, maxId;
 static uint32_t tick[MAXT], hostvc[MAXT];
 static char raceText[1024];
+static __thread char myRace[1024]; /* this thread's last race, for cuGetErrorString */
 static int raced;
+static long queuedRun; /* operations run on a stream's thread */
 
 static int seeded(void) { const char* v = getenv("GP_EMU_SEED"); return v && *v; }
 static uint64_t seedOf(void) { const char* v = getenv("GP_EMU_SEED"); return v ? strtoull(v, 0, 10) : 0; }
@@ -106,22 +108,23 @@ static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAcc
 	if (!*slot) { *slot = calloc(1, sizeof(hist)); if (!*slot) return 0; (*slot)->lo = lo; (*slot)->r = calloc(MAXREC, sizeof(rec)); }
 	hist* h = *slot;
 	uintptr_t alo = a->p, ahi = a->p + a->n;
+	char what[96];
+	if (a->arg >= 0) snprintf(what, sizeof what, "%s (argument %d)", op, a->arg);
+	else snprintf(what, sizeof what, "%s", op);
 	int k = 0;
 	for (int j = 0; j < h->n; j++) { /* forget what the host has seen complete: all later work is ordered after it */
 		rec* r = &h->r[j];
 		if (hostvc[r->tl] >= r->clk) continue;
 		if (r->lo < ahi && alo < r->hi && (r->write || a->write) && r->tl != tl && vc[r->tl] < r->clk) {
-			if (!raced) {
-				char t1[48], t2[48];
-				tlName(tl, t1, sizeof t1), tlName(r->tl, t2, sizeof t2);
-				snprintf(raceText, sizeof raceText,
-					"fake: stream-order race: %s on %s %s bytes [%#lx, %#lx) of the %zu-byte %s buffer at %#lx "
-					"while %s on %s may still be %s them (no event orders the two)",
-					op, t1, a->write ? "writes" : "reads", (unsigned long)alo, (unsigned long)ahi, (size_t)(hi - lo),
-					dev < 0 ? "pinned host" : "device", (unsigned long)lo, r->what, t2, r->write ? "writing" : "reading");
-				raced = 1;
-				fprintf(stderr, "%s\n", raceText);
-			}
+			char t1[48], t2[48];
+			tlName(tl, t1, sizeof t1), tlName(r->tl, t2, sizeof t2);
+			snprintf(myRace, sizeof myRace,
+				"fake: stream-order race: %s on %s %s bytes [%#lx, %#lx) of the %zu-byte %s buffer at %#lx "
+				"while %s on %s may still be %s them (no event orders the two)",
+				what, t1, a->write ? "writes" : "reads", (unsigned long)alo, (unsigned long)ahi, (size_t)(hi - lo),
+				dev < 0 ? "pinned host" : "device", (unsigned long)lo, r->what, t2, r->write ? "writing" : "reading");
+			if (!raced) memcpy(raceText, myRace, sizeof raceText), raced = 1;
+			fprintf(stderr, "%s\n", myRace);
 			h->n = k + (h->n - j);
 			memmove(&h->r[k], r, (size_t)(h->n - k) * sizeof(rec));
 			return 1;
@@ -135,8 +138,7 @@ static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAcc
 	if (h->n == MAXREC) { memmove(&h->r[0], &h->r[1], (MAXREC - 1) * sizeof(rec)); h->n--; }
 	rec* r = &h->r[h->n++];
 	r->lo = alo, r->hi = ahi, r->tl = tl, r->write = a->write, r->clk = vc[tl];
-	if (a->arg >= 0) snprintf(r->what, sizeof r->what, "%s (argument %d)", op, a->arg);
-	else snprintf(r->what, sizeof r->what, "%s", op);
+	snprintf(r->what, sizeof r->what, "%s", what);
 	return 0; }
 
 /* check orders a new operation on stream s (NULL: the host) and checks its accesses;
@@ -185,6 +187,7 @@ static void* worker(void* p) {
 		s->head = w->next;
 		if (!s->head) s->tail = 0;
 		s->done++;
+		if (w->fn) queuedRun++;
 		free(w);
 		pthread_cond_broadcast(&qcv);
 	}
@@ -238,6 +241,9 @@ static int drain(fstream* s) {
 int fakeStreamOp(void* st, const char* op, const fakeAccess* acc, int nacc, int (*fn)(void*), void* arg, void (*release)(void*)) {
 	if (check((fstream*)st, op, acc, nacc)) { if (release) release(arg); return 999; }
 	return enqueue((fstream*)st, op, fn, arg, release, 0, 0); }
+
+/* fakeQueuedOps counts the operations that ran on a stream's own thread. */
+long fakeQueuedOps(void) { pthread_mutex_lock(&qmu); long n = queuedRun; pthread_mutex_unlock(&qmu); return n; }
 
 /* fakeStreamHold stops (hold 1) or resumes (hold 0) an asynchronous stream's thread before
  * its next operation, so that a test can keep work pending while the host goes on; 1 when
