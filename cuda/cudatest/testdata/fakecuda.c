@@ -97,8 +97,7 @@ int cuMemAlloc_v2(uintptr_t* p, size_t n) {
 int cuMemFree_v2(uintptr_t p) {
 	if (!p) return 0;
 	char* m = (char*)p - 16;
-	if (seeded()) devSync(); /* as CUDA's, a free waits for the device */
-	histDrop(p);
+	freeWait(p);
 	spanRemove(p);
 	__sync_fetch_and_sub(&used[((size_t*)m)[1]], ((size_t*)m)[0]);
 	free(m); return 0; }
@@ -112,8 +111,7 @@ int cuMemHostAlloc(void** p, size_t n, unsigned f) {
 	return 0; }
 int cuMemFreeHost(void* p) {
 	if (!p) return 0;
-	if (seeded()) devSync();
-	histDrop((uintptr_t)p);
+	freeWait((uintptr_t)p);
 	spanRemove((uintptr_t)p);
 	free(p); return 0; }
 int cuModuleLoadData(void** m, const void* img) {

@@ -260,7 +260,27 @@ int fakeStreamHold(void* st, int hold) {
 /* fakeStreamQueues reports whether work on st runs on its own thread (not at the call). */
 int fakeStreamQueues(void* st) { return st && ((fstream*)st)->async; }
 
-/* devSync drains every stream of the current device (cuCtxSynchronize, frees). */
+/* freeWait drains the streams that may still use the allocation at lo, then forgets its
+ * history (cuMemFree, cuMemFreeHost). CUDA's frees synchronise the whole device, which can
+ * deadlock against an NCCL kernel in flight on another stream; the fake waits only for the
+ * allocation's users, because the ranks of one test process share a fake device where each
+ * would have its own GPU. */
+static void freeWait(uintptr_t lo) {
+	int tls[MAXREC], n = 0;
+	pthread_mutex_lock(&ckmu);
+	hist** h = histSlot(lo);
+	for (int j = 0; *h && j < (*h)->n; j++) {
+		rec* r = &(*h)->r[j];
+		int seen = r->tl == 0 || hostvc[r->tl] >= r->clk;
+		for (int k = 0; k < n && !seen; k++) seen = tls[k] == r->tl;
+		if (!seen) tls[n++] = r->tl;
+	}
+	pthread_mutex_unlock(&ckmu);
+	for (int k = 0; k < n; k++)
+		if (streams[tls[k]] && !streams[tls[k]]->quit) drain(streams[tls[k]]);
+	histDrop(lo); }
+
+/* devSync drains every stream of the current device (cuCtxSynchronize). */
 static int devSync(void) {
 	int rc = 0;
 	for (int i = 1; i <= maxId; i++) {
