@@ -5,6 +5,7 @@ package sysmon
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -148,11 +149,32 @@ func setPriority(tid int, p priority) error {
 
 // watch gives the normal priority back to every thread but mon that has the lowered one:
 // a thread sysmon creates (to run a P it retook) inherits sysmon's priority. Looking at
-// every thread each time costs a system call per thread, a few dozen a second.
+// every thread each time costs a system call per thread, a few dozen a second. It also
+// follows the machine's load (see Note [Lowered only while the cores suffice]): sysmon gets
+// its normal priority back while the machine runs far more threads than it has cores, and
+// is lowered again when the load falls.
 func watch(mon int, normal, low priority) {
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
+	cores := runtime.NumCPU()
+	load := float64(cores) // runnable threads, smoothed over about a second
+	isLow := true
 	for range tick.C {
+		if r, ok := runnable(); ok {
+			load += (float64(r) - load) * loadSmoothing
+		}
+		if want := keepLowered(isLow, load, cores); want != isLow {
+			p := normal
+			if want {
+				p = low
+			}
+			if setPriority(mon, p) == nil {
+				isLow = want
+			}
+		}
+		if !isLow {
+			continue // threads sysmon starts now inherit the normal priority
+		}
 		tids, err := threads()
 		if err != nil {
 			return
@@ -166,4 +188,48 @@ func watch(mon int, normal, low priority) {
 			}
 		}
 	}
+}
+
+// Note [Lowered only while the cores suffice]: a SCHED_IDLE thread runs only when nothing
+// else wants the core. Where the ranks have the cores to themselves, that is whenever a rank
+// waits, which is often enough. On a machine loaded far beyond its cores (other jobs, a
+// test suite), sysmon then hardly runs at all: a P held by a goroutine in a long C call is
+// not handed to the communication goroutines, and a rank's step waits. Measured on 2 cores
+// at load 13 (the demo's job for one epoch): 311 s with sysmon lowered against 175 s
+// without. So the watcher smooths the number of runnable threads (procs_running in
+// /proc/loadavg) and gives sysmon its priority back above overloaded × cores, lowering it
+// again below lowerBelow × cores (the gap keeps it from flapping).
+const (
+	overloaded    = 2.0
+	lowerBelow    = 1.5
+	loadSmoothing = 0.1 // per watchEvery tick: a time constant of about a second
+)
+
+// keepLowered says whether sysmon should be (or stay) lowered, given whether it is now and
+// the smoothed number of runnable threads on the machine.
+func keepLowered(isLow bool, load float64, cores int) bool {
+	if isLow {
+		return load <= overloaded*float64(cores)
+	}
+	return load < lowerBelow*float64(cores)
+}
+
+// runnable is the number of threads running or ready to run on the machine (the fourth
+// field of /proc/loadavg, "running/total").
+func runnable() (int, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	return parseRunnable(string(b))
+}
+
+func parseRunnable(loadavg string) (int, bool) {
+	f := strings.Fields(loadavg)
+	if len(f) < 4 {
+		return 0, false
+	}
+	run, _, ok := strings.Cut(f[3], "/")
+	n, err := strconv.Atoi(run)
+	return n, ok && err == nil && n >= 0
 }

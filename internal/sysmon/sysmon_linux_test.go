@@ -201,3 +201,32 @@ func TestModeFromEnv(t *testing.T) {
 
 // schedNormal is SCHED_OTHER (SCHED_NORMAL), which x/sys/unix does not name.
 const schedNormal = 0
+
+// The watcher's decision keeps sysmon lowered up to 2 runnable threads per core, restores it
+// beyond, and lowers it again only below 1.5 per core.
+func TestKeepLoweredFollowsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		isLow bool
+		load  float64
+		want  bool
+	}{
+		{true, 2, true}, {true, 4, true}, {true, 4.1, false}, {true, 13, false},
+		{false, 13, false}, {false, 3.5, false}, {false, 3, false}, {false, 2.9, true}, {false, 1, true},
+	} {
+		if got := keepLowered(tc.isLow, tc.load, 2); got != tc.want {
+			t.Errorf("keepLowered(%v, load %g, 2 cores) = %v, want %v", tc.isLow, tc.load, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		n    int
+		isOK bool
+	}{
+		{"0.52 0.58 0.59 3/276 22341\n", 3, true}, {"13.2 11.9 10.6 20/280 19231", 20, true},
+		{"0.1 0.2", 0, false}, {"1 2 3 x/4 5", 0, false},
+	} {
+		if n, ok := parseRunnable(tc.in); n != tc.n || ok != tc.isOK {
+			t.Errorf("parseRunnable(%q) = %d, %v; want %d, %v", tc.in, n, ok, tc.n, tc.isOK)
+		}
+	}
+}
