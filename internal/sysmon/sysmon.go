@@ -17,7 +17,10 @@
 // retakes Ps, preempts long-running goroutines and polls the network whenever a rank waits
 // (at every synchronisation of every step), but no longer takes cores from the compute.
 // A thread sysmon starts inherits its priority, so a watcher restores the normal priority
-// of every thread that appears with the lowered one.
+// of every thread that appears with the lowered one. On a machine loaded far beyond its
+// cores, a SCHED_IDLE sysmon would hardly run at all, which costs far more than its
+// wake-ups: the watcher gives it its normal priority back while that lasts (see Note
+// [Lowered only while the cores suffice] in sysmon_linux.go).
 package sysmon
 
 import (
