@@ -3,6 +3,8 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -260,4 +262,17 @@ func (r *replicated) update(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// writeDeviceProfile prints the per-op device profile of a -device cuda run
+// (GP_TAPE_PROFILE=1 turns it on: the top ops by device time, the memory peak and the
+// allocator's statistics); nothing without a device or a profile. Like every side output, a
+// failure to print it is a warning, never the job's end.
+func (c *Config) writeDeviceProfile(w io.Writer, log *slog.Logger) {
+	if c.dev == nil {
+		return
+	}
+	if err := tape.WriteProfile(w, c.dev, 15); err != nil {
+		log.Warn("trainer: device profile not written", "err", err)
+	}
 }

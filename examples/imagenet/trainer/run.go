@@ -406,5 +406,6 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 	if err := finishReport(ctx, r.g, r.cfg, res, r.out); err != nil {
 		return nil, err
 	}
+	r.cfg.writeDeviceProfile(r.out, r.log)
 	return res, nil
 }
