@@ -119,3 +119,82 @@ func Example_gorgoniaSolver() {
 	// Output:
 	// replicas equal: true, loss below 0.1: true
 }
+
+// A plain gorgonia program (its own graph, G.Grad, tape machine and loop) made data-parallel
+// by wrapping its solver: NewSolver copies rank 0's weights to every rank and Step averages
+// the gradients before gorgonia's Adam updates. Two ranks run as goroutines here, with
+// WithGroup; under gprun, NewSolver starts the group from the environment itself (see
+// examples/gorgonia/solver, the same program in five added lines).
+func ExampleNewSolver() {
+	const world = 2
+	groups := comm.NewLocalGroups(world)
+	weights := make([][]float32, world)
+	losses := make([]float32, world)
+	errs := make([]error, world)
+	var mu sync.Mutex // gorgonia's graph construction is not thread-safe
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer groups[r].Close(context.Background())
+			errs[r] = func() error {
+				mu.Lock()
+				g := G.NewGraph()
+				x := G.NewMatrix(g, tensor.Float32, G.WithShape(8, 4), G.WithName("x"), G.WithInit(G.Zeroes()))
+				y := G.NewMatrix(g, tensor.Float32, G.WithShape(8, 1), G.WithName("y"), G.WithInit(G.Zeroes()))
+				w := G.NewMatrix(g, tensor.Float32, G.WithShape(4, 1), G.WithName("w"), G.WithInit(G.GlorotU(1))) // from the clock: differs per rank
+				loss := G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(G.Must(G.Mul(x, w)), y))))))
+				_, err := G.Grad(loss, w)
+				vm := G.NewTapeMachine(g, G.BindDualValues(w))
+				mu.Unlock()
+				if err != nil {
+					return err
+				}
+				defer vm.Close()
+				solver, err := ddp.NewSolver(context.Background(), G.NewAdamSolver(G.WithLearnRate(0.05)), g, ddp.WithGroup(groups[r]))
+				if err != nil {
+					return err
+				}
+				defer solver.Close()
+				rng := rand.New(rand.NewSource(int64(r))) // each rank its own samples of y = x·[1 2 3 4]
+				xs, ys := x.Value().Data().([]float32), y.Value().Data().([]float32)
+				for range 300 {
+					for i := range 8 {
+						ys[i] = 0
+						for j := range 4 {
+							xs[4*i+j] = float32(rng.NormFloat64())
+							ys[i] += xs[4*i+j] * float32(j+1)
+						}
+					}
+					vm.Reset()
+					if err := vm.RunAll(); err != nil {
+						return err
+					}
+					if err := solver.Step(G.NodesToValueGrads(G.Nodes{w})); err != nil {
+						return err
+					}
+				}
+				weights[r] = w.Value().Data().([]float32)
+				losses[r], err = solver.Mean(loss.Value().Data().(float32)) // the global batch's loss
+				return err
+			}()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+	}
+	same := true
+	for i := range weights[0] {
+		same = same && weights[0][i] == weights[1][i]
+	}
+	fmt.Printf("ranks equal: %v, same global loss: %v\n", same, losses[0] == losses[1])
+	fmt.Printf("w ≈ [%.1f %.1f %.1f %.1f]\n", weights[0][0], weights[0][1], weights[0][2], weights[0][3])
+	// Output:
+	// ranks equal: true, same global loss: true
+	// w ≈ [1.0 2.0 3.0 4.0]
+}
