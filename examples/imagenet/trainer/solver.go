@@ -3,6 +3,8 @@ package trainer
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -11,8 +13,8 @@ import (
 
 // checkSolver accepts cfg.Solver (a gorgonia solver) where the trainer can step and
 // checkpoint it: gsolver captures its state (else its error, now rather than at the first
-// checkpoint), on the CPU, under a strategy whose program steps it on the whole model (ddp,
-// none). A learning rate left at 0 is the solver's own.
+// checkpoint), on the CPU, under a strategy whose program steps the whole model
+// (strategy.solver). A learning rate left at 0 is the solver's own.
 func (c *Config) checkSolver() error {
 	if c.Solver == nil {
 		return nil
@@ -21,9 +23,13 @@ func (c *Config) checkSolver() error {
 	if err != nil {
 		return fmt.Errorf("trainer: Config.Solver: %w", err)
 	}
+	strat, err := strategyOf(c.Strategy)
 	switch {
-	case c.Strategy != "" && c.Strategy != "ddp" && c.Strategy != "none":
-		return fmt.Errorf("trainer: Config.Solver (a gorgonia solver) with -strategy %s: it steps the whole model in one program, so it needs -strategy ddp or none", c.Strategy)
+	case err != nil:
+		return err
+	case !strat.solver:
+		return fmt.Errorf("trainer: Config.Solver (a gorgonia solver) with -strategy %s: it steps the whole model in one program, so it needs -strategy %s",
+			c.Strategy, strings.Join(solverStrategies(), " or "))
 	case c.Device != "" && c.Device != "cpu":
 		return fmt.Errorf("trainer: Config.Solver (a gorgonia solver) with -device %s: gorgonia's solvers step on the CPU; use -device cpu, or -opt sgd|adamw", c.Device)
 	}
@@ -55,3 +61,15 @@ func (o solverOptimizer) Step() error {
 func (o solverOptimizer) ZeroGrad() { clear(o.params.Grad) }
 
 var _ optim.Optimizer = solverOptimizer{}
+
+// solverStrategies lists the -strategy values whose program a gorgonia solver can step.
+func solverStrategies() []string {
+	var names []string
+	for name, s := range strategies {
+		if s.solver {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}

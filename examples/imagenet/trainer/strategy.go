@@ -25,13 +25,16 @@ type strategy struct {
 	sharded bool
 	// newEngine builds the strategy's engine.
 	newEngine func(ctx context.Context, cfg *Config, st strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error)
+	// solver: the strategy's program steps the whole model, so a gorgonia solver
+	// (Config.Solver) can be its update.
+	solver bool
 	// compile builds the replicated engine's training program (nil for sharded ones).
 	compile func(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error)
 }
 
 var strategies = map[string]strategy{
-	"ddp":   {newEngine: newReplicatedEngine, compile: compileDDP},
-	"none":  {newEngine: newReplicatedEngine, compile: compileDDP},
+	"ddp":   {newEngine: newReplicatedEngine, compile: compileDDP, solver: true},
+	"none":  {newEngine: newReplicatedEngine, compile: compileDDP, solver: true},
 	"dp":    {newEngine: newReplicatedEngine, compile: compileDP},
 	"zero3": {sharded: true, newEngine: newShardedEngine},
 }
