@@ -50,7 +50,7 @@ func (h *CommHookConfig) check(strategy string) error {
 	default:
 		return fmt.Errorf("trainer: unknown -ddp-comm-hook %q (none, fp16, bf16 or powersgd)", h.Name)
 	}
-	if strategy == "zero3" {
+	if s, err := strategyOf(strategy); err == nil && s.sharded {
 		return fmt.Errorf("trainer: -ddp-comm-hook %s needs -strategy ddp or none (ZeRO-3 reduce-scatters its own gradients)", h.Name)
 	}
 	return nil
