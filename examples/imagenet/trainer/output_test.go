@@ -56,6 +56,10 @@ func TestSummaryReportsOnlyWhatHappened(t *testing.T) {
 			[]string{"no validation", "checkpoint"}},
 		{"evaluate only", Result{Evaluated: true, Top1: 10},
 			[]string{"val top-1 10.00%"}, []string{"train loss", "all-reduce hidden"}},
+		{"resumed at its end", Result{Steps: 4, StartStep: 4, ResumedFrom: "run/ckpt-000000004.npz"},
+			[]string{"no step taken: the run was at step 4"}, []string{"train loss", "no validation", "all-reduce hidden"}},
+		{"resumed and trained", Result{Steps: 6, StartStep: 4, FinalLoss: 0.5},
+			[]string{"final train loss 0.5000", "no validation"}, []string{"no step taken"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer

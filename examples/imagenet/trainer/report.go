@@ -35,19 +35,23 @@ func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, o
 // accuracy without a validation, no path of a file that was not written).
 func writeSummary(out io.Writer, world int, res *Result) {
 	fmt.Fprintf(out, "\nsummary: %d steps, %.1f images/s over %d ranks", res.Steps, res.ImgsPerS, world)
-	if res.Steps > 0 {
+	ran := res.Steps > res.StartStep // this run took steps (not only resumed or evaluated)
+	if ran {
 		fmt.Fprintf(out, ", final train loss %.4f", res.FinalLoss)
 	}
-	if res.Evaluated {
+	switch {
+	case res.Evaluated:
 		fmt.Fprintf(out, ", val top-1 %.2f%% top-5 %.2f%%", res.Top1, res.Top5)
-	} else {
+	case ran:
 		fmt.Fprint(out, ", no validation (the run stopped before an epoch's end)")
+	default:
+		fmt.Fprintf(out, ", no step taken: the run was at step %d, where -epochs or -max-steps ends it", res.Steps)
 	}
 	fmt.Fprintln(out)
 	if res.Evaluated && (res.EMATop1 > 0 || res.EMATop5 > 0) {
 		fmt.Fprintf(out, "         weight average (EMA): val top-1 %.2f%% top-5 %.2f%%\n", res.EMATop1, res.EMATop5)
 	}
-	if res.ModelStateBytes == 0 && res.Steps > 0 { // replicated: DDP's overlap; ZeRO-3 reports its state instead
+	if res.ModelStateBytes == 0 && ran { // replicated: DDP's overlap; ZeRO-3 reports its state instead
 		fmt.Fprintf(out, "         all-reduce hidden behind backward: %.0f%%\n", 100*res.OverlapFrac)
 	}
 	if res.ModelStateBytes > 0 {

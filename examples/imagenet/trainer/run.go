@@ -143,7 +143,7 @@ func (r *run) restore(ctx context.Context) error {
 		r.meta.Step, r.meta.Epoch = first, int64(cfg.StartEpoch)
 		fmt.Fprintf(r.out, "starting at epoch %d (step %d, lr %.4g)\n", cfg.StartEpoch, first, r.opt.LR())
 	}
-	r.step, r.firstStep = r.meta.Step, r.meta.Step
+	r.step, r.firstStep, r.res.StartStep = r.meta.Step, r.meta.Step, r.meta.Step
 	return nil
 }
 
@@ -227,7 +227,7 @@ func (r *run) trainAll(ctx context.Context) (*Result, error) {
 	r.bar = newProgress(r.out, cfg.Progress, cfg.Quiet || r.rank != 0)
 	defer r.bar.close()
 	r.start = time.Now()
-	for epoch := int(r.step) / r.perEpoch; epoch < cfg.Epochs; epoch++ {
+	for epoch := int(r.step) / r.perEpoch; epoch < cfg.Epochs && !r.reachedMax(); epoch++ {
 		complete, err := r.epoch(ctx, epoch)
 		if err != nil {
 			return nil, err

@@ -39,6 +39,9 @@ type Result struct {
 	// may take millions of steps; metrics.jsonl has every logged step.
 	LossHistory []float64
 	ResumedFrom string
+	// StartStep is the step this run started from: its checkpoint's (or -start-epoch's), 0
+	// from scratch. Steps - StartStep steps were taken by this run.
+	StartStep   int64
 	Checkpoint  string
 	MetricsPath string
 	PlotPath    string // "" when no plot was written
