@@ -1,8 +1,11 @@
 // Command models (make bench-models) measures training images/s (forward, backward and an
 // SGD-with-momentum step) of resnet18 and resnet50 at 64x64, batch 16, and swin_t at
 // 224x224, batch 8, with 1 and 2 threads, next to PyTorch (Debian's torch through
-// /usr/bin/python3, bench/models/torch_bench.py) on the same inputs in the same run. It prints
-// a table and a JSON line and writes bench/results/models.json.
+// /usr/bin/python3, bench/models/torch_bench.py) on the same inputs in the same run, and
+// how close each side comes to the machine's limit: the model's training FLOPs per image
+// against OpenBLAS's sgemm measured in the same run at the row's threads (Note [Training
+// FLOPs and the roof], roof.go). It prints a table and a JSON line and writes
+// bench/results/models.json.
 //
 // -simd avx2,avx512 (or "all") measures our side at each SIMD level the CPU has, one table a
 // level (GP_SIMD in the children), every row still paired with PyTorch's in the same run.
@@ -59,6 +62,16 @@ type Row struct {
 	// medians, Ratio the median of RatioPerRep.
 	Reps        int       `json:"reps"`
 	RatioPerRep []float64 `json:"ratio_per_rep,omitempty"`
+	// FlopsPerImage is the training FLOPs of the model's products per image, RoofGFLOPs the
+	// machine's sgemm at this row's threads, RoofFraction and TorchRoofFraction how much of
+	// it each side's img/s reach (Note [Training FLOPs and the roof]).
+	FlopsPerImage     float64            `json:"flops_per_image"`
+	FlopsByKind       map[string]float64 `json:"flops_per_image_by_kind"`
+	RoofGFLOPs        float64            `json:"roof_gflops"`
+	RoofSquareGFLOPs  float64            `json:"roof_square_gflops"`
+	RoofModelGFLOPs   float64            `json:"roof_model_shape_gflops"`
+	RoofFraction      float64            `json:"roof_fraction"`
+	TorchRoofFraction *float64           `json:"torch_roof_fraction"`
 }
 
 type workload struct {
@@ -84,9 +97,22 @@ func main() {
 	out := flag.String("out", "bench/results/models.json", "result file")
 	levels := flag.String("simd", "", "comma-separated SIMD levels of our kernels to measure, each a table (avx512, avx2, off; default the best this CPU has); \"all\" for every level the CPU has")
 	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
+	roof := flag.String("roof", "", "internal: print sgemm's GFLOP/s on a 2048³ square and on this M,N,K product")
 	flag.IntVar(&reps, "reps", 3, "measurement pairs (ours, PyTorch) per row; the table shows medians")
 	flag.Float64Var(&minSeconds, "min-seconds", 4, "each measurement times at least this long (and at least the workload's steps), ours and PyTorch's alike")
 	flag.Parse()
+	if *roof != "" {
+		var m, n, k int
+		if _, err := fmt.Sscanf(*roof, "%d,%d,%d", &m, &n, &k); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/models: -roof:", err)
+			os.Exit(2)
+		}
+		if err := roofChild(m, n, k); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/models:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *child != "" {
 		if *profile != "" {
 			f, err := os.Create(*profile)
@@ -191,8 +217,8 @@ func parent(levels []simd.Level, threadList, archs, out string) error {
 func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, error) {
 	var rows []Row
 	fmt.Printf("\nour SIMD level: %s\n", lv)
-	fmt.Printf("%-9s %7s %5s %4s %12s %14s %9s %12s %14s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch",
-		"go cpu s/st", "torch cpu s/st")
+	fmt.Printf("%-9s %7s %5s %4s %12s %14s %9s %12s %14s %10s %10s %9s %9s\n", "arch", "threads", "batch", "size", "go img/s", "torch img/s", "go/torch",
+		"go cpu s/st", "torch cpu s/st", "GFLOP/img", "roof GF/s", "go roof", "torch roof")
 	for _, w := range workloads {
 		if archs != "" && !strings.Contains(","+archs+",", ","+w.arch+",") {
 			continue
@@ -200,6 +226,10 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 		xp, yp, err := writeInputs(tmp, w)
 		if err != nil {
 			return nil, err
+		}
+		fl, err := countFlops(w.arch, w.batch, w.size)
+		if err != nil {
+			return nil, fmt.Errorf("%s: counting FLOPs: %w", w.arch, err)
 		}
 		for _, ts := range strings.Split(threadList, ",") {
 			t, err := strconv.Atoi(strings.TrimSpace(ts))
@@ -230,7 +260,15 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 				}
 			}
 			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
-			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios}
+			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
+				FlopsPerImage: fl.PerImage, FlopsByKind: fl.ByKind}
+			rf, err := runRoof(env, self, fl)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %d threads: sgemm roof: %w", w.arch, t, err)
+			}
+			row.RoofSquareGFLOPs, row.RoofModelGFLOPs = rf.Square, rf.Model
+			row.RoofGFLOPs = max(rf.Square, rf.Model)
+			row.RoofFraction = goOut * fl.PerImage / (row.RoofGFLOPs * 1e9)
 			torchCol, ratioCol := "", ""
 			if terr != nil {
 				row.Torch = "unavailable: " + benchutil.FirstLine(terr.Error())
@@ -238,6 +276,8 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			} else {
 				tv, tCPU, r := benchutil.Median(tvs), benchutil.Median(tcpus), benchutil.Median(ratios)
 				row.TorchImgsPerS, row.Ratio, row.TorchCPUPerStep = &tv, &r, &tCPU
+				tf := tv * fl.PerImage / (row.RoofGFLOPs * 1e9)
+				row.TorchRoofFraction = &tf
 				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
 			}
 			tCPU := 0.0
@@ -248,11 +288,36 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			if row.TorchCPUPerStep != nil {
 				torchCPU = fmt.Sprintf("%.3f", tCPU)
 			}
-			fmt.Printf("%-9s %7d %5d %4d %12.2f %14s %9s %12.3f %14s\n", w.arch, t, w.batch, w.size, goOut, torchCol, ratioCol, goCPU, torchCPU)
+			torchRoof := "n/a"
+			if row.TorchRoofFraction != nil {
+				torchRoof = fmt.Sprintf("%.2f", *row.TorchRoofFraction)
+			}
+			fmt.Printf("%-9s %7d %5d %4d %12.2f %14s %9s %12.3f %14s %10.2f %10.1f %9.2f %9s\n", w.arch, t, w.batch, w.size, goOut, torchCol, ratioCol, goCPU, torchCPU,
+				fl.PerImage/1e9, row.RoofGFLOPs, row.RoofFraction, torchRoof)
 			rows = append(rows, row)
 		}
+		fmt.Printf("  %s: %.2f GFLOP per training image: %s; largest forward product %dx%d by %dx%d\n", w.arch, fl.PerImage/1e9,
+			topKinds(fl.ByKind, 4), fl.M, fl.K, fl.K, fl.N)
 	}
 	return rows, nil
+}
+
+// runRoof measures sgemm in a child with env's thread count (OpenBLAS reads it at start).
+func runRoof(env []string, self string, fl flopsReport) (roofReport, error) {
+	cmd := exec.Command(self, "-roof", fmt.Sprintf("%d,%d,%d", fl.M, fl.N, fl.K))
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return roofReport{}, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var r roofReport
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		return roofReport{}, fmt.Errorf("roof child printed %q: %w", out, err)
+	}
+	return r, nil
 }
 
 // writeInputs writes the images and labels both sides train on, as .npy files.

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/nn/ops"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// Note [Training FLOPs and the roof]: a row's flops_per_image counts the multiply-adds (two
+// FLOPs each) of the products the compiled training program runs, backward as it actually
+// computes it: every convolution, linear layer and window attention of the forward, and
+// each gradient op that the program runs (the first convolution's input gradient is not
+// computed, so it is not counted). Element-wise ops, norms and softmax are left out: they are
+// memory-bound, and counting them would make the roof fraction look better than the products
+// are. roof_gflops is OpenBLAS's sgemm at the row's thread count on the model's own largest
+// product (its forward GEMM after im2col) and on a 2048³ square, measured in the same run;
+// roof_fraction is img/s × flops_per_image over the larger of the two.
+
+// flopsReport is what -flops prints: the model's training FLOPs per image, by op kind, and
+// the shape of its largest forward product as a GEMM (M×K times K×N).
+type flopsReport struct {
+	PerImage float64            `json:"flops_per_image"`
+	ByKind   map[string]float64 `json:"by_kind"`
+	M        int                `json:"gemm_m"`
+	N        int                `json:"gemm_n"`
+	K        int                `json:"gemm_k"`
+}
+
+// countFlops compiles arch's training program for batch images of side size and sums the
+// FLOPs of its products (see Note [Training FLOPs and the roof]).
+func countFlops(arch string, batch, size int) (flopsReport, error) {
+	mod, err := models.New(arch, 1000)
+	if err != nil {
+		return flopsReport{}, err
+	}
+	m, err := nn.NewModel(mod)
+	if err != nil {
+		return flopsReport{}, err
+	}
+	p, err := nn.Compile(m, nn.Classify(batch, []int{3, size, size}, 0))
+	if err != nil {
+		return flopsReport{}, err
+	}
+	defer p.Close()
+	r := flopsReport{ByKind: map[string]float64{}}
+	var total, biggest float64
+	for _, n := range p.Graph().AllNodes() {
+		if n.Op() == nil {
+			continue
+		}
+		d, ok := ops.Describe(n.Op())
+		if !ok {
+			continue
+		}
+		f, gm, gn, gk := productFlops(d)
+		if f == 0 {
+			continue
+		}
+		total += f
+		r.ByKind[d.Kind.String()] += f / float64(batch)
+		if (d.Kind == ops.KindConv2d || d.Kind == ops.KindLinear) && f > biggest {
+			biggest, r.M, r.N, r.K = f, gm, gn, gk
+		}
+	}
+	r.PerImage = total / float64(batch)
+	return r, nil
+}
+
+// productFlops is the FLOPs of one product op, and for forward convolutions and linear
+// layers the GEMM it is (M×K by K×N).
+func productFlops(d ops.Desc) (f float64, m, n, k int) {
+	switch d.Kind {
+	case ops.KindLinear, ops.KindLinearGradX, ops.KindLinearGradW:
+		m, n, k = d.Rows, d.OutF, d.InF
+		return 2 * float64(m) * float64(n) * float64(k), m, n, k
+	case ops.KindConv2d, ops.KindConv2dGradX, ops.KindConv2dGradW:
+		c := d.Conv
+		g := max(c.Groups, 1)
+		m, n, k = c.Out, c.N*c.OH*c.OW, c.C/g*c.KH*c.KW
+		return 2 * float64(m) * float64(n) * float64(k), m, n, k
+	case ops.KindWindowAttention:
+		a := d.Attention
+		return 4 * float64(a.Bw) * float64(a.N) * float64(a.N) * float64(a.C), 0, 0, 0 // q·kᵀ and p·v
+	case ops.KindWindowAttentionGrad:
+		a := d.Attention
+		return 8 * float64(a.Bw) * float64(a.N) * float64(a.N) * float64(a.C), 0, 0, 0 // dp, dv, dq, dk
+	}
+	return 0, 0, 0, 0
+}
+
+// roofReport is what -roof prints: sgemm GFLOP/s at this process's BLAS thread count.
+type roofReport struct {
+	Square float64 `json:"square_gflops"` // 2048³
+	Model  float64 `json:"model_gflops"`  // the model's largest forward product
+}
+
+// measureRoof times sgemm on an m×k by k×n product for at least a second.
+func measureRoof(m, n, k int) float64 {
+	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	for i := range a {
+		a[i] = float32(i%7) * 0.1
+	}
+	for i := range b {
+		b[i] = float32(i%5) * 0.1
+	}
+	impl := blas32.Implementation()
+	gemm := func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n) }
+	gemm() // warm-up
+	var times []float64
+	start := time.Now()
+	for len(times) < 3 || time.Since(start) < time.Second {
+		t := time.Now()
+		gemm()
+		times = append(times, time.Since(t).Seconds())
+	}
+	slices.Sort(times)
+	best := times[len(times)/4] // the first quartile: the machine's speed, not its disturbances
+	return 2 * float64(m) * float64(n) * float64(k) / best / 1e9
+}
+
+// roofChild is the -roof child: the roof at the model's GEMM shape and the square one.
+func roofChild(m, n, k int) error {
+	r := roofReport{Square: measureRoof(2048, 2048, 2048)}
+	if m > 0 && n > 0 && k > 0 {
+		r.Model = measureRoof(m, n, k)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+// topKinds lists by_kind's largest entries, for the table's footnote.
+func topKinds(by map[string]float64, n int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	var total float64
+	for k, v := range by {
+		all = append(all, kv{k, v})
+		total += v
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	s := ""
+	for i, e := range all {
+		if i == n {
+			break
+		}
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %.0f%%", e.k, 100*e.v/total)
+	}
+	return s
+}
