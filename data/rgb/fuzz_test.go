@@ -39,6 +39,8 @@ func TestBombsRefused(t *testing.T) {
 		{"png 60000x60000", pngClaiming(t, 60000, 60000), "over the 178956970-pixel limit"},
 		{"raw pgm 65536x65536", []byte("P5 65536 65536 255\n\x00"), "of 4294967296 bytes"},
 		{"plain ppm 65536x65536", []byte("P3 65536 65536 255\n1 2 3"), "cannot hold 12884901888 samples"},
+		// Width 0, height 2147423517: golang.org/x/image/bmp looped over the empty rows for 20 s.
+		{"bmp 0x2147423517", []byte("BM\xbe\b\x00\x00\x00\x00\x00\x006\x00\x00\x00(\x00\x00\x00\x00\x00\x00\x00\x1d\x15\xff\x7f\x01\x00 \x00\x00\x00\x00\x00\x88\x04\x00\x00\xc4\x0e\x00\x01\x01\x94\x94\x94\x94\x94\x0e\xb9\xa9r\xcdA"), "has no pixels"},
 	} {
 		var img rgb.Image
 		err := rgb.Decode(tc.data, &img)

@@ -162,7 +162,7 @@ func decodeJPEGTurbo(data []byte, r image.Rectangle, denom int, dst *Image) (ima
 			break
 		}
 		// Room for the CMYK→RGB conversion in place needs the 4-channel size.
-		if err := checkPixels(int(info[4])/4, 1); err != nil {
+		if err := checkPixels(max(1, int(info[4])/4), 1); err != nil {
 			return image.Point{}, denom, fmt.Errorf("jpeg: %d-byte output: %w", int(info[4]), err)
 		}
 		out = make([]byte, int(info[4]))

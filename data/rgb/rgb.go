@@ -28,9 +28,14 @@ var ErrCorrupt = errors.New("corrupt or unsupported image")
 // allocated, since a few hundred bytes of PNG or JPEG can claim gigabytes.
 const MaxPixels = 178956970
 
-// checkPixels refuses a w×h image of more than MaxPixels or with a negative side.
+// checkPixels refuses a w×h image of more than MaxPixels, and one without pixels (PIL opens
+// none either): a BMP of width 0 and height 2^31 would otherwise have its decoder loop over
+// two billion empty rows.
 func checkPixels(w, h int) error {
-	if w < 0 || h < 0 || (w > 0 && h > MaxPixels/w) {
+	if w <= 0 || h <= 0 {
+		return fmt.Errorf("image of %dx%d pixels has no pixels: %w", w, h, ErrCorrupt)
+	}
+	if h > MaxPixels/w {
 		return fmt.Errorf("image of %dx%d pixels is over the %d-pixel limit (a decompression bomb?): %w", w, h, MaxPixels, ErrCorrupt)
 	}
 	return nil
