@@ -188,11 +188,20 @@ func constantWorker(ctx context.Context, g comm.Group) error {
 		sum += float64(v)
 	}
 	fmt.Printf("frozen sum %.9g\n", sum)
-	x, y := make([]float32, per*gormlp.In), make([]float32, per)
-	for step := range 8 {
+	return untilDiverged(ctx, p, r, 8, func(step int) {
 		if step == 2 && r == 1 {
 			frozen[0] += 1e-3
 		}
+	})
+}
+
+// untilDiverged trains p (rank r's share of gormlp's data) for at most steps steps, calling
+// perturb before each, until a step fails with ddp.ErrDiverged, which it prints; it is an
+// error when none does.
+func untilDiverged(ctx context.Context, p train.Program, r, steps int, perturb func(step int)) error {
+	x, y := make([]float32, per*gormlp.In), make([]float32, per)
+	for step := range steps {
+		perturb(step)
 		gormlp.Data(x, y, step*global+r*per, per)
 		if err := feed(p, x, y); err != nil {
 			return err

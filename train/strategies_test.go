@@ -386,23 +386,11 @@ func worker(scenario string) error {
 		if err != nil {
 			return err
 		}
-		for step := range steps {
+		return untilDiverged(ctx, p, r, steps, func(step int) {
 			if step == 7 && r == 1 {
 				p.Learnables()[1].Value().Data().([]float32)[3] += 1e-6
 			}
-			gormlp.Data(x, y, step*global+r*per, per)
-			if err := feed(p, x, y); err != nil {
-				return err
-			}
-			if err := train.RunStep(ctx, p); err != nil {
-				if errors.Is(err, ddp.ErrDiverged) {
-					fmt.Println("diverged:", err)
-					return nil
-				}
-				return err
-			}
-		}
-		return errors.New("no divergence reported")
+		})
 	case "heap":
 		// 2,000 steps of DDP with the default timeline ring and agreement check: the live
 		// heap after step heapFrom and after the last.
