@@ -7,7 +7,8 @@ import (
 )
 
 // The compiled programs (ops, a training step, the device optimizers' state, the amp
-// scaler's unscale and the gradient clip, 16-bit products) with the device's stream
+// scaler's unscale and the gradient clip, 16-bit products, BatchNorm's running statistics
+// copied in and out without a wait) with the device's stream
 // asynchronous under each seed: results equal the CPU's and the checker finds no op
 // touching bytes another stream (or the host) may still be using.
 func TestAsyncStreamsTape(t *testing.T) {
@@ -21,5 +22,6 @@ func TestAsyncStreamsTape(t *testing.T) {
 		cudatest.Test{Name: "unit state", Run: TestUnitStateMatchesState},
 		cudatest.Test{Name: "memory freed", Run: TestMemoryFreedAfterLastReader},
 		cudatest.Test{Name: "autocast matmuls", Run: TestAutocastMatMulsMatchCPU},
-		cudatest.Test{Name: "conv16", Run: TestConv16MatchesFloat32})
+		cudatest.Test{Name: "conv16", Run: TestConv16MatchesFloat32},
+		cudatest.Test{Name: "running statistics", Run: TestRunningStatsFollowHost})
 }

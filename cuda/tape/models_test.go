@@ -178,3 +178,128 @@ func TestModelsMatchCPU(t *testing.T) {
 		})
 	}
 }
+
+// The running statistics stay on the device between Runs (Note [Running statistics on the
+// device]), yet the host buffers are the model's: after each Run they hold the device's
+// values, and values written on the host between Runs (a restored checkpoint, a broadcast)
+// are what the next Run updates, in training, and normalises with, in eval. Each case
+// writes the host buffers of both models alike before the second step and compares the
+// buffers after it, and an eval program's logits, with the CPU's.
+func TestRunningStatsFollowHost(t *testing.T) {
+	d := device(t)
+	ctx := context.Background()
+	const batch, hw = 4, 16
+	for _, c := range []struct {
+		name  string
+		write func(b []float32, i int) float32 // the value written at element i before step 2, or b[i]
+	}{
+		{"unchanged", func(b []float32, i int) float32 { return b[i] }},
+		{"restored", func(b []float32, i int) float32 { return 0.5 + float32(i%7)/4 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ms [2]*nn.Model
+			for i := range ms {
+				root, err := tinyResNet()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ms[i], err = nn.NewModel(root, nn.WithSeed(7)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			build := nn.Classify(batch, []int{3, hw, hw}, 0)
+			cpu, err := nn.Compile(ms[0], build)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			dev, err := tape.Compile(d, ms[1], build)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			rng := rand.New(rand.NewSource(5))
+			x, y := make([]float32, batch*3*hw*hw), make([]float32, batch)
+			for step := range 2 {
+				if step == 1 {
+					for _, m := range ms {
+						for _, b := range m.Params.Buffers {
+							for i := range b.Data {
+								b.Data[i] = c.write(b.Data, i)
+							}
+						}
+					}
+				}
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				for i := range y {
+					y[i] = float32(rng.Intn(5))
+				}
+				for _, p := range []interface {
+					SetInput(string, []float32) error
+					Run(context.Context) error
+				}{cpu, dev} {
+					if err := p.SetInput("images", x); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.SetInput("labels", y); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.Run(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			worst, name := 0.0, ""
+			for i, b := range ms[0].Params.Buffers {
+				if b.Data == nil {
+					continue
+				}
+				if r := maxRel(ms[1].Params.Buffers[i].Data, b.Data); r > worst {
+					worst, name = r, b.Name
+				}
+			}
+			t.Logf("buffers within %.1e (%s)", worst, name)
+			if worst > modelTol {
+				t.Fatalf("buffers differ by %.1e (%s) after the host wrote them between Runs", worst, name)
+			}
+			for _, m := range ms {
+				for _, b := range m.Params.Buffers {
+					for i := range b.Data {
+						b.Data[i] = c.write(b.Data, i)
+					}
+				}
+			}
+			eval := nn.Classify(batch, []int{3, hw, hw}, 0)
+			ce, err := nn.Compile(ms[0], eval, nn.Training(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ce.Close()
+			de, err := tape.Compile(d, ms[1], eval, nn.Training(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer de.Close()
+			for run := range 2 { // the second Run finds the device's copy current
+				for _, p := range []interface {
+					SetInput(string, []float32) error
+					Run(context.Context) error
+				}{ce, de} {
+					if err := p.SetInput("images", x); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.Run(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				lc, _ := ce.Output("logits")
+				ld, _ := de.Output("logits")
+				if r := maxRel(ld, lc); r > modelTol {
+					t.Fatalf("eval run %d: logits differ by %.1e", run, r)
+				}
+			}
+		})
+	}
+}

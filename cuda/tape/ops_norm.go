@@ -1,21 +1,12 @@
 package tape
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	G "gorgonia.org/gorgonia"
 )
-
-// Note [Running statistics on the device]: BatchNorm's running mean and variance are the
-// model's host buffers (nn/ops.BNState), which checkpoints, DDP's broadcast and the eval
-// programs read. Each BatchNorm has device copies for the program's life; every Run copies
-// the host values in before the layer runs, the device updates them (training) with the
-// batch statistics, and the end of the Run copies them back and counts num_batches_tracked
-// on the host, as the CPU op does. So host and device never disagree between Runs, and a
-// checkpoint loaded between Runs is what the next Run uses.
 
 // lowerBatchNorm: batch statistics and the running update in training, the running
 // statistics in eval (BNState.Training is read at every Run, as on the CPU).
@@ -32,37 +23,12 @@ func (p *Program) lowerBatchNorm(n *G.Node, d ops.Desc) (*kernel, error) {
 	if len(d.In) == 4 {
 		shape4 = d.In
 	}
-	rm, err := p.dev.Alloc(cuda.Float32, c)
-	if err != nil {
-		return nil, err
-	}
-	p.own = append(p.own, rm)
-	rv, err := p.dev.Alloc(cuda.Float32, c)
-	if err != nil {
-		return nil, err
-	}
-	p.own = append(p.own, rv)
+	l := p.bn.add(st, c) // Note [Running statistics on the device] (bnstats.go)
 	s, relu := p.state(n.Op()), d.ReLU
-	trained := false
-	p.post = append(p.post, func(ctx context.Context) error {
-		if !trained {
-			return nil
-		}
-		trained = false
-		if err := rm.CopyTo(ctx, st.RunningMean); err != nil {
-			return err
-		}
-		return rv.CopyTo(ctx, st.RunningVar)
-	})
 	mom, eps := float32(st.Momentum), float32(st.Eps)
 	return &kernel{kernels: []string{"batchnorm_stats_f32", "batchnorm_apply_f32", "batchnorm_running_f32", "relu_f32"},
 		run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
-			if err := rm.CopyFrom(st.RunningMean); err != nil {
-				return err
-			}
-			if err := rv.CopyFrom(st.RunningVar); err != nil {
-				return err
-			}
+			rm, rv := l.mean, l.vr
 			xv, err := view(x[0], shape4...)
 			if err != nil {
 				return err
@@ -82,7 +48,7 @@ func (p *Program) lowerBatchNorm(n *G.Node, d ops.Desc) (*kernel, error) {
 				if err != nil {
 					return err
 				}
-				s.a, s.b, trained = sv.Mean, sv.Var, true
+				s.a, s.b, l.trained = sv.Mean, sv.Var, true
 				st.NumBatchesTracked[0]++
 			} else {
 				s.a, s.b = nil, nil

@@ -29,10 +29,12 @@ type Program struct {
 
 	nodeOf   map[G.Op]*G.Node // the node of each lowered op (a backward's forward)
 	inputsOf map[*G.Node][]*G.Node
-	saved    map[G.Op]*saved               // what forward ops leave their backward ops, per Run
-	runOwned []*cuda.Tensor                // allocated during a Run for its remainder
-	own      []*cuda.Tensor                // the program's own device memory (indices, running statistics)
-	post     []func(context.Context) error // at the end of every Run (running statistics back to the host)
+	saved    map[G.Op]*saved // what forward ops leave their backward ops, per Run
+	runOwned []*cuda.Tensor  // allocated during a Run for its remainder
+	own      []*cuda.Tensor  // the program's own device memory (indices)
+	bn       runningStats    // BatchNorm's running statistics (bnstats.go)
+	stage    staging         // pinned buffers of the copies in and out (staging.go)
+	pending  bool            // a Run returned before its synchronisation: copies may use the pinned buffers
 
 	st      *State        // the device state the program was compiled from (State.Compile), nil for tape.Compile
 	pleaves []paramLeaf   // under st: parameter leaves, viewing the state's device buffer
@@ -261,6 +263,12 @@ func (p *Program) lower() error {
 		}
 		p.fixed[pl.slot] = v
 	}
+	if err := p.bn.alloc(p.dev); err != nil {
+		return err
+	}
+	if err := p.allocStaging(); err != nil {
+		return err
+	}
 	for r, idx := range lastUse {
 		if !persistent[r] {
 			p.steps[idx].free = append(p.steps[idx].free, r)
@@ -276,19 +284,19 @@ func (p *Program) Run(ctx context.Context) error {
 		return err
 	}
 	defer p.release()
+	if p.pending { // Note [One synchronisation per Run] (staging.go)
+		if err := p.dev.Synchronize(ctx); err != nil {
+			return fmt.Errorf("cuda/tape: the last run's copies: %w", err)
+		}
+		p.pending = false
+	}
+	p.pending = true
+	if err := p.bn.begin(); err != nil {
+		return err
+	}
 	copy(p.vals, p.fixed)
-	for _, in := range p.ins {
-		data, ok := in.node.Value().Data().([]float32)
-		if !ok {
-			if f, isScalar := in.node.Value().Data().(float32); isScalar {
-				data = []float32{f}
-			} else {
-				return fmt.Errorf("cuda/tape: leaf %s holds %T, want float32", in.node.Name(), in.node.Value().Data())
-			}
-		}
-		if err := p.vals[in.slot].CopyFrom(data); err != nil {
-			return fmt.Errorf("cuda/tape: copying %s in: %w", in.node.Name(), err)
-		}
+	if err := p.copyIn(); err != nil {
+		return err
 	}
 	var prof *runProfile
 	if pr := p.profile(); pr != nil {
@@ -319,23 +327,15 @@ func (p *Program) Run(ctx context.Context) error {
 			}
 		}
 	}
-	if p.loss >= 0 {
-		var v [1]float32
-		if err := p.vals[p.loss].CopyTo(ctx, v[:]); err != nil {
-			return fmt.Errorf("cuda/tape: reading the loss: %w", err)
-		}
-		p.lossV = v[0]
+	copied, err := p.bn.enqueueOut(p.dev)
+	if err != nil {
+		return err
 	}
-	for name, o := range p.outs {
-		if err := p.vals[o.slot].CopyTo(ctx, o.host); err != nil {
-			return fmt.Errorf("cuda/tape: reading output %s: %w", name, err)
-		}
+	if err := p.copyOut(ctx); err != nil {
+		return err
 	}
-	for _, f := range p.post {
-		if err := f(ctx); err != nil {
-			return fmt.Errorf("cuda/tape: copying running statistics back: %w", err)
-		}
-	}
+	p.pending = false
+	p.bn.finish(copied)
 	if prof != nil {
 		if err := p.finishProfile(ctx, prof); err != nil {
 			return err
@@ -475,6 +475,8 @@ func (p *Program) Close() error {
 		t.Free()
 	}
 	p.own = nil
+	p.bn.free()
+	p.freeStaging()
 	var err error
 	for _, e := range p.events {
 		if e2 := p.dev.Context().EventDestroy(e); e2 != nil && err == nil {

@@ -23,9 +23,9 @@ import (
 // TestNoDeviceFailsAtOnce's child process runs without them, and so does the GPU check
 // (REQUIRE_GPU=1, set by cuda/gpucheck's run.sh, which runs this test binary too): there the
 // real libraries are used and a device that does not open fails every test instead of
-// skipping it.
+// skipping it. TestStepSyncs' child runs on the libraries its parent built.
 func TestMain(m *testing.M) {
-	if os.Getenv(noDeviceVar) == "1" || realGPU {
+	if os.Getenv(noDeviceVar) == "1" || os.Getenv(countVar) != "" || realGPU {
 		os.Exit(m.Run())
 	}
 	os.Exit(cudatest.MainEmulated(m))
