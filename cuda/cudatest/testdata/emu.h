@@ -1,9 +1,11 @@
 // A CPU emulator for the cuda package's kernels (cuda/kernels/kernels.cu), for tests on
 // machines without a GPU: kernels.cu is compiled as C++ after this header, each block's
-// threads run as fibers (ucontext) scheduled round-robin, and __syncthreads switches to the
-// next fiber, so block-wide reductions in shared memory behave as on a GPU (one block at a
-// time). 16-bit conversions round to nearest even with subnormals and overflow to inf, as
-// the GPU's cvt.rn instructions.
+// threads run as fibers scheduled round-robin, and __syncthreads switches to the next fiber,
+// so block-wide reductions in shared memory behave as on a GPU. Blocks run on one thread, or
+// on several at once (emu_sched.cc: $GP_EMU_BLOCK_THREADS, 2 under $GP_EMU_SEED), so the
+// block indices, shared memory and fibers are per thread and atomicAdd is a real atomic:
+// blocks interleave their atomics as on a GPU. 16-bit conversions round to nearest even with
+// subnormals and overflow to inf, as the GPU's cvt.rn instructions.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -12,18 +14,31 @@ struct dim3 { unsigned x, y, z; };
 struct __half { uint16_t x; };
 struct __nv_bfloat16 { uint16_t x; };
 
+#define EMU_TLS __attribute__((visibility("hidden"))) thread_local
 extern "C" {
-extern dim3 threadIdx, blockIdx, blockDim, gridDim;
+extern EMU_TLS dim3 threadIdx, blockIdx, blockDim, gridDim;
 void __syncthreads(void);
 }
 
 #define __global__
 #define __device__
-#define __shared__
+#define __shared__ EMU_TLS
 
 static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
-static inline float atomicAdd(float* p, float v) { float o = *p; *p = o + v; return o; }
-static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+static inline float atomicAdd(float* p, float v) {
+	uint32_t* u = (uint32_t*)p;
+	uint32_t o = __atomic_load_n(u, __ATOMIC_RELAXED), n;
+	do {
+		float f;
+		memcpy(&f, &o, 4);
+		f += v;
+		memcpy(&n, &f, 4);
+	} while (!__atomic_compare_exchange_n(u, &o, n, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	float r;
+	memcpy(&r, &o, 4);
+	return r;
+}
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 
 static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

@@ -2,24 +2,28 @@
  * fakecuda.c after its table of live allocations, spans).
  *
  * Off (GP_EMU_SEED unset or empty) every operation runs when it is called, as it always
- * has. With GP_EMU_SEED set, a stream created afterwards runs its work on its own thread,
- * in order, sleeping a random while before some operations (the generator is seeded with
- * GP_EMU_SEED and the stream's number; GP_EMU_DELAY_US, default 200, bounds a sleep). An
- * event is a position in its stream's queue; cuStreamWaitEvent queues a wait for that
- * position; the host's synchronisations (streams, events, the context, copies to pageable
- * memory, frees) block until the work has run.
+ * has. While GP_EMU_SEED is set, each stream runs its work on its own thread, in order,
+ * sleeping a random while before some operations (the generator is seeded with GP_EMU_SEED
+ * and the stream's number; GP_EMU_DELAY_US, default 200, bounds a sleep); a stream follows
+ * the variable at each operation, so one created before it was set queues too, and one
+ * whose seed is unset drains and runs at the call again. An event is a position in its
+ * stream's queue; cuStreamWaitEvent queues a wait for that position; the host's
+ * synchronisations (streams, events, the context, copies to pageable memory, frees) block
+ * until the work has run.
  *
- * The checker runs whenever GP_EMU_SEED is set. It orders operations with vector clocks, one
- * timeline per stream and one for the host (synchronous copies, and everything the host has
- * waited for): enqueueing on a stream orders the operation after the host's knowledge, an
- * event carries its stream's clock to the streams that wait for it and to the host that
- * synchronises on it. Every live allocation (device memory, pinned host memory) keeps the
- * recent accesses to it: byte range, reading or writing, timeline and clock, and what did it.
- * An operation that reads bytes another timeline may still be writing, or writes bytes
- * another timeline may still be reading or writing, is a race: the first is kept (fakeRaceText
- * returns it, the op fails with CUDA_ERROR_UNKNOWN, whose cuGetErrorString is the race) and
- * printed on standard error. Each decision depends only on the order of the calls, not on
- * the delays, so a race is reported whatever the seed.
+ * The checker runs while GP_EMU_SEED is set. It orders operations with vector clocks, one
+ * timeline per stream and one for the host (synchronous copies, and everything any host
+ * thread has waited for): enqueueing on a stream orders the operation after the host's
+ * knowledge, an event carries its stream's clock to the streams that wait for it and to the
+ * host that synchronises on it. Every live allocation (device memory, pinned host memory)
+ * keeps the recent accesses to it: byte range, reading or writing, timeline and clock, and
+ * what did it. An operation that reads bytes another timeline may still be writing, or writes
+ * bytes another timeline may still be reading or writing, is a race: the first is kept
+ * (fakeRaceText returns it), the op fails with CUDA_ERROR_UNKNOWN, whose cuGetErrorString is
+ * the race, and it is printed on standard error. Each decision depends only on the order of
+ * the calls, not on the delays, so a race is reported whatever the seed; one host timeline
+ * for all threads means a wait by one goroutine orders the work of all (no false race from
+ * a channel the fake cannot see, and a race hidden when another goroutine happened to wait).
  *
  * Ranges: copies, memsets, NCCL, cuBLAS and cuDNN know the bytes they touch; a kernel
  * argument is taken to touch its first byte only (the emulator's generated table says which
@@ -42,7 +46,7 @@ typedef struct work {
 	char name[64];
 } work;
 typedef struct fstream {
-	int id, dev, async, quit, held;
+	int id, dev, async, started, quit, held;
 	pthread_t th;
 	work *head, *tail;
 	uint64_t enq, done, rng;
@@ -64,6 +68,7 @@ static char raceText[1024];
 static __thread char myRace[1024]; /* this thread's last race, for cuGetErrorString */
 static int raced;
 static long queuedRun; /* operations run on a stream's thread */
+static int nAsync;     /* streams queueing now */
 
 static int seeded(void) { const char* v = getenv("GP_EMU_SEED"); return v && *v; }
 static uint64_t seedOf(void) { const char* v = getenv("GP_EMU_SEED"); return v ? strtoull(v, 0, 10) : 0; }
@@ -95,7 +100,7 @@ static void tlName(int tl, char* b, size_t n) {
 
 /* checkAccess checks one access by timeline tl at clock vc, then remembers it; ckmu held.
  * It returns 1 for a race. */
-static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAccess* a) {
+static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAccess* a, int report) {
 	if (!a->p || !a->n) return 0;
 	uintptr_t lo = 0, hi = 0;
 	int dev = 0;
@@ -115,7 +120,7 @@ static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAcc
 	for (int j = 0; j < h->n; j++) { /* forget what the host has seen complete: all later work is ordered after it */
 		rec* r = &h->r[j];
 		if (hostvc[r->tl] >= r->clk) continue;
-		if (r->lo < ahi && alo < r->hi && (r->write || a->write) && r->tl != tl && vc[r->tl] < r->clk) {
+		if (report && r->lo < ahi && alo < r->hi && (r->write || a->write) && r->tl != tl && vc[r->tl] < r->clk) {
 			char t1[48], t2[48];
 			tlName(tl, t1, sizeof t1), tlName(r->tl, t2, sizeof t2);
 			snprintf(myRace, sizeof myRace,
@@ -144,19 +149,20 @@ static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAcc
 /* check orders a new operation on stream s (NULL: the host) and checks its accesses;
  * it returns 1 for a race. */
 static int check(fstream* s, const char* op, const fakeAccess* acc, int nacc) {
-	if (!seeded()) return 0;
+	int report = seeded();
+	if (!report && !nAsync) return 0; /* accesses are remembered while a stream queues, for frees */
 	pthread_mutex_lock(&ckmu);
 	int tl = s ? s->id : 0;
 	uint32_t* vc = s ? s->vc : hostvc;
 	if (s) join(vc, hostvc);
 	vc[tl] = ++tick[tl];
 	int bad = 0;
-	for (int i = 0; i < nacc && !bad; i++) bad = checkAccess(tl, vc, op, &acc[i]);
+	for (int i = 0; i < nacc && !bad; i++) bad = checkAccess(tl, vc, op, &acc[i], report);
 	pthread_mutex_unlock(&ckmu);
 	return bad; }
 /* hostSees joins a timeline's clock (or an event's) into the host's after a synchronisation. */
 static void hostSees(const uint32_t* vc) {
-	if (!vc || !seeded()) return;
+	if (!vc) return;
 	pthread_mutex_lock(&ckmu);
 	join(hostvc, vc);
 	pthread_mutex_unlock(&ckmu); }
@@ -194,9 +200,35 @@ static void* worker(void* p) {
 	pthread_mutex_unlock(&qmu);
 	return 0; }
 
+static int drain(fstream* s);
+
+/* follow makes s follow GP_EMU_SEED before an operation: it starts queueing on its own
+ * thread when the seed is set (whenever it was created) and, drained, runs work at the call
+ * again when the seed is unset. */
+static void follow(fstream* s) {
+	if (!s || s->quit) return;
+	int want = seeded();
+	if (want == s->async) return;
+	if (want) {
+		pthread_mutex_lock(&qmu);
+		if (!s->async) {
+			s->rng = (seedOf() + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)s->id * 0xbf58476d1ce4e5b9ull;
+			if (!s->rng) s->rng = 1;
+			if (!s->started && pthread_create(&s->th, 0, worker, s) == 0) s->started = 1;
+			if (s->started) s->async = 1, nAsync++;
+		}
+		pthread_mutex_unlock(&qmu);
+		return;
+	}
+	drain(s);
+	pthread_mutex_lock(&qmu);
+	if (s->async) s->async = 0, nAsync--;
+	pthread_mutex_unlock(&qmu); }
+
 /* enqueue runs fn(arg) on s (at once when s is synchronous or NULL) and then release(arg).
  * It returns fn's result when it ran at once, else 0. */
 static int enqueue(fstream* s, const char* name, int (*fn)(void*), void* arg, void (*release)(void*), fstream* waitOn, uint64_t waitPos) {
+	follow(s);
 	if (!s || !s->async) {
 		if (waitOn && waitOn != s) { /* a synchronous stream waiting for an asynchronous one blocks its caller */
 			pthread_mutex_lock(&qmu);
@@ -250,6 +282,7 @@ long fakeQueuedOps(void) { pthread_mutex_lock(&qmu); long n = queuedRun; pthread
  * st is not asynchronous. */
 int fakeStreamHold(void* st, int hold) {
 	fstream* s = st;
+	follow(s);
 	if (!s || !s->async) return 1;
 	pthread_mutex_lock(&qmu);
 	s->held = hold;
@@ -258,7 +291,7 @@ int fakeStreamHold(void* st, int hold) {
 	return 0; }
 
 /* fakeStreamQueues reports whether work on st runs on its own thread (not at the call). */
-int fakeStreamQueues(void* st) { return st && ((fstream*)st)->async; }
+int fakeStreamQueues(void* st) { follow((fstream*)st); return st && ((fstream*)st)->async; }
 
 /* freeWait drains the streams that may still use the allocation at lo, then forgets its
  * history (cuMemFree, cuMemFreeHost). CUDA's frees synchronise the whole device, which can
@@ -300,24 +333,23 @@ int cuStreamCreate(void** out, unsigned f) {
 		if (!s || !(s->vc = calloc(MAXT, sizeof(uint32_t)))) { free(s); return 2; }
 		s->id = id;
 	}
-	s->dev = cur, s->quit = 0, s->held = 0, s->async = seeded(), s->head = s->tail = 0;
-	s->rng = (seedOf() + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)id * 0xbf58476d1ce4e5b9ull;
-	if (!s->rng) s->rng = 1;
+	s->dev = cur, s->quit = 0, s->held = 0, s->async = 0, s->started = 0, s->head = s->tail = 0;
 	pthread_mutex_lock(&ckmu);
 	streams[id] = s;
 	if (id > maxId) maxId = id;
 	pthread_mutex_unlock(&ckmu);
-	if (s->async && pthread_create(&s->th, 0, worker, s) != 0) s->async = 0;
+	follow(s);
 	*out = s; return 0; }
 int cuStreamDestroy_v2(void* p) {
 	fstream* s = p;
 	if (!s) return 1;
 	drain(s);
-	if (s->async) {
-		pthread_mutex_lock(&qmu); s->quit = 1; pthread_cond_broadcast(&qcv); pthread_mutex_unlock(&qmu);
-		pthread_join(s->th, 0);
-	}
+	pthread_mutex_lock(&qmu);
 	s->quit = 1;
+	if (s->async) s->async = 0, nAsync--;
+	pthread_cond_broadcast(&qcv);
+	pthread_mutex_unlock(&qmu);
+	if (s->started) pthread_join(s->th, 0), s->started = 0;
 	pthread_mutex_lock(&ckmu);
 	freeIds[nfree++] = s->id; /* the struct stays: events may still name it */
 	pthread_mutex_unlock(&ckmu);
@@ -394,6 +426,7 @@ static int pinned(const void* p) {
 	pthread_mutex_unlock(&spanMu);
 	return r; }
 static int copyOp(fstream* s, const char* op, void* d, const void* src, size_t n, unsigned v, int set, int wait, int fromHost) {
+	follow(s);
 	fakeAccess acc[2] = {{(uintptr_t)d, set ? n * 4 : n, 1, -1}, {(uintptr_t)src, set ? 0 : n, 0, -1}};
 	if (check(s, op, acc, 2)) return 999;
 	cpy* c = calloc(1, sizeof *c);
