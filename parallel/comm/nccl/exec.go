@@ -103,12 +103,12 @@ func hostBytes(b comm.Buffer) []byte {
 // connection failed.
 const ncclRemoteError = 6
 
-// exec runs one operation to completion on the worker's thread, aborting the communicator
-// when it has not completed within the timeout: wait enforces the timeout while the stream
-// runs the operation, and the timer covers a call that blocks until the peers arrive (as
-// the fake NCCL of cuda/cudatest does). NCCL's remote error is reported as
-// comm.ErrPeerGone, as comm's own backends report a dead peer.
-func (w *worker) exec(o *task) error {
+// exec runs inner for one operation on the worker's thread, aborting the communicator when
+// it has not returned within the timeout: the timer covers a call that blocks until the peers
+// arrive (as the fake NCCL of cuda/cudatest does), and wait enforces the timeout while the
+// stream runs a host operation (a device collective's completion is polled in flight,
+// inflight.go).
+func (w *worker) exec(o *task, inner func(*task) error) error {
 	var mu sync.Mutex
 	done := false
 	t := time.AfterFunc(w.timeout, func() {
@@ -118,11 +118,17 @@ func (w *worker) exec(o *task) error {
 			w.abort(fmt.Errorf("%s: %w after %v", o.describe(), comm.ErrTimeout, w.timeout))
 		}
 	})
-	err := w.execInner(o)
+	err := inner(o)
 	mu.Lock()
 	done = true
 	mu.Unlock()
 	t.Stop()
+	return w.opError(o, err)
+}
+
+// opError names the operation in err; NCCL's remote error is reported as comm.ErrPeerGone,
+// as comm's own backends report a dead peer.
+func (w *worker) opError(o *task, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -132,25 +138,9 @@ func (w *worker) exec(o *task) error {
 	return fmt.Errorf("%s: %w", o.describe(), err)
 }
 
+// execInner runs a host operation (staged through pinned memory) or a barrier to completion.
 func (w *worker) execInner(o *task) error {
 	c, s := w.g.ctx, uintptr(w.stream)
-	if o.dev != 0 {
-		if o.waitEv != 0 {
-			if err := c.StreamWaitEvent(w.stream, o.waitEv); err != nil {
-				return err
-			}
-		}
-		if err := w.devCollective(o); err != nil {
-			return err
-		}
-		if o.doneEv != 0 {
-			if err := c.EventRecord(o.doneEv, w.stream); err != nil {
-				return err
-			}
-		}
-		o.enqueued()
-		return w.wait(o)
-	}
 	if o.kind == kBarrier {
 		if err := w.ensure(4); err != nil {
 			return err

@@ -91,7 +91,8 @@ func (o *task) describe() string {
 }
 
 // worker runs the operations of one communicator in issue order, on its own locked OS thread
-// with the device's context current.
+// with the device's context current, keeping several device collectives in flight (Note
+// [Collectives in flight]).
 type worker struct {
 	g       *Group
 	name    string
@@ -111,6 +112,10 @@ type worker struct {
 	poison  error
 	aborted bool
 	seq     uint64 // under qmu
+
+	flight []flight       // device collectives issued, oldest first (inflight.go)
+	events []driver.Event // every completion event made
+	free   []driver.Event // completion events not in flight
 
 	host     []byte // pinned staging
 	hostPtr  unsafe.Pointer
@@ -153,37 +158,61 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 	if err != nil {
 		return
 	}
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	sleep := time.Microsecond // between looks at the oldest collective in flight
 	for {
 		var o *task
-		select {
-		case <-w.abandon:
-			w.mu.Lock()
-			w.aborted = true
-			w.mu.Unlock()
-			_ = w.comm.Abort()
-			_ = c.StreamDestroy(w.stream)
-			return
-		case op, ok := <-w.queue:
-			if !ok {
-				w.freeStaging()
+		ok := true
+		switch {
+		case len(w.flight) == 0:
+			select {
+			case <-w.abandon:
+				w.mu.Lock()
+				w.aborted = true
+				w.mu.Unlock()
+				_ = w.comm.Abort()
 				_ = c.StreamDestroy(w.stream)
-				if !w.isAborted() {
-					_ = w.comm.Destroy()
-				}
 				return
+			case o, ok = <-w.queue:
 			}
-			o = op
-		}
-		if perr := w.poisoned(); perr != nil {
-			o.err = perr
-		} else if o.err = w.exec(o); o.err != nil {
-			if perr := w.poisoned(); perr != nil {
-				// Aborted by a Wait's context or a timeout: report that cause first.
-				o.err = fmt.Errorf("%w (%w)", perr, o.err)
+		case len(w.flight) < maxInFlight: // Note [Collectives in flight] (inflight.go)
+			select {
+			case o, ok = <-w.queue:
+			default:
+				if w.retireHead() {
+					sleep = time.Microsecond
+					continue
+				}
+				wake.Reset(sleep)
+				select {
+				case o, ok = <-w.queue:
+					wake.Stop()
+				case <-wake.C:
+					sleep = min(2*sleep, 200*time.Microsecond)
+					continue
+				}
 			}
-			w.setPoison(o.err)
+		default:
+			if w.retireHead() {
+				sleep = time.Microsecond
+			} else {
+				time.Sleep(sleep)
+				sleep = min(2*sleep, 200*time.Microsecond)
+			}
+			continue
 		}
-		o.finish()
+		if !ok {
+			w.land()
+			w.destroyEvents()
+			w.freeStaging()
+			_ = c.StreamDestroy(w.stream)
+			if !w.isAborted() {
+				_ = w.comm.Destroy()
+			}
+			return
+		}
+		w.start(o)
 	}
 }
 
