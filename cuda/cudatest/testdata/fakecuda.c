@@ -1,5 +1,6 @@
 /* A fake libcuda.so.1 for CPU tests: "device" memory is host memory, streams and events
- * complete at once, modules keep their PTX text and cuModuleGetFunction finds a kernel only
+ * complete at the call or, with $GP_EMU_SEED, on a thread per stream under a stream-order
+ * checker (fakestreams.h), modules keep their PTX text and cuModuleGetFunction finds a kernel only
  * when the text declares ".entry <name>(" (or, with the kernel emulator loaded, when the
  * emulator has it: kernels.cu's pending kernels, not in the committed PTX yet), and
  * cuLaunchKernel only counts launches unless $GP_FAKE_KERNELS names the emulator.
