@@ -16,6 +16,7 @@ package cudatest
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -79,7 +80,8 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 
 // Main builds the fakes into a temporary folder, points CUDA_DRIVER_LIBRARY, NCCL_LIBRARY,
 // CUBLAS_LIBRARY and CUDNN_LIBRARY at them and runs the tests. Without a C compiler or without cgo it runs the tests with the
-// variables unset; tests then call Require to skip.
+// variables unset; tests then call Require to skip. A fake that the compiler fails to build
+// fails the test binary (exit status 1, the compiler's output on standard error).
 func Main(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "cudatest")
 	if err != nil {
@@ -95,10 +97,22 @@ func Main(m *testing.M) int {
 		os.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
 		os.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
 		os.Setenv(readyVar, "1")
+	} else if brokenSource(err) {
+		return 1
 	} else {
 		reason = err.Error()
 	}
 	return m.Run()
+}
+
+// brokenSource reports (on standard error) a fake or the emulator that a compiler present
+// failed to build: that fails the test binary instead of skipping every device test.
+func brokenSource(err error) bool {
+	if errors.Is(err, exec.ErrNotFound) {
+		return false
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return true
 }
 
 // MainEmulated is Main with the kernel emulator too (BuildEmulator, $GP_FAKE_KERNELS), so
@@ -118,6 +132,9 @@ func MainEmulated(m *testing.M) int {
 	}
 	emu, err := BuildEmulator(dir)
 	if err != nil {
+		if brokenSource(err) {
+			return 1
+		}
 		reason = err.Error()
 		return m.Run()
 	}
@@ -128,6 +145,8 @@ func MainEmulated(m *testing.M) int {
 		os.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
 		os.Setenv(EmulatorVar, emu)
 		os.Setenv(readyVar, "1")
+	} else if brokenSource(err) {
+		return 1
 	} else {
 		reason = err.Error()
 	}
