@@ -11,9 +11,10 @@ import (
 )
 
 // SeedVar names the variable that makes the fake libcuda run streams asynchronously: each
-// stream created while it is set runs its work on its own thread, in order, with random
-// delays drawn from this seed, and the stream-order checker watches every operation (see
-// testdata/fakestreams.h). Unset, work runs at the call, as on a fully synchronous device.
+// stream runs its work on its own thread, in order, with random delays drawn from this seed,
+// and the stream-order checker watches every operation (see testdata/fakestreams.h). Unset,
+// work runs at the call, as on a fully synchronous device. The fake reads it when it loads
+// (a process a test starts); within a test binary Async switches it.
 const SeedVar = "GP_EMU_SEED"
 
 // DelayVar bounds one random delay of an asynchronous stream, in microseconds (default 200).
@@ -29,11 +30,19 @@ var Seeds = []uint64{1, 2, 3}
 func Async(t testing.TB, seed uint64) {
 	t.Helper()
 	Require(t)
-	t.Setenv(SeedVar, strconv.FormatUint(seed, 10))
+	prev := os.Getenv(SeedVar)
+	t.Setenv(SeedVar, strconv.FormatUint(seed, 10)) // for processes the test starts
+	if err := setSeed(true, seed); err != nil {
+		t.Fatal(err)
+	}
 	if err := ResetRace(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		p, _ := strconv.ParseUint(prev, 10, 64)
+		if err := setSeed(prev != "", p); err != nil {
+			t.Error(err)
+		}
 		r, err := Race()
 		if err != nil {
 			t.Error(err)
@@ -82,6 +91,24 @@ func QueuedOps() (int, error) {
 		return 0, err
 	}
 	return dl.Call(f), nil
+}
+
+// setSeed switches the fake driver in this process (the variable is read only when it loads).
+func setSeed(on bool, seed uint64) error {
+	f, err := fakeSym("fakeSetSeed")
+	if err != nil {
+		return err
+	}
+	delay := uint64(200)
+	if v, err := strconv.ParseUint(os.Getenv(DelayVar), 10, 32); err == nil {
+		delay = v
+	}
+	o := uintptr(0)
+	if on {
+		o = 1
+	}
+	dl.Call(f, o, uintptr(seed), uintptr(delay))
+	return nil
 }
 
 // Race returns the first stream-order race the fake driver's checker recorded since the last

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <ucontext.h>
+#include <dlfcn.h>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -136,13 +137,17 @@ static void helper() {
 	}
 }
 
+// blockThreads is $GP_EMU_BLOCK_THREADS (read once), else 2 while the fake driver runs
+// streams asynchronously (its fakeSeeded), else 1.
 static unsigned blockThreads() {
-	const char* v = getenv("GP_EMU_BLOCK_THREADS");
-	int n = v && *v ? atoi(v) : 0;
-	if (n <= 0) {
-		const char* s = getenv("GP_EMU_SEED");
-		n = s && *s ? 2 : 1;
+	static int fixed = -1;
+	static int (*seeded)(void);
+	if (fixed < 0) {
+		const char* v = getenv("GP_EMU_BLOCK_THREADS");
+		fixed = v && *v && atoi(v) > 0 ? atoi(v) : 0;
+		seeded = (int (*)(void))dlsym(RTLD_DEFAULT, "fakeSeeded");
 	}
+	int n = fixed ? fixed : seeded && seeded() ? 2 : 1;
 	return n > 16 ? 16 : (unsigned)n;
 }
 

@@ -70,9 +70,31 @@ static int raced;
 static long queuedRun; /* operations run on a stream's thread */
 static int nAsync;     /* streams queueing now */
 
-static int seeded(void) { const char* v = getenv("GP_EMU_SEED"); return v && *v; }
-static uint64_t seedOf(void) { const char* v = getenv("GP_EMU_SEED"); return v ? strtoull(v, 0, 10) : 0; }
-static unsigned maxDelay(void) { const char* v = getenv("GP_EMU_DELAY_US"); return v && *v ? (unsigned)atoi(v) : 200; }
+/* The seed: read from the environment once (a process started with it, such as a rank of a
+ * test's job), then set by fakeSetSeed (a test in this process: Go's setenv may move the
+ * environment under a concurrent getenv, so the hot path never reads it). */
+static int seedOn = -1;
+static uint64_t seedVal;
+static unsigned delayUs = 200;
+static void seedInit(void) {
+	const char* v = getenv("GP_EMU_SEED");
+	const char* d = getenv("GP_EMU_DELAY_US");
+	if (d && *d) delayUs = (unsigned)atoi(d);
+	seedVal = v && *v ? strtoull(v, 0, 10) : 0;
+	__atomic_store_n(&seedOn, v && *v ? 1 : 0, __ATOMIC_RELEASE); }
+static int seeded(void) {
+	int v = __atomic_load_n(&seedOn, __ATOMIC_ACQUIRE);
+	if (v < 0) { seedInit(); v = seedOn; }
+	return v; }
+static uint64_t seedOf(void) { seeded(); return seedVal; }
+static unsigned maxDelay(void) { seeded(); return delayUs; }
+/* fakeSetSeed turns asynchronous streams on (with seed and a bound of delayUs microseconds
+ * per delay) or off; fakeSeeded reports it (the emulator's block threads follow it). */
+void fakeSetSeed(int on, unsigned long long seed, unsigned delay) {
+	seeded();
+	seedVal = seed, delayUs = delay;
+	__atomic_store_n(&seedOn, on ? 1 : 0, __ATOMIC_RELEASE); }
+int fakeSeeded(void) { return seeded(); }
 
 /* fakeRaceText returns the first race the checker found ("" if none); reset clears it. */
 const char* fakeRaceText(int reset) {
