@@ -30,7 +30,10 @@
 // static sizes (SizeOf, the counts of gorgonia's Mean) are folded on the host at Compile.
 // Each intermediate value is returned to the device's caching allocator right after its
 // last reader, so the next op reuses its memory. Leaves (inputs, parameters) are copied in
-// at each Run from the host memory nn binds them to. Each gradient leaves the device at its
+// at each Run from the host memory nn binds them to, through pinned memory without a wait;
+// a Run waits for the device once, at its end, for the loss, the outputs and BatchNorm's
+// running statistics together (Note [One synchronisation per Run], staging.go; the host
+// buffers are current after every Run). Each gradient leaves the device at its
 // GradHook, the Tap's backward: it is copied into host memory and handed to the hook, which
 // adds it into the gradient buffer in nn.ParamSet.Grad's layout (or gives it to the sink)
 // and runs the gradient hooks, in backward order, as on the CPU. Step is nn's: the
