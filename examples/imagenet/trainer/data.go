@@ -118,10 +118,10 @@ func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, l
 func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
 	bad, _ := badInput(cfg)
 	open := func(side string, t *transforms.Pipeline) (*data.ArrayDataset, error) {
-		images := filepath.Join(cfg.Data, side+"_images.npy")
-		ds, err := data.NewArrayDataset(images, filepath.Join(cfg.Data, side+"_labels.npy"),
+		images, labels := filepath.Join(cfg.Data, side+"_images.npy"), filepath.Join(cfg.Data, side+"_labels.npy")
+		ds, err := data.NewArrayDataset(images, labels,
 			data.NHWC, data.WithTransform(t), data.WithLogger(log), data.WithClasses(cfg.NumClasses), data.WithBadInput(bad))
-		if err != nil && !strings.Contains(err.Error(), images) {
+		if err != nil && !strings.Contains(err.Error(), images) && !strings.Contains(err.Error(), labels) {
 			err = fmt.Errorf("trainer: -data-format npy: %s (images [N,H,W,C]): %w", images, err)
 		}
 		return ds, err
