@@ -30,12 +30,13 @@ import (
 // work and wait for the device once, to read the loss. TestStepSyncs measures that at the
 // driver's boundary: its child process loads a counting libcuda (countingLib, built here)
 // that forwards every driver call to the fake libcuda and counts the calls, and runs
-// training steps of a device State (tape.NewState, State.Compile, Run, Step: what the
-// trainer runs at world size 1). A host synchronisation is a call that returns only once
+// training steps (train.RunStep) of a device State's program (what the trainer runs at
+// world size 1) and of device DDP. A host synchronisation is a call that returns only once
 // the device has run work: cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize, a
 // synchronous copy, or a cuStreamQuery or cuEventQuery that found its work done (a polling
-// wait ends with one: Device.Synchronize's, the NCCL worker's for each collective). Launches are cuLaunchKernel calls (the cuBLAS and cuDNN calls, which
-// the fake libraries run themselves, are not among them).
+// wait ends with one: Device.Synchronize's, the NCCL worker's for each collective).
+// Launches are cuLaunchKernel calls (the cuBLAS and cuDNN calls, which the fake libraries
+// run themselves, are not among them).
 
 // countVar, set in TestStepSyncs' child, names the fake libcuda the counting one forwards to.
 const countVar = "TAPE_TEST_COUNT_REAL_CUDA"
@@ -52,7 +53,7 @@ type stepCounts struct {
 // countingModels are the models TestStepSyncs steps: resnet18 at its widths, and resnet50's
 // 53 BatchNorms at small widths (the BatchNorm-heavy case), each as a State's program and
 // under device DDP at world size 1 (cuda/devddp over an NCCL group of one, the trainer's
-// -strategy ddp on one GPU: buffers broadcast, buckets all-reduced by the NCCL worker).
+// -strategy ddp on one GPU: buckets all-reduced by the NCCL worker).
 var countingModels = []struct {
 	name string
 	cfg  resnet.Config
