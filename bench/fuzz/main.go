@@ -64,6 +64,7 @@ var fixes = map[string]string{
 	"FuzzExpand/maxint-range":           "a shard pattern {0..9223372036854775807} looped without end (the counter overflowed); Expand refuses more than 2^20 names",
 	"FuzzDecode/png-60000x60000":        "a 71-byte grayscale PNG claiming 60000x60000 pixels made image/png allocate 3.6 GB (and the RGB conversion 10.8 GB); data/rgb refuses images over PIL's 178,956,970-pixel limit from the header",
 	"FuzzDecode/bmp-0x2147423517":       "found by FuzzDecode in a 5-minute run: a 54-byte BMP of width 0 and height 2,147,423,517 passed the pixel limit (0 pixels) and golang.org/x/image/bmp looped over its empty rows for 20 s; data/rgb refuses images without pixels from the header",
+	"FuzzDecode/jpeg-output-over-2e31":  "found by FuzzDecode in a 5-minute run: a 333-byte JPEG whose decoded size passes 2^31 bytes reached the libjpeg-turbo wrapper's make([]byte, int(size)) with the C int wrapped negative (panic: makeslice: len out of range); jpeg_turbo.go refuses a non-positive or over-limit size",
 	"FuzzDecode/pgm-65536x65536":        "a Netpbm header claiming 65536x65536 samples allocated 32 GiB for them before checking the data was there; data/rgb checks first",
 	"FuzzStatusReply/short-reply":       "decodeStatus indexed a reply without checking its length (RecvMsg fixes the length, so not reachable before); it now checks itself",
 	"FuzzReadFile/huge-record":          "a TensorBoard record header claiming 1 GiB was allocated before reading; ReadFile grows with the bytes there are",

@@ -161,11 +161,15 @@ func decodeJPEGTurbo(data []byte, r image.Rectangle, denom int, dst *Image) (ima
 		if rc == 0 {
 			break
 		}
-		// Room for the CMYK→RGB conversion in place needs the 4-channel size.
-		if err := checkPixels(max(1, int(info[4])/4), 1); err != nil {
-			return image.Point{}, denom, fmt.Errorf("jpeg: %d-byte output: %w", int(info[4]), err)
+		// Room for the CMYK→RGB conversion in place needs the 4-channel size. The C side
+		// reports it as an int: a size past 2^31 arrives negative (or wrapped small, which the
+		// second attempt refuses), and one over MaxPixels is a bomb.
+		need := int(info[4])
+		if need <= 0 || need/4 > MaxPixels {
+			return image.Point{}, denom, fmt.Errorf("jpeg: %dx%d image, output size %d: over the %d-pixel limit: %w",
+				int(info[1]), int(info[2]), need, MaxPixels, ErrCorrupt)
 		}
-		out = make([]byte, int(info[4]))
+		out = make([]byte, need)
 		if attempt == 1 {
 			return image.Point{}, denom, fmt.Errorf("jpeg: decoder buffer size changed: %w", ErrCorrupt)
 		}
