@@ -213,6 +213,7 @@ func (w *worker) run(id libnccl.UniqueID, initDone chan<- error) {
 			return
 		}
 		w.start(o)
+		sleep = time.Microsecond // a new collective: look again soon
 	}
 }
 
