@@ -117,6 +117,7 @@ func (d Device) RetainPrimaryContext() (Context, error) {
 
 // ReleasePrimaryContext releases one retain of the primary context.
 func (d Device) ReleasePrimaryContext() error {
+	current.Clear() // the context may be reset: every thread sets it again at its next call
 	return call("cuDevicePrimaryCtxRelease", fPrimaryCtxRelease, uintptr(d))
 }
 
@@ -127,7 +128,7 @@ func (c Context) Synchronize() error {
 
 // MakeCurrent makes c current on the calling OS thread. Callers that use libraries which
 // rely on the current context (cuBLAS, NCCL) lock their goroutine to its thread first.
-func (c Context) MakeCurrent() error { return call("cuCtxSetCurrent", fCtxSetCurrent, uintptr(c)) }
+func (c Context) MakeCurrent() error { return makeCurrent(c) }
 
 // MemAlloc allocates bytes of device memory (uncached; see cuda/memory for the caching
 // allocator).

@@ -166,9 +166,35 @@ func locked(c Context, f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if c != 0 {
-		if err := call("cuCtxSetCurrent", fCtxSetCurrent, uintptr(c)); err != nil {
+		if err := makeCurrent(c); err != nil {
 			return err
 		}
 	}
 	return f()
+}
+
+// current maps an OS thread (its id) to the context this package last made current on it.
+// CUDA's current context is the thread's until changed, so a call on a thread where its
+// context is current already skips cuCtxSetCurrent: the context is set once per OS thread
+// and context, not at every call. Go ends an OS thread only when a goroutine exits locked
+// to it (this package unlocks before returning), and Linux reuses a thread id only after the
+// pid space wraps; releasing a primary context forgets every entry.
+var current sync.Map // int -> Context
+
+// makeCurrent makes c current on the calling OS thread, which the caller has locked.
+// Where the OS gives no thread id (threadID), the context is set at every call.
+func makeCurrent(c Context) error {
+	tid, ok := threadID()
+	if !ok {
+		return call("cuCtxSetCurrent", fCtxSetCurrent, uintptr(c))
+	}
+	if v, ok := current.Load(tid); ok && v.(Context) == c {
+		return nil
+	}
+	if err := call("cuCtxSetCurrent", fCtxSetCurrent, uintptr(c)); err != nil {
+		current.Delete(tid)
+		return err
+	}
+	current.Store(tid, c)
+	return nil
 }
