@@ -88,8 +88,27 @@ func (d *Device) LayerNormBackward(dx, dgamma, dbeta, dy, x, gamma *Tensor, s La
 	if dgamma == nil || dbeta == nil {
 		return nil
 	}
-	return d.launch("layernorm_bwd_params_f32", c, ptr(dgamma), ptr(dbeta), ptr(dy), ptr(x), ptr(s.Mean), ptr(s.Rstd),
-		driver.ArgI32(r), driver.ArgI32(c))
+	parts, chunk, split := d.colSplit(r, (c+31)/32)
+	if !split {
+		return d.launch("layernorm_bwd_params_f32", c, ptr(dgamma), ptr(dbeta), ptr(dy), ptr(x), ptr(s.Mean), ptr(s.Rstd),
+			driver.ArgI32(r), driver.ArgI32(c))
+	}
+	part, err := d.Alloc(Float32, 2, parts, c) // dgamma's parts, then dbeta's
+	if err != nil {
+		return err
+	}
+	defer part.Free() // stream order: the second pass reads it first
+	pg, _ := part.View(0, parts, c)
+	pb, _ := part.View(parts*c, parts, c)
+	grid := driver.Dim3{X: uint32((c + 31) / 32), Y: uint32(parts), Z: 1}
+	if err := d.launchGrid("layernorm_bwd_params_part_f32", grid, 256, 2*256*4, ptr(pg), ptr(pb), ptr(dy), ptr(x),
+		ptr(s.Mean), ptr(s.Rstd), driver.ArgI32(r), driver.ArgI32(c), driver.ArgI32(chunk)); err != nil {
+		return err
+	}
+	if err := d.launch("sum_axis_f32", c, ptr(dgamma), ptr(pg), driver.ArgI64(1), driver.ArgI64(int64(parts)), driver.ArgI64(int64(c))); err != nil {
+		return err
+	}
+	return d.launch("sum_axis_f32", c, ptr(dbeta), ptr(pb), driver.ArgI64(1), driver.ArgI64(int64(parts)), driver.ArgI64(int64(c)))
 }
 
 // BatchNormSaved holds the batch mean and biased variance of a training-mode BatchNorm.

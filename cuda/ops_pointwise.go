@@ -139,7 +139,9 @@ func (d *Device) Binary(y, a, b *Tensor, op BinaryOp) error {
 }
 
 // SumAxis computes y[o, i] = Σ_j x[o, j, i] for x viewed as [outer, k, inner] and y as
-// [outer, inner], summing in order of j in float32 (as tensor's Sum).
+// [outer, inner] in float32: in order of j (as tensor's Sum), or, for a long axis and too few
+// outputs to fill the device (colSplit), in chunks of j summed in parallel and then in order,
+// the same on every run.
 func (d *Device) SumAxis(y, x *Tensor, outer, k, inner int) error {
 	if outer < 0 || k < 0 || inner < 0 || x == nil || y == nil || x.n != outer*k*inner || y.n != outer*inner {
 		return fmt.Errorf("cuda: device %d: sum axis: x %v, y %v for [%d, %d, %d]", d.ordinal, shapeOf(x), shapeOf(y), outer, k, inner)
@@ -150,8 +152,39 @@ func (d *Device) SumAxis(y, x *Tensor, outer, k, inner int) error {
 	if err := d.check("sum axis", Float32, x); err != nil {
 		return err
 	}
+	if parts, chunk, ok := d.colSplit(k, (inner+31)/32*outer); ok && outer <= 65535 {
+		part, err := d.Alloc(Float32, outer, parts, inner)
+		if err != nil {
+			return err
+		}
+		defer part.Free() // stream order: the second pass reads it first
+		grid := driver.Dim3{X: uint32((inner + 31) / 32), Y: uint32(parts), Z: uint32(outer)}
+		if err := d.launchGrid("sum_axis_part_f32", grid, 256, 256*4, ptr(part), ptr(x), driver.ArgI64(int64(k)),
+			driver.ArgI64(int64(inner)), driver.ArgI64(int64(chunk))); err != nil {
+			return err
+		}
+		x, k = part, parts
+	}
 	return d.launch("sum_axis_f32", y.n, ptr(y), ptr(x), driver.ArgI64(int64(outer)), driver.ArgI64(int64(k)), driver.ArgI64(int64(inner)))
 }
+
+// colSplit decides how a column sum over rows rows, whose columns make colBlocks blocks of 32,
+// is cut into row chunks for a first pass (sum_axis_part_f32, layernorm_bwd_params_part_f32):
+// only when one thread per column would leave the device mostly idle (fewer blocks than 4 per
+// SM) over a long axis (at least colSplitRows rows), into enough chunks of at least
+// colSplitRows rows to give 4 blocks per SM.
+func (d *Device) colSplit(rows, colBlocks int) (parts, chunk int, ok bool) {
+	target := 4 * max(d.sms, 1)
+	if rows < 2*colSplitRows || colBlocks >= target {
+		return 1, rows, false
+	}
+	parts = min((target+colBlocks-1)/colBlocks, rows/colSplitRows)
+	chunk = (rows + parts - 1) / parts
+	return (rows + chunk - 1) / chunk, chunk, true
+}
+
+// colSplitRows is the shortest row chunk of a split column sum.
+const colSplitRows = 64
 
 // Repeat writes into y [outer, dim*rep, inner] every slice of x [outer, dim, inner] rep times
 // along the middle axis, as numpy.repeat and gorgonia's Repeat (a broadcast when dim is 1).

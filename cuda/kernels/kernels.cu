@@ -260,6 +260,32 @@ __global__ void layernorm_bwd_params_f32(float* dgamma, float* dbeta, const floa
 		dgamma[j] = g; dbeta[j] = b;
 	}
 }
+// The first pass of layernorm_bwd_params_f32 over many rows: block (bx, by) sums rows
+// [by*chunk, (by+1)*chunk) of columns [32*bx, 32*bx+32), its 256 threads as 32 columns by 8
+// row lanes (each lane strides 8 rows: coalesced), the lanes added in order through shared
+// memory (2*256 floats), into pg[by*cols + j] and pb[by*cols + j]; sum_axis_f32 over the
+// gridDim.y parts finishes, in order (deterministic).
+__global__ void layernorm_bwd_params_part_f32(float* pg, float* pb, const float* dy, const float* x, const float* mean,
+		const float* rstd, int rows, int cols, int chunk) {
+	extern __shared__ float sh[];
+	int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+	int j = blockIdx.x * 32 + tx;
+	int i0 = blockIdx.y * chunk, i1 = rows - i0 < chunk ? rows : i0 + chunk;
+	float g = 0.f, b = 0.f;
+	if (j < cols)
+		for (int i = i0 + ty; i < i1; i += 8) {
+			long long k = (long long)i * cols + j;
+			g += dy[k] * (x[k] - mean[i]) * rstd[i];
+			b += dy[k];
+		}
+	sh[threadIdx.x] = g; sh[256 + threadIdx.x] = b;
+	__syncthreads();
+	if (ty == 0 && j < cols) {
+		for (int r = 1; r < 8; r++) { g += sh[r * 32 + tx]; b += sh[256 + r * 32 + tx]; }
+		long long o = (long long)blockIdx.y * cols + j;
+		pg[o] = g; pb[o] = b;
+	}
+}
 // Batch statistics of NCHW x, one block per channel: mean and biased variance.
 __global__ void batchnorm_stats_f32(float* mean, float* var, const float* x, int n, int c, int hw) {
 	extern __shared__ float sh[];
@@ -484,6 +510,27 @@ __global__ void sum_axis_f32(float* y, const float* x, long long outer, long lon
 		float s = 0.f;
 		for (long long j = 0; j < k; j++) s += p[j * inner];
 		y[t] = s;
+	}
+}
+// The first pass of sum_axis_f32 for a long axis and few outputs: block (bx, by, bz) sums
+// j in [by*chunk, (by+1)*chunk) of x[bz, j, i] for i in [32*bx, 32*bx+32), its 256 threads
+// as 32 values of i by 8 lanes of j (coalesced), the lanes added in order through shared
+// memory (256 floats), into part[bz, by, i] (part is [outer, gridDim.y, inner]);
+// sum_axis_f32 over the parts finishes, in order (deterministic).
+__global__ void sum_axis_part_f32(float* part, const float* x, long long k, long long inner, long long chunk) {
+	extern __shared__ float sh[];
+	int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+	long long i = (long long)blockIdx.x * 32 + tx;
+	long long j0 = (long long)blockIdx.y * chunk, j1 = k - j0 < chunk ? k : j0 + chunk;
+	const float* p = x + (long long)blockIdx.z * k * inner;
+	float s = 0.f;
+	if (i < inner)
+		for (long long j = j0 + ty; j < j1; j += 8) s += p[j * inner + i];
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	if (ty == 0 && i < inner) {
+		for (int r = 1; r < 8; r++) s += sh[r * 32 + tx];
+		part[((long long)blockIdx.z * gridDim.y + blockIdx.y) * inner + i] = s;
 	}
 }
 // y [outer, d*rep, inner] repeats every x [outer, d, inner] slice rep times along the middle
