@@ -27,25 +27,24 @@ func TestKernelChoice(t *testing.T) {
 }
 
 // TestGenericKernelsUpgraded: where OpenBLAS would run its generic kernels on a CPU that has
-// AVX, AVX2 or AVX-512, they are replaced by the best the CPU runs; its choice of a kernel
-// set it knows stands. On this CPU, with OPENBLAS_CORETYPE unset, the kernels in use are no
+// AVX or AVX2, they are replaced by Sandybridge's or Haswell's; its choice of a kernel set it
+// knows stands. On this CPU, with OPENBLAS_CORETYPE unset, the kernels in use are no
 // generic ones when the CPU has AVX.
 func TestGenericKernelsUpgraded(t *testing.T) {
 	for _, tc := range []struct {
-		core              string
-		avx512, avx2, avx bool
-		want              string
+		core      string
+		avx2, avx bool
+		want      string
 	}{
-		{"Prescott", true, true, true, "SkylakeX"},
-		{"Prescott", false, true, true, "Haswell"},
-		{"Core2", false, false, true, "Sandybridge"},
-		{"Prescott", false, false, false, ""},
-		{"Haswell", true, true, true, ""},
-		{"SkylakeX", true, true, true, ""},
-		{"Zen", false, true, true, ""},
+		{"Prescott", true, true, "Haswell"},
+		{"Core2", false, true, "Sandybridge"},
+		{"Prescott", false, false, ""},
+		{"Haswell", true, true, ""},
+		{"SkylakeX", true, true, ""},
+		{"Zen", true, true, ""},
 	} {
-		if got := upgradeCore(tc.core, tc.avx512, tc.avx2, tc.avx); got != tc.want {
-			t.Errorf("upgradeCore(%s, avx512 %v, avx2 %v, avx %v) = %q, want %q", tc.core, tc.avx512, tc.avx2, tc.avx, got, tc.want)
+		if got := upgradeCore(tc.core, tc.avx2, tc.avx); got != tc.want {
+			t.Errorf("upgradeCore(%s, avx2 %v, avx %v) = %q, want %q", tc.core, tc.avx2, tc.avx, got, tc.want)
 		}
 	}
 	_, set := os.LookupEnv("OPENBLAS_CORETYPE")
@@ -53,7 +52,7 @@ func TestGenericKernelsUpgraded(t *testing.T) {
 	if set || os.Getenv("GP_OPENBLAS_KEEP_CORE") == "1" || !cpu.X86.HasAVX {
 		t.Skip("OPENBLAS_CORETYPE set, or a CPU without AVX")
 	}
-	if upgradeCore(Core(), true, true, true) != "" {
+	if upgradeCore(Core(), true, true) != "" {
 		t.Errorf("OpenBLAS runs its generic %s kernels on a CPU with AVX", Core())
 	}
 }
