@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/models/swin"
@@ -146,31 +147,8 @@ func TestModelsMatchCPU(t *testing.T) {
 				t.Fatalf("parameters differ by %.1e (%s), buffers by %.1e (%s); tolerance %.0e", pw, pname, bw, bname, modelTol)
 			}
 
-			eval := nn.Classify(batch, []int{3, hw, hw}, 0)
-			ce, err := nn.Compile(ms[0], eval, nn.Training(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ce.Close()
-			de, err := tape.Compile(d, ms[1], eval, nn.Training(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer de.Close()
-			for _, p := range []interface {
-				SetInput(string, []float32) error
-				Run(context.Context) error
-			}{ce, de} {
-				if err := p.SetInput("images", x); err != nil {
-					t.Fatal(err)
-				}
-				if err := p.Run(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			lc, _ := ce.Output("logits")
-			ld, _ := de.Output("logits")
-			r := maxRel(ld, lc)
+			ce, de := evalPrograms(t, d, ms[:], batch, hw)
+			r, ld, lc := evalLogits(t, ctx, x, ce, de)
 			t.Logf("eval logits within %.1e", r)
 			if r > modelTol {
 				t.Fatalf("eval logits differ by %.1e: device %v, CPU %v", r, ld, lc)
@@ -271,35 +249,50 @@ func TestRunningStatsFollowHost(t *testing.T) {
 					}
 				}
 			}
-			eval := nn.Classify(batch, []int{3, hw, hw}, 0)
-			ce, err := nn.Compile(ms[0], eval, nn.Training(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ce.Close()
-			de, err := tape.Compile(d, ms[1], eval, nn.Training(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer de.Close()
+			ce, de := evalPrograms(t, d, ms[:], batch, hw)
 			for run := range 2 { // the second Run finds the device's copy current
-				for _, p := range []interface {
-					SetInput(string, []float32) error
-					Run(context.Context) error
-				}{ce, de} {
-					if err := p.SetInput("images", x); err != nil {
-						t.Fatal(err)
-					}
-					if err := p.Run(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				lc, _ := ce.Output("logits")
-				ld, _ := de.Output("logits")
-				if r := maxRel(ld, lc); r > modelTol {
+				if r, _, _ := evalLogits(t, ctx, x, ce, de); r > modelTol {
 					t.Fatalf("eval run %d: logits differ by %.1e", run, r)
 				}
 			}
 		})
 	}
+}
+
+// evalPrograms compiles the eval program of ms[0] on the CPU and of ms[1] on d, closed with
+// the test.
+func evalPrograms(t *testing.T, d *cuda.Device, ms []*nn.Model, batch, hw int) (*nn.Program, *tape.Program) {
+	t.Helper()
+	eval := nn.Classify(batch, []int{3, hw, hw}, 0)
+	ce, err := nn.Compile(ms[0], eval, nn.Training(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ce.Close() })
+	de, err := tape.Compile(d, ms[1], eval, nn.Training(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { de.Close() })
+	return ce, de
+}
+
+// evalLogits runs both eval programs on images x and returns how far the device's logits
+// are from the CPU's (maxRel), and both.
+func evalLogits(t *testing.T, ctx context.Context, x []float32, ce *nn.Program, de *tape.Program) (r float64, ld, lc []float32) {
+	t.Helper()
+	for _, p := range []interface {
+		SetInput(string, []float32) error
+		Run(context.Context) error
+	}{ce, de} {
+		if err := p.SetInput("images", x); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lc, _ = ce.Output("logits")
+	ld, _ = de.Output("logits")
+	return maxRel(ld, lc), ld, lc
 }
