@@ -4,7 +4,7 @@
 // coverage each reached. With -out it writes them as JSON (bench/results/fuzz.json). Any
 // target that fails (a crasher; go test writes its input under the package's
 // testdata/fuzz/FuzzXxx/) makes the command fail after the others ran. `make test-fuzz` runs
-// it for 10 s a target.
+// it for a few seconds a target.
 package main
 
 import (
@@ -38,6 +38,10 @@ type target struct {
 	Crashers       []string      `json:"crashers"`         // failing inputs this run wrote
 	Regressions    []*regression `json:"regression_inputs"`
 	Wall           float64       `json:"wall_s"` // compile and run
+	// CountRerun is set when the timed run ended with only the fuzzing coordinator's
+	// "context deadline exceeded" and no failing input: the run was repeated with
+	// -fuzztime <execs>x (a count, no deadline) and this result is that run's.
+	CountRerun bool `json:"count_rerun,omitempty"`
 }
 
 // regression is an input committed under testdata/fuzz/FuzzXxx/ and what it exposed.
@@ -196,15 +200,56 @@ func regressions(dir, name string) []*regression {
 }
 
 // run fuzzes t for d and parses go test's progress lines.
+//
+// Go's fuzzing coordinator can report the end of a timed run as a failure: when the
+// -fuzztime deadline passes while a worker is between inputs, the deadline's own
+// "context deadline exceeded" escapes as the target's error, with no failing input
+// written (go.dev/issue/75804, fixed in Go 1.27). Such a run is repeated once with the
+// same number of executions given as a count (-fuzztime Nx has no deadline), which
+// replays the corpus and fuzzes as much again; that run's result stands, so a real
+// crasher still fails.
 func (t *target) run(d time.Duration, parallel int) error {
 	start := time.Now()
-	cmd := exec.Command("go", "test", "-run", "^$", "-fuzz", "^"+t.Name+"$", "-fuzztime", d.String(),
+	output, err := t.fuzz(d.String(), parallel)
+	if err != nil && deadlineRace(output, t.Name) && t.Execs > 0 {
+		execs := t.Execs
+		t.CountRerun = true
+		output, err = t.fuzz(strconv.FormatInt(execs, 10)+"x", parallel)
+		t.Execs = max(t.Execs, execs)
+	}
+	t.Wall = time.Since(start).Seconds()
+	t.Seconds = d.Seconds()
+	t.ExecsPerSecond = float64(t.Execs) / t.Seconds
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, lastLines(output, 30))
+	}
+	return nil
+}
+
+// deadlineRace reports whether output is a fuzzing run of name that failed with nothing
+// but the coordinator's deadline error: no failing input written, no panic, no other
+// failure message.
+func deadlineRace(output, name string) bool {
+	if failing.MatchString(output) || strings.Contains(output, "panic:") {
+		return false
+	}
+	lines := strings.Split(output, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "--- FAIL: "+name+" ") {
+			return i+1 < len(lines) && strings.TrimSpace(lines[i+1]) == "context deadline exceeded" &&
+				(i+2 >= len(lines) || !strings.HasPrefix(lines[i+2], "    "))
+		}
+	}
+	return false
+}
+
+// fuzz runs go test -fuzz for t with the given -fuzztime and records what the output says.
+func (t *target) fuzz(fuzztime string, parallel int) (string, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-fuzz", "^"+t.Name+"$", "-fuzztime", fuzztime,
 		"-fuzzminimizetime", "10x", "-parallel", strconv.Itoa(parallel), t.Package)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
-	t.Wall = time.Since(start).Seconds()
-	t.Seconds = d.Seconds()
 	output := buf.String()
 	sc := bufio.NewScanner(strings.NewReader(output))
 	for sc.Scan() {
@@ -220,11 +265,7 @@ func (t *target) run(d time.Duration, parallel int) error {
 			t.Crashers = append(t.Crashers, filepath.ToSlash(filepath.Join(t.Package, m[1])))
 		}
 	}
-	t.ExecsPerSecond = float64(t.Execs) / t.Seconds
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, lastLines(output, 30))
-	}
-	return nil
+	return output, err
 }
 
 func lastLines(s string, n int) string {
