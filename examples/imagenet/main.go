@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gorgonia-parallel/gp/examples/imagenet/trainer"
+	"github.com/gorgonia-parallel/gp/trainer"
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	_ "github.com/gorgonia-parallel/gp/parallel/comm/mpi" // GP_COMM_BACKEND=mpi, and by default under mpirun
 )

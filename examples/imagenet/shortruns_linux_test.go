@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/examples/imagenet/trainer"
+	"github.com/gorgonia-parallel/gp/trainer"
 )
 
 // Runs of 1, 2 and 3 optimizer steps, ending at an epoch's end (with its validation) or

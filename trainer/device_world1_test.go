@@ -88,7 +88,7 @@ func TestDeviceRefusalsAsCompareClassifiesThem(t *testing.T) {
 	if err != nil {
 		t.Skip("python3 not installed")
 	}
-	compare, err := filepath.Abs(filepath.Join("..", "..", "..", "cuda", "gpucheck", "compare.py"))
+	compare, err := filepath.Abs(filepath.Join("..", "cuda", "gpucheck", "compare.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
