@@ -15,9 +15,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gorgonia-parallel/gp/trainer"
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	_ "github.com/gorgonia-parallel/gp/parallel/comm/mpi" // GP_COMM_BACKEND=mpi, and by default under mpirun
+	"github.com/gorgonia-parallel/gp/trainer"
 )
 
 func main() {
