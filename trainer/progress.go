@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/parallel/launch"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -15,7 +16,7 @@ import (
 // images/s and ETA. Anywhere else (a file, a pipe), one line per -print-freq steps and
 // nothing redrawn, so that a log holds whole lines, each of which a launcher can prefix.
 // Under gprun, whose output is a terminal, the bar is drawn on that terminal (which gprun
-// names in LauncherTTYEnv), since gprun passes the workers' own output on line by line.
+// names in launch.ProgressTTYEnv), since gprun passes the workers' own output on line by line.
 type progress struct {
 	out    io.Writer // lines
 	barOut io.Writer // the bar: out, or the launcher's terminal
@@ -27,10 +28,6 @@ type progress struct {
 	shown  int    // steps of the epoch the bar or log has shown
 	digits int
 }
-
-// LauncherTTYEnv names the terminal that a launcher's own output is (gprun sets it when its
-// stdout is a terminal): rank 0 draws its progress bar there.
-const LauncherTTYEnv = "GP_PROGRESS_TTY"
 
 // newProgress shows progress on out as mode says ("bar", "log", or "" for a bar on a
 // terminal, out's or the launcher's, and lines elsewhere); off shows nothing.
@@ -52,10 +49,10 @@ func newProgress(out io.Writer, mode string, off bool) *progress {
 	return p
 }
 
-// launcherTTY opens the terminal LauncherTTYEnv names, or returns nil when it is unset or
+// launcherTTY opens the terminal launch.ProgressTTYEnv names, or returns nil when it is unset or
 // no terminal can be opened there.
 func launcherTTY() *os.File {
-	path := os.Getenv(LauncherTTYEnv)
+	path := os.Getenv(launch.ProgressTTYEnv)
 	if path == "" {
 		return nil
 	}
