@@ -9,7 +9,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: test-fuzz
 .PHONY: all deps test test-cgo test-levels test-purego cross vet demo demo-synthetic bench bench-ops bench-models bench-comm bench-tta \
-        bench-ddp bench-dp bench-data bench-zero bench-amp gpu-check ptx-clang fixtures clean test-examples
+        bench-ddp bench-dp bench-data bench-zero bench-amp bench-report gpu-check ptx-clang fixtures clean test-examples
 
 all: test
 
@@ -120,6 +120,11 @@ bench: bench-ops bench-models bench-comm bench-ddp bench-dp bench-data bench-zer
 ## the same model, initial weights and recipe (bench/results/tta.json).
 bench-tta: deps
 	$(GO) run ./bench/tta
+
+## bench-report: write bench/README.md, the benchmark page, from bench/results/*.json (every
+## table with the command, machine, CPU flags and load its file records).
+bench-report:
+	$(GO) run ./bench/report
 
 bench-ops: deps
 	$(GO) run ./bench/ops
