@@ -13,6 +13,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // Checkpoint layout: <dir>/<tag>/shard-<r>-of-<N>.npz per rank, <dir>/<tag>/manifest.json
@@ -52,6 +53,19 @@ type ParamInfo struct {
 // saveFault, when set (by tests), runs at each stage of Save on each rank.
 var saveFault func(rank int, stage string)
 
+// Shard is one rank's part of a ZeRO-3 checkpoint as it is held in host memory: the group
+// (its rank and size, and Save's barriers), the model (parameter names and shapes, and the
+// buffers rank 0 saves), the optimizer segments over the rank's master shard (as
+// Layout.Segments makes them) and the optimizer over those segments. Engine.Save and
+// Engine.Load are its Save and Load over the engine's shard; cuda/devzero copies its
+// device shard into one, so both engines write and read the same files.
+type Shard struct {
+	Group     comm.Group
+	Params    *nn.ParamSet
+	Segments  []optim.Segment
+	Optimizer optim.Optimizer
+}
+
 // Save writes this rank's shard (its master parameter slices, named "<param>[lo:hi]" or
 // "<param>" when whole, and its optimizer state with optim's sliced keys; rank 0 adds the
 // model's buffers) to dir/tag, then rank 0 writes the manifest and points LATEST at tag.
@@ -60,52 +74,63 @@ func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 	if e.closed {
 		return ErrClosed
 	}
+	err := e.shard().Save(ctx, dir, tag)
+	if rerr := e.releaseState(); err == nil && rerr != nil {
+		err = fmt.Errorf("zero: rank %d: %w", e.rank, rerr)
+	}
+	return err
+}
+
+func (e *Engine) shard() Shard {
+	return Shard{Group: e.g, Params: e.Model.Params, Segments: e.segs, Optimizer: e.opt}
+}
+
+// Save writes the shard as Engine.Save describes. Every rank of the group calls it with
+// the same dir and tag.
+func (s Shard) Save(ctx context.Context, dir, tag string) error {
+	rank, world := s.Group.Rank(), s.Group.Size()
 	if tag == "" || strings.ContainsAny(tag, "/\\") || tag == "." || tag == ".." {
-		return fmt.Errorf("zero: rank %d: bad checkpoint tag %q", e.rank, tag)
+		return fmt.Errorf("zero: rank %d: bad checkpoint tag %q", rank, tag)
 	}
 	sub := filepath.Join(dir, tag)
 	if err := os.MkdirAll(sub, 0o755); err != nil {
-		return fmt.Errorf("zero: rank %d: checkpoint directory: %w", e.rank, err)
+		return fmt.Errorf("zero: rank %d: checkpoint directory: %w", rank, err)
 	}
 	fault := func(stage string) {
 		if saveFault != nil {
-			saveFault(e.rank, stage)
+			saveFault(rank, stage)
 		}
 	}
 	fault("begin")
 	var entries []nn.StateEntry
-	for _, s := range e.segs {
-		for _, p := range s.Parts {
-			entries = append(entries, partEntry("", "", p, s.Data[p.SegOffset:p.SegOffset+p.Len]))
+	for _, sg := range s.Segments {
+		for _, p := range sg.Parts {
+			entries = append(entries, partEntry("", "", p, sg.Data[p.SegOffset:p.SegOffset+p.Len]))
 		}
 	}
-	entries = append(entries, e.opt.StateDict()...)
-	if e.rank == 0 {
-		for _, b := range e.Model.Params.Buffers {
+	entries = append(entries, s.Optimizer.StateDict()...)
+	if rank == 0 {
+		for _, b := range s.Params.Buffers {
 			entries = append(entries, nn.StateEntry{Name: b.Name, Shape: b.Shape, F32: b.Data, I64: b.Int64})
 		}
 	}
-	path := filepath.Join(sub, shardName(e.rank, e.world))
-	err := checkpoint.Save(path, entries)
-	if rerr := e.releaseState(); err == nil {
-		err = rerr
-	}
-	if err != nil {
-		return fmt.Errorf("zero: rank %d: shard %s: %w", e.rank, path, err)
+	path := filepath.Join(sub, shardName(rank, world))
+	if err := checkpoint.Save(path, entries); err != nil {
+		return fmt.Errorf("zero: rank %d: shard %s: %w", rank, path, err)
 	}
 	fault("shard-written")
-	if err := e.g.Barrier().Wait(ctx); err != nil {
-		return fmt.Errorf("zero: rank %d: checkpoint %s: waiting for the other ranks' shards: %w", e.rank, sub, err)
+	if err := s.Group.Barrier().Wait(ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: checkpoint %s: waiting for the other ranks' shards: %w", rank, sub, err)
 	}
-	if e.rank == 0 {
-		m := Manifest{Format: ManifestFormat, Tag: tag, World: e.world, Psi: e.lay.psi}
-		for r := range e.world {
-			m.Files = append(m.Files, shardName(r, e.world))
+	if rank == 0 {
+		m := Manifest{Format: ManifestFormat, Tag: tag, World: world, Psi: s.Params.NumParams()}
+		for r := range world {
+			m.Files = append(m.Files, shardName(r, world))
 		}
-		for _, p := range e.Model.Params.Params {
+		for _, p := range s.Params.Params {
 			m.Params = append(m.Params, ParamInfo{Name: p.Name, Shape: p.Shape})
 		}
-		if st, ok := e.opt.(interface{ Steps() int64 }); ok {
+		if st, ok := s.Optimizer.(interface{ Steps() int64 }); ok {
 			m.Steps = st.Steps()
 		}
 		b, err := json.MarshalIndent(m, "", "  ")
@@ -120,8 +145,8 @@ func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 			return fmt.Errorf("zero: rank 0: %w", err)
 		}
 	}
-	if err := e.g.Barrier().Wait(ctx); err != nil {
-		return fmt.Errorf("zero: rank %d: checkpoint %s: waiting for rank 0's manifest: %w", e.rank, sub, err)
+	if err := s.Group.Barrier().Wait(ctx); err != nil {
+		return fmt.Errorf("zero: rank %d: checkpoint %s: waiting for rank 0's manifest: %w", rank, sub, err)
 	}
 	return nil
 }
@@ -179,12 +204,37 @@ func ReadEntries(dir string) ([]nn.StateEntry, *Manifest, error) {
 }
 
 // Load restores this rank's shard, the optimizer state and the model's buffers from a
-// checkpoint written at any world size (dir as for ReadManifest), or from a consolidated
-// .npz file with whole-parameter keys. It reads every shard file; no communication.
+// checkpoint written at any world size, by either engine (dir as for ReadManifest), or
+// from a consolidated .npz file with whole-parameter keys. It reads every shard file; no
+// communication.
 func (e *Engine) Load(path string) error {
 	if e.closed {
 		return ErrClosed
 	}
+	return e.finishLoad(e.shard().Load(path))
+}
+
+// LoadEntries is Load from entries already read.
+func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
+	if e.closed {
+		return ErrClosed
+	}
+	return e.finishLoad(e.shard().LoadEntries(entries))
+}
+
+func (e *Engine) finishLoad(err error) error {
+	if err != nil {
+		return err
+	}
+	if err := e.releaseState(); err != nil {
+		return fmt.Errorf("zero: rank %d: %w", e.rank, err)
+	}
+	return nil
+}
+
+// Load fills the shard's segments, the optimizer state and the model's buffers as
+// Engine.Load describes.
+func (s Shard) Load(path string) error {
 	var entries []nn.StateEntry
 	var err error
 	if st, serr := os.Stat(path); serr == nil && !st.IsDir() {
@@ -193,28 +243,29 @@ func (e *Engine) Load(path string) error {
 		entries, _, err = ReadEntries(path)
 	}
 	if err != nil {
-		return fmt.Errorf("zero: rank %d: %w", e.rank, err)
+		return fmt.Errorf("zero: rank %d: %w", s.Group.Rank(), err)
 	}
-	return e.LoadEntries(entries)
+	return s.LoadEntries(entries)
 }
 
 // LoadEntries is Load from entries already read.
-func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
+func (s Shard) LoadEntries(entries []nn.StateEntry) error {
+	rank := s.Group.Rank()
 	idx := newPieceIndex(entries)
-	for _, s := range e.segs {
-		for _, p := range s.Parts {
-			if err := idx.fill(p.Param, s.Data[p.SegOffset:p.SegOffset+p.Len], p.ParamOffset, numelOf(p.Shape)); err != nil {
-				return fmt.Errorf("zero: rank %d: parameter %s: %w", e.rank, p.Param, err)
+	for _, sg := range s.Segments {
+		for _, p := range sg.Parts {
+			if err := idx.fill(p.Param, sg.Data[p.SegOffset:p.SegOffset+p.Len], p.ParamOffset, numelOf(p.Shape)); err != nil {
+				return fmt.Errorf("zero: rank %d: parameter %s: %w", rank, p.Param, err)
 			}
 		}
 	}
-	for _, b := range e.Model.Params.Buffers {
+	for _, b := range s.Params.Buffers {
 		saved, ok := idx.whole[b.Name]
 		if !ok {
-			return fmt.Errorf("zero: rank %d: buffer %s missing from the checkpoint", e.rank, b.Name)
+			return fmt.Errorf("zero: rank %d: buffer %s missing from the checkpoint", rank, b.Name)
 		}
 		if len(saved.F32) != len(b.Data) || len(saved.I64) != len(b.Int64) {
-			return fmt.Errorf("zero: rank %d: buffer %s: saved %d values, want %d", e.rank, b.Name, saved.Numel(), b.Numel())
+			return fmt.Errorf("zero: rank %d: buffer %s: saved %d values, want %d", rank, b.Name, saved.Numel(), b.Numel())
 		}
 		copy(b.Data, saved.F32)
 		copy(b.Int64, saved.I64)
@@ -225,10 +276,10 @@ func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
 			optEntries = append(optEntries, en)
 		}
 	}
-	if err := e.opt.LoadStateDict(optEntries); err != nil {
-		return fmt.Errorf("zero: rank %d: optimizer state: %w", e.rank, err)
+	if err := s.Optimizer.LoadStateDict(optEntries); err != nil {
+		return fmt.Errorf("zero: rank %d: optimizer state: %w", rank, err)
 	}
-	return e.releaseState()
+	return nil
 }
 
 // Consolidate merges the checkpoint in dir into one state dict: every parameter whole under

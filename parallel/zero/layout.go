@@ -28,8 +28,10 @@ type Unit struct {
 	GatherBase int
 }
 
-// layout is how a model is cut into units and shards for a world size.
-type layout struct {
+// Layout is how a model is cut into gather units and shards for one rank of a world size:
+// the host engine's and the device engine's (cuda/devzero), so that both hold the same
+// shards and write the same checkpoints.
+type Layout struct {
 	world, rank int
 	psi         int
 	units       []*Unit
@@ -50,11 +52,14 @@ func DepthKey(depth int) func(name string) string {
 	}
 }
 
-func newLayout(ps *nn.ParamSet, world, rank int, key func(string) string) (*layout, error) {
+// NewLayout cuts ps into units by key (parameters adjacent in the flat buffer with equal
+// keys form one unit; DepthKey(1) is the engines' default) and shards each unit over world
+// ranks for rank.
+func NewLayout(ps *nn.ParamSet, world, rank int, key func(string) string) (*Layout, error) {
 	if world < 1 || rank < 0 || rank >= world {
 		return nil, fmt.Errorf("zero: rank %d outside world size %d", rank, world)
 	}
-	l := &layout{world: world, rank: rank, psi: ps.NumParams(), unitOf: make([]int, len(ps.Params))}
+	l := &Layout{world: world, rank: rank, psi: ps.NumParams(), unitOf: make([]int, len(ps.Params))}
 	params := slices.Clone(ps.Params)
 	slices.SortFunc(params, func(a, b *nn.Param) int { return a.Offset - b.Offset })
 	seen := map[string]int{}
@@ -87,16 +92,27 @@ func newLayout(ps *nn.ParamSet, world, rank int, key func(string) string) (*layo
 	return l, nil
 }
 
-// owned is the flat range [lo, hi) of unit u that this rank owns (empty when it owns only
-// padding).
-func (l *layout) owned(u *Unit) (lo, hi int) {
+// Units are the gather units in flat-buffer order.
+func (l *Layout) Units() []*Unit { return l.units }
+
+// UnitOf is the index in Units of the unit holding the parameter with index i (Param.Index).
+func (l *Layout) UnitOf(i int) int { return l.unitOf[i] }
+
+// ShardLen is the length of a rank's shard buffers: Σ Shard over the units, padding included.
+func (l *Layout) ShardLen() int { return l.shardLen }
+
+// Owned is the flat range [lo, hi) of unit u that this rank owns (empty when it owns only
+// padding); element lo is at u.ShardBase in the rank's shard buffers.
+func (l *Layout) Owned(u *Unit) (lo, hi int) { return l.owned(u) }
+
+func (l *Layout) owned(u *Unit) (lo, hi int) {
 	lo = u.Lo + l.rank*u.Shard
 	hi = min(lo+u.Shard, u.Hi)
 	return lo, max(lo, hi)
 }
 
 // paddingElems is the number of shard elements that hold no parameter.
-func (l *layout) paddingElems() int {
+func (l *Layout) paddingElems() int {
 	n := 0
 	for _, u := range l.units {
 		lo, hi := l.owned(u)
@@ -105,12 +121,17 @@ func (l *layout) paddingElems() int {
 	return n
 }
 
-// segments builds the optimizer segments of this rank's shard over master and grad (shard
-// buffers): optim.Segments cuts parameters at the shard's ends and names the parts, and the
-// Data/Grad views are moved from the flat buffers to the shard buffers. ps.Data must still
-// be the real flat buffer.
-func (l *layout) segments(ps *nn.ParamSet, wd float64, master, grad []float32) ([]optim.Segment, error) {
+// Segments builds the optimizer segments of this rank's shard over master and grad (shard
+// buffers of ShardLen elements): optim.Segments cuts parameters at the shard's ends and
+// names the parts, every parameter decays by wd except those marked NoWeightDecay, and the
+// Data/Grad views are moved from the flat buffers to the shard buffers. It also returns
+// where each segment starts in the shard buffers. ps must be the layout's.
+func (l *Layout) Segments(ps *nn.ParamSet, wd float64, master, grad []float32) ([]optim.Segment, []int, error) {
+	if len(master) < l.shardLen || len(grad) < l.shardLen {
+		return nil, nil, fmt.Errorf("zero: rank %d: shard buffers of %d and %d elements, want %d", l.rank, len(master), len(grad), l.shardLen)
+	}
 	var out []optim.Segment
+	var starts []int
 	for _, u := range l.units {
 		lo, hi := l.owned(u)
 		if lo >= hi {
@@ -118,7 +139,7 @@ func (l *layout) segments(ps *nn.ParamSet, wd float64, master, grad []float32) (
 		}
 		segs, err := optim.Segments(ps, wd, optim.InRange(lo, hi), optim.Merged())
 		if err != nil {
-			return nil, fmt.Errorf("zero: rank %d: segments of unit %s: %w", l.rank, u.Name, err)
+			return nil, nil, fmt.Errorf("zero: rank %d: segments of unit %s: %w", l.rank, u.Name, err)
 		}
 		for _, s := range segs {
 			first := s.Parts[0]
@@ -128,7 +149,8 @@ func (l *layout) segments(ps *nn.ParamSet, wd float64, master, grad []float32) (
 			s.Data = master[at : at+n : at+n]
 			s.Grad = grad[at : at+n : at+n]
 			out = append(out, s)
+			starts = append(starts, at)
 		}
 	}
-	return out, nil
+	return out, starts, nil
 }

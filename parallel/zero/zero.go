@@ -125,7 +125,7 @@ type Engine struct {
 	g           comm.Group
 	cfg         config
 	rank, world int
-	lay         *layout
+	lay         *Layout
 	master      []float32
 	grad        []float32
 	opt         optim.Optimizer
@@ -169,7 +169,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 	if err := e.checkAndBroadcast(ctx); err != nil {
 		return nil, err
 	}
-	lay, err := newLayout(ps, e.world, e.rank, cfg.key)
+	lay, err := NewLayout(ps, e.world, e.rank, cfg.key)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		lo, hi := lay.owned(u)
 		copy(e.master[u.ShardBase:], ps.Data[lo:hi])
 	}
-	segs, err := lay.segments(ps, cfg.weightDecay, e.master, e.grad)
+	segs, _, err := lay.Segments(ps, cfg.weightDecay, e.master, e.grad)
 	if err != nil {
 		e.Close()
 		return nil, err
