@@ -39,8 +39,8 @@ type row struct {
 func main() {
 	dir := flag.String("results", "bench/results", "folder with the measured JSON files; scaling.json is written there")
 	loaded = flag.Bool("load", false, "the host-level model takes each bed's recorded load average (the share of the 2 cores the ranks get; with the load average read before each bed it predicts worse)")
-	checkFile = flag.String("check", "", "bench/netbed runs the host-level model is checked on, comma-separated (default: netbed.json in -results)")
-	fitFile = flag.String("fit", "bench/results/netbed-run1.json", "bench/netbed run the host-level model is fitted on (checked on netbed.json)")
+	checkFile = flag.String("check", "", "bench/netbed runs the host-level model is checked on, comma-separated (default: netbed-check.json and netbed.json in -results)")
+	fitFile = flag.String("fit", "", "bench/netbed run the host-level model is fitted on (default: netbed-fit.json in -results)")
 	flag.Parse()
 	if err := run(*dir); err != nil {
 		fmt.Fprintln(os.Stderr, "scaling:", err)
@@ -101,7 +101,10 @@ func run(dir string) error {
 	// another; the DDP runs across hosts (bench/ddpnet) predicted from it.
 	check := *checkFile
 	if check == "" {
-		check = filepath.Join(dir, "netbed.json")
+		check = filepath.Join(dir, "netbed-check.json") + "," + filepath.Join(dir, "netbed.json")
+	}
+	if *fitFile == "" {
+		*fitFile = filepath.Join(dir, "netbed-fit.json")
 	}
 	other, err := fitBed(*fitFile, check, !*loaded, shm, nil)
 	if err != nil {

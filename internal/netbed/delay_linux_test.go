@@ -16,16 +16,14 @@ import (
 )
 
 // lateBound is how late past its due time the holder may release the median packet: its
-// wake-up from ppoll on a SCHED_FIFO thread with timer slack 1 ns (measured medians in
-// bench/results/netbed-delay-log.txt, tens of µs on this project's 2-vCPU VM at load
-// averages 5-12).
+// wake-up from ppoll on a SCHED_FIFO thread with timer slack 1 ns, whose median is tens of
+// µs on a 2-vCPU machine loaded several times over (TestMeasureDelay prints it).
 const lateBound = 250 * time.Microsecond
 
 // rttBound is how much a median round trip may exceed twice the one-way delay: the holder's
 // lateness in both directions plus the two endpoints' own wake-ups after a millisecond
-// asleep, which on a loaded machine dominate (at delay 1 ms, medians of 2.15 to 3.06 ms
-// were measured at load averages 5 to 12 on 2 vCPUs, while a ping-pong without delay
-// takes 0.02 ms). 2 ms still fails a delay applied twice per direction (at least 4 ms) or
+// asleep, which on a loaded machine dominate (at delay 1 ms, medians of 2.15 to 3.06 ms on
+// 2 vCPUs with 5 to 12 runnable threads, while a ping-pong without delay takes 0.02 ms). 2 ms still fails a delay applied twice per direction (at least 4 ms) or
 // not at all (the minimum check).
 const rttBound = 2 * time.Millisecond
 
@@ -254,8 +252,9 @@ func stream(t testing.TB, b *Bed, bytes int64) float64 {
 	return r
 }
 
-// TestMeasureDelay prints the RTT and stream numbers of bench/results/netbed-delay-log.txt
-// (GP_NETBED_MEASURE=1; about a minute): each setting twice, alternating, on 2 hosts.
+// TestMeasureDelay prints the holder's lateness, round trips and stream throughput with and
+// without delay (GP_NETBED_MEASURE=1; about a minute): each setting twice, alternating, on 2
+// hosts.
 func TestMeasureDelay(t *testing.T) {
 	if os.Getenv("GP_NETBED_MEASURE") == "" {
 		t.Skip("set GP_NETBED_MEASURE=1")

@@ -40,9 +40,10 @@ import (
 
 // Note [Ring thresholds]: bench/mpi ran OpenMPI 4.1.4's collectives (libnbc, vader shared
 // memory with CMA single copy) and the package's algorithms at every size from 1 KiB to
-// 64 MiB, alternating, at world 2 and 3 on the shared 2-core test machine (world 3 is
-// oversubscribed; load average 5-15; bench/results/mpi-log.txt holds every run). The same
-// code measured twice differs by up to 2x there, so a threshold needs a win in every run.
+// 64 MiB, alternating, at world 2 and 3 on a shared 2-core machine (world 3 is
+// oversubscribed; `go run ./bench/mpi`, bench/results/mpi.json, with the load of each row).
+// The same code measured twice differs by up to 2x there, so a threshold needs a win in every
+// one of the rounds.
 // Below 1 MiB OpenMPI's are 2-10x faster: the header exchange and the hand-offs between
 // the op's goroutine and the MPI thread cost about 1 ms. Ratios ring/OpenMPI of busbw:
 //
@@ -50,8 +51,8 @@ import (
 //     1.4-3.8 at 64 MiB at both. The threshold stays at 4 MiB (chosen so at world 2).
 //   - reduce-scatter: 0.7-6 (noise) from 2 to 8 MiB, 1.4-3.7 from 16 MiB at both worlds in
 //     every run (OpenMPI's also took twice the CPU time): 16 MiB.
-//   - all-gather (no reduction, so one message per step): 1.3-1.7 at world 2 at 64 MiB in
-//     the 4 runs since it sends one message per step, 0.7-1.4 at world 3: 32 MiB, a small
+//   - all-gather (no reduction, so one message per step): 1.3-1.7 at world 2 at 64 MiB,
+//     0.7-1.4 at world 3: 32 MiB, a small
 //     gain at world 2.
 //   - broadcast: MPI_Ibcast was 0.7-1.3x the chain at world 2 and 2-3x faster than it at
 //     world 3 at every size (its receivers each copy straight from the root's memory with
