@@ -1,9 +1,13 @@
 package cudatest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -19,6 +23,13 @@ const SeedVar = "GP_EMU_SEED"
 
 // DelayVar bounds one random delay of an asynchronous stream, in microseconds (default 200).
 const DelayVar = "GP_EMU_DELAY_US"
+
+// ReportVar names a file to which the fake driver of a process started with it appends a line
+// when the process's streams first run asynchronously ("async pid N: seed S") and one for the
+// first race its checker records ("race pid N: " and the race): how a test learns the verdict
+// of the processes it starts (the ranks of a job), whose races Race cannot see. The fake reads
+// it when it loads, with SeedVar.
+const ReportVar = "GP_EMU_REPORT"
 
 // Seeds are the seeds the TestAsyncStreams tests run under: the checker's verdicts do not
 // depend on the seed, the interleavings (and so wrong results from a missing wait) do.
@@ -50,6 +61,42 @@ func Async(t testing.TB, seed uint64) {
 			t.Errorf("seed %d: %s", seed, r)
 		}
 		_ = ResetRace()
+	})
+}
+
+// AsyncProcesses makes the processes t starts from now on (they inherit the environment) run
+// their streams asynchronously with seed under the checker (t.Setenv of SeedVar and ReportVar,
+// so t must not be parallel), and fails t at its end with each race their checkers recorded,
+// or, when t has not failed otherwise, if none of them ran a stream asynchronously (they never
+// reached the asynchronous path). It leaves this process's fake driver as it is (Async
+// switches that) and does not need Main: the processes load the fake named in their
+// environment.
+func AsyncProcesses(t testing.TB, seed uint64) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "emu-report")
+	t.Setenv(SeedVar, strconv.FormatUint(seed, 10))
+	t.Setenv(ReportVar, path)
+	t.Cleanup(func() {
+		if t.Skipped() {
+			return
+		}
+		b, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("seed %d: the processes' checker report: %v", seed, err)
+			return
+		}
+		async := false
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			switch {
+			case strings.HasPrefix(l, "race "):
+				t.Errorf("seed %d: %s", seed, l)
+			case strings.HasPrefix(l, "async "):
+				async = true
+			}
+		}
+		if !async && !t.Failed() {
+			t.Errorf("seed %d: no process this test started ran a stream asynchronously (%s=%s reached none)", seed, SeedVar, strconv.FormatUint(seed, 10))
+		}
 	})
 }
 

@@ -20,7 +20,8 @@
  * what did it. An operation that reads bytes another timeline may still be writing, or writes
  * bytes another timeline may still be reading or writing, is a race: the first is kept
  * (fakeRaceText returns it), the op fails with CUDA_ERROR_UNKNOWN, whose cuGetErrorString is
- * the race, and it is printed on standard error. Each decision depends only on the order of
+ * the race, and it is printed on standard error (and, when GP_EMU_REPORT names a file, appended
+ * to it, so that a test learns the verdict of the processes it started). Each decision depends only on the order of
  * the calls, not on the delays, so a race is reported whatever the seed; one host timeline
  * for all threads means a wait by one goroutine orders the work of all (no false race from
  * a channel the fake cannot see, and a race hidden when another goroutine happened to wait).
@@ -29,8 +30,10 @@
  * argument is taken to touch its first byte only (the emulator's generated table says which
  * pointer arguments are const, read, and which are written), which catches two streams using
  * the same tensor or a kernel inside a range a copy or collective is moving. */
+#include <fcntl.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAXT 4096  /* timelines: 0 is the host, then streams (numbers are reused after a destroy) */
 #define MAXREC 64  /* accesses remembered per allocation */
@@ -76,10 +79,13 @@ static int nAsync;     /* streams queueing now */
 static int seedOn = -1;
 static uint64_t seedVal;
 static unsigned delayUs = 200;
+static char reportPath[512]; /* GP_EMU_REPORT, read with the seed */
 static void seedInit(void) {
 	const char* v = getenv("GP_EMU_SEED");
 	const char* d = getenv("GP_EMU_DELAY_US");
+	const char* r = getenv("GP_EMU_REPORT");
 	if (d && *d) delayUs = (unsigned)atoi(d);
+	if (r) snprintf(reportPath, sizeof reportPath, "%s", r);
 	seedVal = v && *v ? strtoull(v, 0, 10) : 0;
 	__atomic_store_n(&seedOn, v && *v ? 1 : 0, __ATOMIC_RELEASE); }
 static int seeded(void) {
@@ -100,6 +106,19 @@ int fakeSeeded(void) { return seeded(); }
 const char* fakeRaceText(int reset) {
 	if (reset) { pthread_mutex_lock(&ckmu); raced = 0; raceText[0] = 0; pthread_mutex_unlock(&ckmu); }
 	return raceText; }
+
+/* reportLine appends "kind pid N: text" to the GP_EMU_REPORT file, if the process has one: the
+ * first race it records and when its streams first run asynchronously. */
+static void reportLine(const char* kind, const char* text) {
+	if (!reportPath[0]) return;
+	char line[1200];
+	int n = snprintf(line, sizeof line, "%s pid %d: %s\n", kind, (int)getpid(), text);
+	if (n < 0) return;
+	if (n >= (int)sizeof line) n = sizeof line - 1, line[n - 1] = '\n';
+	int fd = open(reportPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) return;
+	if (write(fd, line, (size_t)n) < 0) { /* nothing to do: the race is on standard error too */ }
+	close(fd); }
 
 static void join(uint32_t* dst, const uint32_t* src) {
 	for (int i = 0; i <= maxId; i++) if (src[i] > dst[i]) dst[i] = src[i]; }
@@ -150,7 +169,7 @@ static int checkAccess(int tl, const uint32_t* vc, const char* op, const fakeAcc
 				"while %s on %s may still be %s them (no event orders the two)",
 				what, t1, a->write ? "writes" : "reads", (unsigned long)alo, (unsigned long)ahi, (size_t)(hi - lo),
 				dev < 0 ? "pinned host" : "device", (unsigned long)lo, r->what, t2, r->write ? "writing" : "reading");
-			if (!raced) memcpy(raceText, myRace, sizeof raceText), raced = 1;
+			if (!raced) memcpy(raceText, myRace, sizeof raceText), raced = 1, reportLine("race", myRace);
 			fprintf(stderr, "%s\n", myRace);
 			h->n = k + (h->n - j);
 			memmove(&h->r[k], r, (size_t)(h->n - k) * sizeof(rec));
@@ -238,6 +257,12 @@ static void follow(fstream* s) {
 			if (!s->rng) s->rng = 1;
 			if (!s->started && pthread_create(&s->th, 0, worker, s) == 0) s->started = 1;
 			if (s->started) s->async = 1, nAsync++;
+			static int reported;
+			if (s->started && !reported) {
+				char seed[32];
+				snprintf(seed, sizeof seed, "seed %llu", (unsigned long long)seedOf());
+				reportLine("async", seed), reported = 1;
+			}
 		}
 		pthread_mutex_unlock(&qmu);
 		return;
