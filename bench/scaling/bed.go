@@ -14,7 +14,7 @@ import (
 )
 
 // bedFit is the test-bed part: the host-level model (scaling.Costs) fitted on one bench/netbed
-// run and checked on another, the α–β model of before on the same check for comparison, and
+// run and checked on another, the plain α–β model (one link per rate) on the same check for comparison, and
 // the DDP runs across hosts (bench/ddpnet) predicted from the fitted constants.
 type bedFit struct {
 	Costs     scaling.Costs `json:"costs"` // Wire: the fraction of the shaped rate
@@ -88,7 +88,7 @@ func fitBed(fitPath, checkPaths string, loaded bool, shm scaling.Link, add func(
 	for i, p := range fitPts {
 		add(fitNames[i], "latency ms", c.AtRate(p.Rate).TimeLoaded(p.Plan, p.Load)*1e3, p.Seconds*1e3, "fit: "+fitPath)
 	}
-	// The α–β model of before, fitted on the fit run as it was (2x2 all-reduce, 1 and 64 MiB,
+	// The plain α–β model, fitted on the fit run (2x2 all-reduce, 1 and 64 MiB,
 	// per rate), for comparison on the check runs' hierarchical points.
 	out.AlphaBetaLinks = map[string]scaling.Link{}
 	for _, rate := range []string{"1gbit", "10gbit"} {

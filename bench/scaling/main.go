@@ -116,7 +116,7 @@ func run(dir string) error {
 		return err
 	}
 	fmt.Printf("noise floor: the fit run's own measurements as predictions of the check runs: %d of %d within 15%%\n", bed.RepeatWithin, bed.RepeatPoints)
-	fmt.Printf("α–β model of before (inter-host link fitted per rate on the fit run's 2x2 all-reduce at 1 and 64 MiB) on the check runs: %d of %d hierarchical points within 15%%\n",
+	fmt.Printf("plain α–β model (inter-host link fitted per rate on the fit run's 2x2 all-reduce at 1 and 64 MiB) on the check runs: %d of %d hierarchical points within 15%%\n",
 		bed.AlphaBetaWithin, bed.AlphaBetaPoints)
 	ddpnet, err := predictDDPNet(filepath.Join(dir, "ddpnet.json"), prof, cuts, 16, bed.Costs, add)
 	if err != nil {

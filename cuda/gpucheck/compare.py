@@ -36,11 +36,12 @@ import sys
 TOL = {"off": 1e-3, "bf16": 1e-2, "fp16": 1e-2}
 CHECKED_STEPS = {"bf16": 1, "fp16": 1}  # others: --cpu-steps
 
-# Trainer errors that mean "this combination is not on the device yet", not a failure: the
-# trainer's refusals ("trainer: -opt sgd with -strategy zero3 -device cuda is not yet on the
-# device ...", -offload disk, -sync-bn) and cuda/tape's ops without a device kernel ("op ... of
-# node ... has no device kernel"). Anything else a run prints is a failure.
-UNSUPPORTED = re.compile(r"is not yet on the device|has no device kernel")
+# Trainer errors that mean "this combination does not run on the device", not a failure: the
+# trainer's refusals of a combination (-opt sgd with -strategy zero3, -offload disk, -sync-bn:
+# "trainer: ... -device cuda is not supported on the device ..."; the regexp takes "is not on
+# the device" with or without a word between) and cuda/tape's ops without a device kernel ("op
+# ... of node ... has no device kernel"). Anything else a run prints is a failure.
+UNSUPPORTED = re.compile(r"is not (yet )?(supported )?on the device|has no device kernel")
 # The optimizer a run used, from the trainer's "train: ..., sgd lr 0.025, ..." line.
 TRAIN_LINE = re.compile(r"^train: .*?, (\w+) lr [0-9.e+-]+, ")
 TIMED_OUT = (124, 137)

@@ -7,7 +7,7 @@
 // having taken one, it polls again after 20 µs. A training step calls C (OpenBLAS, the SIMD
 // kernels) thousands of times, so with one P per rank sysmon wakes thousands of times a
 // second and each hand-off wakes another thread as well. Where a process has spare cores
-// (one plain process on this 2-core machine) the wake-ups land on them and cost the
+// (one plain process on a 2-core machine) the wake-ups land on them and cost the
 // compute nothing. Where every core runs a rank (DDP at one rank per core), each wake-up
 // preempts some rank's compute: measured with bench/ddp on 2 cores, each rank's sysmon ran
 // 0.3 s of every 8 and waited 4 s more for a core, its compute threads waited 1.3-2.3 s of

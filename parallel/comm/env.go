@@ -110,7 +110,7 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 // On Linux it also lowers the Go runtime's monitor thread to SCHED_IDLE, so that its
 // wake-ups around the compute's C calls stop taking cores from the ranks of this host;
 // GP_SYSMON=default leaves it alone, GP_SYSMON=nice makes it nice 19 instead (Note [The
-// monitor thread and cgo] in internal/sysmon: DDP's images/s rose 10% on 2 cores).
+// monitor thread and cgo] in internal/sysmon: bench/ddp's images/s 6-10% higher on 2 cores).
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 	WatchLauncher()
 	if _, err := sysmon.Lower(); err != nil {

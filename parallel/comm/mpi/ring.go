@@ -9,11 +9,11 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// Note [Ring over MPI messages]: on the 2-core test machine OpenMPI 4.1's MPI_Iallreduce
+// Note [Ring over MPI messages]: on a shared 2-core machine OpenMPI 4.1's MPI_Iallreduce
 // (libnbc; MPI_Allreduce of coll/tuned was no better) of 64-256 MiB reached 0.1-0.14 GB/s
 // of bus bandwidth at world 2, while its point-to-point messages moved 2.4 GB/s one way
 // (vader's single-copy CMA); a ring over those messages reached 1.0 and 0.54 GB/s there
-// (bench/mpi prints both; the machine was shared, load average 12-18). So from a size on
+// (bench/mpi prints both, with each row's load average). So from a size on
 // (WithRingBytes; thresholds per collective in defaultRingBytes, measured by bench/mpi) the
 // collectives run the algorithms of nccl and gloo over MPI_Isend/MPI_Irecv on a
 // communicator of their own, tagged with the collective's sequence number:
