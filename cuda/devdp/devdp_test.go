@@ -18,9 +18,13 @@ import (
 )
 
 // The fake libcuda and cuBLAS and the CPU emulator of kernels.cu: device results are
-// computed. The fake driver has one device; two cuda.Devices on it are two devices with
-// their own streams and memory.
-func TestMain(m *testing.M) { os.Exit(cudatest.MainEmulated(m)) }
+// computed. The fake driver has two devices (GP_FAKE_DEVICES; tests that need another count
+// set it themselves), as the Example's dp.GPUs(0, 1) needs; two cuda.Devices on one ordinal
+// are two devices with their own streams and memory too.
+func TestMain(m *testing.M) {
+	os.Setenv("GP_FAKE_DEVICES", "2")
+	os.Exit(cudatest.MainEmulated(m))
+}
 
 var _ train.Program = (*devdp.Program)(nil)
 
