@@ -68,7 +68,7 @@ func Async(t testing.TB, seed uint64) {
 // their streams asynchronously with seed under the checker (t.Setenv of SeedVar and ReportVar,
 // so t must not be parallel), and fails t at its end with each race their checkers recorded,
 // or, when t has not failed otherwise, if none of them ran a stream asynchronously (they never
-// reached the asynchronous path). It leaves this process's fake driver as it is (Async
+// reached the asynchronous path); it logs how many did. It leaves this process's fake driver as it is (Async
 // switches that) and does not need Main: the processes load the fake named in their
 // environment.
 func AsyncProcesses(t testing.TB, seed uint64) {
@@ -85,18 +85,20 @@ func AsyncProcesses(t testing.TB, seed uint64) {
 			t.Errorf("seed %d: the processes' checker report: %v", seed, err)
 			return
 		}
-		async := false
+		async, races := 0, 0
 		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			switch {
 			case strings.HasPrefix(l, "race "):
 				t.Errorf("seed %d: %s", seed, l)
+				races++
 			case strings.HasPrefix(l, "async "):
-				async = true
+				async++
 			}
 		}
-		if !async && !t.Failed() {
+		if async == 0 && !t.Failed() {
 			t.Errorf("seed %d: no process this test started ran a stream asynchronously (%s=%s reached none)", seed, SeedVar, strconv.FormatUint(seed, 10))
 		}
+		t.Logf("seed %d: %d processes ran streams asynchronously, %d recorded a race", seed, async, races)
 	})
 }
 
