@@ -46,6 +46,8 @@ type DDP struct {
 	st         stepState
 	join       *joinState
 	prescale   bool // the default hook: markReady divides each gradient, launch all-reduces
+	be         Backend
+	compiled   bool // a program was compiled: the backend is fixed
 
 	bcast   replica.Broadcaster
 	checker replica.Checker
@@ -81,6 +83,10 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 		d.flatPos[p.Index] = i
 	}
 	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(d.flat, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket))
+	d.be = &hostBackend{d: d}
+	if err := d.be.Layout(d.buckets); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -128,6 +134,9 @@ func (d *DDP) broadcastBuffers(ctx context.Context, root int) error {
 func (d *DDP) checkAgreement(ctx context.Context) error {
 	if !d.checker.Due() {
 		return nil
+	}
+	if err := d.be.ReadParams(ctx); err != nil {
+		return fmt.Errorf("%s: agreement check: %w", d.who(), err)
 	}
 	ps := d.Model.Params
 	ts := replica.Replicated(ps, true, d.cfg.broadcastBuffers || d.cfg.syncBN)

@@ -50,6 +50,21 @@ func FP16CompressHook() CommHook { return newCompressHook(comm.Float16) }
 // of significand, float32's exponent range, so no overflow), all-reduced as comm.BF16.
 func BF16CompressHook() CommHook { return newCompressHook(comm.BFloat16) }
 
+// Wire reports the element type h reduces a bucket in, for a backend that cannot run a
+// hook's Go code over its memory: comm.Float32 for AllReduceHook (divide, then sum),
+// comm.Float16 and comm.BFloat16 for FP16CompressHook and BF16CompressHook (round, divide in
+// the 16-bit type, sum, widen). ok is false for every other hook (PowerSGDHook, a
+// HookFunc): those read and write Bucket.Grad, which only a host backend holds.
+func Wire(h CommHook) (dt comm.DType, ok bool) {
+	switch h := h.(type) {
+	case allReduceHook:
+		return comm.Float32, true
+	case *compressHook:
+		return h.dt, true
+	}
+	return 0, false
+}
+
 // compressHook keeps one 16-bit buffer per group and bucket index (one hook may serve several
 // ranks of one process); a bucket's buffer is in use from its Reduce until its Work
 // completes, and DDP does not launch that bucket again before.

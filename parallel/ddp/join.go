@@ -61,15 +61,19 @@ func (d *DDP) Join(ctx context.Context, loop func(ctx context.Context) error) er
 			last = r
 		}
 	}
-	if err := d.g.Broadcast(comm.F32(d.Model.Params.Data), last).Wait(ctx); err != nil {
-		return fmt.Errorf("ddp: rank %d: join: broadcast of the last joiner's (rank %d) parameters: %w", d.rank, last, err)
+	if err := d.be.WriteParams(ctx, func(data []float32) error {
+		return d.g.Broadcast(comm.F32(data), last).Wait(ctx)
+	}); err != nil {
+		return fmt.Errorf("%s: join: broadcast of the last joiner's (rank %d) parameters: %w", d.who(), last, err)
 	}
 	return d.broadcastBuffers(ctx, last)
 }
 
 // shadowStep matches one synchronised step of the training ranks with zero gradients.
 func (d *DDP) shadowStep(ctx context.Context) error {
-	d.Model.Params.ZeroGrad()
+	if err := d.be.ZeroGrad(); err != nil {
+		return fmt.Errorf("%s: join: %w", d.who(), err)
+	}
 	d.beginStep(ctx, true)
 	var errs []error
 	for _, p := range d.flat {

@@ -10,85 +10,104 @@ import (
 	G "gorgonia.org/gorgonia"
 )
 
-// Program is a model compiled for DDP: a train.Program whose Run reduces the gradients over
-// the group while backward runs, whose Step applies the optimizer or gorgonia solver given
-// to Compile (nn.WithOptimizer, nn.WithSolver) and zeroes the gradients, and whose RunStep
-// updates each bucket's parameters as soon as its reduction completes.
+// Program is a model compiled for DDP on its backend: a train.Program whose Run reduces the
+// gradients over the group while backward runs, whose Step applies the optimizer (on the
+// host: the optimizer or gorgonia solver given to Compile, nn.WithOptimizer or
+// nn.WithSolver; on a device: the device state's) and zeroes the gradients, and whose
+// RunStep updates each bucket's parameters as soon as its reduction has landed.
 type Program struct {
-	np          *nn.Program
+	x           Executor
 	d           *DDP
 	training    bool
 	graphUnused []*nn.Param
 }
 
-// Compile builds the model with build, adding DDP's gradient hook (and, with SyncBatchNorm,
-// the statistics reducer) to opts. Programs built with nn.Training(false) run without any
-// communication. Build the programs of all in-process ranks one after the other: gorgonia's
-// graph construction is not thread-safe. Do not pass nn.WithGradBuffer: DDP reduces the
-// model's own gradient buffer. build may be a plain gorgonia build function of a model made
-// by nn.NewGraphModel: its learnables' Node.Grad() then returns the averaged gradients.
+// Compile builds the model with build on the backend, adding DDP's gradient hook (and, with
+// SyncBatchNorm, the statistics reducer) to opts. Programs built with nn.Training(false) run
+// without any communication. Build the programs of all in-process ranks one after the
+// other: gorgonia's graph construction is not thread-safe. Do not pass nn.WithGradBuffer:
+// DDP reduces the model's own gradient buffer. build may be a plain gorgonia build function
+// of a model made by nn.NewGraphModel: on the host backend its learnables' Node.Grad() then
+// returns the averaged gradients.
 func (d *DDP) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
 	all := append([]nn.BuildOption{}, opts...)
 	all = append(all, nn.WithGradHook(d.onGrad))
 	if d.cfg.syncBN {
 		all = append(all, nn.WithStatsReducer(replica.StatsReducer{Group: d.g, Ctx: func() context.Context { return d.st.ctx }, Who: d.who()}))
 	}
-	np, err := nn.Compile(d.Model, build, all...)
+	x, err := d.be.Compile(build, all...)
 	if err != nil {
-		return nil, fmt.Errorf("ddp: rank %d: compile: %w", d.rank, err)
+		return nil, fmt.Errorf("%s: compile: %w", d.who(), err)
 	}
-	p := &Program{np: np, d: d, training: np.Builder.Training() && np.Loss != nil}
+	d.compiled = true
+	np := x.Program()
+	return &Program{x: x, d: d, training: np.Builder.Training() && np.Loss != nil, graphUnused: graphUnused(d.Model.Params, np)}, nil
+}
+
+// graphUnused lists the parameters of ps that np's graph does not use (known at build
+// time): marked ready before backward under FindUnusedParameters and StaticGraph.
+func graphUnused(ps *nn.ParamSet, np *nn.Program) []*nn.Param {
 	used := map[*nn.Param]bool{}
 	for _, q := range np.Builder.UsedParams() {
 		used[q] = true
 	}
-	for _, q := range d.Model.Params.Params {
+	var out []*nn.Param
+	for _, q := range ps.Params {
 		if !used[q] {
-			p.graphUnused = append(p.graphUnused, q)
+			out = append(out, q)
 		}
 	}
-	return p, nil
+	return out
 }
 
-// Compiled returns the underlying nn program (its Run does not reduce: use the Program's).
-func (p *Program) Compiled() *nn.Program { return p.np }
+// Compiled returns the nn program the model was built as (on the host backend the program
+// that runs; its Run does not reduce: use the Program's).
+func (p *Program) Compiled() *nn.Program { return p.x.Program() }
+
+// Executor returns the backend's program (on a device backend: the device program).
+func (p *Program) Executor() Executor { return p.x }
 
 // SetInput copies data into the named input.
 func (p *Program) SetInput(name string, data []float32) error {
-	if err := p.np.SetInput(name, data); err != nil {
-		return fmt.Errorf("ddp: rank %d: %w", p.d.rank, err)
+	if err := p.x.SetInput(name, data); err != nil {
+		return fmt.Errorf("%s: %w", p.d.who(), err)
 	}
 	return nil
 }
 
 // Input returns the memory of the named input.
-func (p *Program) Input(name string) ([]float32, error) { return p.np.Input(name) }
+func (p *Program) Input(name string) ([]float32, error) { return p.x.Input(name) }
 
 // Output returns the named output of the last Run (aliases the program's memory).
-func (p *Program) Output(name string) ([]float32, error) { return p.np.Output(name) }
+func (p *Program) Output(name string) ([]float32, error) { return p.x.Output(name) }
 
 // LossValue is this rank's loss in the last Run.
-func (p *Program) LossValue() (float32, error) { return p.np.LossValue() }
+func (p *Program) LossValue() (float32, error) { return p.x.LossValue() }
 
 // GlobalLoss is the mean over the ranks of their losses in the last Run: the global batch's
 // loss. It is a collective (one all-reduce of one value): every rank calls it.
 func (p *Program) GlobalLoss(ctx context.Context) (float32, error) {
-	v, err := p.np.LossValue()
+	v, err := p.x.LossValue()
 	if err != nil {
 		return 0, err
 	}
 	return replica.Mean(ctx, p.d.g, v, p.d.who())
 }
 
-// Learnables returns the graph's learnables (see nn.Program.Learnables): after Run their
-// Node.Grad() is the average of every rank's gradients.
-func (p *Program) Learnables() G.Nodes { return p.np.Learnables() }
+// Learnables returns the graph's learnables (see nn.Program.Learnables): on the host
+// backend, after Run their Node.Grad() is the average of every rank's gradients.
+func (p *Program) Learnables() G.Nodes { return p.x.Program().Learnables() }
 
-// ZeroGrad zeroes the model's gradients.
-func (p *Program) ZeroGrad() error { p.d.Model.Params.ZeroGrad(); return nil }
+// ZeroGrad zeroes the model's gradients where the backend keeps them.
+func (p *Program) ZeroGrad() error {
+	if err := p.d.be.ZeroGrad(); err != nil {
+		return fmt.Errorf("%s: %w", p.d.who(), err)
+	}
+	return nil
+}
 
-// Close releases the tape machine.
-func (p *Program) Close() error { return p.np.Close() }
+// Close releases the backend's program.
+func (p *Program) Close() error { return p.x.Close() }
 
 // GraphUnused lists the parameters the program's graph does not use (known at build time).
 func (p *Program) GraphUnused() []*nn.Param { return p.graphUnused }
@@ -106,7 +125,7 @@ func (p *Program) Run(ctx context.Context) error {
 // run is Run with finish's per-bucket callback.
 func (p *Program) run(ctx context.Context, done func(*Bucket) error) error {
 	if !p.training {
-		return p.np.Run(ctx)
+		return p.x.Run(ctx)
 	}
 	d := p.d
 	sync := !d.noSync
@@ -132,7 +151,7 @@ func (p *Program) run(ctx context.Context, done func(*Bucket) error) error {
 	d.beginStep(ctx, sync)
 	runErr := d.preMark(p.graphUnused)
 	if runErr == nil {
-		runErr = p.np.Run(ctx)
+		runErr = p.x.Run(ctx)
 	}
 	return d.finish(ctx, runErr, done)
 }
@@ -153,35 +172,33 @@ type RangedOptimizer interface {
 	EndStep() error
 }
 
-// Step applies the program's optimizer or solver (given to Compile) to the reduced
-// gradients, with the optimizer on the timeline, then zeroes the gradients.
+// Step applies the program's optimizer (see Program) to the reduced gradients, with the
+// optimizer on the timeline, then zeroes the gradients.
 func (p *Program) Step(ctx context.Context) error {
 	d := p.d
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	start := time.Now()
-	if err := p.np.Update(); err != nil {
-		return fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+	if err := p.x.Update(ctx); err != nil {
+		return fmt.Errorf("%s: optimizer step: %w", d.who(), err)
 	}
 	d.tl.add(Event{Name: EvOptimizer, Step: d.steps - 1, Bucket: -1, Start: start, End: time.Now()})
-	p.ZeroGrad()
-	return nil
+	return p.ZeroGrad()
 }
 
-// RunStep is Run followed by Step. When the program's optimizer is a RangedOptimizer whose
-// gradients all lie in the model's gradient buffer and the step reduces gradients (not
-// under NoSync), each bucket's parameters are updated as soon as the bucket's reduction
-// completes. If a reduction fails, the buckets before it may already be updated: the group
-// is broken, and the error says which bucket failed.
+// RunStep is Run followed by Step. When the program's optimizer can update bucket by bucket
+// (Executor.Ranged: on the host a RangedOptimizer whose gradients all lie in the model's
+// gradient buffer, on a device the device state's) and the step reduces gradients (not
+// under NoSync), each bucket's parameters are updated as soon as the bucket's reduction has
+// landed. If a reduction fails, the buckets before it may already be updated: the group is
+// broken, and the error says which bucket failed.
 func (p *Program) RunStep(ctx context.Context) error {
-	d := p.d
-	if r, ok := p.np.Optimizer().(RangedOptimizer); ok && p.training && !d.noSync && r.GradsWithin(d.Model.Params.Grad) {
-		if err := p.rangedStep(ctx, r); err != nil {
+	if s := p.x.Ranged(); s != nil && p.training && !p.d.noSync {
+		if err := p.rangedStep(ctx, s); err != nil {
 			return err
 		}
-		p.ZeroGrad()
-		return nil
+		return p.ZeroGrad()
 	}
 	if err := p.Run(ctx); err != nil {
 		return err
@@ -189,26 +206,18 @@ func (p *Program) RunStep(ctx context.Context) error {
 	return p.Step(ctx)
 }
 
-func (p *Program) rangedStep(ctx context.Context, r RangedOptimizer) error {
+func (p *Program) rangedStep(ctx context.Context, s BucketStepper) error {
 	d := p.d
 	began := false
 	done := func(b *Bucket) error {
 		if !began {
-			if err := r.BeginStep(); err != nil {
-				return fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+			if err := s.BeginStep(); err != nil {
+				return fmt.Errorf("optimizer step: %w", err)
 			}
 			began = true
 		}
-		// In pieces, yielding between them to reductions still under way (Note [Yielding to
-		// communication]); pieces give the same bits (optim.Ranged).
-		for g := b.Grad; len(g) > 0; {
-			n := min(len(g), stepPiece)
-			if err := r.StepGrads(g[:n]); err != nil {
-				return fmt.Errorf("ddp: rank %d: optimizer step on %s: %w", d.rank, b, err)
-			}
-			if g = g[n:]; len(g) > 0 {
-				d.yieldToComm()
-			}
+		if err := s.StepBucket(b); err != nil {
+			return fmt.Errorf("optimizer step on %s: %w", b, err)
 		}
 		return nil
 	}
@@ -218,14 +227,14 @@ func (p *Program) rangedStep(ctx context.Context, r RangedOptimizer) error {
 			return runErr
 		}
 		// No bucket (a model without parameters): a plain update.
-		if err := p.np.Update(); err != nil {
-			return fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+		if err := p.x.Update(ctx); err != nil {
+			return fmt.Errorf("%s: optimizer step: %w", d.who(), err)
 		}
 		return nil
 	}
 	// Every element of the gradient buffer is in a bucket, so every element is updated.
-	if err := r.EndStep(); err != nil && runErr == nil {
-		runErr = fmt.Errorf("ddp: rank %d: optimizer step: %w", d.rank, err)
+	if err := s.EndStep(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("%s: optimizer step: %w", d.who(), err)
 	}
 	return runErr
 }

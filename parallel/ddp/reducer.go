@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/nn"
@@ -25,11 +24,6 @@ type stepState struct {
 	start   time.Time   // the step began
 	first   time.Time   // the first gradient arrived
 	err     error       // first misuse seen by a hook
-	// avg, per bucket of inPlaceOf (the layout it was computed for): the default hook
-	// all-reduces the bucket with comm.Avg instead of dividing each gradient in markReady
-	// (see Note [Division in place]).
-	avg       []bool
-	inPlaceOf []*Bucket
 }
 
 // Note [Division in place]
@@ -57,14 +51,6 @@ func (d *DDP) beginStep(ctx context.Context, sync bool) {
 		st.pending = append(st.pending, len(b.Params))
 	}
 	st.works = make([]comm.Work, len(d.buckets))
-	if d.prescale && !slices.Equal(st.inPlaceOf, d.buckets) {
-		st.inPlaceOf, st.avg = slices.Clone(d.buckets), make([]bool, len(d.buckets))
-		for i, b := range d.buckets {
-			// A power-of-two world only: comm divides by others with a cgo kernel, which
-			// costs the communication goroutine its P (see comm's divideBlock).
-			st.avg[i] = d.size&(d.size-1) == 0 && comm.InPlace(d.g, b.Grad)
-		}
-	}
 	st.ctx, st.sync, st.next, st.err = ctx, sync, 0, nil
 	st.arrived = st.arrived[:0]
 	st.start, st.first = time.Now(), time.Time{}
@@ -121,17 +107,21 @@ func (d *DDP) yieldToComm() {
 // bucket that has become complete.
 func (d *DDP) markReady(p *nn.Param) error {
 	st := &d.st
-	if st.ready[p.Index] {
-		err := fmt.Errorf("ddp: rank %d: gradient of %s arrived after it was marked ready (%s may be reducing it already; is the graph really static?)",
-			d.rank, p.Name, d.buckets[d.byParam[p.Index]])
+	fail := func(err error) error {
 		if st.err == nil {
 			st.err = err
 		}
 		return err
 	}
+	if st.ready[p.Index] {
+		return fail(fmt.Errorf("%s: gradient of %s arrived after it was marked ready (%s may be reducing it already; is the graph really static?)",
+			d.who(), p.Name, d.buckets[d.byParam[p.Index]]))
+	}
 	st.ready[p.Index] = true
-	if d.prescale && !st.avg[d.byParam[p.Index]] {
-		scale(d.Model.Params.Grad[p.Offset:p.Offset+p.Numel()], d.size)
+	if d.prescale {
+		if err := d.be.Divide(p); err != nil {
+			return fail(fmt.Errorf("%s: dividing the gradient of %s by the world size: %w", d.who(), p.Name, err))
+		}
 	}
 	st.pending[d.byParam[p.Index]]--
 	for st.next < len(d.buckets) && st.pending[st.next] == 0 {
@@ -141,18 +131,12 @@ func (d *DDP) markReady(p *nn.Param) error {
 	return nil
 }
 
+// launch starts bucket i's reduction on the backend; a failure is its Work's, reported by
+// finish.
 func (d *DDP) launch(i int) {
 	b := d.buckets[i]
 	start := time.Now()
-	var w comm.Work
-	switch {
-	case d.prescale && d.st.avg[i]:
-		w = d.g.AllReduce(comm.F32(b.Grad), comm.Avg) // divided in place (Note [Division in place])
-	case d.prescale:
-		w = d.g.AllReduce(comm.F32(b.Grad), comm.Sum) // divided in markReady
-	default:
-		w = d.cfg.hook.Reduce(d.g, b)
-	}
+	w := d.be.Launch(b, d.cfg.hook)
 	if w == nil {
 		w = failed(errors.New("communication hook returned no Work"))
 	}
@@ -166,10 +150,10 @@ func (d *DDP) launch(i int) {
 
 // finish ends a step after the tape: it marks the parameters that got no gradient ready
 // (an error unless FindUnusedParameters or StaticGraph), so that every bucket is launched
-// whatever happened, waits for every bucket in order, and rebuilds the buckets after the
-// first synchronised step. runErr is the tape's error. done, when not nil, is called with
-// each bucket as soon as its reduction has completed, in bucket order, while later buckets
-// may still be reducing; never after an error.
+// whatever happened, lands every bucket in order (Backend.Land), and rebuilds the buckets
+// after the first synchronised step. runErr is the tape's error. done, when not nil, is
+// called with each bucket as soon as its reduction has landed, in bucket order, while later
+// buckets may still be reducing; never after an error.
 func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error) error {
 	st := &d.st
 	end := time.Now()
@@ -185,7 +169,7 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 	}
 	if !st.sync {
 		if len(errs) > 0 {
-			return fmt.Errorf("ddp: rank %d: step %d (no sync): %w", d.rank, d.steps, errors.Join(errs...))
+			return fmt.Errorf("%s: step %d (no sync): %w", d.who(), d.steps, errors.Join(errs...))
 		}
 		return nil
 	}
@@ -201,7 +185,11 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 			}
 			d.static[p.Index] = true
 		}
-		_ = d.markReady(p)
+		// Its gradient holds zeros (or what NoSync runs accumulated): a zero contribution,
+		// reduced so that every rank issues the same collectives.
+		if err := d.markReady(p); err != nil && len(errs) == 0 {
+			errs = append(errs, err)
+		}
 	}
 	if d.cfg.staticGraph {
 		d.staticSeen = true
@@ -217,10 +205,16 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 				ErrUnusedParameters, unused))
 		}
 	}
-	waitStart := end
+	waitStart, landed := end, true
 	for i, w := range st.works {
-		if err := w.Wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("all-reduce %s: %w", d.buckets[i], err))
+		b := d.buckets[i]
+		if w == nil {
+			errs = append(errs, fmt.Errorf("%s was never launched", b))
+			break
+		}
+		if err := d.be.Land(ctx, b, w); err != nil {
+			errs = append(errs, fmt.Errorf("all-reduce %s: %w", b, err))
+			landed = false
 			break // the group is poisoned: the other buckets fail alike
 		}
 		if done == nil || len(errs) > 0 {
@@ -228,21 +222,35 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 		}
 		now := time.Now()
 		d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: now})
-		if err := done(d.buckets[i]); err != nil {
+		if err := done(b); err != nil {
 			errs = append(errs, err)
-			// Keep waiting: every bucket was launched, and the next collective must not
+			// Keep going: every bucket was launched, and the next collective must not
 			// find this one still running.
 		}
 		waitStart = time.Now()
 		d.tl.add(Event{Name: EvOptimizer, Step: d.steps, Bucket: i, Start: now, End: waitStart})
 	}
+	// Wait for every launched reduction (a backend's Land may return before it ends), so
+	// the next collective never finds one running and a failure is reported in the step it
+	// happened in.
+	for i, w := range st.works {
+		if w == nil {
+			continue
+		}
+		if err := w.Wait(ctx); err != nil {
+			if landed {
+				errs = append(errs, fmt.Errorf("all-reduce %s: %w", d.buckets[i], err))
+			}
+			break
+		}
+	}
 	d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: time.Now()})
 	if len(errs) > 0 {
-		return fmt.Errorf("ddp: rank %d: step %d: %w", d.rank, d.steps, errors.Join(errs...))
+		return fmt.Errorf("%s: step %d: %w", d.who(), d.steps, errors.Join(errs...))
 	}
 	if d.cfg.rebuild && !d.rebuilt {
 		if err := d.rebuild(ctx); err != nil {
-			return fmt.Errorf("ddp: rank %d: step %d: %w", d.rank, d.steps, err)
+			return fmt.Errorf("%s: step %d: %w", d.who(), d.steps, err)
 		}
 	}
 	d.steps++
@@ -264,6 +272,7 @@ func (d *DDP) rebuild(ctx context.Context) error {
 	}
 	if !keep {
 		d.buckets, d.byParam = layout(d.flat, d.Model.Params.Grad, cuts)
+		return d.be.Layout(d.buckets)
 	}
 	return nil
 }

@@ -1,0 +1,213 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// Backend is where a DDP's model runs and how its buckets' bytes move. The DDP is the
+// reducer: it decides when (which gradient is final, which bucket to launch, when the step
+// may use a bucket's result, the rebuild, Join, the timeline) and does no I/O of its own
+// beyond the small control messages over its comm.Group; a Backend does what it is told and
+// reports completion through comm.Work. The host backend (New's) runs nn programs in host
+// memory and reduces over the comm.Group; cuda/devddp's runs on a device and reduces
+// device memory with NCCL.
+//
+// The DDP calls a Backend from the goroutine that drives it. In a synchronised step: Divide
+// (default reduction only) and Launch as gradients become final, Launch in bucket order;
+// then Land once per bucket, in bucket order.
+type Backend interface {
+	// Accept is called once, when the backend is attached, with the hook given to
+	// WithCommHook (AllReduceHook by default) and whether SyncBatchNorm was given; it
+	// returns an error naming the option it cannot honour.
+	Accept(h CommHook, syncBN bool) error
+	// Compile builds the model with build; opts hold the caller's options and DDP's
+	// gradient hook (and, under SyncBatchNorm, its statistics reducer).
+	Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Executor, error)
+	// Layout is given the buckets, in launch order, before their first Launch and each
+	// time they change (the rebuild after the first synchronised step). No bucket's
+	// reduction is outstanding then.
+	Layout(buckets []*Bucket) error
+	// Divide divides p's gradient, final for this step, by the world size where it lies:
+	// the default reduction (AllReduceHook) divides each gradient as it arrives, then sums.
+	Divide(p *nn.Param) error
+	// Launch starts the reduction of b, every gradient of which is final, with h (the
+	// hook Accept was given) and returns at once. A failure is the Work's.
+	Launch(b *Bucket, h CommHook) comm.Work
+	// Land makes what the step does next (the optimizer's update of b, the caller's read
+	// of the gradients) see b's reduced gradients: the average over the ranks. w is b's
+	// Work. It may return before w completes where the backend orders the two itself (a
+	// device stream waiting for an event).
+	Land(ctx context.Context, b *Bucket, w comm.Work) error
+	// ZeroGrad zeroes the gradients.
+	ZeroGrad() error
+	// ReadParams brings the model's ParamSet.Data up to date with the backend's
+	// parameters, for a host-side read (the agreement check).
+	ReadParams(ctx context.Context) error
+	// WriteParams runs fn on ParamSet.Data brought up to date, then makes the backend's
+	// parameters (and any state it keeps beside them) what fn left.
+	WriteParams(ctx context.Context, fn func(data []float32) error) error
+}
+
+// Executor is a backend's compiled program: what a Program runs.
+type Executor interface {
+	// Program is the nn program the model was built as (its graph, loss, mode and the
+	// parameters it uses).
+	Program() *nn.Program
+	// Run runs forward and backward; each gradient, once final, reaches the gradient hook
+	// Compile was given.
+	Run(ctx context.Context) error
+	// Update applies the optimizer (or solver) to every parameter. It does not zero the
+	// gradients.
+	Update(ctx context.Context) error
+	// Ranged returns the per-bucket optimizer, or nil when the program's optimizer cannot
+	// update bucket by bucket.
+	Ranged() BucketStepper
+	// SetInput, Input, Output, LossValue and Close are train.Program's.
+	SetInput(name string, data []float32) error
+	Input(name string) ([]float32, error)
+	Output(name string) ([]float32, error)
+	LossValue() (float32, error)
+	Close() error
+}
+
+// BucketStepper applies one optimizer step bucket by bucket (RunStep's overlap):
+// BeginStep before the first bucket, StepBucket once per bucket after its reduction has
+// landed, EndStep after the last. The buckets cover the gradient buffer, so the result is
+// that of one whole step.
+type BucketStepper interface {
+	BeginStep() error
+	StepBucket(b *Bucket) error
+	EndStep() error
+}
+
+// SetBackend makes b the backend of d, a DDP that New made over host memory: the model
+// then runs and its buckets reduce where b says. b's parameters must already be rank 0's
+// (a device state made from the model after New). Call it before Compile; b refuses, naming
+// it, an option it cannot honour.
+func (d *DDP) SetBackend(b Backend) error {
+	if b == nil {
+		return fmt.Errorf("%s: nil backend", d.who())
+	}
+	if d.compiled {
+		return fmt.Errorf("%s: SetBackend after Compile: set the backend first", d.who())
+	}
+	if err := b.Accept(d.cfg.hook, d.cfg.syncBN); err != nil {
+		return fmt.Errorf("%s: %w", d.who(), err)
+	}
+	if err := b.Layout(d.buckets); err != nil {
+		return fmt.Errorf("%s: %w", d.who(), err)
+	}
+	d.be = b
+	return nil
+}
+
+// hostBackend runs nn programs in host memory and reduces over the DDP's comm.Group.
+type hostBackend struct {
+	d       *DDP
+	byParam []int  // by Param.Index: bucket index
+	avg     []bool // by bucket: the default hook all-reduces with comm.Avg (Note [Division in place])
+}
+
+func (h *hostBackend) Accept(CommHook, bool) error { return nil }
+
+func (h *hostBackend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Executor, error) {
+	np, err := nn.Compile(h.d.Model, build, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return hostExec{np: np, d: h.d}, nil
+}
+
+func (h *hostBackend) Layout(buckets []*Bucket) error {
+	n := h.d.size
+	h.byParam = make([]int, len(h.d.Model.Params.Params))
+	h.avg = make([]bool, len(buckets))
+	for i, b := range buckets {
+		for _, p := range b.Params {
+			h.byParam[p.Index] = i
+		}
+		// A power-of-two world only: comm divides by others with a cgo kernel, which
+		// costs the communication goroutine its P (see comm's divideBlock).
+		h.avg[i] = n&(n-1) == 0 && comm.InPlace(h.d.g, b.Grad)
+	}
+	return nil
+}
+
+func (h *hostBackend) Divide(p *nn.Param) error {
+	if !h.avg[h.byParam[p.Index]] {
+		scale(h.d.Model.Params.Grad[p.Offset:p.Offset+p.Numel()], h.d.size)
+	}
+	return nil
+}
+
+func (h *hostBackend) Launch(b *Bucket, hook CommHook) comm.Work {
+	if _, ok := hook.(allReduceHook); !ok {
+		return hook.Reduce(h.d.g, b)
+	}
+	if h.avg[b.Index] {
+		return h.d.g.AllReduce(comm.F32(b.Grad), comm.Avg) // divided in place (Note [Division in place])
+	}
+	return h.d.g.AllReduce(comm.F32(b.Grad), comm.Sum) // divided by Divide
+}
+
+func (h *hostBackend) Land(ctx context.Context, _ *Bucket, w comm.Work) error { return w.Wait(ctx) }
+
+func (h *hostBackend) ZeroGrad() error { h.d.Model.Params.ZeroGrad(); return nil }
+
+func (h *hostBackend) ReadParams(context.Context) error { return nil }
+
+func (h *hostBackend) WriteParams(_ context.Context, fn func([]float32) error) error {
+	return fn(h.d.Model.Params.Data)
+}
+
+// hostExec is an nn program as an Executor.
+type hostExec struct {
+	np *nn.Program
+	d  *DDP
+}
+
+func (x hostExec) Program() *nn.Program                    { return x.np }
+func (x hostExec) Run(ctx context.Context) error           { return x.np.Run(ctx) }
+func (x hostExec) Update(context.Context) error            { return x.np.Update() }
+func (x hostExec) SetInput(name string, d []float32) error { return x.np.SetInput(name, d) }
+func (x hostExec) Input(name string) ([]float32, error)    { return x.np.Input(name) }
+func (x hostExec) Output(name string) ([]float32, error)   { return x.np.Output(name) }
+func (x hostExec) LossValue() (float32, error)             { return x.np.LossValue() }
+func (x hostExec) Close() error                            { return x.np.Close() }
+
+// Ranged is the program's optimizer when it is a RangedOptimizer over the model's gradient
+// buffer.
+func (x hostExec) Ranged() BucketStepper {
+	r, ok := x.np.Optimizer().(RangedOptimizer)
+	if !ok || !r.GradsWithin(x.d.Model.Params.Grad) {
+		return nil
+	}
+	return hostStepper{r: r, d: x.d}
+}
+
+// hostStepper updates a bucket in pieces, yielding between them to reductions still under
+// way (Note [Yielding to communication]); pieces give the same bits (optim.Ranged).
+type hostStepper struct {
+	r RangedOptimizer
+	d *DDP
+}
+
+func (s hostStepper) BeginStep() error { return s.r.BeginStep() }
+func (s hostStepper) EndStep() error   { return s.r.EndStep() }
+
+func (s hostStepper) StepBucket(b *Bucket) error {
+	for g := b.Grad; len(g) > 0; {
+		n := min(len(g), stepPiece)
+		if err := s.r.StepGrads(g[:n]); err != nil {
+			return err
+		}
+		if g = g[n:]; len(g) > 0 {
+			s.d.yieldToComm()
+		}
+	}
+	return nil
+}
