@@ -3,9 +3,9 @@
 // and the NCCL backend on machines without a GPU.
 //
 // The fake driver keeps "device" memory in host memory and runs work at the call, or, with
-// $GP_EMU_SEED set (Async, RunAsync), on one thread per stream with random delays while a
-// checker fails any operation that touches bytes another stream may still be using
-// (testdata/fakestreams.h); the fake NCCL runs real collectives between ranks in one process
+// $GP_EMU_SEED set (Async, RunAsync; AsyncProcesses for the processes a test starts), on one
+// thread per stream with random delays while a checker fails any operation that touches
+// bytes another stream may still be using (testdata/fakestreams.h); the fake NCCL runs real collectives between ranks in one process
 // or in several (they meet in a shared-memory segment named by the unique id, so a test
 // binary re-executed as the ranks of a job runs DDP over NCCL on the CPU; see
 // testdata/fakenccl.c).
