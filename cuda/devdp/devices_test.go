@@ -27,10 +27,15 @@ import (
 )
 
 // resnetTol: the device's convolutions and BatchNorm sum in float32 and in other orders than
-// the CPU's float64 accumulations (cuda/tape's TestModelsMatchCPU measures up to 6.3e-5 on
-// this model over 3 steps, with the same tolerance). Dropping a replica's gradients, or
+// the CPU's, so the two differ by rounding from the first step (about 1e-6 of the largest
+// parameter after one step), and each further step of this small ResNet at learning rate 0.1
+// amplifies the difference 5-10 times: after 2 steps 9.1e-6 against the CPU with OpenBLAS's
+// Haswell kernels and 3.9e-6 with its SkylakeX kernels, after 3 steps 5.1e-5 and 1.0e-4. So
+// the test takes 2 steps (the second uses the momentum and the running statistics the first
+// left on each side) and holds them to 3e-5, where 3 steps needed 1e-4 and then depended on
+// which BLAS kernels the CPU's side happened to use. Dropping a replica's gradients, or
 // normalising the whole batch instead of each chunk, is off by far more (see the test's log).
-const resnetTol = 1e-4
+const resnetTol = 3e-5
 
 // twoDevices opens ordinals 0 and 1 of a fake driver with two devices, as dp.GPUs(0, 1).
 func twoDevices(t *testing.T) []*cuda.Device {
@@ -52,19 +57,18 @@ func twoDevices(t *testing.T) []*cuda.Device {
 	return devs
 }
 
-// A tiny ResNet (BatchNorm after every convolution) over devices 0 and 1 trains 3 steps of
+// A tiny ResNet (BatchNorm after every convolution) over devices 0 and 1 trains 2 steps of
 // SGD with momentum as package dp's DataParallel on the CPU with two replicas: the same
 // chunks (4 and 4 of 8 samples), each normalised by its own statistics as in PyTorch's
 // DataParallel, so the same losses, parameters and running statistics, which are the master
 // replica's (chunk 0's) alone (compiling replica 1 without nn.WithPrivateBuffers, so that
 // it writes the model's statistics too, is off by 1.6: measured). The reference is the CPU's
-// DataParallel, not one process on
-// the whole batch: BatchNorm over a chunk is not BatchNorm over the batch (the test checks
+// DataParallel, not one process on the whole batch: BatchNorm over a chunk is not BatchNorm over the batch (the test checks
 // that the two differ). Chunks are even because BatchNorm over 3 samples amplifies rounding:
 // one device alone on 3 samples drifts 9.7e-4 from the CPU in 3 steps (measured), on 4 1.5e-5.
 func TestResNetTwoDevicesMatchCPUDataParallel(t *testing.T) {
 	devs := twoDevices(t)
-	const n, steps, hw, classes = 8, 3, 16, 5
+	const n, steps, hw, classes = 8, 2, 16, 5
 	ctx := context.Background()
 	var ms [3]*nn.Model // CPU DataParallel, devices, one process on the whole batch
 	for i := range ms {

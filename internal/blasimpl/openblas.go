@@ -34,6 +34,16 @@ package blasimpl
 // #endif
 // }
 //
+// // gp_intel reports a CPU whose vendor is Intel.
+// static int gp_intel(void) {
+// #if !defined(__x86_64__)
+// 	return 0;
+// #else
+// 	unsigned a, b, c, d;
+// 	return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
+// #endif
+// }
+//
 // // gp_force_core makes OpenBLAS choose its kernels again, as OPENBLAS_CORETYPE=name would
 // // have at load time. It must run before any BLAS call. It returns 0 when this OpenBLAS
 // // cannot (a build for one architecture).
@@ -81,12 +91,11 @@ func init() {
 // generic kernels (Prescott: SSE3) on one it does not know, whatever the CPU can do: an
 // Intel Xeon of family 6, model 207 (a vCPU whose model name says only "Intel(R) Xeon(R)
 // Processor") got Prescott, sgemm 17-18 GFLOP/s at one thread against 55-60 with Haswell and
-// 95-102 with SkylakeX (512³). So where OpenBLAS chose generic kernels, chooseKernels picks
-// by what the CPU and the OS support instead: Haswell with AVX2 and FMA, Sandybridge with
-// AVX (see upgradeCore). Not SkylakeX, though faster there: with its kernels the CPU side of
-// cuda/devdp's TestResNetTwoDevicesMatchCPUDataParallel drifts from the emulated device by
-// 1.0e-4 after 3 steps, past that test's tolerance (measured 6.3e-5 with the kernels it was
-// set with); OPENBLAS_CORETYPE=SkylakeX chooses them.
+// 95-102 with SkylakeX (512³), and resnet18's training step 1.6x faster with SkylakeX than
+// with Haswell at one thread. So where OpenBLAS chose generic kernels, chooseKernels picks
+// what it would have picked on a CPU it knows with the same features (see upgradeCore):
+// SkylakeX on an Intel CPU with AVX-512, Haswell with AVX2 and FMA (AMD's included: Zen 4
+// as above; a newer AMD CPU's 512-bit kernels are unmeasured), Sandybridge with AVX.
 func chooseKernels() {
 	if _, set := os.LookupEnv("OPENBLAS_CORETYPE"); set || os.Getenv("GP_OPENBLAS_KEEP_CORE") == "1" {
 		return
@@ -98,24 +107,37 @@ func chooseKernels() {
 		}
 		return
 	}
-	if to := upgradeCore(Core(), cpu.X86.HasAVX2 && cpu.X86.HasFMA, cpu.X86.HasAVX); to != "" {
+	f := features{
+		avx512: C.gp_intel() != 0 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL,
+		avx2:   cpu.X86.HasAVX2 && cpu.X86.HasFMA,
+		avx:    cpu.X86.HasAVX,
+	}
+	if to := upgradeCore(Core(), f); to != "" {
 		forceCore(to)
 	}
 }
 
+// features are what the CPU, with the OS's support, can run, as upgradeCore weighs them.
+type features struct {
+	avx512 bool // an Intel CPU with AVX-512 F, BW, DQ and VL: OpenBLAS's SkylakeX kernels
+	avx2   bool // AVX2 and FMA: Haswell's
+	avx    bool // AVX: Sandybridge's
+}
+
 // upgradeCore returns the kernels to use instead of core, OpenBLAS's choice, when core is
-// one of its generic ones and the CPU (with the OS's support) can run better ones; "" to
-// keep core.
-func upgradeCore(core string, avx2fma, avx bool) string {
+// one of its generic ones and the CPU can run better ones; "" to keep core.
+func upgradeCore(core string, f features) string {
 	switch strings.ToLower(core) {
 	case "prescott", "katmai", "coppermine", "northwood", "core2", "penryn", "dunnington", "nehalem", "atom":
 	default:
 		return ""
 	}
 	switch {
-	case avx2fma:
+	case f.avx512:
+		return "SkylakeX"
+	case f.avx2:
 		return "Haswell"
-	case avx:
+	case f.avx:
 		return "Sandybridge"
 	}
 	return ""

@@ -27,24 +27,27 @@ func TestKernelChoice(t *testing.T) {
 }
 
 // TestGenericKernelsUpgraded: where OpenBLAS would run its generic kernels on a CPU that has
-// AVX or AVX2, they are replaced by Sandybridge's or Haswell's; its choice of a kernel set it
+// AVX, AVX2 or (Intel's) AVX-512, they are replaced by Sandybridge's, Haswell's or
+// SkylakeX's; its choice of a kernel set it
 // knows stands. On this CPU, with OPENBLAS_CORETYPE unset, the kernels in use are no
 // generic ones when the CPU has AVX.
 func TestGenericKernelsUpgraded(t *testing.T) {
 	for _, tc := range []struct {
-		core      string
-		avx2, avx bool
-		want      string
+		core string
+		f    features
+		want string
 	}{
-		{"Prescott", true, true, "Haswell"},
-		{"Core2", false, true, "Sandybridge"},
-		{"Prescott", false, false, ""},
-		{"Haswell", true, true, ""},
-		{"SkylakeX", true, true, ""},
-		{"Zen", true, true, ""},
+		{"Prescott", features{avx512: true, avx2: true, avx: true}, "SkylakeX"},
+		{"Prescott", features{avx2: true, avx: true}, "Haswell"},
+		{"Core2", features{avx: true}, "Sandybridge"},
+		{"Prescott", features{}, ""},
+		{"Haswell", features{avx2: true, avx: true}, ""},
+		{"Haswell", features{avx512: true, avx2: true, avx: true}, ""},
+		{"SkylakeX", features{avx512: true, avx2: true, avx: true}, ""},
+		{"Zen", features{avx2: true, avx: true}, ""},
 	} {
-		if got := upgradeCore(tc.core, tc.avx2, tc.avx); got != tc.want {
-			t.Errorf("upgradeCore(%s, avx2 %v, avx %v) = %q, want %q", tc.core, tc.avx2, tc.avx, got, tc.want)
+		if got := upgradeCore(tc.core, tc.f); got != tc.want {
+			t.Errorf("upgradeCore(%s, %+v) = %q, want %q", tc.core, tc.f, got, tc.want)
 		}
 	}
 	_, set := os.LookupEnv("OPENBLAS_CORETYPE")
@@ -52,7 +55,7 @@ func TestGenericKernelsUpgraded(t *testing.T) {
 	if set || os.Getenv("GP_OPENBLAS_KEEP_CORE") == "1" || !cpu.X86.HasAVX {
 		t.Skip("OPENBLAS_CORETYPE set, or a CPU without AVX")
 	}
-	if upgradeCore(Core(), true, true) != "" {
+	if upgradeCore(Core(), features{avx2: true, avx: true}) != "" {
 		t.Errorf("OpenBLAS runs its generic %s kernels on a CPU with AVX", Core())
 	}
 }
