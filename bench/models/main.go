@@ -97,6 +97,7 @@ func main() {
 	out := flag.String("out", "bench/results/models.json", "result file")
 	levels := flag.String("simd", "", "comma-separated SIMD levels of our kernels to measure, each a table (avx512, avx2, off; default the best this CPU has); \"all\" for every level the CPU has")
 	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
+	opProfile := flag.String("profile", "", "instead of the table: profile our training step of each arch at one thread and write where its time goes, by op and by kernel, to this JSON file (e.g. bench/results/models-profile.json)")
 	roof := flag.String("roof", "", "internal: print sgemm's GFLOP/s on a 2048³ square and on this M,N,K product")
 	flag.IntVar(&reps, "reps", 3, "measurement pairs (ours, PyTorch) per row; the table shows medians")
 	flag.Float64Var(&minSeconds, "min-seconds", 4, "each measurement times at least this long (and at least the workload's steps), ours and PyTorch's alike")
@@ -114,25 +115,34 @@ func main() {
 		return
 	}
 	if *child != "" {
+		var startErr error
 		if *profile != "" {
-			f, err := os.Create(*profile)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "bench/models:", err)
-				os.Exit(1)
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				fmt.Fprintln(os.Stderr, "bench/models:", err)
-				os.Exit(1)
+			afterWarmup = func() {
+				f, err := os.Create(*profile)
+				if err == nil {
+					err = pprof.StartCPUProfile(f)
+				}
+				startErr = err
 			}
 			defer pprof.StopCPUProfile()
 		}
 		ips, cpu, err := measure(*child, *batch, *size, *warmup, *steps)
+		if err == nil && startErr != nil {
+			err = fmt.Errorf("-cpuprofile: %w", startErr)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench/models:", err)
 			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 		fmt.Println(ips, cpu)
+		return
+	}
+	if *opProfile != "" {
+		if err := profileAll(*archs, *opProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/models:", err)
+			os.Exit(1)
+		}
 		return
 	}
 	lv, err := simdLevels(*levels)
@@ -145,6 +155,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// afterWarmup, when set, runs in a -child between the warm-up and the timed steps (it
+// starts -cpuprofile's profile, so that the profile holds training steps only).
+var afterWarmup func()
 
 // reps is -reps; minSeconds is -min-seconds (passed on to the children).
 var (
@@ -399,6 +413,9 @@ func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float
 		if err := step(); err != nil {
 			return 0, 0, err
 		}
+	}
+	if afterWarmup != nil {
+		afterWarmup()
 	}
 	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+)
+
+// Profile is where one architecture's training step spends its CPU time at one thread, from
+// a CPU profile of the timed steps (warm-up and model building excluded): the share of the
+// samples by op (the outermost op's Do method on the stack, the optimizer, the garbage
+// collector) and by kernel (the innermost recognised work: GEMM, im2col, a SIMD kernel,
+// memory copies and clears, allocation).
+type Profile struct {
+	Arch     string             `json:"arch"`
+	Batch    int                `json:"batch"`
+	Size     int                `json:"size"`
+	Seconds  float64            `json:"profiled_cpu_s"` // CPU time the samples cover
+	ByOp     map[string]float64 `json:"share_by_op"`
+	ByKernel map[string]float64 `json:"share_by_kernel"`
+}
+
+// profileAll profiles each workload (of archs, all when empty) in a -child at one thread and
+// writes the profiles to out.
+func profileAll(archs, out string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "bench-models-profile")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	machine := benchutil.ReadMachine()
+	fmt.Printf("where a training step's time goes at one thread: %s; OpenBLAS %s kernels\n", machine, blasimpl.Core())
+	var profs []Profile
+	for _, w := range workloads {
+		if archs != "" && !strings.Contains(","+archs+",", ","+w.arch+",") {
+			continue
+		}
+		pf := filepath.Join(tmp, w.arch+".prof")
+		env := append(os.Environ(), "GOMAXPROCS=1", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+		if _, _, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
+			"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps), "-min-seconds", fmt.Sprint(minSeconds), "-cpuprofile", pf); err != nil {
+			return fmt.Errorf("%s: %w", w.arch, err)
+		}
+		traces, err := exec.Command("go", "tool", "pprof", "-traces", self, pf).Output()
+		if err != nil {
+			return fmt.Errorf("%s: go tool pprof -traces %s: %w", w.arch, pf, err)
+		}
+		p := Profile{Arch: w.arch, Batch: w.batch, Size: w.size}
+		if err := p.read(string(traces)); err != nil {
+			return fmt.Errorf("%s: %w", w.arch, err)
+		}
+		p.print()
+		profs = append(profs, p)
+	}
+	res := map[string]any{
+		"what":     "CPU profile of our training step (forward, backward, SGD momentum) at one thread, shares of the sampled CPU time",
+		"command":  "go run ./bench/models -profile " + out,
+		"machine":  machine,
+		"openblas": blasimpl.Core(),
+		"go":       strings.TrimPrefix(strings.Fields(goVersion())[2], "go"),
+		"profiles": profs,
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// goVersion is `go version`'s line ("go version goX.Y.Z os/arch"), or a placeholder.
+func goVersion() string {
+	out, err := exec.Command("go", "version").Output()
+	if f := strings.Fields(string(out)); err != nil || len(f) < 3 {
+		return "go version unknown"
+	}
+	return string(out)
+}
+
+// opMethod matches an op's Do method in a frame: pkg.(*type).Do or pkg.type.Do.
+var opMethod = regexp.MustCompile(`([\w-]+)\.\(?\*?(\w+)\)?\.Do$`)
+
+// kernelRules name the innermost recognised work of a stack, tried on each frame from the
+// leaf outwards, the first match winning.
+var kernelRules = []struct{ name, substr string }{
+	{"allocation and GC", "runtime.mallocgc"},
+	{"allocation and GC", "runtime.gcBgMarkWorker"},
+	{"allocation and GC", "runtime.gcDrain"},
+	{"memory copy", "runtime.memmove"},
+	{"memory clear", "runtime.memclr"},
+	{"GEMM", "gemm"},
+	{"GEMM", "Gemm"},
+	{"im2col/col2im", "im2col"},
+	{"im2col/col2im", "col2im"},
+	{"im2col/col2im", "Im2col"},
+	{"im2col/col2im", "Col2im"},
+}
+
+// simdKernel names a SIMD kernel by its cgo function (simd._Cfunc_gp5_ln_fwd → ln_fwd).
+var simdKernel = regexp.MustCompile(`_Cfunc_gp\d*_(\w+)$`)
+
+// read parses `go tool pprof -traces` output: blocks of a sample's time on the first line
+// and its stack, leaf first, one frame a line.
+func (p *Profile) read(traces string) error {
+	byOp, byKernel := map[string]float64{}, map[string]float64{}
+	var total float64
+	var cur float64
+	var frames []string
+	flush := func() {
+		if cur > 0 && len(frames) > 0 {
+			byOp[opOf(frames)] += cur
+			byKernel[kernelOf(frames)] += cur
+			total += cur
+		}
+		cur, frames = 0, nil
+	}
+	sc := bufio.NewScanner(strings.NewReader(traces))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "-----") {
+			flush()
+			continue
+		}
+		head, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if head == "" {
+			continue
+		}
+		if d, err := time.ParseDuration(head); err == nil {
+			flush()
+			cur = d.Seconds()
+			if fn := frameName(rest); fn != "" {
+				frames = append(frames, fn)
+			}
+			continue
+		}
+		if cur > 0 {
+			frames = append(frames, frameName(line))
+		}
+	}
+	flush()
+	if total == 0 {
+		return fmt.Errorf("the profile has no samples")
+	}
+	p.Seconds = total
+	p.ByOp, p.ByKernel = shares(byOp, total), shares(byKernel, total)
+	return nil
+}
+
+// frameName is a trace line's function, without pprof's marks.
+func frameName(s string) string {
+	return strings.TrimSuffix(strings.TrimSpace(s), " (inline)")
+}
+
+// opOf is the outermost op on the stack (frames leaf first), or what ran outside any op.
+func opOf(frames []string) string {
+	for i := len(frames) - 1; i >= 0; i-- {
+		if m := opMethod.FindStringSubmatch(frames[i]); m != nil && !strings.HasPrefix(m[2], "tape") {
+			return m[1] + "." + m[2]
+		}
+	}
+	for _, f := range frames {
+		switch {
+		case strings.Contains(f, "sgdMomentum") || strings.Contains(f, "SGDMomentum") || strings.Contains(f, "/optim."):
+			return "optimizer"
+		case strings.Contains(f, "runtime.gcBgMarkWorker") || strings.Contains(f, "runtime.gcDrain"):
+			return "garbage collector"
+		case strings.Contains(f, "ZeroGrad"):
+			return "zeroing gradients"
+		}
+	}
+	return "other (" + frames[0] + ")"
+}
+
+// kernelOf is the innermost recognised work on the stack.
+func kernelOf(frames []string) string {
+	for _, f := range frames {
+		for _, r := range kernelRules {
+			if strings.Contains(f, r.substr) {
+				return r.name
+			}
+		}
+		if m := simdKernel.FindStringSubmatch(f); m != nil {
+			return "simd " + m[1]
+		}
+	}
+	return "Go code"
+}
+
+// shares divides each value by total, dropping those under 0.5%, which are summed into
+// "the rest".
+func shares(v map[string]float64, total float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, x := range v {
+		if s := x / total; s >= 0.005 {
+			out[k] = s
+		} else {
+			out["the rest (each under 0.5%)"] += s
+		}
+	}
+	return out
+}
+
+// print writes p as two ranked lists.
+func (p Profile) print() {
+	fmt.Printf("\n%s (batch %d, %dx%d): %.1f CPU s profiled\n", p.Arch, p.Batch, p.Size, p.Size, p.Seconds)
+	for _, part := range []struct {
+		name string
+		m    map[string]float64
+	}{{"by op", p.ByOp}, {"by kernel", p.ByKernel}} {
+		keys := make([]string, 0, len(part.m))
+		for k := range part.m {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return part.m[keys[i]] > part.m[keys[j]] })
+		fmt.Printf("  %s:\n", part.name)
+		for _, k := range keys {
+			fmt.Printf("    %5.1f%%  %s\n", 100*part.m[k], k)
+		}
+	}
+}
