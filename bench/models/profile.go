@@ -31,7 +31,8 @@ type Profile struct {
 }
 
 // profileAll profiles each workload (of archs, all when empty) in a -child at one thread and
-// writes the profiles to out.
+// writes the profiles to out. An entry of archs may also name a workload of its own as
+// arch:batch:size (e.g. resnet8_s2:64:28, the demo's model at its batch per rank).
 func profileAll(archs, out string) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -45,10 +46,11 @@ func profileAll(archs, out string) error {
 	machine := benchutil.ReadMachine()
 	fmt.Printf("where a training step's time goes at one thread: %s; OpenBLAS %s kernels\n", machine, blasimpl.Core())
 	var profs []Profile
-	for _, w := range workloads {
-		if archs != "" && !strings.Contains(","+archs+",", ","+w.arch+",") {
-			continue
-		}
+	todo, err := profileWorkloads(archs)
+	if err != nil {
+		return err
+	}
+	for _, w := range todo {
 		pf := filepath.Join(tmp, w.arch+".prof")
 		env := append(os.Environ(), "GOMAXPROCS=1", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
 		if _, _, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
@@ -79,6 +81,35 @@ func profileAll(archs, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// profileWorkloads is -archs for -profile: the table's workloads by name, or arch:batch:size.
+func profileWorkloads(archs string) ([]workload, error) {
+	if archs == "" {
+		return workloads, nil
+	}
+	var out []workload
+	for _, a := range strings.Split(archs, ",") {
+		name, spec, custom := strings.Cut(strings.TrimSpace(a), ":")
+		if custom {
+			w := workload{arch: name, warmup: 2, steps: 5}
+			if _, err := fmt.Sscanf(spec, "%d:%d", &w.batch, &w.size); err != nil || w.batch < 1 || w.size < 1 {
+				return nil, fmt.Errorf("-archs %q: want arch:batch:size with positive batch and size", a)
+			}
+			out = append(out, w)
+			continue
+		}
+		found := false
+		for _, w := range workloads {
+			if w.arch == name {
+				out, found = append(out, w), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-archs %q: not one of the table's workloads; name one as arch:batch:size", a)
+		}
+	}
+	return out, nil
 }
 
 // goVersion is `go version`'s line ("go version goX.Y.Z os/arch"), or a placeholder.
