@@ -120,7 +120,7 @@ func cpuRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error))
 func deviceRun(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)) ([][]float32, [][]float32, int) {
 	losses, params := make([][]float32, world), make([][]float32, world)
 	buckets := 0
-	err := onRanks(t, newOpt, []ddp.Option{ddp.CheckEvery(2)}, nil, func(ctx context.Context, r int, k *rank) error {
+	err := onRanks(t, newOpt, nil, []ddp.Option{ddp.CheckEvery(2)}, nil, func(ctx context.Context, r int, k *rank) error {
 		if r == 0 {
 			buckets = len(k.d.Buckets())
 		}
@@ -179,7 +179,7 @@ func TestDivergenceAndLeavingRankFail(t *testing.T) {
 		}
 	}
 	errs := make([]error, world)
-	_ = onRanks(t, sgd, []ddp.Option{ddp.CheckEvery(1)}, nil, func(ctx context.Context, r int, k *rank) error {
+	_ = onRanks(t, sgd, nil, []ddp.Option{ddp.CheckEvery(1)}, nil, func(ctx context.Context, r int, k *rank) error {
 		for s := range 2 {
 			k.feed(s)
 			if s == 1 && r == 1 {
@@ -208,7 +208,7 @@ func TestDivergenceAndLeavingRankFail(t *testing.T) {
 
 	start := time.Now()
 	errs = make([]error, world)
-	_ = onRanks(t, sgd, []ddp.Option{ddp.CheckEvery(0)}, []nccl.Option{nccl.WithTimeout(leaveTimeout)}, func(ctx context.Context, r int, k *rank) error {
+	_ = onRanks(t, sgd, nil, []ddp.Option{ddp.CheckEvery(0)}, []nccl.Option{nccl.WithTimeout(leaveTimeout)}, func(ctx context.Context, r int, k *rank) error {
 		for s := range 2 {
 			k.feed(s)
 			if s == 1 && r == 1 {
@@ -231,6 +231,10 @@ func TestDivergenceAndLeavingRankFail(t *testing.T) {
 	t.Logf("rank 0, %v after the start: %v", took.Round(time.Millisecond), errs[0])
 }
 
+// baseOpts give one bucket per parameter, so that a bucket reduces while the backward goes
+// on; a test's options come after them.
+var baseOpts = []ddp.Option{ddp.FirstBucketBytes(4), ddp.BucketCapBytes(4), ddp.LastBucketBytes(0)}
+
 // rank is one in-process rank's training setup.
 type rank struct {
 	g    *nccl.Group
@@ -252,9 +256,10 @@ func (k *rank) feed(s int) {
 
 // onRanks sets up world in-process ranks (each its own cuda.Device and NCCL group over the
 // fake NCCL for the buckets, an in-process comm group for the host's collectives, one
-// bucket per parameter, the gorgonia MLP on half the global batch) and runs fn on each. A
+// bucket per parameter unless dopts say otherwise, net's model, by default the gorgonia
+// MLP on half the global batch) and runs fn on each. A
 // rank that fails cancels the others' context. Everything is closed on return.
-func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error), dopts []ddp.Option, nopts []nccl.Option, fn func(ctx context.Context, r int, k *rank) error) error {
+func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error), net *netSpec, dopts []ddp.Option, nopts []nccl.Option, fn func(ctx context.Context, r int, k *rank) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := comm.ListenStore("127.0.0.1:0", world)
@@ -295,10 +300,16 @@ func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)
 				}
 				defer k.g.Close(context.Background())
 				build := gormlp.Fixed(1, global/world)
-				if k.m, err = nn.NewGraphModel(build); err != nil {
+				if net != nil {
+					build = net.build
+					k.m, err = net.model()
+				} else {
+					k.m, err = nn.NewGraphModel(build)
+				}
+				if err != nil {
 					return err
 				}
-				all := append([]ddp.Option{ddp.FirstBucketBytes(4), ddp.BucketCapBytes(4), ddp.LastBucketBytes(0)}, dopts...)
+				all := append(append([]ddp.Option{}, baseOpts...), dopts...)
 				if k.d, err = ddp.New(ctx, k.m, host[r], all...); err != nil {
 					return err
 				}

@@ -1,0 +1,270 @@
+package devddp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/internal/testnet"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/train"
+)
+
+// withExtra is testnet's convolutional net plus a Linear "extra" that Forward never uses
+// (FindUnusedParameters reduces zeros for it), declared last: the flat buffer (reverse
+// declaration order) holds it first, while for the arrival order it comes last (it never
+// arrives). So the initial buckets (buffer order and size) are not those the arrival order
+// gives, and the bucket rebuild changes them.
+type withExtra struct {
+	nn.Sequential
+	Extra *nn.Linear
+}
+
+func (m *withExtra) Declare(s *nn.Scope) error {
+	if err := m.Sequential.Declare(s); err != nil {
+		return err
+	}
+	return s.Child("extra", m.Extra)
+}
+
+func extraNet() nn.Module {
+	return &withExtra{Sequential: *testnet.ConvNet(false).(*nn.Sequential), Extra: &nn.Linear{In: 3, Out: 2}}
+}
+
+// rebuildOpts cut extraNet's buffer into other buckets by size than by arrival.
+var rebuildOpts = []ddp.Option{ddp.FindUnusedParameters(), ddp.FirstBucketBytes(32), ddp.BucketCapBytes(256), ddp.LastBucketBytes(0)}
+
+// per is each rank's batch in the tests against the host path.
+const per = 2
+
+// netSpec is a model and its training graph for onRanks: nil is the gorgonia perceptron.
+type netSpec struct {
+	module func() nn.Module
+	build  nn.BuildFunc
+}
+
+func (n netSpec) model() (*nn.Model, error) { return nn.NewModel(n.module(), nn.WithSeed(1)) }
+
+// hostCase is a DDP configuration trained on the host and on the device.
+type hostCase struct {
+	name    string
+	opts    []ddp.Option
+	module  func() nn.Module // testnet.ConvNet(false) when nil
+	batches [world]int       // per rank; unequal runs the ranks inside Join
+	hook    bool             // opts hold a compression hook
+}
+
+func (c hostCase) net() *netSpec {
+	m := c.module
+	if m == nil {
+		m = func() nn.Module { return testnet.ConvNet(false) }
+	}
+	return &netSpec{module: m, build: testnet.Classify(per)}
+}
+
+// result is one path's outcome.
+type result struct {
+	params  [][]float32 // by rank
+	buckets [][2]int    // rank 0's buckets (Lo, Hi) after training
+}
+
+// Device DDP equals host DDP on 2 in-process ranks training testnet's convolutional net
+// (SGD with momentum, RunStep) under the features the device gets from ddp's reducer: the
+// bucket rebuild (the buckets change after step 0, TestRebuildChangesBuckets, and end the
+// same on both paths), Join with uneven inputs (rank 0 has 2 batches, rank 1 has 4: rank 0
+// shadows steps 2-3 with zero gradients) and the fp16 and bf16 compression hooks (the
+// rounding and division happen in device memory). The tolerance is devddp's against the
+// CPU (tol): the device's convolutions and GEMMs sum in other orders, nothing else differs.
+func TestDeviceMatchesHost(t *testing.T) {
+	cudatest.Require(t)
+	cases := []hostCase{
+		{name: "rebuild", module: extraNet, opts: rebuildOpts, batches: [world]int{3, 3}},
+		{name: "join", batches: [world]int{2, 4}},
+		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(ddp.FP16CompressHook())}, batches: [world]int{3, 3}, hook: true},
+		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(ddp.BF16CompressHook())}, batches: [world]int{3, 3}, hook: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			host := hostRun(t, c)
+			dev := devRun(t, c)
+			for r := 1; r < world; r++ {
+				if fmt.Sprint(dev.params[r]) != fmt.Sprint(dev.params[0]) {
+					t.Fatalf("device: rank %d's parameters differ from rank 0's", r)
+				}
+			}
+			if fmt.Sprint(dev.buckets) != fmt.Sprint(host.buckets) {
+				t.Fatalf("device buckets %v, host buckets %v", dev.buckets, host.buckets)
+			}
+			w := maxRel(dev.params[0], host.params[0])
+			t.Logf("buckets %v: device within %.3g of host (tolerance %g)", dev.buckets, w, tol)
+			if w > tol {
+				t.Fatalf("device differs from host by %.3g (tolerance %g)\ndevice %v\nhost   %v", w, tol, dev.params[0], host.params[0])
+			}
+			if c.hook {
+				// The hook's rounding must show at this tolerance, or a device that
+				// reduced in float32 would pass.
+				exact := hostRun(t, hostCase{batches: c.batches})
+				if e := maxRel(dev.params[0], exact.params[0]); e <= tol {
+					t.Fatalf("device with the hook within %.3g of the host without it (tolerance %g): the hook did not round", e, tol)
+				} else {
+					t.Logf("%.3g from the host without the hook", e)
+				}
+			}
+		})
+	}
+}
+
+// The rebuild case's buckets change after the first step, so that TestDeviceMatchesHost
+// proves the device rebuilds.
+func TestRebuildChangesBuckets(t *testing.T) {
+	c := hostCase{module: extraNet, opts: rebuildOpts, batches: [world]int{1, 1}}
+	m, err := c.net().model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ddp.New(context.Background(), m, comm.NewLocalGroups(1)[0], c.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := bucketsOf(d)
+	if after := hostRun(t, c).buckets; fmt.Sprint(before) == fmt.Sprint(after) {
+		t.Fatalf("buckets %v before and after the rebuild", before)
+	} else {
+		t.Logf("buckets %v, after the rebuild %v", before, after)
+	}
+}
+
+// step runs rank r's schedule of c.batches[r] steps (RunStep each) on p, inside d.Join
+// when the ranks' batches differ.
+func step(ctx context.Context, c hostCase, r int, d *ddp.DDP, p train.Program) error {
+	loop := func(ctx context.Context) error {
+		for s := range c.batches[r] {
+			x, y := testnet.Batch(s, 0, r*per, (r+1)*per)
+			if err := errors.Join(p.SetInput("images", x), p.SetInput("labels", y)); err != nil {
+				return err
+			}
+			if err := train.RunStep(ctx, p); err != nil {
+				return fmt.Errorf("step %d: %w", s, err)
+			}
+		}
+		return nil
+	}
+	if c.batches[0] == c.batches[1] {
+		return loop(ctx)
+	}
+	return d.Join(ctx, loop)
+}
+
+func bucketsOf(d *ddp.DDP) [][2]int {
+	var out [][2]int
+	for _, b := range d.Buckets() {
+		out = append(out, [2]int{b.Lo, b.Hi})
+	}
+	return out
+}
+
+// hostRun trains c on world in-process host ranks (ddp over comm.NewLocalGroups), with
+// onRanks' options.
+func hostRun(t *testing.T, c hostCase) result {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	groups := comm.NewLocalGroups(world)
+	res := result{params: make([][]float32, world)}
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer groups[r].Close(context.Background())
+			errs[r] = func() error {
+				net := c.net()
+				m, err := net.model()
+				if err != nil {
+					return err
+				}
+				d, err := ddp.New(ctx, m, groups[r], append(append([]ddp.Option{}, baseOpts...), c.opts...)...)
+				if err != nil {
+					return err
+				}
+				p, err := d.Compile(net.build, nn.WithOptimizer(mustOpt(t, m, optimizers[0].new)))
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				if err := step(ctx, c, r, d, p); err != nil {
+					return err
+				}
+				res.params[r] = append([]float32(nil), m.Params.Data...)
+				if r == 0 {
+					res.buckets = bucketsOf(d)
+				}
+				return nil
+			}()
+			if errs[r] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("host: %v", err)
+	}
+	return res
+}
+
+// devRun trains c on world in-process device ranks.
+func devRun(t *testing.T, c hostCase) result {
+	res := result{params: make([][]float32, world)}
+	err := onRanks(t, optimizers[0].new, c.net(), c.opts, nil, func(ctx context.Context, r int, k *rank) error {
+		if err := step(ctx, c, r, k.d, k.p); err != nil {
+			return err
+		}
+		if err := k.st.ToHost(ctx); err != nil {
+			return err
+		}
+		res.params[r] = append([]float32(nil), k.m.Params.Data...)
+		if r == 0 {
+			res.buckets = bucketsOf(k.d)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("device: %v", err)
+	}
+	return res
+}
+
+// Options the device cannot honour are refused when the backend is attached, naming the
+// option and the backend.
+func TestDeviceRefusesHostOnlyOptions(t *testing.T) {
+	cudatest.Require(t)
+	psgd, err := ddp.PowerSGDHook(ddp.PowerSGDRank(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opt  ddp.Option
+		want string
+	}{
+		{"powersgd", ddp.WithCommHook(psgd), "ddp.WithCommHook"},
+		{"hookfunc", ddp.WithCommHook(ddp.HookFunc(func(g comm.Group, b *ddp.Bucket) comm.Work { return nil })), "ddp.WithCommHook"},
+		{"syncbn", ddp.SyncBatchNorm(), "ddp.SyncBatchNorm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := onRanks(t, optimizers[0].new, nil, []ddp.Option{tc.opt}, nil, func(context.Context, int, *rank) error { return nil })
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "device backend") {
+				t.Fatalf("%v, want a refusal naming %s and the device backend", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
