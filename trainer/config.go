@@ -1,7 +1,3 @@
-// Package trainer is the ImageNet training loop behind examples/imagenet: the flags of
-// PyTorch's examples/imagenet/main.py, per-architecture recipes, single-process, DDP and
-// DataParallel strategies, checkpoints with automatic resume, evaluation with top-1/top-5,
-// a progress bar, a JSON-lines metrics log, a PNG plot and per-rank timelines.
 package trainer
 
 import (
@@ -14,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/optim/gsolver"
@@ -128,9 +123,6 @@ type Config struct {
 	// captured is refused at the start), -lr (0: the solver's own) and the schedule set its
 	// learning rate, and its weight decay is its own (G.WithL2Reg), not -wd's.
 	Solver G.Solver `json:"-"`
-
-	dev    *cuda.Device   // opened by recipe for -device cuda
-	solver *gsolver.State // Solver's state, made by recipe
 }
 
 // SyntheticConfig sizes the generated data set of -data-format synthetic.
@@ -304,8 +296,13 @@ func (c *Config) checkInputs() error {
 		_, err := models.New(c.Arch, 0)
 		return fmt.Errorf("trainer: -arch: %w", err)
 	}
-	if err := c.checkSolver(); err != nil {
-		return err
+	if c.Solver != nil && c.LR == 0 {
+		// A learning rate left at 0 is the solver's own.
+		st, err := gsolver.Of(c.Solver)
+		if err != nil {
+			return fmt.Errorf("trainer: Config.Solver: %w", err)
+		}
+		c.LR = st.LR()
 	}
 	if !(c.LR >= 0) || math.IsInf(c.LR, 0) {
 		return fmt.Errorf("trainer: -lr %g: want a finite number >= 0 (0: the recipe's)", c.LR)
@@ -316,10 +313,13 @@ func (c *Config) checkInputs() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("trainer: -timeout %v is negative", c.Timeout)
 	}
-	if err := c.openDevice(); err != nil {
-		return err
+	if c.Device != "" && c.Device != "cpu" && c.Strategy == "zero3" && c.Optimizer == "" {
+		// ZeRO-3 on the device steps AdamW: it is the recipe's optimizer there (the recipe
+		// fills c.Optimizer only when it is empty); an explicit -opt sgd is refused when the
+		// engine is made.
+		c.Optimizer = "adamw"
 	}
-	return c.CommHook.check(c.Strategy)
+	return nil
 }
 
 // archDefaults fills what the user left unset with the architecture family's recipe.
@@ -397,14 +397,6 @@ func (c *Config) checkRecipe(swin bool) error {
 	case "sgd", "adamw":
 	default:
 		return fmt.Errorf("trainer: unknown -opt %q (sgd or adamw)", c.Optimizer)
-	}
-	return nil
-}
-
-// commOptions are the options of the process group Run joins.
-func (c *Config) commOptions() []comm.Option {
-	if c.Timeout > 0 {
-		return []comm.Option{comm.WithTimeout(c.Timeout)}
 	}
 	return nil
 }

@@ -17,17 +17,6 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// split is one side (train or val) of the data as this rank sees it.
-type split struct {
-	c, h, w int
-	classes int
-	images  int // images in the whole split (all ranks)
-	steps   int // batches per epoch on this rank
-	// batches iterates over one epoch's batches, leaving out the first skip batches (a
-	// run resumed in the middle of an epoch sees exactly what the interrupted run had not).
-	batches func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error]
-}
-
 // openData opens the training and validation sets for this rank, in cfg.DataFormat:
 //   - imagefolder: DATA/train and DATA/val, one folder per class (torchvision's ImageFolder);
 //   - synthetic: the same, generated once into DATA by rank 0 while the others wait;
@@ -43,7 +32,8 @@ type split struct {
 // -num-classes infers the count, refusing negative labels and a count far beyond the labels
 // that occur); cfg.BadInput chooses between an error naming the file, index and value and
 // leaving those samples out on every rank alike.
-func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) (*split, *split, error) {
+func openData(ctx context.Context, env Env, cfg *Config) (*Split, *Split, error) {
+	g, log := env.Group, env.Log
 	if cfg.Data == "" && isIDX(cfg.DataFormat) {
 		cfg.Data = data.FashionMNISTDir
 	}
@@ -70,32 +60,32 @@ func openData(ctx context.Context, g comm.Group, cfg *Config, log *slog.Logger) 
 		return nil, nil, err
 	}
 	valT := evalTransform(cfg)
-	var train, val *split
+	var train, val *Split
 	if _, err := badInput(cfg); err != nil {
 		return nil, nil, err
 	}
 	switch cfg.DataFormat {
 	case "imagefolder", "synthetic":
-		train, val, err = openFolders(g, cfg, trainT, valT, log)
+		train, val, err = openFolders(env, cfg, trainT, valT, log)
 	case "npy":
-		train, val, err = openArrays(g, cfg, trainT, valT, log)
+		train, val, err = openArrays(env, cfg, trainT, valT, log)
 	case "webdataset":
 		train, val, err = openShards(ctx, g, cfg, trainT, valT, log)
 	case "fashion-mnist", "idx":
-		train, val, err = openIDX(g, cfg, log)
+		train, val, err = openIDX(env, cfg, log)
 	default:
 		err = fmt.Errorf("trainer: unknown -data-format %q (imagefolder, synthetic, npy, webdataset, fashion-mnist or idx)", cfg.DataFormat)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if train.classes != val.classes {
-		return nil, nil, fmt.Errorf("trainer: %s: the training set has %d classes and the validation set %d", cfg.Data, train.classes, val.classes)
+	if train.Classes != val.Classes {
+		return nil, nil, fmt.Errorf("trainer: %s: the training set has %d classes and the validation set %d", cfg.Data, train.Classes, val.Classes)
 	}
 	return train, val, nil
 }
 
-func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+func openFolders(env Env, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*Split, *Split, error) {
 	for _, sub := range []string{"train", "val"} {
 		if _, err := os.Stat(filepath.Join(cfg.Data, sub)); err != nil {
 			return nil, nil, fmt.Errorf("trainer: data folder %s: %w (want %s/train and %s/val with one folder per class)", filepath.Join(cfg.Data, sub), err, cfg.Data, cfg.Data)
@@ -112,10 +102,10 @@ func openFolders(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, l
 	if err != nil {
 		return nil, nil, err
 	}
-	return mapSplits(g, cfg, trainDS, valDS, len(trainDS.Classes), len(valDS.Classes))
+	return mapSplits(env, cfg, trainDS, valDS, len(trainDS.Classes), len(valDS.Classes))
 }
 
-func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+func openArrays(env Env, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*Split, *Split, error) {
 	bad, _ := badInput(cfg)
 	open := func(side string, t *transforms.Pipeline) (*data.ArrayDataset, error) {
 		images, labels := filepath.Join(cfg.Data, side+"_images.npy"), filepath.Join(cfg.Data, side+"_labels.npy")
@@ -150,48 +140,21 @@ func openArrays(g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, lo
 				filepath.Join(cfg.Data, "{train,val}_labels.npy"), classes-1, len(seen), data.ErrBadLabel)
 		}
 	}
-	return mapSplits(g, cfg, trainDS, valDS, classes, classes)
+	return mapSplits(env, cfg, trainDS, valDS, classes, classes)
 }
 
-// mapSplits serves map-style datasets: training through a DistributedSampler (shuffled by
-// seed and epoch, padded, batches of the local size, incomplete last batch dropped so that
-// every rank takes the same number of steps); validation with every image exactly once over
-// all ranks (rank::world, no padding).
-func mapSplits(g comm.Group, cfg *Config, trainDS, valDS data.Dataset, trainClasses, valClasses int) (*split, *split, error) {
-	rank, world := g.Rank(), g.Size()
-	local := cfg.Batch / world
-	ds, err := data.NewDistributedSampler(trainDS.Len(), rank, world, true, uint64(cfg.Seed), false)
-	if err != nil {
-		return nil, nil, err
+// mapSplits serves map-style datasets through DatasetSource (a DistributedSampler for
+// training, a strided split for validation).
+func mapSplits(env Env, cfg *Config, trainDS, valDS data.Dataset, trainClasses, valClasses int) (*Split, *Split, error) {
+	if trainClasses != valClasses {
+		return nil, nil, fmt.Errorf("trainer: %s: the training set has %d classes and the validation set %d", cfg.Data, trainClasses, valClasses)
 	}
-	trainS := &skipSampler{inner: ds, epoch: -1}
-	trainL, err := data.NewLoader(trainDS, data.WithBatchSize(local), data.WithWorkers(cfg.Workers),
-		data.WithSampler(trainS), data.WithSeed(uint64(cfg.Seed)), data.WithDropLast(true))
-	if err != nil {
-		return nil, nil, err
-	}
-	valS := &skipSampler{inner: strided(valDS.Len(), rank, world), epoch: -1}
-	valL, err := data.NewLoader(valDS, data.WithBatchSize(local), data.WithWorkers(cfg.Workers), data.WithSampler(valS))
-	if err != nil {
-		return nil, nil, err
-	}
-	return fromLoader(trainDS, trainL, trainS, local, trainClasses), fromLoader(valDS, valL, valS, local, valClasses), nil
-}
-
-// fromLoader makes a split of a map-style dataset served by a loader whose sampler is s.
-func fromLoader(ds data.Dataset, l *data.Loader, s *skipSampler, batch, classes int) *split {
-	c, h, w := ds.Shape()
-	return &split{c: c, h: h, w: w, classes: classes, images: ds.Len(), steps: l.Len(),
-		batches: func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
-			s.epoch, s.skip = epoch, skip*batch
-			l.SetEpoch(epoch)
-			return l.Batches(ctx)
-		}}
+	return DatasetSource{Train: trainDS, Val: valDS, Classes: trainClasses, Workers: cfg.Workers}.Open(context.Background(), env)
 }
 
 // openShards serves WebDataset shards, split across ranks (and workers). Ranks may hold
 // different numbers of samples, so an epoch is as many batches as the smallest rank has.
-func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*split, *split, error) {
+func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*Split, *Split, error) {
 	if cfg.NumClasses == 0 {
 		return nil, nil, fmt.Errorf("trainer: -data-format webdataset needs -num-classes")
 	}
@@ -205,7 +168,7 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			return nil, nil, fmt.Errorf("trainer: %w", err)
 		}
 	}
-	side := func(name string, t *transforms.Pipeline, shuffle int, train bool) (*split, error) {
+	side := func(name string, t *transforms.Pipeline, shuffle int, train bool) (*Split, error) {
 		shards, _ := filepath.Glob(filepath.Join(cfg.Data, name+"-*.tar"))
 		sort.Strings(shards)
 		if len(shards) == 0 {
@@ -225,8 +188,8 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			steps = (mine + local - 1) / local // validation: every sample of this rank's shards
 		}
 		w, h, _ := t.OutSize()
-		return &split{c: 3, h: h, w: w, classes: cfg.NumClasses, images: total, steps: max(steps, 0),
-			batches: shardBatches(l, train, steps, local)}, nil
+		return &Split{C: 3, H: h, W: w, Classes: cfg.NumClasses, Images: total, Steps: max(steps, 0),
+			Batches: shardBatches(l, train, steps, local)}, nil
 	}
 	train, err := side("train", trainT, 1000, true)
 	if err != nil {
@@ -363,32 +326,3 @@ func generate(cfg *Config) error {
 	}
 	return nil
 }
-
-// skipSampler drops the first skip indices of one epoch.
-type skipSampler struct {
-	inner       data.Sampler
-	epoch, skip int
-}
-
-func (s *skipSampler) Len() int { return s.inner.Len() }
-
-func (s *skipSampler) Indices(epoch int) []int {
-	idx := s.inner.Indices(epoch)
-	if epoch == s.epoch && s.skip > 0 {
-		return idx[min(s.skip, len(idx)):]
-	}
-	return idx
-}
-
-type stridedSampler []int
-
-func strided(n, rank, world int) stridedSampler {
-	var idx []int
-	for i := rank; i < n; i += world {
-		idx = append(idx, i)
-	}
-	return idx
-}
-
-func (s stridedSampler) Len() int          { return len(s) }
-func (s stridedSampler) Indices(int) []int { return s }

@@ -33,7 +33,7 @@ import (
 // driver (or cuBLAS) fails at once, naming the library.
 
 // openDevice parses c.Device and opens the GPU it names.
-func (c *Config) openDevice() error {
+func (c *settings) openDevice() error {
 	if c.dev != nil {
 		return nil
 	}
@@ -42,22 +42,16 @@ func (c *Config) openDevice() error {
 		return nil
 	}
 	if dev != "cuda" && !strings.HasPrefix(dev, "cuda:") {
-		return fmt.Errorf("trainer: unknown -device %q (cpu, cuda or cuda:N)", dev)
+		return fmt.Errorf("trainer: unknown device %q (cpu, cuda or cuda:N)", dev)
 	}
 	switch c.Strategy {
 	case "", "ddp", "none", "dp":
 	case "zero3":
 		if c.Offload == "disk" {
-			return fmt.Errorf("trainer: -offload disk is not yet on the device: use -offload cpu or none with -device %s", dev)
-		}
-		// The device's zero3 steps AdamW only: it is the recipe's optimizer there (the
-		// recipe fills c.Optimizer only when it is empty); an explicit -opt sgd is refused
-		// when the engine is made.
-		if c.Optimizer == "" {
-			c.Optimizer = "adamw"
+			return fmt.Errorf("trainer: offload disk with device %s is not supported on the device: use offload cpu, or none, there", dev)
 		}
 	default:
-		return fmt.Errorf("trainer: -strategy %s is not yet on the device: use -strategy ddp, none, dp or zero3 with -device %s", c.Strategy, dev)
+		return fmt.Errorf("trainer: strategy %s with device %s is not supported on the device: use ddp, none, dp or zero3 there", c.Strategy, dev)
 	}
 	ordinal, err := deviceOrdinal(dev)
 	if err != nil {
@@ -65,7 +59,7 @@ func (c *Config) openDevice() error {
 	}
 	d, err := cuda.Open(ordinal)
 	if err != nil {
-		return fmt.Errorf("trainer: -device %s: %w", dev, err)
+		return fmt.Errorf("trainer: device %s: %w", dev, err)
 	}
 	c.dev = d
 	return nil
@@ -109,7 +103,7 @@ func deviceOrdinal(dev string) (int, error) {
 // cfg.DPReplicas replicas on the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is
 // the master). build makes the graph for a batch of n images; scaler is -amp fp16's (its
 // scale is in the graph, its unscale in updateDevice).
-func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
 	world := g.Size()
 	build := buildN(cfg.Batch / world)
 	if cfg.Strategy == "dp" {
@@ -153,7 +147,7 @@ func compileOn(ctx context.Context, cfg *Config, d *ddp.DDP, g comm.Group, m *nn
 // a launcher (no store), through a store of one on loopback that is closed once the group is
 // made (NCCL reads the store only to start). The group lives as long as the process: the
 // trainer's Run is the process's run, and NCCL's (and the fake's) state is released at exit.
-func deviceGroup(ctx context.Context, cfg *Config, g comm.Group, name string) (*nccl.Group, error) {
+func deviceGroup(ctx context.Context, cfg *settings, g comm.Group, name string) (*nccl.Group, error) {
 	store := comm.StoreOf(g)
 	if store == nil {
 		if g.Size() != 1 {
@@ -183,7 +177,7 @@ func deviceGroup(ctx context.Context, cfg *Config, g comm.Group, name string) (*
 // compileDataParallel is -strategy dp on the device: cfg.DPReplicas replicas on the devices
 // cfg.dev.Ordinal(), +1, ... of this process, the first the master (cuda/devdp). The replica
 // devices stay open for the process's life, as cfg.dev does.
-func compileDataParallel(cfg *Config, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+func compileDataParallel(cfg *settings, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, opts []nn.BuildOption) (train.Program, *tape.State, error) {
 	devs := []*cuda.Device{cfg.dev}
 	closeExtra := func() { // the replicas' devices this function opened (cfg.dev is the caller's)
 		for _, d := range devs[1:] {
@@ -268,7 +262,7 @@ func (r *replicated) update(ctx context.Context) error {
 // (GP_TAPE_PROFILE=1 turns it on: the top ops by device time, the memory peak and the
 // allocator's statistics); nothing without a device or a profile. Like every side output, a
 // failure to print it is a warning, never the job's end.
-func (c *Config) writeDeviceProfile(w io.Writer, log *slog.Logger) {
+func (c *settings) writeDeviceProfile(w io.Writer, log *slog.Logger) {
 	if c.dev == nil {
 		return
 	}

@@ -33,13 +33,13 @@ type engine interface {
 	// and meta; it returns the checkpoint read, or "" when there is none.
 	resume(ctx context.Context, path string, meta *checkpoint.State) (string, error)
 	// report adds the strategy's end-of-run figures (overlap, timelines) to res.
-	report(ctx context.Context, cfg *Config, res *Result) error
+	report(ctx context.Context, cfg *settings, res *Result) error
 }
 
 // precision sets up autocast (-amp): bf16 as PyTorch's CPU autocast, without loss scaling;
 // fp16 with a GradScaler whose inf/NaN flag is agreed over the group, so that every rank
 // skips the same steps.
-func precision(cfg *Config, g comm.Group) ([]nn.BuildOption, *amp.GradScaler, error) {
+func precision(cfg *settings, g comm.Group) ([]nn.BuildOption, *amp.GradScaler, error) {
 	switch cfg.AMP {
 	case "":
 		return nil, nil, nil
@@ -57,14 +57,6 @@ func precision(cfg *Config, g comm.Group) ([]nn.BuildOption, *amp.GradScaler, er
 		return []nn.BuildOption{nn.WithAutocast(amp.Autocast(amp.FP16))}, s, nil
 	}
 	return nil, nil, fmt.Errorf("trainer: unknown -amp %q (bf16 or fp16)", cfg.AMP)
-}
-
-// newOptimizer is the recipe's optimizer over segs.
-func newOptimizer(cfg *Config, segs []optim.Segment) (optim.Optimizer, error) {
-	if cfg.Optimizer == "adamw" {
-		return optim.NewAdamW(segs, cfg.LR)
-	}
-	return optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
 }
 
 // clipShards scales the gradients so that their global L2 norm is at most maxNorm with

@@ -26,7 +26,7 @@ import (
 // so).
 type devSharded struct {
 	stepper
-	cfg     *Config
+	cfg     *settings
 	g       comm.Group
 	model   *nn.Model
 	e       *devzero.Engine
@@ -37,7 +37,7 @@ type devSharded struct {
 	ck      *checkpoints
 }
 
-func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
+func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	dev := cfg.Device
 	switch {
 	case cfg.Optimizer != "adamw":
@@ -78,7 +78,7 @@ func newDeviceShardedEngine(ctx context.Context, cfg *Config, g comm.Group, mode
 		e.Close()
 		return nil, err
 	}
-	prog, err := e.Compile(buildFor(cfg.Batch/g.Size(), shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler), bopts...)
+	prog, err := e.Compile(cfg.buildFor(cfg.Batch/g.Size(), shape, scaler), bopts...)
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -141,7 +141,7 @@ func (s *devSharded) optimizer() optim.Optimizer { return s.opt }
 
 // evalLogits runs an evaluation graph: its Run gathers the units (collective, as zero3's).
 func (s *devSharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
-	return runEval(ctx, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
+	return runEval(ctx, s.cfg, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
 }
 
 // save gathers the parameters on every rank (collective) and rank 0 writes them with the
@@ -172,7 +172,7 @@ func (s *devSharded) resume(ctx context.Context, path string, meta *checkpoint.S
 	return "", fmt.Errorf("trainer: resume from %s: -strategy zero3 -device %s does not resume yet (its checkpoints lack the optimizer's shards); pass -resume none", path, s.cfg.Device)
 }
 
-func (s *devSharded) report(ctx context.Context, cfg *Config, res *Result) error {
+func (s *devSharded) report(ctx context.Context, cfg *settings, res *Result) error {
 	m := s.e.Memory()
 	res.ModelStateBytes = int64(m.ShardParams + m.ShardGrads + m.OptimizerDevice + m.OptimizerHost)
 	return nil

@@ -20,7 +20,7 @@ import (
 // writes checkpoints (one .npz each, torchvision keys for the model), every rank reads them.
 type replicated struct {
 	stepper
-	cfg     *Config
+	cfg     *settings
 	g       comm.Group
 	d       *ddp.DDP
 	model   *nn.Model
@@ -35,7 +35,7 @@ type replicated struct {
 
 func (r *replicated) modelEMA() *modelEMA { return r.ema }
 
-func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
+func newReplicatedEngine(ctx context.Context, cfg *settings, strat strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
 	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
 	dopts := append([]ddp.Option{timelineSteps(cfg)}, cfg.CommHook.options()...)
@@ -66,7 +66,7 @@ func newReplicatedEngine(ctx context.Context, cfg *Config, strat strategy, g com
 	var dst *tape.State
 	if cfg.dev != nil {
 		build := func(n int) nn.BuildFunc {
-			return buildFor(n, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
+			return cfg.buildFor(n, shape, scaler)
 		}
 		prog, dst, err = compileOn(ctx, cfg, d, g, model, opt, build, scaler, opts)
 	} else {
@@ -95,7 +95,7 @@ func (r *replicated) trainStep(ctx context.Context, b *data.Batch, at micro) (fl
 func (r *replicated) optimizer() optim.Optimizer { return r.opt }
 
 func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
-	return runEval(ctx, r.evals, r.shape, b, func(build nn.BuildFunc) (evalProgram, error) {
+	return runEval(ctx, r.cfg, r.evals, r.shape, b, func(build nn.BuildFunc) (evalProgram, error) {
 		switch {
 		case r.dst != nil && r.ema == nil: // reads the device's parameters, which the host's lag
 			return r.dst.Compile(build, r.evalOpt...)
@@ -110,11 +110,11 @@ func (r *replicated) evalLogits(ctx context.Context, b *data.Batch) ([]float32, 
 // runEval runs the evaluation program for b's batch size from evals, compiling it with
 // compile (from the build of a batch of b.N images of shape) the first time that size comes,
 // and returns its logits.
-func runEval(ctx context.Context, evals map[int]evalProgram, shape [3]int, b *data.Batch, compile func(nn.BuildFunc) (evalProgram, error)) ([]float32, error) {
+func runEval(ctx context.Context, cfg *settings, evals map[int]evalProgram, shape [3]int, b *data.Batch, compile func(nn.BuildFunc) (evalProgram, error)) ([]float32, error) {
 	p, ok := evals[b.N]
 	if !ok {
 		var err error
-		if p, err = compile(buildFor(b.N, shape[0], shape[1], shape[2], 0, false, 0, nil)); err != nil {
+		if p, err = compile(cfg.buildEval(b.N, shape)); err != nil {
 			return nil, err
 		}
 		evals[b.N] = p
@@ -192,7 +192,7 @@ func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.S
 	return path, nil
 }
 
-func (r *replicated) report(ctx context.Context, cfg *Config, res *Result) error {
+func (r *replicated) report(ctx context.Context, cfg *settings, res *Result) error {
 	res.OverlapFrac = r.d.Timeline().Summary().OverlapFraction
 	return writeTimelines(ctx, r.g, cfg, r.d.Timeline(), res)
 }

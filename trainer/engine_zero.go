@@ -24,7 +24,7 @@ import (
 // newest complete one. They resume at any world size.
 type sharded struct {
 	stepper
-	cfg     *Config
+	cfg     *settings
 	g       comm.Group
 	e       *zero.Engine
 	evals   map[int]evalProgram
@@ -35,7 +35,7 @@ type sharded struct {
 	steps   int
 }
 
-func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
+func newShardedEngine(ctx context.Context, cfg *settings, _ strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	if cfg.ModelEMA {
 		return nil, fmt.Errorf("trainer: -model-ema needs a replicated strategy (ddp, dp or none): under zero3 no rank holds the whole model")
 	}
@@ -74,7 +74,7 @@ func newShardedEngine(ctx context.Context, cfg *Config, _ strategy, g comm.Group
 		return nil, err
 	}
 	local := cfg.Batch / g.Size()
-	prog, err := e.Compile(buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler), bopts...)
+	prog, err := e.Compile(cfg.buildFor(local, shape, scaler), bopts...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (s *sharded) optimizer() optim.Optimizer { return s.e.Optimizer() }
 // evalLogits runs a ZeRO-3 evaluation graph: its forward gathers parameters, so every rank
 // must run the same number of batches (evaluate pads the ranks that have fewer).
 func (s *sharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
-	return runEval(ctx, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
+	return runEval(ctx, s.cfg, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
 }
 
 func (s *sharded) save(ctx context.Context, meta *checkpoint.State) (string, error) {
@@ -169,7 +169,7 @@ func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.Stat
 	return path, nil
 }
 
-func (s *sharded) report(ctx context.Context, cfg *Config, res *Result) error {
+func (s *sharded) report(ctx context.Context, cfg *settings, res *Result) error {
 	m := s.e.Memory()
 	res.ModelStateBytes = m.MasterBytes + m.GradBytes + m.StateBytes
 	return writeTimelines(ctx, s.g, cfg, s.tl, res)

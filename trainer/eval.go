@@ -13,9 +13,9 @@ import (
 // top-1 and top-5 accuracy (percent) over all ranks. With collective set (ZeRO-3, whose
 // forward gathers parameters) every rank runs as many batches as the rank with the most,
 // repeating its last batch without counting it.
-func evaluate(ctx context.Context, g comm.Group, val *split, eng engine, classes int, collective bool) (loss, top1, top5 float64, err error) {
+func evaluate(ctx context.Context, g comm.Group, val *Split, eng engine, classes int, collective bool) (loss, top1, top5 float64, err error) {
 	var sums [4]float64 // loss sum, top-1 hits, top-5 hits, images
-	most := []float64{float64(val.steps)}
+	most := []float64{float64(val.Steps)}
 	if collective {
 		if err := g.AllReduce(comm.F64(most), comm.Max).Wait(ctx); err != nil {
 			return 0, 0, 0, fmt.Errorf("trainer: evaluation batch count: %w", err)
@@ -23,7 +23,7 @@ func evaluate(ctx context.Context, g comm.Group, val *split, eng engine, classes
 	}
 	ran := 0
 	var last *data.Batch
-	for b, err := range val.batches(ctx, 0, 0) {
+	for b, err := range val.Batches(ctx, 0, 0) {
 		if err != nil {
 			return 0, 0, 0, err
 		}

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/gorgonia-parallel/gp/data"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // Note [Fashion-MNIST preset]
@@ -41,7 +40,7 @@ type greyPreset struct {
 // openIDX opens DATA's train-* files for training and its t10k-* files (all of them) for
 // validation, under MNIST's names, plain or gzipped (data.FashionMNIST); DATA defaults to
 // Debian's dataset-fashion-mnist folder. Labels are checked against -num-classes, else 10.
-func openIDX(g comm.Group, cfg *Config, log *slog.Logger) (*split, *split, error) {
+func openIDX(env Env, cfg *Config, log *slog.Logger) (*Split, *Split, error) {
 	bad, _ := badInput(cfg)
 	opts := []data.Option{data.WithLogger(log), data.WithBadInput(bad)}
 	if cfg.NumClasses > 0 {
@@ -73,7 +72,7 @@ func openIDX(g comm.Group, cfg *Config, log *slog.Logger) (*split, *split, error
 		classes = len(data.FashionMNISTClasses)
 	}
 	p := greyPreset{Pad: a.CropPad, HFlip: a.HFlip, VFlip: a.VFlip, Mean: data.FashionMNISTMean, Std: data.FashionMNISTStd}
-	return mapSplits(g, cfg, newGreyImages(trainIDX, p, true), newGreyImages(valIDX, p, false), classes, classes)
+	return mapSplits(env, cfg, newGreyImages(trainIDX, p, true), newGreyImages(valIDX, p, false), classes, classes)
 }
 
 // greyImages serves an IDX data set's grey images as normalised 3-channel CHW float32

@@ -89,14 +89,14 @@ func TestFashionMNISTSplits(t *testing.T) {
 	seen := 0
 	for _, g := range comm.NewLocalGroups(2) {
 		c := cfg
-		train, val, err := openIDX(g, &c, log)
+		train, val, err := openIDX(testEnv(g, &c, log), &c, log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if train.c != 3 || train.h != 28 || train.w != 28 || train.classes != 10 || val.images != 22 || train.steps != 8 {
-			t.Fatalf("train %dx%dx%d, %d classes, %d steps; val %d images", train.c, train.h, train.w, train.classes, train.steps, val.images)
+		if train.C != 3 || train.H != 28 || train.W != 28 || train.Classes != 10 || val.Images != 22 || train.Steps != 8 {
+			t.Fatalf("train %dx%dx%d, %d classes, %d steps; val %d images", train.C, train.H, train.W, train.Classes, train.Steps, val.Images)
 		}
-		for b, err := range val.batches(context.Background(), 0, 0) {
+		for b, err := range val.Batches(context.Background(), 0, 0) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestFashionMNISTSplits(t *testing.T) {
 	}
 
 	writeIDX(t, dir, "t10k", append(cycleLabels(21, 10), 10), 28, 28, true)
-	_, _, err := openIDX(comm.NewLocalGroups(1)[0], &cfg, log)
+	_, _, err := openIDX(testEnv(comm.NewLocalGroups(1)[0], &cfg, log), &cfg, log)
 	if !errors.Is(err, data.ErrBadLabel) || !strings.Contains(err.Error(), "t10k-labels-idx1-ubyte.gz") {
 		t.Errorf("label 10 of 10 classes: %v, want data.ErrBadLabel naming the t10k labels file", err)
 	}
@@ -116,12 +116,12 @@ func TestFashionMNISTSplits(t *testing.T) {
 	for _, a := range []Augment{{CropPad: 28}, {ColorJitter: 0.4}} {
 		c := cfg
 		c.Augment = a
-		if _, _, err := openIDX(comm.NewLocalGroups(1)[0], &c, log); err == nil {
+		if _, _, err := openIDX(testEnv(comm.NewLocalGroups(1)[0], &c, log), &c, log); err == nil {
 			t.Errorf("%+v on 28x28 grey images: no error", a)
 		}
 	}
 	cfg.Data = filepath.Join(dir, "missing")
-	if _, _, err := openIDX(comm.NewLocalGroups(1)[0], &cfg, log); err == nil || !strings.Contains(err.Error(), "dataset-fashion-mnist") {
+	if _, _, err := openIDX(testEnv(comm.NewLocalGroups(1)[0], &cfg, log), &cfg, log); err == nil || !strings.Contains(err.Error(), "dataset-fashion-mnist") {
 		t.Errorf("a missing folder: %v, want an error naming the Debian package", err)
 	}
 }
@@ -231,11 +231,16 @@ func TestFashionMNISTInstalledSplits(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg := Config{DataFormat: "fashion-mnist", Batch: 128, Workers: 1, ImageSize: 224}
 	g := comm.NewLocalGroups(2)[0]
-	train, val, err := openData(context.Background(), g, &cfg, log)
+	train, val, err := openData(context.Background(), testEnv(g, &cfg, log), &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Data != data.FashionMNISTDir || train.images != 60000 || val.images != 10000 || train.steps != 468 || train.classes != 10 {
-		t.Errorf("data %s: %d train images (%d steps of 64), %d test images, %d classes", cfg.Data, train.images, train.steps, val.images, train.classes)
+	if cfg.Data != data.FashionMNISTDir || train.Images != 60000 || val.Images != 10000 || train.Steps != 468 || train.Classes != 10 {
+		t.Errorf("data %s: %d train images (%d steps of 64), %d test images, %d classes", cfg.Data, train.Images, train.Steps, val.Images, train.Classes)
 	}
+}
+
+// testEnv is the Env a Trainer gives cfg's data in group g.
+func testEnv(g comm.Group, cfg *Config, log *slog.Logger) Env {
+	return Env{Group: g, Rank: g.Rank(), World: g.Size(), Batch: cfg.Batch / g.Size(), Seed: cfg.Seed, Classes: cfg.NumClasses, Log: log}
 }

@@ -1,46 +1,41 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 )
 
-// Fault injection for the restart tests (-fail-at-step, -kill-at-step): each fires only in
-// a job's first attempt, so that the attempt the launcher restarts runs to the end. The
-// training loop knows only the hooks; what they do is here.
+// Fault injection for the restart tests (-fail-at-step, -kill-at-step), as a Callback:
+// each fires only in a job's first attempt, so that the attempt the launcher restarts runs
+// to the end.
 
-// faultHooks are the points of an optimizer step where a fault can be injected.
-type faultHooks struct {
-	// beforeUpdate runs after the forward and backward of step's last batch, before the
-	// update (step is the step being run).
-	beforeUpdate func(step int64)
-	// afterStep runs once step is taken, logged and (-ckpt-every) checkpointed.
-	afterStep func(step int64)
-}
-
-// faultsOf is the hooks that cfg's -kill-at-step and -fail-at-step ask of rank: no-ops
-// without them.
-func faultsOf(cfg *Config, rank int) faultHooks {
-	h := faultHooks{beforeUpdate: func(int64) {}, afterStep: func(int64) {}}
-	if cfg.KillAtStep > 0 && rank == cfg.KillRank {
-		h.beforeUpdate = func(step int64) {
-			if step == cfg.KillAtStep && firstAttempt() {
-				killSelf(rank, step)
+// faults is the callback of c's -kill-at-step and -fail-at-step; false without them.
+func (c *Config) faults() (Callback, bool) {
+	var cb Callback
+	if c.KillAtStep > 0 {
+		kill, rank := c.KillAtStep, c.KillRank
+		cb.BeforeUpdate = func(_ context.Context, s Step) error {
+			if s.Rank == rank && s.Step == kill && firstAttempt() {
+				killSelf(s.Rank, s.Step)
 			}
+			return nil
 		}
 	}
-	if cfg.FailAtStep > 0 {
-		h.afterStep = func(step int64) {
-			if step == cfg.FailAtStep && firstAttempt() {
+	if c.FailAtStep > 0 {
+		fail := c.FailAtStep
+		cb.OnStepEnd = func(_ context.Context, s Step) error {
+			if s.Step == fail && firstAttempt() {
 				// As a crash would: no deferred cleanup, no abort of the group.
-				fmt.Fprintf(os.Stderr, "trainer: rank %d: failing on purpose after step %d (-fail-at-step)\n", rank, step)
+				fmt.Fprintf(os.Stderr, "trainer: rank %d: failing on purpose after step %d (-fail-at-step)\n", s.Rank, s.Step)
 				os.Exit(3)
 			}
+			return nil
 		}
 	}
-	return h
+	return cb, c.KillAtStep > 0 || c.FailAtStep > 0
 }
 
 // firstAttempt reports whether this is the first attempt of the job: the launcher's

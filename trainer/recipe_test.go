@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"flag"
+	"io"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -229,7 +230,7 @@ func TestMixer(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.NumClasses = k
-			m := newMixer(cfg, 0)
+			m := newMixer(settingsOf(t, cfg), 0)
 			lams := map[float64]bool{}
 			for pos := range int64(20) {
 				b := batch()
@@ -385,7 +386,7 @@ func TestScheduleWarmupAndMinLR(t *testing.T) {
 				t.Fatal(err)
 			}
 			const spe = 5
-			sched, err := newSchedule(opt, c, spe)
+			sched, err := newSchedule(opt, settingsOf(t, c), spe)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -491,7 +492,7 @@ func TestSchedulesOfPyTorchUsers(t *testing.T) {
 				t.Fatal(err)
 			}
 			const spe = 5
-			sched, err := newSchedule(opt, c, spe)
+			sched, err := newSchedule(opt, settingsOf(t, c), spe)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -511,4 +512,14 @@ func TestSchedulesOfPyTorchUsers(t *testing.T) {
 	if _, err := parseConfig(t, "-sched", "exp"); err == nil || !strings.Contains(err.Error(), "unknown -sched \"exp\" (step, cosine, onecycle, poly or constant)") {
 		t.Errorf("-sched exp: %v", err)
 	}
+}
+
+// settingsOf is the Trainer settings of a Config the recipe has filled in.
+func settingsOf(t *testing.T, c *Config) *settings {
+	t.Helper()
+	tr, err := New(c.options(io.Discard)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tr.s
 }

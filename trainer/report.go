@@ -16,7 +16,7 @@ import (
 
 // finishReport writes the per-rank timelines and prints the end-of-run summary on rank 0:
 // throughput, communication overlap and peak memory per rank.
-func finishReport(ctx context.Context, g comm.Group, cfg *Config, res *Result, out io.Writer) error {
+func finishReport(ctx context.Context, g comm.Group, cfg *settings, res *Result, out io.Writer) error {
 	rank, world := g.Rank(), g.Size()
 	rss := make([]float64, world)
 	mine := []float64{float64(peakRSS())}
@@ -78,7 +78,7 @@ func writeSummary(out io.Writer, world int, res *Result) {
 
 // timelineSteps is the ddp option that sizes each rank's timeline from cfg.TimelineSteps,
 // for ddp.New and ddp.NewTimeline.
-func timelineSteps(cfg *Config) ddp.Option {
+func timelineSteps(cfg *settings) ddp.Option {
 	switch n := cfg.TimelineSteps; {
 	case n == 0:
 		return ddp.TimelineSteps(ddp.DefaultTimelineSteps)
@@ -93,7 +93,7 @@ func timelineSteps(cfg *Config) ddp.Option {
 // once every rank has, rank 0 merges them into OUT/timeline.json. The timeline holds only
 // the events of the last cfg.TimelineSteps steps (the trace's metadata says which); with
 // timelines off (a negative cfg.TimelineSteps) nothing is written.
-func writeTimelines(ctx context.Context, g comm.Group, cfg *Config, tl *ddp.Timeline, res *Result) error {
+func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *ddp.Timeline, res *Result) error {
 	if tl.Steps() == 0 {
 		return nil
 	}

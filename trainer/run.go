@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -17,26 +16,26 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 )
 
-// run is one call of Run after its process group is joined: what the phases of training
-// (setup, epochs, validation, the end) share.
+// run is one call of Fit or Validate after its process group is joined: what the phases
+// of training (setup, epochs, validation, the end) share.
 type run struct {
-	cfg         *Config
+	cfg         *settings
+	spec        Model
 	strat       strategy
 	g           comm.Group
 	rank, world int
 	local       int // batch per rank
 	out         io.Writer
 	log         *slog.Logger
-	train, val  *split
+	train, val  *Split // val nil: no validation
 	model       *nn.Model
 	eng         engine
-	ema         *modelEMA // -model-ema's average; nil without
+	ema         *modelEMA // the weights' average (WithEMA); nil without
 	opt         optim.Optimizer
 	sched       optim.Scheduler
 	meta        *checkpoint.State
 	res         *Result
 	side        *sideOutputs
-	hooks       faultHooks
 	perEpoch    int   // optimizer steps per epoch
 	step, saved int64 // the last step taken; the step of the last checkpoint this run wrote (-1: none)
 	firstStep   int64 // the step this run started from
@@ -49,33 +48,39 @@ type run struct {
 
 // newRun opens the data, builds the model and the strategy's engine, and restores the
 // checkpoint that cfg.Resume names.
-func newRun(ctx context.Context, cfg *Config, strat strategy, g comm.Group, out io.Writer) (*run, error) {
-	r := &run{cfg: cfg, strat: strat, g: g, rank: g.Rank(), world: g.Size(), out: out, res: &Result{},
+func newRun(ctx context.Context, cfg *settings, strat strategy, g comm.Group, spec Model, src Source) (*run, error) {
+	r := &run{cfg: cfg, spec: spec, strat: strat, g: g, rank: g.Rank(), world: g.Size(), out: cfg.out, res: &Result{},
 		saved: -1, lossBuf: []float64{0, 0}}
 	if cfg.Batch%r.world != 0 {
-		return nil, fmt.Errorf("trainer: global batch %d (-b) is not divisible by the world size %d", cfg.Batch, r.world)
+		return nil, fmt.Errorf("trainer: global batch %d (WithBatchSize, -b) is not divisible by the world size %d", cfg.Batch, r.world)
 	}
 	r.local = cfg.Batch / r.world
 	r.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("rank", r.rank)
-	if r.rank != 0 {
+	if r.rank != 0 || r.out == nil {
 		r.out = io.Discard
 	}
-	r.hooks = faultsOf(cfg, r.rank)
 	var err error
-	if r.train, r.val, err = openData(ctx, g, cfg, r.log); err != nil {
+	env := Env{Group: g, Rank: r.rank, World: r.world, Batch: r.local, Seed: cfg.Seed, Classes: cfg.NumClasses, Log: r.log}
+	if r.train, r.val, err = src.Open(ctx, env); err != nil {
 		return nil, err
 	}
+	if r.train == nil {
+		return nil, fmt.Errorf("trainer: the data source gave no training split")
+	}
+	if r.val != nil && r.val.Classes != r.train.Classes {
+		return nil, fmt.Errorf("trainer: the training set has %d classes and the validation set %d", r.train.Classes, r.val.Classes)
+	}
 	if cfg.NumClasses == 0 {
-		cfg.NumClasses = r.train.classes
+		cfg.NumClasses = r.train.Classes
 	}
 	if err := r.buildModel(ctx); err != nil {
 		return nil, err
 	}
 	// An optimizer step takes GradAccum batches; an epoch's leftover batches (fewer than
 	// GradAccum) are dropped, as drop_last drops a short batch.
-	if r.perEpoch = r.train.steps / cfg.GradAccum; r.perEpoch == 0 {
-		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than %d batches of %d per rank (-grad-accum-steps %d)",
-			r.train.images, cfg.GradAccum, r.local, cfg.GradAccum)
+	if r.perEpoch = r.train.Steps / cfg.GradAccum; r.perEpoch == 0 {
+		return nil, fmt.Errorf("trainer: the training set (%d images) is smaller than %d batches of %d per rank (gradient accumulation %d)",
+			r.train.Images, cfg.GradAccum, r.local, cfg.GradAccum)
 	}
 	r.opt = r.eng.optimizer()
 	if r.sched, err = newSchedule(r.opt, cfg, r.perEpoch); err != nil {
@@ -85,32 +90,25 @@ func newRun(ctx context.Context, cfg *Config, strat strategy, g comm.Group, out 
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil && r.rank == 0 {
-		return nil, fmt.Errorf("trainer: run directory %s (-out): %w", cfg.Out, err)
+		return nil, fmt.Errorf("trainer: run directory %s: %w", cfg.Out, err)
 	}
 	return r, nil
 }
 
-// buildModel builds cfg's model, loads -pretrained, and makes the strategy's engine.
+// buildModel builds the model for the data's images and classes and makes the strategy's
+// engine.
 func (r *run) buildModel(ctx context.Context) error {
 	cfg := r.cfg
-	module, err := newModule(cfg)
-	if err != nil {
-		return err
-	}
 	mopts := []nn.ModelOption{nn.WithSeed(cfg.Seed)}
 	if !r.strat.sharded {
 		// DDP all-reduces the gradients in place when the ranks share this host's memory.
 		mopts = append(mopts, ddp.SharedGradients(ctx, r.g))
 	}
-	if r.model, err = nn.NewModel(module, mopts...); err != nil {
-		return fmt.Errorf("trainer: model %s (-arch): %w", cfg.Arch, err)
+	r.shape = [3]int{r.train.C, r.train.H, r.train.W}
+	var err error
+	if r.model, cfg.fwd, err = r.spec.build(r.shape, cfg.NumClasses, mopts...); err != nil {
+		return err
 	}
-	if cfg.Pretrained != "" {
-		if err := models.LoadWeights(r.model.Params, cfg.Pretrained); err != nil {
-			return fmt.Errorf("trainer: -pretrained %s: %w", cfg.Pretrained, err)
-		}
-	}
-	r.shape = [3]int{r.train.c, r.train.h, r.train.w}
 	if r.eng, err = r.strat.newEngine(ctx, cfg, r.strat, r.g, r.model, r.shape, r.log); err != nil {
 		return err
 	}
@@ -118,7 +116,7 @@ func (r *run) buildModel(ctx context.Context) error {
 		r.ema = ema.modelEMA()
 	}
 	if cfg.ModelEMA && r.ema == nil {
-		return fmt.Errorf("trainer: -model-ema: the %s strategy keeps no average of the weights", cfg.Strategy)
+		return fmt.Errorf("trainer: an average of the weights (WithEMA, -model-ema): the %s strategy keeps none", cfg.Strategy)
 	}
 	return nil
 }
@@ -160,13 +158,16 @@ func (r *run) evaluate(ctx context.Context, ema bool) (loss, top1, top5 float64,
 	return loss, top1, top5, err
 }
 
-// evaluateOnly is -evaluate: one validation, no training.
+// evaluateOnly is Validate: one validation, no training.
 func (r *run) evaluateOnly(ctx context.Context) (*Result, error) {
+	if r.val == nil {
+		return nil, fmt.Errorf("trainer: Validate: the data source has no validation split")
+	}
 	_, top1, top5, err := r.evaluate(ctx, false)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(r.out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, r.val.images)
+	fmt.Fprintf(r.out, "evaluate: top-1 %.2f%%  top-5 %.2f%% on %d images\n", top1, top5, r.val.Images)
 	r.res.Top1, r.res.Top5, r.res.Evaluated = top1, top5, true
 	return r.res, nil
 }
@@ -222,8 +223,12 @@ func (r *run) trainAll(ctx context.Context) (*Result, error) {
 	if cfg.Solver != nil {
 		optName = fmt.Sprintf("%T", cfg.Solver)
 	}
+	first := Step{Rank: r.rank, Epoch: int(r.step) / r.perEpoch, Step: r.step, LR: r.opt.LR()}
+	if err := stepHook(ctx, cfg.callbacks, func(c Callback) func(context.Context, Step) error { return c.OnTrainStart }, first); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(r.out, "train: %s, %d parameters, %d ranks x batch %d%s, %d steps/epoch, %s lr %.4g, %s schedule, image %dx%d, %d classes\n",
-		cfg.Arch, r.model.Params.NumParams(), r.world, r.local, accum, r.perEpoch, optName, cfg.LR, cfg.Sched, r.shape[2], r.shape[1], cfg.NumClasses)
+		r.spec.name, r.model.Params.NumParams(), r.world, r.local, accum, r.perEpoch, optName, cfg.LR, cfg.Sched, r.shape[2], r.shape[1], cfg.NumClasses)
 	r.bar = newProgress(r.out, cfg.Progress, cfg.Quiet || r.rank != 0)
 	defer r.bar.close()
 	r.start = time.Now()
@@ -258,7 +263,7 @@ func (r *run) epoch(ctx context.Context, epoch int) (complete bool, err error) {
 	defer r.bar.finish()
 	var epochLoss, stepLoss float64
 	var n, k int // optimizer steps of this epoch in this run; batches of the current step
-	for batch, err := range r.train.batches(ctx, epoch, skip*cfg.GradAccum) {
+	for batch, err := range r.train.Batches(ctx, epoch, skip*cfg.GradAccum) {
 		if err != nil {
 			return false, err
 		}
@@ -280,7 +285,7 @@ func (r *run) epoch(ctx context.Context, epoch int) (complete bool, err error) {
 		}
 		loss := float64(float32(stepLoss / float64(cfg.GradAccum))) // the loss as float32, as the program gives it
 		stepLoss, k = 0, 0
-		if err := r.update(ctx); err != nil {
+		if err := r.update(ctx, epoch, loss); err != nil {
 			return false, err
 		}
 		epochLoss += loss
@@ -305,9 +310,13 @@ func (r *run) epoch(ctx context.Context, epoch int) (complete bool, err error) {
 	return n+skip == r.perEpoch, nil
 }
 
-// update ends an optimizer step: the engine's update, the weights' average, the schedule.
-func (r *run) update(ctx context.Context) error {
-	r.hooks.beforeUpdate(r.step + 1)
+// update ends an optimizer step whose forward and backward gave loss: the callbacks'
+// BeforeUpdate, the engine's update, the weights' average, the schedule.
+func (r *run) update(ctx context.Context, epoch int, loss float64) error {
+	at := Step{Rank: r.rank, Epoch: epoch, Step: r.step + 1, Loss: loss, LR: r.opt.LR()}
+	if err := stepHook(ctx, r.cfg.callbacks, func(c Callback) func(context.Context, Step) error { return c.BeforeUpdate }, at); err != nil {
+		return err
+	}
 	if err := r.eng.update(ctx); err != nil {
 		return fmt.Errorf("trainer: step %d: %w", r.step+1, err)
 	}
@@ -320,8 +329,9 @@ func (r *run) update(ctx context.Context) error {
 	return nil
 }
 
-// afterStep logs the step just taken (every -print-freq steps, at the epoch's end and at
-// -max-steps) and checkpoints it (-ckpt-every). done is the epoch's steps so far, mean its
+// afterStep logs the step just taken (every print-freq steps, at the epoch's end and at
+// the last step), checkpoints it (every WithCheckpoints steps) and runs the callbacks'
+// OnStepEnd. done is the epoch's steps so far, mean its
 // mean loss on this rank, loss this step's.
 func (r *run) afterStep(ctx context.Context, epoch, done int, mean, loss float64) error {
 	step := r.step
@@ -341,19 +351,27 @@ func (r *run) afterStep(ctx context.Context, epoch, done int, mean, loss float64
 			return err
 		}
 	}
-	r.hooks.afterStep(step)
-	return nil
+	at := Step{Rank: r.rank, Epoch: epoch, Step: step, Loss: loss, LR: r.opt.LR()}
+	return stepHook(ctx, r.cfg.callbacks, func(c Callback) func(context.Context, Step) error { return c.OnStepEnd }, at)
 }
 
-// validate ends a complete epoch: validation (and of -model-ema's average), its records,
-// the epoch's checkpoint and the plot.
+// validate ends a complete epoch: validation (and of the weights' average), its records,
+// the epoch's checkpoint, the plot and the callbacks' OnEpochEnd. Without a validation
+// split the epoch ends with its checkpoint.
 func (r *run) validate(ctx context.Context, epoch int) error {
 	cfg := r.cfg
+	ep := Epoch{Rank: r.rank, Epoch: epoch, Step: r.step, TrainLoss: r.res.FinalLoss}
+	if r.val == nil {
+		fmt.Fprintf(r.out, "epoch %d/%d  train loss %.4f  %.0f img/s\n",
+			epoch+1, cfg.Epochs, r.res.FinalLoss, float64(r.imagesSeen)/time.Since(r.start).Seconds())
+		return r.endEpoch(ctx, epoch, ep)
+	}
 	vloss, top1, top5, err := r.evaluate(ctx, false)
 	if err != nil {
 		return err
 	}
 	r.res.Top1, r.res.Top5, r.res.Evaluated = top1, top5, true
+	ep.Evaluated, ep.ValLoss, ep.Top1, ep.Top5 = true, vloss, top1, top5
 	fmt.Fprintf(r.out, "epoch %d/%d  train loss %.4f  val loss %.4f  top-1 %.2f%%  top-5 %.2f%%  %.0f img/s\n",
 		epoch+1, cfg.Epochs, r.res.FinalLoss, vloss, top1, top5, float64(r.imagesSeen)/time.Since(r.start).Seconds())
 	// The validation record goes before the checkpoint: a crash between the two leaves a
@@ -368,11 +386,24 @@ func (r *run) validate(ctx context.Context, epoch int) error {
 		fmt.Fprintf(r.out, "epoch %d/%d  EMA of the weights: val loss %.4f  top-1 %.2f%%  top-5 %.2f%%\n", epoch+1, cfg.Epochs, eloss, etop1, etop5)
 		r.side.add(Record{Kind: "val_ema", Epoch: epoch, Step: r.step, Loss: eloss, Top1: etop1, Top5: etop5, ElapsedS: time.Since(r.start).Seconds()})
 	}
+	return r.endEpoch(ctx, epoch, ep)
+}
+
+// endEpoch writes the epoch's checkpoint and plot and runs the callbacks' OnEpochEnd.
+func (r *run) endEpoch(ctx context.Context, epoch int, ep Epoch) error {
 	if err := r.save(ctx, r.step, epoch+1); err != nil {
 		return err
 	}
 	if p := r.side.plot(); p != "" {
 		r.res.PlotPath = p
+	}
+	ep.Checkpoint = r.res.Checkpoint
+	for _, cb := range r.cfg.callbacks {
+		if cb.OnEpochEnd != nil {
+			if err := cb.OnEpochEnd(ctx, ep); err != nil {
+				return fmt.Errorf("trainer: callback at the end of epoch %d: %w", epoch+1, err)
+			}
+		}
 	}
 	return nil
 }
@@ -407,5 +438,12 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	r.cfg.writeDeviceProfile(r.out, r.log)
+	for _, cb := range r.cfg.callbacks {
+		if cb.OnTrainEnd != nil {
+			if err := cb.OnTrainEnd(ctx, res); err != nil {
+				return nil, fmt.Errorf("trainer: callback at the end of training: %w", err)
+			}
+		}
+	}
 	return res, nil
 }

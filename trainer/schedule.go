@@ -12,7 +12,7 @@ import (
 // ImageNet example), cosine annealing to cfg.MinLR (timm's --min-lr) at the last step,
 // polynomial decay to 0 (PolynomialLR with cfg.PolyPower) or the rate held (ConstantLR);
 // or PyTorch's OneCycleLR over every step, peaking at the learning rate.
-func newSchedule(opt optim.Optimizer, cfg *Config, stepsPerEpoch int) (optim.Scheduler, error) {
+func newSchedule(opt optim.Optimizer, cfg *settings, stepsPerEpoch int) (optim.Scheduler, error) {
 	total := cfg.Epochs * stepsPerEpoch
 	warm := cfg.Warmup * stepsPerEpoch
 	var main optim.Scheduler

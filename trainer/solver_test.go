@@ -98,9 +98,9 @@ func TestGorgoniaSolverRefusedAtStart(t *testing.T) {
 		want     error
 		wantText string
 	}{
-		{G.NewBarzilaiBorweinSolver(), "ddp", gsolver.ErrUnsupported, "Config.Solver"},
-		{G.NewAdamSolver(), "zero3", nil, "-strategy ddp or none"},
-		{G.NewAdamSolver(), "dp", nil, "-strategy ddp or none"},
+		{G.NewBarzilaiBorweinSolver(), "ddp", gsolver.ErrUnsupported, "Solver (a gorgonia solver)"},
+		{G.NewAdamSolver(), "zero3", nil, "needs strategy ddp or none"},
+		{G.NewAdamSolver(), "dp", nil, "needs strategy ddp or none"},
 	} {
 		cfg := tinyConfig(t, t.TempDir())
 		cfg.Arch, cfg.Solver, cfg.Strategy = "resnet8", tc.solver, tc.strategy

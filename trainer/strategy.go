@@ -24,12 +24,12 @@ type strategy struct {
 	// is not where the gradients are.
 	sharded bool
 	// newEngine builds the strategy's engine.
-	newEngine func(ctx context.Context, cfg *Config, st strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error)
+	newEngine func(ctx context.Context, cfg *settings, st strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error)
 	// solver: the strategy's program steps the whole model, so a gorgonia solver
 	// (Config.Solver) can be its update.
 	solver bool
 	// compile builds the replicated engine's training program (nil for sharded ones).
-	compile func(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error)
+	compile func(cfg *settings, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error)
 }
 
 var strategies = map[string]strategy{
@@ -51,24 +51,23 @@ func strategyOf(name string) (strategy, error) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		return strategy{}, fmt.Errorf("trainer: unknown -strategy %q (%s)", name, strings.Join(names, ", "))
+		return strategy{}, fmt.Errorf("trainer: unknown strategy %q (%s)", name, strings.Join(names, ", "))
 	}
 	return s, nil
 }
 
 // compileDDP is DDP over the group (also for world 1).
-func compileDDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
-	build := buildFor(local, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)
-	return d.Compile(build, opts...)
+func compileDDP(cfg *settings, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
+	return d.Compile(cfg.buildFor(local, shape, scaler), opts...)
 }
 
 // compileDP is DataParallel over cfg.DPReplicas replicas in this one process.
-func compileDP(cfg *Config, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
+func compileDP(cfg *settings, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error) {
 	if d.Size() != 1 {
-		return nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", d.Size())
+		return nil, fmt.Errorf("trainer: strategy dp runs in one process; launch it without gprun (world size is %d)", d.Size())
 	}
 	rep, err := dp.New(m, func(b *nn.Builder, n int) (*G.Node, error) {
-		return buildFor(n, shape[0], shape[1], shape[2], cfg.Smoothing, cfg.Augment.mixing(), cfg.NumClasses, scaler)(b)
+		return cfg.buildFor(n, shape, scaler)(b)
 	}, dp.WithReplicas(cfg.DPReplicas), dp.WithBuildOptions(opts...))
 	if err != nil {
 		return nil, err

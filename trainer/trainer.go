@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/data"
-	"github.com/gorgonia-parallel/gp/models"
-	"github.com/gorgonia-parallel/gp/models/swin"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -53,56 +49,6 @@ type Result struct {
 // LossHistorySteps bounds Result.LossHistory.
 const LossHistorySteps = 4096
 
-// Run trains (or, with Evaluate, evaluates) as cfg says. It joins the process group the
-// torchrun environment describes (one process when WORLD_SIZE is unset). Progress goes to
-// out on rank 0.
-//
-// When Run fails on this rank alone (a bad image, a full disk), it aborts the group it
-// joined with its error (comm.Abort), so that the other ranks' collectives fail at once
-// naming this rank and the error instead of waiting for it; a group passed in cfg.Group is
-// the caller's to abort or close.
-func Run(ctx context.Context, cfg Config, out io.Writer) (_ *Result, err error) {
-	if err := cfg.recipe(); err != nil {
-		return nil, err
-	}
-	strat, err := strategyOf(cfg.Strategy)
-	if err != nil {
-		return nil, err
-	}
-	g := cfg.Group
-	if g == nil {
-		if g, err = joinGroup(ctx, cfg.commOptions()...); err != nil {
-			return nil, err
-		}
-		defer func() { leaveGroup(g, err) }()
-	}
-	r, err := newRun(ctx, &cfg, strat, g, out)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Evaluate {
-		return r.evaluateOnly(ctx)
-	}
-	if err := r.openOutputs(); err != nil {
-		return nil, err
-	}
-	defer r.closeOutputs()
-	return r.trainAll(ctx)
-}
-
-// newModule builds cfg's architecture; -drop-path sets a Swin's stochastic depth.
-func newModule(cfg *Config) (nn.Module, error) {
-	if cfg.DropPath < 0 || !strings.HasPrefix(cfg.Arch, "swin") {
-		return models.New(cfg.Arch, cfg.NumClasses)
-	}
-	c, err := swin.Arch(cfg.Arch, cfg.NumClasses)
-	if err != nil {
-		return nil, err
-	}
-	c.StochasticDepth = cfg.DropPath
-	return swin.New(c)
-}
-
 // keepLast trims h to its last n values once it holds 2n, so that appending to it one value
 // at a time costs amortised O(1) and holds at most 2n; the caller trims the final result.
 func keepLast(h []float64, n int) []float64 {
@@ -112,21 +58,16 @@ func keepLast(h []float64, n int) []float64 {
 	return append(h[:0], h[len(h)-n:]...)
 }
 
-// buildFor builds the classification graph for a batch of n images: inputs "images"
-// [n,c,h,w] and "labels" [n], output "logits", and in train mode the cross-entropy loss,
-// multiplied by the loss scale when a scaler is given. With soft set (mixup, cutmix) the
-// training graph takes "targets" [n,classes] instead of "labels" and the loss is the
-// cross-entropy against them (label smoothing is in the targets).
-func buildFor(n, c, h, w int, smoothing float64, soft bool, classes int, scaler *amp.GradScaler) nn.BuildFunc {
-	classify := nn.Classify(n, []int{c, h, w}, smoothing)
-	if soft {
-		classify = classifySoft(n, []int{c, h, w}, classes)
-	}
+// buildFor is the training graph of the model for a batch of n images per program: the
+// classification graph (classify) with the settings' label smoothing and, mixing, soft
+// targets, its loss multiplied by the loss scale when scaler is given.
+func (s *settings) buildFor(n int, shape [3]int, scaler *amp.GradScaler) nn.BuildFunc {
+	build := classify(n, shape, s.Smoothing, s.Mix.on(), s.NumClasses, s.fwd)
 	if scaler == nil {
-		return classify
+		return build
 	}
 	return func(b *nn.Builder) (*G.Node, error) {
-		loss, err := classify(b)
+		loss, err := build(b)
 		if err != nil || loss == nil {
 			return loss, err
 		}
@@ -134,32 +75,9 @@ func buildFor(n, c, h, w int, smoothing float64, soft bool, classes int, scaler 
 	}
 }
 
-// classifySoft is nn.Classify with soft targets: inputs "images" [batch, shape...] and, in
-// train mode, "targets" [batch, classes]; output "logits"; loss ops.SoftCrossEntropy.
-func classifySoft(batch int, shape []int, classes int) nn.BuildFunc {
-	return func(b *nn.Builder) (*G.Node, error) {
-		x, err := b.Input("images", append([]int{batch}, shape...)...)
-		if err != nil {
-			return nil, err
-		}
-		if !b.Training() {
-			logits, err := b.Forward(x)
-			if err == nil {
-				b.Output("logits", logits)
-			}
-			return nil, err
-		}
-		t, err := b.Input("targets", batch, classes)
-		if err != nil {
-			return nil, err
-		}
-		logits, err := b.Forward(x)
-		if err != nil {
-			return nil, err
-		}
-		b.Output("logits", logits)
-		return ops.SoftCrossEntropy(logits, t)
-	}
+// buildEval is the evaluation graph for a batch of n images: logits, and labels fed.
+func (s *settings) buildEval(n int, shape [3]int) nn.BuildFunc {
+	return classify(n, shape, 0, false, s.NumClasses, s.fwd)
 }
 
 // fillInputs copies a batch into the inputs that input returns.
