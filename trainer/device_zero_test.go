@@ -109,7 +109,7 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 	}
 }
 
-// -sync-bn with -strategy zero3 -device cuda is not on the device yet: the trainer refuses
+// -sync-bn with -strategy zero3 -device cuda is not supported on the device: the trainer refuses
 // it, naming the flag, before training.
 func TestDeviceZero3RefusesSyncBN(t *testing.T) {
 	emulatorEnv(t, 1)
@@ -118,7 +118,7 @@ func TestDeviceZero3RefusesSyncBN(t *testing.T) {
 	c.Group = comm.NewLocalGroups(1)[0]
 	var out bytes.Buffer
 	_, err := Run(context.Background(), c, &out)
-	if err == nil || !strings.Contains(err.Error(), "-sync-bn with -strategy zero3 -device cuda is not yet on the device") {
+	if err == nil || !strings.Contains(err.Error(), "-sync-bn with -strategy zero3 -device cuda is not supported on the device") {
 		t.Fatalf("-sync-bn -strategy zero3 -device cuda: %v, want the refusal naming -sync-bn", err)
 	}
 }

@@ -1,24 +1,30 @@
 // Package devzero is ZeRO-3 on CUDA devices (docs/DESIGN.md §9, "ZeRO-3 on the device"): each
-// rank keeps 1/N of the parameters, of the gradients and of the AdamW state on its device,
-// all-gathers the parameter units with NCCL before they are read and reduce-scatters each
-// unit's gradients as soon as the backward has produced them.
+// rank keeps 1/N of the parameters, of the gradients and of the optimizer state on its
+// device, all-gathers the parameter units with NCCL before they are read and reduce-scatters
+// each unit's gradients as soon as the backward has produced them.
 //
-//	host, err := optim.NewAdamW(segs, lr)              // the hyperparameters and the LR
-//	e, err := devzero.New(dev, model, group, host)      // group: an nccl.Group on dev
+//	e, err := devzero.New(ctx, dev, model, group,        // group: an nccl.Group on dev
+//		zero.WithOptimizer(zero.AdamW(lr)), zero.WithWeightDecay(wd))
 //	p, err := e.Compile(build)
 //	for each batch { p.SetInput(...); err = train.RunStep(ctx, p) }
-//	err = e.ParamsToHost(ctx)                           // collective: the full parameters
+//	err = e.Save(ctx, dir, tag)                          // collective: parallel/zero's format
 //
-// The units and the shards are parallel/zero's (zero.Unit): the flat parameter buffer is
-// cut into units by a key of the parameters' names (zero.DepthKey(1) by default), each unit
-// padded to a multiple of the world size N, and rank r owns elements [r·Shard,
-// (r+1)·Shard) of every unit, which is what NCCL's equal-count all-gather and reduce-scatter
-// move.
+// The engine is parallel/zero's on the device: it takes zero's options (zero.Option) and
+// has zero.Engine's names and contracts (New checks that the ranks' models agree and
+// broadcasts rank 0's parameters and buffers; Rank, World, Units, Optimizer, ShardGrad,
+// ShardParams, GatherParams, Save, Load, Close). The units and the shards are zero's
+// (zero.Layout): the flat parameter buffer is cut into units by a key of the parameters'
+// names (zero.DepthKey(1) by default), each unit padded to a multiple of the world size N,
+// and rank r owns elements [r·Shard, (r+1)·Shard) of every unit, which is what NCCL's
+// equal-count all-gather and reduce-scatter move. Checkpoints are zero's (zero.Shard,
+// checkpoint.go): the device shard and the optimizer's moments are copied to host memory
+// and written as the host engine writes them, so a checkpoint resumes bit-identically on
+// either engine and, resharded, at another world size.
 //
 // A training Run gathers a unit just before its first reader, ahead of use: cuda/tape's unit
 // hooks (tape.NewUnitState) call the engine right before the first step that reads a unit's
 // parameters and right after the last, in forward and again in backward. At "need unit u"
-// the engine issues the all-gathers of the next WithPrefetch units of the program's
+// the engine issues the all-gathers of the next zero.WithPrefetch units of the program's
 // schedule (tape.Program.UnitSchedule) into blocks from the device's caching allocator, on
 // the group's stream after an event of the compute stream, and makes the compute stream
 // wait for u's; at "done with unit u" u's block is freed (the cache orders its reuse after
@@ -34,23 +40,30 @@
 // steps each unit's shard with the device AdamW right after, while later units still
 // reduce.
 //
-// Memory: the persistent state is the parameter shard, the gradient shard and the
+// Memory: the persistent device state is the parameter shard, the gradient shard and the
 // optimizer's moments, 1/N each (plus under N elements of padding per unit); during a Run
 // the device holds the gathered parameters of the units in use and prefetched (about
-// 1+WithPrefetch units) and the gradient blocks of the units being reduced, not Ψ: Memory
+// 1+prefetch units) and the gradient blocks of the units being reduced, not Ψ: Memory
 // reports the peaks.
 //
-// WithOffloadCPU keeps the master shard and the AdamW moments in host memory: each unit's
-// gradient shard is copied into pinned host memory on the compute stream as soon as its
-// reduction has ended (while later units still reduce), Step runs the CPU AdamW of package
-// optim on the shard and copies the updated master shard back to the device asynchronously,
-// ahead of the next Run's gathers.
+// The optimizer is zero.WithOptimizer's, built over the rank's shard in host memory as the
+// host engine builds it. On the device it must be optim.Adam or AdamW (zero.AdamW): the
+// device kernel takes its hyperparameters, learning rate and step count (optim's scalars,
+// optim.Hyper.AdamStep), and its host moments are only a checkpoint's staging, written at
+// Save and Load. zero.WithOffload(zero.OffloadCPU, workers) keeps the master shard and the
+// optimizer state in host memory, and then any optimizer of package optim works: each
+// unit's gradient shard is copied into pinned host memory on the compute stream as soon as
+// its reduction has ended (while later units still reduce), Step runs the optimizer on the
+// CPU and copies the updated master shard back to the device asynchronously, ahead of the
+// next Run's gathers. zero.OffloadDisk, zero.DiskMaster and zero.SyncBatchNorm are the host
+// engine's: New refuses them naming the option.
 package devzero
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -61,46 +74,20 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// Collectives moves device memory in stream order: nccl.Group's device collectives.
+// Collectives is the engine's group: comm.Group's host collectives (the model check, the
+// broadcast, the agreement check, the checkpoint's barriers) and device collectives in
+// stream order. nccl.Group has both.
 type Collectives interface {
+	comm.Group
 	AllGatherDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, wait, done driver.Event) nccl.DeviceWork
 	ReduceScatterDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, op comm.Op, wait, done driver.Event) nccl.DeviceWork
-	Rank() int
-	Size() int
 }
 
-// Option configures New.
-type Option func(*config)
-
-type config struct {
-	key      func(string) string
-	offload  bool
-	prefetch int
-	trace    func(TraceEvent)
-}
-
-// WithUnitKey cuts the parameters into units by key (zero.WithUnitKey's meaning).
-func WithUnitKey(key func(name string) string) Option { return func(c *config) { c.key = key } }
-
-// WithUnitDepth groups parameters by the first depth components of their names
-// (zero.DepthKey; default 1).
-func WithUnitDepth(depth int) Option {
-	return func(c *config) { c.key = zero.DepthKey(max(depth, 1)) }
-}
-
-// WithOffloadCPU keeps the master shard and the optimizer state in host memory and steps
-// them with the CPU AdamW (package optim), the gradient shard copied to pinned memory.
-func WithOffloadCPU() Option { return func(c *config) { c.offload = true } }
-
-// WithPrefetch sets how many units of the schedule ahead of the one needed are gathered
-// (1 by default; 0 gathers each unit only when it is needed). Each adds a unit's gathered
-// parameters to the device's peak.
-func WithPrefetch(units int) Option { return func(c *config) { c.prefetch = max(units, 0) } }
-
-// TraceEvent is what WithTrace reports: Kind is "gather" (a unit's all-gather issued),
+// TraceEvent is what SetTrace reports: Kind is "gather" (a unit's all-gather issued),
 // "need" (the tape is about to run the unit's first reader of the phase), "done" (its last
 // reader was enqueued) or "reduce" (the unit's reduce-scatter issued; Phase is Backward).
 type TraceEvent struct {
@@ -109,21 +96,23 @@ type TraceEvent struct {
 	Phase tape.Phase
 }
 
-// WithTrace calls f, on the Run's goroutine, at every gather, need, done and reduce of a
-// Run (tests, diagnostics).
-func WithTrace(f func(TraceEvent)) Option { return func(c *config) { c.trace = f } }
+// SetTrace makes every later Run call f, on the Run's goroutine, at every gather, need,
+// done and reduce (tests, diagnostics); nil stops it.
+func (e *Engine) SetTrace(f func(TraceEvent)) { e.trace = f }
 
 // Engine is one rank's device ZeRO-3 state. It is driven from one goroutine, as the
-// device's stream is; every rank calls the same methods in the same order (Run, Step,
-// ParamsToHost are collective).
+// device's stream is; every rank calls the same methods in the same order (New, Run, Step,
+// GatherParams and Save are collective).
 type Engine struct {
 	dev         *cuda.Device
 	model       *nn.Model
 	coll        Collectives
 	rank, world int
-	units       []*zero.Unit
-	unitOf      []int // by Param.Index
-	shardLen    int
+	lay         *zero.Layout
+	units       []*zero.Unit // lay.Units()
+	shardLen    int          // lay.ShardLen()
+	checker     replica.Checker
+	closed      bool
 
 	st       *tape.State  // a unit state: the tape reads the blocks the hooks hand it
 	shardP   *cuda.Tensor // the rank's parameter shard
@@ -151,80 +140,67 @@ type Engine struct {
 	rworks         []nccl.DeviceWork
 	ranged, began  bool
 	hookErr        error
+	scalars        []int64
 }
 
-// New makes rank coll.Rank()'s device ZeRO-3 state of m on dev: m's parameters (which
-// must be equal on every rank: broadcast them first, or build every rank's model from the
-// same seed) are copied to the device and this rank's shard kept, and host (an optim.Adam or
-// AdamW over segments of m's ParamSet) gives the hyperparameters, each segment's weight
-// decay and, at every Step, the learning rate. The device optimizer starts from zero
-// moments. coll works on dev's context (an nccl.Group made WithDevice(dev.Ordinal())).
-func New(dev *cuda.Device, m *nn.Model, coll Collectives, host optim.Optimizer, opts ...Option) (*Engine, error) {
-	if dev == nil || m == nil || m.Params == nil || coll == nil || host == nil {
-		return nil, fmt.Errorf("devzero: nil device, model, collectives or optimizer")
+// New makes rank coll.Rank()'s device ZeRO-3 state of m on dev with zero's options, as
+// zero.New does on the host: every rank calls it with the same options; it checks that the
+// ranks' models have the same parameters and buffers, broadcasts rank 0's, keeps this rank's
+// shard of the parameters on the device and builds the optimizer (zero.WithOptimizer,
+// required) over the shard. m's ParamSet keeps its full Data, which training does not read
+// or write (GatherParams returns the parameters). coll works on dev's context (an
+// nccl.Group made WithDevice(dev.Ordinal())). Options the device cannot honour are refused
+// with an error naming them.
+func New(ctx context.Context, dev *cuda.Device, m *nn.Model, coll Collectives, opts ...zero.Option) (*Engine, error) {
+	if dev == nil || m == nil || m.Params == nil || coll == nil {
+		return nil, fmt.Errorf("devzero: nil device, model or collectives")
 	}
-	cfg := config{key: zero.DepthKey(1), prefetch: 1}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	e := &Engine{dev: dev, model: m, coll: coll, rank: coll.Rank(), world: coll.Size(), prefetch: cfg.prefetch, trace: cfg.trace}
+	cfg := zero.NewConfig(opts...)
+	e := &Engine{dev: dev, model: m, coll: coll, rank: coll.Rank(), world: coll.Size(), prefetch: cfg.Prefetch}
 	if e.world < 1 || e.rank < 0 || e.rank >= e.world {
 		return nil, fmt.Errorf("devzero: rank %d outside world size %d", e.rank, e.world)
 	}
-	e.layout(m.Params, cfg.key)
-	if err := e.allocate(host, cfg.offload); err != nil {
-		e.Close()
+	if err := refuse(cfg); err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: %w", e.rank, err)
+	}
+	e.checker.Every = cfg.CheckEvery
+	if err := replica.CheckModels(ctx, coll, m.Params); err != nil {
+		return nil, fmt.Errorf("devzero: %w", err)
+	}
+	if err := replica.Broadcast(ctx, coll, m.Params, e.who()); err != nil {
+		return nil, err
+	}
+	lay, err := zero.NewLayout(m.Params, e.world, e.rank, cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	e.lay, e.units, e.shardLen = lay, lay.Units(), lay.ShardLen()
+	if err := e.allocate(cfg); err != nil {
+		return nil, fmt.Errorf("devzero: rank %d: %w", e.rank, errors.Join(err, e.Close()))
 	}
 	return e, nil
 }
 
-// layout cuts the flat buffer into units as parallel/zero does.
-func (e *Engine) layout(ps *nn.ParamSet, key func(string) string) {
-	e.unitOf = make([]int, len(ps.Params))
-	params := append([]*nn.Param(nil), ps.Params...)
-	for i := 1; i < len(params); i++ { // insertion sort by offset (few parameters)
-		for j := i; j > 0 && params[j].Offset < params[j-1].Offset; j-- {
-			params[j], params[j-1] = params[j-1], params[j]
-		}
+// refuse names the options in cfg that the device backend does not honour, and what to
+// use instead.
+func refuse(cfg zero.Config) error {
+	const backend = "the device backend (cuda/devzero)"
+	switch {
+	case cfg.Optimizer == nil:
+		return errors.New("no optimizer: give zero.WithOptimizer, for example zero.WithOptimizer(zero.AdamW(1e-3))")
+	case cfg.Offload == zero.OffloadDisk:
+		return fmt.Errorf("zero.WithOffload(zero.OffloadDisk, ...) is not supported by %s: use zero.OffloadCPU, or zero.New on the host for disk offload", backend)
+	case cfg.DiskMaster:
+		return fmt.Errorf("zero.DiskMaster is not supported by %s (it keeps nothing on disk): use zero.New on the host for disk offload", backend)
+	case cfg.SyncBN:
+		return fmt.Errorf("zero.SyncBatchNorm is not supported by %s: use zero.New on the host, or cuda/devddp", backend)
 	}
-	seen := map[string]int{}
-	var cur *zero.Unit
-	curKey := ""
-	for _, p := range params {
-		k := key(p.Name)
-		if cur == nil || k != curKey {
-			name := k
-			if n := seen[k]; n > 0 {
-				name = fmt.Sprintf("%s#%d", k, n)
-			}
-			seen[k]++
-			cur = &zero.Unit{Name: name, Lo: p.Offset, Hi: p.Offset}
-			curKey = k
-			e.units = append(e.units, cur)
-		}
-		cur.Params = append(cur.Params, p)
-		cur.Hi = p.Offset + p.Numel()
-		e.unitOf[p.Index] = len(e.units) - 1
-	}
-	gather := 0
-	for _, u := range e.units {
-		u.Padded = (u.Hi - u.Lo + e.world - 1) / e.world * e.world
-		u.Shard = u.Padded / e.world
-		u.ShardBase, u.GatherBase = e.shardLen, gather
-		e.shardLen += u.Shard
-		gather += u.Padded
-	}
+	return nil
 }
 
-// owned is the flat range [lo, hi) of u this rank owns (empty when it owns only padding).
-func (e *Engine) owned(u *zero.Unit) (lo, hi int) {
-	lo = u.Lo + e.rank*u.Shard
-	hi = min(lo+u.Shard, u.Hi)
-	return lo, max(lo, hi)
-}
+func (e *Engine) who() string { return fmt.Sprintf("devzero: rank %d", e.rank) }
 
-func (e *Engine) allocate(host optim.Optimizer, offload bool) error {
+func (e *Engine) allocate(cfg zero.Config) error {
 	ps := e.model.Params
 	units := make([]tape.Unit, len(e.units))
 	for i, u := range e.units {
@@ -236,7 +212,7 @@ func (e *Engine) allocate(host optim.Optimizer, offload bool) error {
 	}
 	shard := make([]float32, e.shardLen)
 	for _, u := range e.units {
-		lo, hi := e.owned(u)
+		lo, hi := e.lay.Owned(u)
 		copy(shard[u.ShardBase:], ps.Data[lo:hi])
 	}
 	if e.shardP, err = e.dev.FromHost(shard, e.shardLen); err != nil {
@@ -261,14 +237,23 @@ func (e *Engine) allocate(host optim.Optimizer, offload bool) error {
 			*evs = append(*evs, ev)
 		}
 	}
-	if e.opt, err = newShardOptimizer(e, host, shard, offload); err != nil {
-		return err
-	}
-	return nil
+	e.opt, err = newShardOptimizer(e, cfg, shard)
+	return err
 }
+
+// Rank is this rank.
+func (e *Engine) Rank() int { return e.rank }
+
+// World is the world size.
+func (e *Engine) World() int { return e.world }
 
 // Units are the gather units, in flat order.
 func (e *Engine) Units() []*zero.Unit { return e.units }
+
+// Optimizer is the shard's optimizer, the one zero.WithOptimizer built: a scheduler sets
+// its learning rate, and its step count is the device's. Step the engine through a
+// Program (Step, RunStep), not through it.
+func (e *Engine) Optimizer() optim.Optimizer { return e.opt.host }
 
 // State is the unit state (tape.NewUnitState) the engine's programs are compiled on.
 func (e *Engine) State() *tape.State { return e.st }
@@ -277,10 +262,11 @@ func (e *Engine) State() *tape.State { return e.st }
 type Memory struct {
 	// ShardParams and ShardGrads are the rank's shards on the device (4·Σ Shard bytes each).
 	ShardParams, ShardGrads int
-	// OptimizerDevice is the AdamW moments on the device (0 under WithOffloadCPU).
+	// OptimizerDevice is the AdamW moments on the device (0 under OffloadCPU).
 	OptimizerDevice int
-	// OptimizerHost is the master shard and the moments in host memory, with the pinned
-	// gradient shard (WithOffloadCPU; else 0).
+	// OptimizerHost is, under OffloadCPU, the pinned master and gradient shards and the
+	// optimizer's state in host memory; else 0 (the host staging of a checkpoint is
+	// written only by Save and Load).
 	OptimizerHost int
 	// Gathered and GradBlocks are the bytes of gathered parameter blocks and of gradient
 	// blocks held now (4·Padded per unit; 0 between Runs); PeakGathered and PeakGradBlocks
@@ -296,9 +282,13 @@ func (e *Engine) Memory() Memory {
 	return m
 }
 
-// Close frees the engine's device memory and events. The device and the group are the
-// caller's.
-func (e *Engine) Close() {
+// Close frees the engine's device memory and events; programs compiled from it must not
+// run afterwards. The device and the group are the caller's.
+func (e *Engine) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
 	if e.opt != nil {
 		e.opt.free()
 	}
@@ -313,22 +303,28 @@ func (e *Engine) Close() {
 		e.st = nil
 	}
 	c := e.dev.Context()
+	var errs []error
 	for _, ev := range append(append(append(append([]driver.Event(nil), e.gwait...), e.gathered...), e.ready...), e.reduced...) {
 		if ev != 0 {
-			_ = c.EventDestroy(ev)
+			errs = append(errs, c.EventDestroy(ev))
 		}
 	}
 	e.gwait, e.gathered, e.ready, e.reduced = nil, nil, nil, nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("devzero: rank %d: close: %w", e.rank, err)
+	}
+	return nil
 }
 
 // at is the device address of element i of t (which may lie past t's end: the caller knows
 // the allocation holds it).
 func at(t *cuda.Tensor, i int) driver.DevPtr { return t.Ptr() + driver.DevPtr(4*i) }
 
-// ParamsToHost gathers every unit, one at a time, and copies the full parameters into the
-// model's ParamSet.Data (a checkpoint, a check). It is collective: every rank calls it.
-func (e *Engine) ParamsToHost(ctx context.Context) error {
-	data := e.model.Params.Data
+// GatherParams all-gathers the full parameters, one unit at a time, into a new buffer with
+// nn.ParamSet's layout (parameter p is out[p.Offset:p.Offset+p.Numel()]), as
+// zero.Engine.GatherParams. Every rank must call it.
+func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
+	out := make([]float32, e.model.Params.NumParams())
 	for i, u := range e.units {
 		blk, w, err := e.gather(i)
 		if err == nil {
@@ -339,7 +335,7 @@ func (e *Engine) ParamsToHost(ctx context.Context) error {
 			v, err = blk.View(0, u.Hi-u.Lo)
 		}
 		if err == nil {
-			err = v.CopyTo(ctx, data[u.Lo:u.Hi])
+			err = v.CopyTo(ctx, out[u.Lo:u.Hi])
 		}
 		if w != nil {
 			err = errors.Join(err, w.Wait(ctx))
@@ -348,10 +344,10 @@ func (e *Engine) ParamsToHost(ctx context.Context) error {
 			blk.Free()
 		}
 		if err != nil {
-			return fmt.Errorf("devzero: rank %d: unit %s to the host: %w", e.rank, u.Name, err)
+			return nil, fmt.Errorf("devzero: rank %d: unit %s to the host: %w", e.rank, u.Name, err)
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // ZeroGrad zeroes the gradient shard (the gradient blocks live only within a Run).
@@ -365,13 +361,36 @@ func (e *Engine) ZeroGrad() error {
 // hostPtr is the address of b's first element.
 func hostPtr(b []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
-// GradShard copies the rank's gradient shard (Σ Shard floats, unit by unit: unit u's at
+// ShardGrad copies the rank's gradient shard (Σ Shard floats, unit by unit: unit u's at
 // u.ShardBase, the rank's elements [rank·Shard, (rank+1)·Shard) of the unit, padding
 // included) to the host. It waits for the device.
-func (e *Engine) GradShard(ctx context.Context) ([]float32, error) {
+func (e *Engine) ShardGrad(ctx context.Context) ([]float32, error) {
 	g, err := e.shardG.ToHost(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: gradient shard to the host: %w", e.rank, err)
 	}
 	return g, nil
+}
+
+// ShardParams copies the rank's master shard (ShardGrad's layout) to the host. It waits
+// for the device.
+func (e *Engine) ShardParams(ctx context.Context) ([]float32, error) {
+	p, err := e.shardP.ToHost(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("devzero: rank %d: parameter shard to the host: %w", e.rank, err)
+	}
+	return p, nil
+}
+
+// checkAgreement is zero.CheckEvery's periodic check on the device engine: the ranks agree
+// on the optimizer's step count and learning rate (the parameters are sharded: each exists
+// once).
+func (e *Engine) checkAgreement(ctx context.Context) error {
+	if !e.checker.Due() {
+		return nil
+	}
+	h := e.opt.host
+	e.scalars = append(e.scalars[:0], e.opt.steps(), int64(math.Float64bits(h.LR())))
+	ts := []replica.Tensor{{Kind: "optimizer", Name: "step count and learning rate", I64: e.scalars}}
+	return e.checker.Check(ctx, e.coll, ts, int(e.opt.steps()), e.who())
 }

@@ -15,10 +15,12 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -26,7 +28,13 @@ import (
 
 // The fake libcuda, cuBLAS, NCCL (ranks of one process meet in it) and the CPU emulator of
 // kernels.cu: device results are computed.
-func TestMain(m *testing.M) { os.Exit(cudatest.MainEmulated(m)) }
+// With workerVar set the binary is a rank of TestKilledAndResumedBitIdentical instead.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerVar) != "" {
+		proctest.Main(m, workerVar, worker)
+	}
+	os.Exit(cudatest.MainEmulated(m))
+}
 
 var _ train.Overlapped = (*devzero.Program)(nil)
 
@@ -44,7 +52,7 @@ const world, global, steps = 2, 8, 4
 type model struct {
 	name  string
 	build func(n int) nn.BuildFunc
-	opts  []devzero.Option
+	opts  []zero.Option
 }
 
 var models = []model{
@@ -52,7 +60,7 @@ var models = []model{
 	{"mlp", func(n int) nn.BuildFunc { return gormlp.Fixed(1, n) }, nil},
 	// w3 (3) and w2, w1 (15 + 20) in a unit of two parameters: odd units, padded (each
 	// gathered into a block of its padded size, the padding never read by the tape).
-	{"odd", chain, []devzero.Option{devzero.WithUnitKey(func(name string) string {
+	{"odd", chain, []zero.Option{zero.WithUnitKey(func(name string) string {
 		if name == "w3" {
 			return "head"
 		}
@@ -97,7 +105,7 @@ func chain(n int) nn.BuildFunc {
 // fake NCCL) trained 4 steps of AdamW (weight decay 0.01) equals one CPU process (nn.Compile,
 // optim.AdamW) on the global batch, for the perceptron and a model of odd-sized units, with
 // the optimizer on the device and offloaded to the CPU: every step's loss (the ranks' mean)
-// and the parameters after (gathered by ParamsToHost on both ranks, which must agree), and
+// and the parameters after (gathered by GatherParams on both ranks, which must agree), and
 // the first step's gradient shards put together (AdamW hides a gradient's scale; this
 // does not). Step 0 is Run then Step, steps 1-3 RunStep (each unit's shard stepped on the
 // device after its reduction).
@@ -205,6 +213,12 @@ func cpuRun(t *testing.T, md model) ([]float32, []float32, []float32) {
 	return losses, append([]float32(nil), m.Params.Data...), grad0
 }
 
+// adamOpts are the engine options of the device runs: the CPU reference's AdamW (lr 0.01,
+// weight decay 0.01), then extra.
+func adamOpts(extra ...zero.Option) []zero.Option {
+	return append([]zero.Option{zero.WithOptimizer(zero.AdamW(0.01)), zero.WithWeightDecay(0.01)}, extra...)
+}
+
 func adamW(t *testing.T, m *nn.Model) optim.Optimizer {
 	segs, err := optim.Segments(m.Params, 0.01)
 	if err != nil {
@@ -264,11 +278,11 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 				if err != nil {
 					return err
 				}
-				opts := append([]devzero.Option(nil), md.opts...)
+				opts := md.opts
 				if offload {
-					opts = append(opts, devzero.WithOffloadCPU())
+					opts = append(opts[:len(opts):len(opts)], zero.WithOffload(zero.OffloadCPU, 0))
 				}
-				e, err := devzero.New(devs[r], m, g, adamW(t, m), opts...)
+				e, err := devzero.New(ctx, devs[r], m, g, adamOpts(opts...)...)
 				if err != nil {
 					return err
 				}
@@ -293,7 +307,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 						return fmt.Errorf("step %d: %w", s, err)
 					}
 					if s == 0 {
-						sh, err := e.GradShard(ctx)
+						sh, err := e.ShardGrad(ctx)
 						if err != nil {
 							return err
 						}
@@ -319,11 +333,9 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 					}
 					losses[r] = append(losses[r], l)
 				}
-				clear(m.Params.Data)
-				if err := e.ParamsToHost(ctx); err != nil {
+				if params[r], err = e.GatherParams(ctx); err != nil {
 					return err
 				}
-				params[r] = append([]float32(nil), m.Params.Data...)
 				if r == 0 {
 					mem = e.Memory()
 					for _, u := range e.Units() {

@@ -9,15 +9,16 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 )
 
 // One rank of a ZeRO-3 job on GPUs, launched by gprun or torchrun (the rendezvous store and
 // LOCAL_RANK come from the environment): AdamW on the rank's shard, on the device, or with
-// devzero.WithOffloadCPU() on the CPU. It needs a GPU and cgo, so it is compiled but not
+// zero.WithOffload(zero.OffloadCPU, 0) on the CPU; a checkpoint in parallel/zero's format
+// every 5 steps, which either engine resumes. It needs a GPU and cgo, so it is compiled but not
 // run by go test; TestTwoRanksMatchCPU runs the same calls on the emulator.
 func Example() {
 	ctx := context.Background()
@@ -35,20 +36,13 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer g.Close(ctx)
-	build := gormlp.Fixed(1, 32) // every rank's model starts from the same seed
+	build := gormlp.Fixed(1, 32)
 	m, err := nn.NewGraphModel(build)
 	if err != nil {
 		log.Fatal(err)
 	}
-	segs, err := optim.Segments(m.Params, 0.01)
-	if err != nil {
-		log.Fatal(err)
-	}
-	host, err := optim.NewAdamW(segs, 1e-3) // the hyperparameters; schedulers SetLR on it
-	if err != nil {
-		log.Fatal(err)
-	}
-	e, err := devzero.New(dev, m, g, host)
+	// New broadcasts rank 0's parameters; e.Optimizer() is the AdamW a scheduler sets.
+	e, err := devzero.New(ctx, dev, m, g, zero.WithOptimizer(zero.AdamW(1e-3)), zero.WithWeightDecay(0.01))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,9 +60,11 @@ func Example() {
 		if err := train.RunStep(ctx, p); err != nil {
 			log.Fatal(err)
 		}
-	}
-	if err := e.ParamsToHost(ctx); err != nil { // collective: every rank calls it
-		log.Fatal(err)
+		if step%5 == 4 { // collective: every rank calls it
+			if err := e.Save(ctx, "ckpt", fmt.Sprintf("step%d", step+1)); err != nil {
+				log.Fatal(err)
+			}
+		}
 	}
 	fmt.Printf("%+v\n", e.Memory())
 }

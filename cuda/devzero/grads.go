@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/gorgonia-parallel/gp/optim"
 )
 
 // What a training step does to the rank's gradient shard between Run and Step, as
@@ -11,8 +13,8 @@ import (
 // GradNorm, ScaleGrads): the loss scale's unscaling with its inf/NaN check, the shard's sum
 // of squares (the caller all-reduces it over the ranks for the global norm: the shards are
 // disjoint) and a scaling (the clip's coefficient, gradient accumulation's 1/A). On the
-// device they are kernels over the gradient shard; under WithOffloadCPU they work on the
-// pinned host copy the CPU AdamW steps from (the device shard is only zeroed after that).
+// device they are kernels over the gradient shard; under zero.OffloadCPU they work on the
+// pinned host copy the CPU optimizer steps from (the device shard is only zeroed after that).
 // Every rank calls them alike; none is collective.
 
 // shardHost waits for the gradient shard's copies to the pinned host shard and returns it
@@ -21,7 +23,7 @@ func (e *Engine) shardHost(ctx context.Context) ([]float32, error) {
 	if err := e.dev.Synchronize(ctx); err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: waiting for the gradient shard's copy to the host: %w", e.rank, err)
 	}
-	return e.opt.gradHost.Float32s()[:e.shardLen], nil
+	return e.opt.gradHost, nil
 }
 
 // UnscaleGrads multiplies the gradient shard by 1/scale (the reciprocal in float64 rounded
@@ -75,7 +77,7 @@ func (e *Engine) GradSumSquares(ctx context.Context) (float64, error) {
 }
 
 // ScaleGrads multiplies the gradient shard by f (on the device's stream, or on the host
-// copy under WithOffloadCPU).
+// copy under zero.OffloadCPU).
 func (e *Engine) ScaleGrads(ctx context.Context, f float32) error {
 	if e.opt.offload {
 		g, err := e.shardHost(ctx)
@@ -93,11 +95,12 @@ func (e *Engine) ScaleGrads(ctx context.Context, f float32) error {
 	return nil
 }
 
-// ClipGradNorm scales the gradient shard so that the global L2 norm is at most maxNorm, by
-// maxNorm/(norm+1e-6) when that is below 1, as torch.nn.utils.clip_grad_norm_; sum turns
-// this rank's sum of squares into the sum over every rank's shard (an all-reduce; the
-// identity at world 1), and every rank must call it alike. A non-finite norm leaves the
-// shard as it is. It returns the global norm before clipping.
+// ClipGradNorm scales the gradient shard so that the global L2 norm is at most maxNorm, as
+// torch.nn.utils.clip_grad_norm_: sum turns this rank's sum of squares (summed on the
+// device) into the sum over every rank's shard (an all-reduce; nil at world 1), and the
+// factor is optim's (optim.ClipCoef), as is the error for a norm that is inf or NaN, which
+// leaves the shard as it is. Every rank must call it alike. It returns the global norm
+// before clipping.
 func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float64, sum func(context.Context, float64) (float64, error)) (float64, error) {
 	sq, err := e.GradSumSquares(ctx)
 	if err != nil {
@@ -108,12 +111,12 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float64, sum func(con
 			return 0, fmt.Errorf("devzero: rank %d: gradient norm: %w", e.rank, err)
 		}
 	}
-	norm := math.Sqrt(sq)
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm, nil
+	norm, coef, err := optim.ClipCoef(maxNorm, sq)
+	if err != nil {
+		return norm, fmt.Errorf("devzero: rank %d: %w", e.rank, err)
 	}
-	if coef := maxNorm / (norm + 1e-6); coef < 1 {
-		if err := e.ScaleGrads(ctx, float32(coef)); err != nil {
+	if coef < 1 {
+		if err := e.ScaleGrads(ctx, coef); err != nil {
 			return norm, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +13,13 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // The gradient shard's unscale, sum of squares, scaling and clip (grads.go), on the device
-// and on the pinned host copy under WithOffloadCPU, at world 1 after one Run of the
-// perceptron, observed through GradSumSquares (and on the device through GradShard):
+// and on the pinned host copy under zero.OffloadCPU, at world 1 after one Run of the
+// perceptron, observed through GradSumSquares (and on the device through ShardGrad):
 // unscaling by 4 divides Σg² by 16 and finds no inf, a scale whose reciprocal overflows
 // float32 finds one, ScaleGrads(0.5) divides Σg² by 4, and ClipGradNorm with a sum standing
 // for a second rank of equal shard returns √(2Σg²) and leaves the shard at its coefficient.
@@ -34,11 +37,11 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var opts []devzero.Option
+			opts := adamOpts()
 			if offload {
-				opts = append(opts, devzero.WithOffloadCPU())
+				opts = append(opts, zero.WithOffload(zero.OffloadCPU, 0))
 			}
-			e, err := devzero.New(dev, m, g, adamW(t, m), opts...)
+			e, err := devzero.New(ctx, dev, m, g, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +59,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if err := p.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
-			g0, err := e.GradShard(ctx)
+			g0, err := e.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +92,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			}
 			sq = sumsq("unscaled by 4", sq/16)
 			if !offload {
-				g1, err := e.GradShard(ctx)
+				g1, err := e.ShardGrad(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,13 +107,17 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			}
 			sq = sumsq("scaled by 0.5", sq/4)
 			twoRanks := func(_ context.Context, s float64) (float64, error) { return 2 * s, nil }
-			norm := math.Sqrt(2 * sq)
-			maxNorm := norm / 3
-			got, err := e.ClipGradNorm(ctx, maxNorm, twoRanks)
-			if err != nil || math.Abs(got-norm) > 1e-12*norm {
-				t.Fatalf("clip: norm %.17g, err %v; want %.17g", got, err, norm)
+			maxNorm := math.Sqrt(2*sq) / 3
+			// The norm and the factor are optim's (optim.ClipCoef) for the all-reduced Σg².
+			norm, c, err := optim.ClipCoef(maxNorm, 2*sq)
+			if err != nil || c >= 1 {
+				t.Fatalf("optim.ClipCoef(%g, %g) = %g, %v: want a factor below 1", maxNorm, 2*sq, c, err)
 			}
-			coef := float64(float32(maxNorm / (norm + 1e-6)))
+			got, err := e.ClipGradNorm(ctx, maxNorm, twoRanks)
+			if err != nil || got != norm {
+				t.Fatalf("clip: norm %.17g, err %v; want optim's %.17g", got, err, norm)
+			}
+			coef := float64(c)
 			sq = sumsqTol("clipped", sq*coef*coef, 0x1p-22)
 			// A norm already within maxNorm leaves the shard as it is.
 			if _, err := e.ClipGradNorm(ctx, 10*norm, twoRanks); err != nil {
@@ -119,6 +126,24 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			sq = sumsq("not clipped", sq)
 			if inf, err := e.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
 				t.Fatalf("unscale by %g (its reciprocal overflows float32): inf %v, err %v; want inf", math.SmallestNonzeroFloat32, inf, err)
+			}
+			// A non-finite norm is optim's error, and the shard is left as it was.
+			before, err := e.ShardGrad(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, wantErr := optim.ClipCoef(1, math.Inf(1))
+			if _, err := e.ClipGradNorm(ctx, 1, twoRanks); err == nil || !strings.Contains(err.Error(), wantErr.Error()) {
+				t.Fatalf("clip of an inf gradient: %v, want optim's error %q", err, wantErr)
+			}
+			after, err := e.ShardGrad(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range before {
+				if math.Float32bits(before[i]) != math.Float32bits(after[i]) {
+					t.Fatalf("element %d changed by a refused clip: %g, was %g", i, after[i], before[i])
+				}
 			}
 		})
 	}

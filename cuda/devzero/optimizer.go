@@ -2,6 +2,7 @@ package devzero
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -9,26 +10,30 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// shardOptimizer is AdamW over the rank's shard: on the device (cuda's adam_f32 kernel over
-// ranges of the shard, the scalars computed as optim's), or under offload optim's CPU AdamW
-// over a pinned master shard and a pinned gradient shard.
+// shardOptimizer is the optimizer of the rank's shard. host is zero.WithOptimizer's
+// optimizer over segments of a host copy of the shard (zero.Layout.Segments, as the host
+// engine's). On the device it is an optim.Adam: the adam_f32 kernel steps ranges of the
+// device shard with its scalars (optim.Hyper.AdamStep at its learning rate and step count,
+// counted by its BeginStep), and its host moments and master copy are a checkpoint's
+// staging. Under offload it steps the pinned master shard itself.
 type shardOptimizer struct {
-	e         *Engine
-	host      optim.Optimizer
-	hyper     optim.Hyper
-	decoupled bool
-	ranges    []shardRange
+	e      *Engine
+	host   optim.Optimizer
+	adam   *optim.Adam     // host, on the device
+	segs   []optim.Segment // host's, over master and grad
+	starts []int           // where each segment starts in the shard
+	ranges []shardRange
+	state  map[string][]float32 // host's state buffers by kind (zero.HeapAlloc's)
 
 	// on the device
 	moments []*cuda.Tensor // exp_avg, exp_avg_sq (, max_exp_avg_sq)
-	steps   int64
-	lr      float64       // this step's
-	k       cuda.AdamArgs // this step's scalars (Decay, WeightDecay per range)
+	kinds   []string       // the moments' state kinds
+	k       cuda.AdamArgs  // this step's scalars (Decay, WeightDecay per range)
 
-	// offloaded
+	// offloaded: master and grad are pinned
 	offload          bool
-	master, gradHost *cuda.Pinned
-	cpu              *optim.Adam
+	pinM, pinG       *cuda.Pinned
+	master, gradHost []float32
 }
 
 // shardRange is elements [lo, hi) of the shard, of one weight decay.
@@ -37,41 +42,57 @@ type shardRange struct {
 	wd     float64
 }
 
-func newShardOptimizer(e *Engine, host optim.Optimizer, shard []float32, offload bool) (*shardOptimizer, error) {
-	h, ok := host.(*optim.Adam)
+func newShardOptimizer(e *Engine, cfg zero.Config, shard []float32) (*shardOptimizer, error) {
+	o := &shardOptimizer{e: e, offload: cfg.Offload == zero.OffloadCPU, state: map[string][]float32{}}
+	if o.offload {
+		var err error
+		if o.pinM, err = e.dev.Pinned(4 * e.shardLen); err != nil {
+			return nil, fmt.Errorf("pinned master shard (%d floats): %w", e.shardLen, err)
+		}
+		if o.pinG, err = e.dev.Pinned(4 * e.shardLen); err != nil {
+			o.free()
+			return nil, fmt.Errorf("pinned gradient shard (%d floats): %w", e.shardLen, err)
+		}
+		o.master, o.gradHost = o.pinM.Float32s()[:e.shardLen], o.pinG.Float32s()[:e.shardLen]
+		clear(o.gradHost)
+	} else {
+		o.master, o.gradHost = make([]float32, e.shardLen), make([]float32, e.shardLen)
+	}
+	copy(o.master, shard)
+	var err error
+	if o.segs, o.starts, err = e.lay.Segments(e.model.Params, cfg.WeightDecay, o.master, o.gradHost); err != nil {
+		o.free()
+		return nil, err
+	}
+	workers := 1
+	if o.offload {
+		workers = cfg.Workers
+	}
+	if o.host, err = cfg.Optimizer(o.segs, zero.HeapAlloc{Workers: workers, State: o.state}); err != nil {
+		o.free()
+		return nil, fmt.Errorf("optimizer: %w", err)
+	}
+	for i, sg := range o.segs {
+		o.add(shardRange{o.starts[i], o.starts[i] + len(sg.Data), sg.WeightDecay})
+	}
+	if o.offload {
+		return o, nil
+	}
+	a, ok := o.host.(*optim.Adam)
 	if !ok {
-		return nil, fmt.Errorf("the device ZeRO-3 optimizer is optim.Adam or AdamW, not %T", host)
+		o.free()
+		return nil, fmt.Errorf("optimizer %T is not supported on the device (its kernel is optim.Adam's and AdamW's): use zero.AdamW, or zero.WithOffload(zero.OffloadCPU, workers) to step any optimizer on the CPU", o.host)
 	}
-	o := &shardOptimizer{e: e, host: host, hyper: h.Hyper(), decoupled: h.Decoupled(), offload: offload}
-	ps := e.model.Params
-	for _, sg := range h.Segments() {
-		if len(sg.Parts) == 0 {
-			return nil, fmt.Errorf("optimizer segment %s names no parameters", sg.Name)
+	o.adam = a
+	o.kinds = []string{"exp_avg", "exp_avg_sq"}
+	if a.Hyper().AMSGrad {
+		o.kinds = append(o.kinds, "max_exp_avg_sq")
+	}
+	for _, kind := range o.kinds {
+		if o.state[kind] == nil {
+			o.free()
+			return nil, fmt.Errorf("optimizer state %s was not taken from the engine's allocator", kind)
 		}
-		for _, pt := range sg.Parts {
-			p := ps.Param(pt.Param)
-			if p == nil {
-				return nil, fmt.Errorf("optimizer segment %s: parameter %s is not the model's", sg.Name, pt.Param)
-			}
-			flo := p.Offset + pt.ParamOffset
-			fhi := flo + pt.Len
-			for _, u := range e.units {
-				lo, hi := e.owned(u)
-				a, z := max(lo, flo), min(hi, fhi)
-				if a < z {
-					o.add(shardRange{u.ShardBase + a - lo, u.ShardBase + z - lo, sg.WeightDecay})
-				}
-			}
-		}
-	}
-	if offload {
-		return o, o.offloadInit(shard)
-	}
-	kinds := 2
-	if o.hyper.AMSGrad {
-		kinds = 3
-	}
-	for range kinds {
 		t, err := e.dev.Alloc(cuda.Float32, e.shardLen)
 		if err == nil {
 			err = e.dev.Zero(t)
@@ -94,40 +115,12 @@ func (o *shardOptimizer) add(r shardRange) {
 	o.ranges = append(o.ranges, r)
 }
 
-// offloadInit builds the CPU AdamW over pinned copies of the master and gradient shards.
-func (o *shardOptimizer) offloadInit(shard []float32) error {
-	e := o.e
-	var err error
-	if o.master, err = e.dev.Pinned(4 * e.shardLen); err != nil {
-		return fmt.Errorf("pinned master shard (%d floats): %w", e.shardLen, err)
+// steps is the number of optimizer steps taken.
+func (o *shardOptimizer) steps() int64 {
+	if s, ok := o.host.(interface{ Steps() int64 }); ok {
+		return s.Steps()
 	}
-	if o.gradHost, err = e.dev.Pinned(4 * e.shardLen); err != nil {
-		return fmt.Errorf("pinned gradient shard (%d floats): %w", e.shardLen, err)
-	}
-	p, g := o.master.Float32s()[:e.shardLen], o.gradHost.Float32s()[:e.shardLen]
-	copy(p, shard)
-	clear(g)
-	segs := make([]optim.Segment, 0, len(o.ranges))
-	for _, r := range o.ranges {
-		segs = append(segs, optim.Segment{Name: fmt.Sprintf("rank%d.shard[%d:%d]", e.rank, r.lo, r.hi),
-			Data: p[r.lo:r.hi:r.hi], Grad: g[r.lo:r.hi:r.hi], WeightDecay: r.wd})
-	}
-	h := o.hyper
-	opts := []optim.Option{optim.WithBetas(h.Beta1, h.Beta2), optim.WithEps(h.Eps)}
-	if h.AMSGrad {
-		opts = append(opts, optim.WithAMSGrad())
-	}
-	if h.Maximize {
-		opts = append(opts, optim.WithMaximize())
-	}
-	newAdam := optim.NewAdam
-	if o.decoupled {
-		newAdam = optim.NewAdamW
-	}
-	if o.cpu, err = newAdam(segs, o.host.LR(), opts...); err != nil {
-		return fmt.Errorf("the CPU AdamW of the shard: %w", err)
-	}
-	return nil
+	return 0
 }
 
 // gradArrived is called once unit u's gradient shard is final in stream order: under
@@ -138,30 +131,34 @@ func (o *shardOptimizer) gradArrived(u *zero.Unit) error {
 		return nil
 	}
 	e := o.e
-	dst := hostPtr(o.gradHost.Float32s()[u.ShardBase:])
+	dst := hostPtr(o.gradHost[u.ShardBase:])
 	return e.dev.Context().CopyDtoHAsync(dst, at(e.shardG, u.ShardBase), 4*u.Shard, e.dev.Stream())
 }
 
-// step updates the shard (the learning rate read from the host optimizer).
+// step updates the whole shard.
 func (o *shardOptimizer) step(ctx context.Context) error {
 	if o.offload {
 		return o.stepCPU(ctx)
 	}
-	o.begin()
-	return o.stepRange(0, o.e.shardLen)
+	if err := o.begin(); err != nil {
+		return err
+	}
+	return errors.Join(o.stepRange(0, o.e.shardLen), o.end())
 }
 
-// begin computes a device step's scalars as optim's Adam does (step-dependent terms in
-// float64, then rounded); stepRange then updates pieces of the shard.
-func (o *shardOptimizer) begin() {
-	o.lr = o.host.LR()
-	// A schedule may move beta1 (OneCycleLR) as it moves the rate.
-	if h, ok := o.host.(interface{ Hyper() optim.Hyper }); ok {
-		o.hyper = h.Hyper()
+// begin starts a device step: the host Adam counts it (BeginStep) and the kernel's scalars
+// are optim's for its learning rate and step count; stepRange then updates pieces of the
+// shard, and end closes the step.
+func (o *shardOptimizer) begin() error {
+	if err := o.adam.BeginStep(); err != nil {
+		return err
 	}
-	o.steps++
-	o.k = cuda.AdamArgs{AdamScalars: o.hyper.AdamStep(o.lr, o.steps), Decoupled: o.decoupled, Maximize: o.hyper.Maximize}
+	h := o.adam.Hyper() // a schedule may move beta1 (OneCycleLR) as it moves the rate
+	o.k = cuda.AdamArgs{AdamScalars: h.AdamStep(o.adam.LR(), o.adam.Steps()), Decoupled: o.adam.Decoupled(), Maximize: h.Maximize}
+	return nil
 }
+
+func (o *shardOptimizer) end() error { return o.adam.EndStep() }
 
 // stepRange updates the shard's elements within [lo, hi) on the compute stream: disjoint
 // ranges covering the shard give one whole step.
@@ -180,7 +177,7 @@ func (o *shardOptimizer) stepRange(lo, hi int) error {
 			}
 			views = append(views, v)
 		}
-		k := o.k.WithWeightDecay(o.lr, r.wd)
+		k := o.k.WithWeightDecay(o.adam.LR(), r.wd)
 		var vmax *cuda.Tensor
 		if len(views) > 4 {
 			vmax = views[4]
@@ -192,39 +189,32 @@ func (o *shardOptimizer) stepRange(lo, hi int) error {
 	return nil
 }
 
-// stepCPU waits for the gradient copies, steps the CPU AdamW and copies the master shard
-// back to the device on the compute stream (the next Run's gathers are ordered after it).
+// stepCPU waits for the gradient copies, steps the host optimizer and copies the master
+// shard back to the device on the compute stream (the next Run's gathers are ordered after
+// it).
 func (o *shardOptimizer) stepCPU(ctx context.Context) error {
 	e := o.e
 	if err := e.dev.Synchronize(ctx); err != nil {
 		return fmt.Errorf("waiting for the gradient shard's copy to the host: %w", err)
 	}
-	o.cpu.SetLR(o.host.LR())
-	if h, ok := o.host.(interface{ Hyper() optim.Hyper }); ok {
-		if err := o.cpu.SetMomentum(h.Hyper().Beta1); err != nil {
-			return err
-		}
-	}
-	if err := o.cpu.Step(); err != nil {
+	if err := o.host.Step(); err != nil {
 		return err
 	}
-	if err := o.master.CopyTo(e.shardP); err != nil {
+	if err := o.pinM.CopyTo(e.shardP); err != nil {
 		return fmt.Errorf("master shard to the device: %w", err)
 	}
 	return nil
 }
 
 func (o *shardOptimizer) memory(m *Memory) {
-	n := 4 * o.e.shardLen
 	if o.offload {
-		kinds := 2
-		if o.hyper.AMSGrad {
-			kinds = 3
+		m.OptimizerHost = 2 * 4 * o.e.shardLen
+		if sb, ok := o.host.(interface{ StateBytes() int64 }); ok {
+			m.OptimizerHost += int(sb.StateBytes())
 		}
-		m.OptimizerHost = n * (2 + kinds)
 		return
 	}
-	m.OptimizerDevice = n * len(o.moments)
+	m.OptimizerDevice = 4 * o.e.shardLen * len(o.moments)
 }
 
 func (o *shardOptimizer) free() {
@@ -232,10 +222,10 @@ func (o *shardOptimizer) free() {
 		t.Free()
 	}
 	o.moments = nil
-	for _, p := range []*cuda.Pinned{o.master, o.gradHost} {
+	for _, p := range []*cuda.Pinned{o.pinM, o.pinG} {
 		if p != nil {
 			p.Free()
 		}
 	}
-	o.master, o.gradHost = nil, nil
+	o.pinM, o.pinG = nil, nil
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/cuda/driver"
@@ -18,6 +17,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // recorder is an NCCL group that notes, at each reduce-scatter, how many gradients the
@@ -62,7 +62,7 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := devzero.New(dev, m, rec, adamW(t, m), md.opts...)
+	e, err := devzero.New(ctx, dev, m, rec, adamOpts(md.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,37 +96,37 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 	}
 }
 
-// New refuses what it cannot do, naming it: an optimizer other than Adam/AdamW, nil inputs.
+// New refuses what the device backend cannot do, naming the option: an optimizer other than
+// Adam/AdamW on the device, disk offload, DiskMaster, SyncBatchNorm, no optimizer; and nil
+// inputs or a rank outside the world.
 func TestNewRefuses(t *testing.T) {
 	cudatest.Require(t)
-	dev, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	ctx := context.Background()
+	dev, g := oneRank(t)
 	m, err := nn.NewGraphModel(gormlp.Fixed(1, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	segs, err := optim.Segments(m.Params, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sgd, err := optim.NewSGD(segs, 0.1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := &fakeRanks{size: 1}
+	sgd := zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(segs, 0.1) }))
 	for _, c := range []struct {
 		name string
-		run  func() error
+		coll devzero.Collectives
+		m    *nn.Model
+		opts []zero.Option
 		want string
 	}{
-		{"sgd", func() error { _, err := devzero.New(dev, m, one, sgd); return err }, "optim.Adam or AdamW, not *optim.SGD"},
-		{"nil model", func() error { _, err := devzero.New(dev, nil, one, sgd); return err }, "nil device, model"},
-		{"rank outside", func() error { _, err := devzero.New(dev, m, &fakeRanks{rank: 2, size: 2}, adamW(t, m)); return err }, "rank 2 outside world size 2"},
+		{"sgd on the device", g, m, []zero.Option{sgd}, "optimizer *optim.SGD is not supported on the device"},
+		{"disk offload", g, m, adamOpts(zero.WithOffload(zero.OffloadDisk, 0), zero.WithOffloadDir(t.TempDir())), "zero.WithOffload(zero.OffloadDisk, ...) is not supported by the device backend (cuda/devzero)"},
+		{"disk master", g, m, adamOpts(zero.DiskMaster()), "zero.DiskMaster is not supported by the device backend"},
+		{"sync batchnorm", g, m, adamOpts(zero.SyncBatchNorm()), "zero.SyncBatchNorm is not supported by the device backend"},
+		{"no optimizer", g, m, nil, "no optimizer: give zero.WithOptimizer"},
+		{"nil model", g, nil, adamOpts(), "nil device, model"},
+		{"rank outside", &fakeRanks{rank: 2, size: 2}, m, adamOpts(), "rank 2 outside world size 2"},
 	} {
-		err := c.run()
+		e, err := devzero.New(ctx, dev, c.m, c.coll, c.opts...)
+		if err == nil {
+			e.Close()
+		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
 		}

@@ -11,12 +11,13 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // Program is a model compiled for device ZeRO-3: train.Program's verbs. Run runs forward
 // and backward on the device, gathering each unit ahead of its readers and freeing it
 // after, and leaves the rank's shard of the average gradient in the gradient shard; Step
-// is the sharded AdamW (on the device, or on the CPU under WithOffloadCPU), then the
+// is the sharded optimizer (AdamW on the device, or the optimizer on the CPU under zero.OffloadCPU), then the
 // gradients are zeroed. SetInput, Output and LossValue are the tape program's. A program
 // built with nn.Training(false) gathers and runs forward with no reduction (still
 // collective).
@@ -53,7 +54,7 @@ func (p *Program) Run(ctx context.Context) error {
 
 // RunStep is Run then Step, with each unit's shard updated by the device AdamW as soon as
 // the compute stream has its reduced gradient, while later units still reduce (train's
-// Overlapped); under WithOffloadCPU, and for an evaluation program, it is Run then Step.
+// Overlapped); under zero.OffloadCPU, and for an evaluation program, it is Run then Step.
 func (p *Program) RunStep(ctx context.Context) error {
 	if !p.training || p.e.opt.offload {
 		if err := p.Run(ctx); err != nil {
@@ -69,6 +70,14 @@ func (p *Program) RunStep(ctx context.Context) error {
 
 func (p *Program) run(ctx context.Context, ranged bool) error {
 	e := p.e
+	if e.closed {
+		return zero.ErrClosed
+	}
+	if p.training {
+		if err := e.checkAgreement(ctx); err != nil {
+			return err
+		}
+	}
 	e.beginRun(ctx, p.needs)
 	e.begin(ranged)
 	runErr := p.Program.Run(ctx)
@@ -85,6 +94,9 @@ func (p *Program) run(ctx context.Context, ranged bool) error {
 
 // Step applies the sharded optimizer, then zeroes the gradients.
 func (p *Program) Step(ctx context.Context) error {
+	if p.e.closed {
+		return zero.ErrClosed
+	}
 	if err := p.e.opt.step(ctx); err != nil {
 		return fmt.Errorf("devzero: rank %d: optimizer step: %w", p.e.rank, err)
 	}
@@ -120,7 +132,7 @@ func (e *Engine) onGrad(p *nn.Param) error {
 		return err
 	}
 	e.isReady[p.Index] = true
-	u := e.unitOf[p.Index]
+	u := e.lay.UnitOf(p.Index)
 	if e.pending[u]--; e.pending[u] == 0 {
 		e.launch(u)
 		// The reductions issued before this one are added into the shard now, their blocks
@@ -201,7 +213,9 @@ func (e *Engine) retireUpTo(n int) error {
 		err := e.opt.gradArrived(u)
 		if err == nil && e.ranged {
 			if !e.began {
-				e.opt.begin()
+				if err = e.opt.begin(); err != nil {
+					return err
+				}
 				e.began = true
 			}
 			err = e.opt.stepRange(u.ShardBase, u.ShardBase+u.Shard)
@@ -241,6 +255,9 @@ func (e *Engine) finish(ctx context.Context, runErr error) error {
 	}
 	errs = append(errs, e.waitGathers(ctx))
 	e.freeBlocks()
+	if e.began {
+		errs = append(errs, e.opt.end())
+	}
 	if err := errors.Join(errs...); err == nil && e.ranged && !e.began {
 		// No unit (a model without parameters): a plain step.
 		errs = append(errs, e.opt.step(ctx))

@@ -18,6 +18,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -113,10 +114,11 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := devzero.New(dev, m, lg, adamW(t, m), devzero.WithPrefetch(depth), devzero.WithTrace(trace))
+	e, err := devzero.New(ctx, dev, m, lg, adamOpts(zero.WithPrefetch(depth))...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.SetTrace(trace)
 	defer e.Close()
 	units := e.Units()
 	if len(units) != deepLayers {
@@ -187,7 +189,7 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grad, err := e.GradShard(ctx)
+	grad, err := e.ShardGrad(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ func TestGatherFailureFreesBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := devzero.New(dev, m, &failGroup{Group: g, n: fail}, adamW(t, m))
+		e, err := devzero.New(ctx, dev, m, &failGroup{Group: g, n: fail}, adamOpts()...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/gorgonia-parallel/gp/optim"
 )
 
 // What a training step does to the whole device gradient buffer between backward (and its
@@ -32,6 +34,12 @@ func (s *State) UnscaleGrads(ctx context.Context, scale float32) (foundInf bool,
 // GradNorm is the L2 norm of the device gradient buffer, summed in float64 on the device:
 // inf or NaN when a gradient is. It waits for the device.
 func (s *State) GradNorm(ctx context.Context) (float64, error) {
+	sq, err := s.sumSquares(ctx)
+	return math.Sqrt(sq), err
+}
+
+// sumSquares is Σ g² over the device gradient buffer, in float64 on the device.
+func (s *State) sumSquares(ctx context.Context) (float64, error) {
 	if s.grad == nil {
 		return 0, fmt.Errorf("cuda/tape: gradient norm: a unit state has no gradient buffer")
 	}
@@ -39,7 +47,7 @@ func (s *State) GradNorm(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("cuda/tape: gradient norm: %w", err)
 	}
-	return math.Sqrt(sq), nil
+	return sq, nil
 }
 
 // ScaleGrads multiplies every device gradient by f, on the device's stream.
@@ -53,20 +61,21 @@ func (s *State) ScaleGrads(f float32) error {
 	return nil
 }
 
-// ClipGradNorm scales the device gradients so that their global L2 norm is at most maxNorm,
-// by maxNorm/(norm+1e-6) when that is below 1, as torch.nn.utils.clip_grad_norm_ (and the
-// trainer's host clip); a non-finite norm leaves them as they are. It returns the norm
-// before clipping and waits for the device.
+// ClipGradNorm scales the device gradients so that their global L2 norm is at most maxNorm:
+// the norm is summed on the device, the factor is optim's (optim.ClipCoef,
+// torch.nn.utils.clip_grad_norm_), and a norm that is inf or NaN is optim's error with the
+// gradients left as they are. It returns the norm before clipping and waits for the device.
 func (s *State) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error) {
-	norm, err := s.GradNorm(ctx)
+	sq, err := s.sumSquares(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm, nil
+	norm, coef, err := optim.ClipCoef(maxNorm, sq)
+	if err != nil {
+		return norm, fmt.Errorf("cuda/tape: %w", err)
 	}
-	if coef := maxNorm / (norm + 1e-6); coef < 1 {
-		if err := s.ScaleGrads(float32(coef)); err != nil {
+	if coef < 1 {
+		if err := s.ScaleGrads(coef); err != nil {
 			return norm, err
 		}
 	}

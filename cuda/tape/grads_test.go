@@ -3,11 +3,13 @@ package tape_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/optim"
 )
 
 // gradState is a device State of the gorgonia MLP whose gradient buffer holds g (the
@@ -80,8 +82,9 @@ func TestUnscaleGradsMatchesScaler(t *testing.T) {
 }
 
 // GradNorm equals the float64 norm of the host values within 1e-12 relative (both sum in
-// float64, in different orders); ClipGradNorm scales by maxNorm/(norm+1e-6) when that is
-// below 1, as clip_grad_norm_, and leaves the gradients exactly as they were otherwise.
+// float64, in different orders); ClipGradNorm returns the norm and scales the gradients
+// exactly as optim.ClipGradNormSq does on the host (the factor is optim.ClipCoef's), and a
+// non-finite norm is optim's error with the gradients left bit for bit as they were.
 func TestClipGradNormMatchesHost(t *testing.T) {
 	ctx := context.Background()
 	st, n := gradState(t)
@@ -91,6 +94,12 @@ func TestClipGradNormMatchesHost(t *testing.T) {
 		sq += float64(x) * float64(x)
 	}
 	norm := math.Sqrt(sq)
+	if err := st.Grads().CopyFrom(host); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.GradNorm(ctx); err != nil || math.Abs(got-norm) > 1e-12*norm {
+		t.Fatalf("norm %v (%v), host %v", got, err, norm)
+	}
 	for _, maxNorm := range []float64{norm / 4, norm * 2} {
 		if err := st.Grads().CopyFrom(host); err != nil {
 			t.Fatal(err)
@@ -99,30 +108,44 @@ func TestClipGradNormMatchesHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if math.Abs(got-norm) > 1e-12*norm {
-			t.Fatalf("norm %v, host %v", got, norm)
+		want := append([]float32(nil), host...)
+		wantNorm, err := optim.ClipGradNormSq([]optim.Segment{{Name: "g", Grad: want}}, maxNorm, sq)
+		if err != nil {
+			t.Fatal(err)
 		}
-		coef := float32(1)
-		if c := maxNorm / (norm + 1e-6); c < 1 {
-			coef = float32(c)
+		if got != wantNorm {
+			t.Fatalf("norm %v, optim's %v", got, wantNorm)
 		}
 		dev, err := st.Grads().ToHost(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range host {
-			if want := host[i] * coef; dev[i] != want {
-				t.Fatalf("max norm %g: gradient %d: device %g, want %g", maxNorm, i, dev[i], want)
+			if dev[i] != want[i] {
+				t.Fatalf("max norm %g: gradient %d: device %g, optim %g", maxNorm, i, dev[i], want[i])
 			}
 		}
 	}
-	inf := append([]float32(nil), host...)
-	inf[7] = float32(math.Inf(1))
-	if err := st.Grads().CopyFrom(inf); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := st.ClipGradNorm(ctx, 1); err != nil || !math.IsInf(got, 1) {
-		t.Fatalf("norm with an inf gradient = %v, %v; want +Inf", got, err)
+	for _, bad := range []float32{float32(math.Inf(1)), float32(math.NaN())} {
+		g := append([]float32(nil), host...)
+		g[7] = bad
+		if err := st.Grads().CopyFrom(g); err != nil {
+			t.Fatal(err)
+		}
+		_, want := optim.ClipGradNorm([]optim.Segment{{Name: "g", Grad: append([]float32(nil), g...)}}, 1)
+		got, err := st.ClipGradNorm(ctx, 1)
+		if err == nil || want == nil || !strings.Contains(err.Error(), want.Error()) {
+			t.Fatalf("gradient %v: norm %v, error %v; want optim's error %q", bad, got, err, want)
+		}
+		dev, err := st.Grads().ToHost(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range g {
+			if math.Float32bits(dev[i]) != math.Float32bits(g[i]) {
+				t.Fatalf("gradient %v: element %d changed to %g by a refused clip", bad, i, dev[i])
+			}
+		}
 	}
 }
 

@@ -80,16 +80,28 @@ type fileAlloc struct {
 	regions []*region
 }
 
-// heapAlloc is the engine's allocator without disk offload.
-type heapAlloc struct {
-	optim.HeapAllocator
-	workers int
+// HeapAlloc is the engine's allocator without disk offload: Go heap memory. Workers is the
+// goroutine count AdamW gives its update under offload (unless it is given Workers itself);
+// when State is not nil, every buffer handed out is kept in it by name (the device engine
+// stages its moments into them for a checkpoint).
+type HeapAlloc struct {
+	Workers int
+	State   map[string][]float32
+}
+
+// Alloc returns n zeroed float32 values on the Go heap.
+func (a HeapAlloc) Alloc(name string, n int) ([]float32, error) {
+	b := make([]float32, n)
+	if a.State != nil {
+		a.State[name] = b
+	}
+	return b, nil
 }
 
 // updateWorkers is what the engine's allocators tell AdamW: the offload's goroutine count.
 type updateWorkers interface{ updateWorkers() int }
 
-func (a heapAlloc) updateWorkers() int  { return a.workers }
+func (a HeapAlloc) updateWorkers() int  { return a.Workers }
 func (f *fileAlloc) updateWorkers() int { return f.workers }
 
 func (f *fileAlloc) Alloc(name string, n int) ([]float32, error) {

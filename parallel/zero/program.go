@@ -84,7 +84,7 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 	all := []nn.BuildOption{nn.WithParamHook(p.gatherHook), nn.WithParamBacking(e.leafBacking), nn.WithGradSink(p.sink)}
 	all = append(all, opts...)
 	all = append(all, nn.WithGradHook(p.onGrad))
-	if e.cfg.syncBN {
+	if e.cfg.SyncBN {
 		all = append(all, nn.WithStatsReducer(replica.StatsReducer{Group: e.g, Ctx: func() context.Context { return p.st.ctx }, Who: e.who()}))
 	}
 	var fwdMax int64
@@ -346,7 +346,7 @@ func (p *Program) await(u int, waited *time.Duration) error {
 // issueFrom issues the all-gathers of the units at forward positions k..k+prefetch that
 // have not been gathered in this run.
 func (p *Program) issueFrom(k int) {
-	for j := k; j < len(p.order) && j <= k+p.e.cfg.prefetch; j++ {
+	for j := k; j < len(p.order) && j <= k+p.e.cfg.Prefetch; j++ {
 		if u := p.order[j]; !p.st.released[u] {
 			p.issue(u)
 		}
@@ -407,7 +407,7 @@ func (p *Program) regather(u int) error {
 
 // prefetchBackward issues the re-gathers of the units at forward positions k-1..k-prefetch.
 func (p *Program) prefetchBackward(k int) {
-	for j := k - 1; j >= 0 && j >= k-p.e.cfg.prefetch; j-- {
+	for j := k - 1; j >= 0 && j >= k-p.e.cfg.Prefetch; j-- {
 		if u := p.order[j]; p.sched.regather[u] && p.st.released[u] {
 			p.issue(u)
 		}

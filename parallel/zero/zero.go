@@ -42,20 +42,40 @@ func (o Offload) String() string {
 	return "none"
 }
 
-// Option configures New.
-type Option func(*config)
+// Option configures New (and cuda/devzero's New: both engines take the same options).
+type Option func(*Config)
 
-type config struct {
-	key         func(string) string
-	optimizer   OptimizerFunc
-	weightDecay float64
-	prefetch    int
-	offload     Offload
-	dir         string
-	diskMaster  bool
-	workers     int
-	syncBN      bool
-	checkEvery  int
+// Config is the options resolved (NewConfig): what an engine reads. A backend that cannot
+// honour a setting refuses it at construction, naming the option and the backend.
+type Config struct {
+	// Key cuts the parameters into gather units (WithUnitDepth, WithUnitKey).
+	Key func(name string) string
+	// Optimizer builds the shard's optimizer (WithOptimizer); nil is refused.
+	Optimizer OptimizerFunc
+	// WeightDecay is the segments' decay (WithWeightDecay).
+	WeightDecay float64
+	// Prefetch is how many units ahead are gathered (WithPrefetch).
+	Prefetch int
+	// Offload, Workers, Dir and DiskMaster are WithOffload's, WithOffloadDir's and
+	// DiskMaster's.
+	Offload    Offload
+	Workers    int
+	Dir        string
+	DiskMaster bool
+	// SyncBN is SyncBatchNorm's.
+	SyncBN bool
+	// CheckEvery is CheckEvery's.
+	CheckEvery int
+}
+
+// NewConfig applies opts over the defaults: units by DepthKey(1), prefetch 1, no offload,
+// the agreement check every replica.DefaultCheckEvery runs.
+func NewConfig(opts ...Option) Config {
+	c := Config{Key: DepthKey(1), Prefetch: 1, CheckEvery: replica.DefaultCheckEvery}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
 }
 
 // CheckEvery sets how often, in training runs, the ranks check that they agree on what
@@ -65,7 +85,7 @@ type config struct {
 // (ErrDiverged) naming what differs and the ranks. Default replica.DefaultCheckEvery; 0
 // turns it off. (The parameters themselves are sharded: each exists once, so they cannot
 // disagree.)
-func CheckEvery(runs int) Option { return func(c *config) { c.checkEvery = runs } }
+func CheckEvery(runs int) Option { return func(c *Config) { c.CheckEvery = runs } }
 
 // ErrDiverged is wrapped by a Run's error when the periodic check (CheckEvery) finds that
 // the ranks disagree.
@@ -73,42 +93,42 @@ var ErrDiverged = replica.ErrDiverged
 
 // WithUnitDepth groups parameters into gather units by the first depth components of their
 // names (default 1: top-level modules, "layer1", "fc").
-func WithUnitDepth(depth int) Option { return func(c *config) { c.key = DepthKey(max(depth, 1)) } }
+func WithUnitDepth(depth int) Option { return func(c *Config) { c.Key = DepthKey(max(depth, 1)) } }
 
 // WithUnitKey groups parameters into gather units by key(name); parameters adjacent in the
 // flat buffer with equal keys form one unit.
-func WithUnitKey(key func(name string) string) Option { return func(c *config) { c.key = key } }
+func WithUnitKey(key func(name string) string) Option { return func(c *Config) { c.Key = key } }
 
 // WithOptimizer chooses the optimizer of the shard (AdamW, Optim over any of optim's
 // optimizers, or an OptimizerFunc of one's own). It is required: New refuses an engine
 // without one, as PyTorch's and DeepSpeed's ZeRO make the optimizer explicit. Under
 // OffloadCPU and OffloadDisk, AdamW's Workers option spreads the update over cores.
-func WithOptimizer(f OptimizerFunc) Option { return func(c *config) { c.optimizer = f } }
+func WithOptimizer(f OptimizerFunc) Option { return func(c *Config) { c.Optimizer = f } }
 
 // WithWeightDecay is the decay handed to optim.Segments: every parameter gets wd except
 // those marked NoWeightDecay (default 0).
-func WithWeightDecay(wd float64) Option { return func(c *config) { c.weightDecay = wd } }
+func WithWeightDecay(wd float64) Option { return func(c *Config) { c.WeightDecay = wd } }
 
 // WithPrefetch is how many units ahead of the running one are all-gathered (default 1;
 // 0 gathers each unit only when the tape reaches it).
-func WithPrefetch(n int) Option { return func(c *config) { c.prefetch = max(n, 0) } }
+func WithPrefetch(n int) Option { return func(c *Config) { c.Prefetch = max(n, 0) } }
 
 // WithOffload selects offload. OffloadDisk needs a directory (WithOffloadDir). workers is
 // AdamW's goroutine count under OffloadCPU and OffloadDisk (<= 0: GOMAXPROCS) unless AdamW
 // is given Workers itself.
 func WithOffload(o Offload, workers int) Option {
-	return func(c *config) { c.offload, c.workers = o, workers }
+	return func(c *Config) { c.Offload, c.Workers = o, workers }
 }
 
 // WithOffloadDir is the directory of OffloadDisk's files (one per buffer and rank).
-func WithOffloadDir(dir string) Option { return func(c *config) { c.dir = dir } }
+func WithOffloadDir(dir string) Option { return func(c *Config) { c.Dir = dir } }
 
 // DiskMaster puts the master shard in a file too under OffloadDisk.
-func DiskMaster() Option { return func(c *config) { c.diskMaster = true } }
+func DiskMaster() Option { return func(c *Config) { c.DiskMaster = true } }
 
 // SyncBatchNorm makes BatchNorm layers reduce their batch statistics over the group, so
 // that BatchNorm sees the global batch (as DDP's SyncBatchNorm).
-func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
+func SyncBatchNorm() Option { return func(c *Config) { c.SyncBN = true } }
 
 // Engine is one rank's ZeRO-3 state: the layout, the shards, the optimizer and the regions
 // that hold gathered parameters and full-size gradients during a step. It is driven from one
@@ -123,7 +143,7 @@ type Engine struct {
 	Model *nn.Model
 
 	g           comm.Group
-	cfg         config
+	cfg         Config
 	rank, world int
 	lay         *Layout
 	master      []float32
@@ -153,23 +173,20 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 	if model == nil || model.Params == nil || g == nil {
 		return nil, errors.New("zero: nil model or process group")
 	}
-	cfg := config{key: DepthKey(1), prefetch: 1, checkEvery: replica.DefaultCheckEvery}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := NewConfig(opts...)
 	e := &Engine{Model: model, g: g, cfg: cfg, rank: g.Rank(), world: g.Size()}
-	if cfg.optimizer == nil {
+	if cfg.Optimizer == nil {
 		return nil, fmt.Errorf("zero: rank %d: no optimizer: give WithOptimizer, for example zero.WithOptimizer(zero.AdamW(1e-3)) (ZeRO-3 steps each rank's shard with the engine's optimizer; a gorgonia solver or an optimizer given to Compile cannot)", e.rank)
 	}
-	e.checker.Every = cfg.checkEvery
+	e.checker.Every = cfg.CheckEvery
 	ps := model.Params
-	if cfg.offload == OffloadDisk && cfg.dir == "" {
+	if cfg.Offload == OffloadDisk && cfg.Dir == "" {
 		return nil, fmt.Errorf("zero: rank %d: disk offload needs WithOffloadDir", e.rank)
 	}
 	if err := e.checkAndBroadcast(ctx); err != nil {
 		return nil, err
 	}
-	lay, err := NewLayout(ps, e.world, e.rank, cfg.key)
+	lay, err := NewLayout(ps, e.world, e.rank, cfg.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -182,12 +199,12 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		lo, hi := lay.owned(u)
 		copy(e.master[u.ShardBase:], ps.Data[lo:hi])
 	}
-	segs, _, err := lay.Segments(ps, cfg.weightDecay, e.master, e.grad)
+	segs, _, err := lay.Segments(ps, cfg.WeightDecay, e.master, e.grad)
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
-	fn := cfg.optimizer
+	fn := cfg.Optimizer
 	e.segs = segs
 	if e.opt, err = fn(segs, e.alloc); err != nil {
 		e.Close()
@@ -208,18 +225,18 @@ func (e *Engine) allocate() error {
 	l, cfg := e.lay, e.cfg
 	var err error
 	workers := 1
-	if cfg.offload != OffloadNone {
-		workers = cfg.workers
+	if cfg.Offload != OffloadNone {
+		workers = cfg.Workers
 	}
-	e.alloc = heapAlloc{workers: workers}
-	if cfg.offload == OffloadDisk {
-		if err := os.MkdirAll(cfg.dir, 0o700); err != nil {
+	e.alloc = HeapAlloc{Workers: workers}
+	if cfg.Offload == OffloadDisk {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return fmt.Errorf("zero: rank %d: offload directory: %w", e.rank, err)
 		}
-		e.alloc = &fileAlloc{dir: cfg.dir, rank: e.rank, workers: workers}
+		e.alloc = &fileAlloc{dir: cfg.Dir, rank: e.rank, workers: workers}
 	}
-	if cfg.offload == OffloadDisk && cfg.diskMaster {
-		if e.masterR, err = newFile(fmt.Sprintf("rank %d master shard", e.rank), fmt.Sprintf("%s/rank%d-master.f32", cfg.dir, e.rank), l.shardLen); err != nil {
+	if cfg.Offload == OffloadDisk && cfg.DiskMaster {
+		if e.masterR, err = newFile(fmt.Sprintf("rank %d master shard", e.rank), fmt.Sprintf("%s/rank%d-master.f32", cfg.Dir, e.rank), l.shardLen); err != nil {
 			return err
 		}
 		e.master = e.masterR.f
@@ -269,7 +286,7 @@ func (e *Engine) checkAgreement(ctx context.Context) error {
 	}
 	e.scalars = append(e.scalars[:0], int64(e.steps), int64(math.Float64bits(e.opt.LR())))
 	ts := []replica.Tensor{{Kind: "optimizer", Name: "step count and learning rate", I64: e.scalars}}
-	ts = append(ts, replica.Replicated(e.Model.Params, false, e.cfg.syncBN)...)
+	ts = append(ts, replica.Replicated(e.Model.Params, false, e.cfg.SyncBN)...)
 	return e.checker.Check(ctx, e.g, ts, e.steps, e.who())
 }
 

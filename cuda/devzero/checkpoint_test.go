@@ -1,0 +1,346 @@
+package devzero_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/cuda/devzero"
+	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
+	"github.com/gorgonia-parallel/gp/train"
+)
+
+// rankEngine is what the checkpoint tests drive on either engine: zero.Engine on the host,
+// devzero.Engine on the (emulated) device, built with the same zero options.
+type rankEngine interface {
+	Save(ctx context.Context, dir, tag string) error
+	Load(path string) error
+	GatherParams(ctx context.Context) ([]float32, error)
+}
+
+// job is world in-process ranks of one engine kind, each with its program.
+type job struct {
+	world int
+	per   int // samples per rank
+	es    []rankEngine
+	ps    []train.Program
+}
+
+// onRanks runs f on every rank concurrently and joins the errors; a failing rank cancels
+// ctx so that the others do not wait for it in a collective.
+func onRanks(ctx context.Context, world int, f func(ctx context.Context, r int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[r] = f(ctx, r); errs[r] != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// deviceJob starts world device ranks (a cuda.Device and an NCCL group each, over the fake
+// NCCL) of md with opts; everything is closed when t ends.
+func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	devs := make([]*cuda.Device, world)
+	for r := range devs { // one after the other: see deviceRun
+		if devs[r], err = cuda.Open(0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { devs[r].Close() })
+	}
+	j := &job{world: world, per: global / world, es: make([]rankEngine, world), ps: make([]train.Program, world)}
+	var mu sync.Mutex
+	err = onRanks(ctx, world, func(ctx context.Context, r int) error {
+		store, err := comm.DialStore(ctx, srv.Addr())
+		if err != nil {
+			return err
+		}
+		g, err := nccl.New(ctx, store, r, world, nccl.WithDevice(0))
+		if err != nil {
+			store.Close()
+			return err
+		}
+		build := md.build(j.per)
+		m, err := nn.NewGraphModel(build)
+		if err != nil {
+			return err
+		}
+		e, err := devzero.New(ctx, devs[r], m, g, adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...)...)
+		if err != nil {
+			return err
+		}
+		p, err := e.Compile(build)
+		mu.Lock()
+		t.Cleanup(func() {
+			if p != nil {
+				p.Close()
+			}
+			e.Close()
+			g.Close(context.Background())
+			store.Close()
+		})
+		mu.Unlock()
+		j.es[r], j.ps[r] = e, p
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// hostJob starts world host ranks (zero.New over in-process groups) of md with opts.
+func hostJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
+	t.Helper()
+	groups := comm.NewLocalGroups(world)
+	j := &job{world: world, per: global / world, es: make([]rankEngine, world), ps: make([]train.Program, world)}
+	var mu sync.Mutex
+	err := onRanks(context.Background(), world, func(ctx context.Context, r int) error {
+		build := md.build(j.per)
+		m, err := nn.NewGraphModel(build)
+		if err != nil {
+			return err
+		}
+		e, err := zero.New(ctx, m, groups[r], adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...)...)
+		if err != nil {
+			return err
+		}
+		p, err := e.Compile(build)
+		mu.Lock()
+		t.Cleanup(func() {
+			if p != nil {
+				p.Close()
+			}
+			e.Close()
+			groups[r].Close(context.Background())
+		})
+		mu.Unlock()
+		j.es[r], j.ps[r] = e, p
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// steps trains steps [from, to) of the global batch split over the ranks and returns rank
+// 0's losses.
+func (j *job) steps(t *testing.T, from, to int) []float32 {
+	t.Helper()
+	var losses []float32
+	err := onRanks(context.Background(), j.world, func(ctx context.Context, r int) error {
+		x, y := make([]float32, j.per*gormlp.In), make([]float32, j.per*gormlp.Out)
+		p := j.ps[r]
+		for s := from; s < to; s++ {
+			gormlp.Data(x, y, s*global+r*j.per, j.per)
+			if err := errors.Join(p.ZeroGrad(), p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+				return err
+			}
+			if err := train.RunStep(ctx, p); err != nil {
+				return fmt.Errorf("step %d: %w", s, err)
+			}
+			l, err := p.LossValue()
+			if err != nil {
+				return err
+			}
+			if r == 0 {
+				losses = append(losses, l)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return losses
+}
+
+func (j *job) save(t *testing.T, dir, tag string) {
+	t.Helper()
+	if err := onRanks(context.Background(), j.world, func(ctx context.Context, r int) error { return j.es[r].Save(ctx, dir, tag) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (j *job) load(t *testing.T, path string) {
+	t.Helper()
+	if err := onRanks(context.Background(), j.world, func(_ context.Context, r int) error { return j.es[r].Load(path) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// params are the gathered parameters (every rank's, which must agree bit for bit).
+func (j *job) params(t *testing.T) []float32 {
+	t.Helper()
+	out := make([][]float32, j.world)
+	if err := onRanks(context.Background(), j.world, func(ctx context.Context, r int) error {
+		var err error
+		out[r], err = j.es[r].GatherParams(ctx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r := 1; r < j.world; r++ {
+		if d := bitDiff(out[r], out[0]); d >= 0 {
+			t.Fatalf("rank %d's gathered parameters differ from rank 0's at element %d", r, d)
+		}
+	}
+	return out[0]
+}
+
+// bitDiff is the first index where a and b differ bit for bit, or -1.
+func bitDiff(a, b []float32) int {
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// consolidated is the checkpoint in dir merged into whole tensors (zero.Consolidate with
+// the optimizer state) by name, with the manifest's step count.
+func consolidated(t *testing.T, dir string) (map[string]nn.StateEntry, int64) {
+	t.Helper()
+	es, m, err := zero.Consolidate(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]nn.StateEntry{}
+	for _, e := range es {
+		out[e.Name] = e
+	}
+	return out, m.Steps
+}
+
+// sameCheckpoint fails unless the checkpoints in dirs a and b hold the same tensors, bit
+// for bit (parameters, optimizer moments, step, learning rate, buffers), whatever world
+// sizes and engines wrote them.
+func sameCheckpoint(t *testing.T, what, a, b string) {
+	t.Helper()
+	ea, sa := consolidated(t, a)
+	eb, sb := consolidated(t, b)
+	if sa != sb || len(ea) != len(eb) {
+		t.Fatalf("%s: %d tensors at step %d against %d at step %d", what, len(ea), sa, len(eb), sb)
+	}
+	names := make([]string, 0, len(ea))
+	for n := range ea {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		x, y := ea[n], eb[n]
+		if d := bitDiff(x.F32, y.F32); d >= 0 || fmt.Sprint(x.I64, x.F64) != fmt.Sprint(y.I64, y.F64) {
+			t.Fatalf("%s: tensor %s differs (float32 element %d; %v %v against %v %v)", what, n, d, x.I64, x.F64, y.I64, y.F64)
+		}
+	}
+	t.Logf("%s: %d tensors at step %d equal bit for bit", what, len(names), sa)
+}
+
+// Device ZeRO-3 (world 2, the model of padded units, AdamW on the device and offloaded)
+// saves after step 3 of 6 in parallel/zero's format; fresh engines loading it and training
+// steps 3-5 end bit-identical to the uninterrupted run: the losses of every resumed step,
+// the gathered parameters and the final checkpoint (moments, step count, learning rate).
+func TestSaveResumeBitIdentical(t *testing.T) {
+	cudatest.Require(t)
+	for _, offload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("offload=%v", offload), func(t *testing.T) {
+			var opts []zero.Option
+			if offload {
+				opts = append(opts, zero.WithOffload(zero.OffloadCPU, 0))
+			}
+			dir, dirB := t.TempDir(), t.TempDir()
+			a := deviceJob(t, models[1], world, opts...)
+			a.steps(t, 0, 3)
+			a.save(t, dir, "step3")
+			wantLoss := a.steps(t, 3, 6)
+			want := a.params(t)
+			a.save(t, dir, "step6")
+
+			b := deviceJob(t, models[1], world, opts...)
+			b.load(t, filepath.Join(dir, "step3"))
+			gotLoss := b.steps(t, 3, 6)
+			if fmt.Sprint(gotLoss) != fmt.Sprint(wantLoss) {
+				t.Fatalf("resumed losses %v, uninterrupted %v", gotLoss, wantLoss)
+			}
+			if d := bitDiff(b.params(t), want); d >= 0 {
+				t.Fatalf("resumed parameters differ from the uninterrupted run's at element %d", d)
+			}
+			b.save(t, dirB, "step6")
+			sameCheckpoint(t, "resumed against uninterrupted, step 6", filepath.Join(dir, "step6"), filepath.Join(dirB, "step6"))
+		})
+	}
+}
+
+// One checkpoint format: a host ZeRO-3 checkpoint (zero.New, world 2, after 3 steps) loads
+// into device ZeRO-3 at world 2 and, resharded, at world 1, and the device engines save it
+// again unchanged bit for bit (every parameter, moment, the step count, learning rate); the
+// device's checkpoint after a further step loads back into the host at world 3 and saves
+// unchanged. The step after the move equals the host's own next step within tol (the
+// device's GEMMs sum in other orders than gorgonia's).
+func TestCheckpointMovesBetweenHostAndDevice(t *testing.T) {
+	cudatest.Require(t)
+	md := models[1]
+	hostDir, devDir, backDir := t.TempDir(), t.TempDir(), t.TempDir()
+	h := hostJob(t, md, 2)
+	h.steps(t, 0, 3)
+	h.save(t, hostDir, "step3")
+	h.steps(t, 3, 4)
+	hostNext := h.params(t)
+
+	for _, w := range []int{2, 1} {
+		d := deviceJob(t, md, w)
+		d.load(t, hostDir)
+		tag := fmt.Sprintf("world%d", w)
+		d.save(t, devDir, tag)
+		sameCheckpoint(t, fmt.Sprintf("host world 2 -> device world %d", w), filepath.Join(hostDir, "step3"), filepath.Join(devDir, tag))
+		if w != 2 {
+			continue
+		}
+		d.steps(t, 3, 4)
+		if r := maxRel(d.params(t), hostNext); r > tol {
+			t.Fatalf("the device's step after the host's checkpoint differs from the host's by %.3g (tolerance %g)", r, tol)
+		} else {
+			t.Logf("the step after the move: device within %.3g of the host", r)
+		}
+		d.save(t, devDir, "step4")
+	}
+
+	back := hostJob(t, md, 3)
+	back.load(t, filepath.Join(devDir, "step4"))
+	back.save(t, backDir, "step4")
+	sameCheckpoint(t, "device world 2 -> host world 3", filepath.Join(devDir, "step4"), filepath.Join(backDir, "step4"))
+}
