@@ -141,7 +141,7 @@ func (d *Device) BatchNormTrain(y, x, gamma, beta, runMean, runVar *Tensor, mome
 		return BatchNormSaved{}, err
 	}
 	s := BatchNormSaved{mean, v}
-	if err := d.launchRows("batchnorm_stats_f32", c, ptr(mean), ptr(v), ptr(x), driver.ArgI32(n), driver.ArgI32(c), driver.ArgI32(hw)); err != nil {
+	if err := d.BatchNormStats(mean, v, x); err != nil {
 		return s, err
 	}
 	if err := d.BatchNormApply(y, x, gamma, beta, mean, v, eps); err != nil {
@@ -150,12 +150,38 @@ func (d *Device) BatchNormTrain(y, x, gamma, beta, runMean, runVar *Tensor, mome
 	if runMean == nil {
 		return s, nil
 	}
-	m := float32(n * hw)
-	unbias := float32(1)
-	if m > 1 {
-		unbias = m / (m - 1)
+	return s, d.BatchNormRunning(runMean, runVar, mean, v, momentum, float64(n*hw))
+}
+
+// BatchNormStats computes the per-channel mean and biased variance of NCHW x (mean and
+// variance have C elements): the batch statistics BatchNormTrain normalises with.
+func (d *Device) BatchNormStats(mean, variance, x *Tensor) error {
+	if err := d.check("batch norm statistics", Float32, x); err != nil {
+		return err
 	}
-	return s, d.launch("batchnorm_running_f32", c, ptr(runMean), ptr(runVar), ptr(mean), ptr(v), driver.ArgI32(c),
+	if len(x.shape) != 4 {
+		return fmt.Errorf("cuda: device %d: batch norm statistics: x is %v, want NCHW", d.ordinal, x.shape)
+	}
+	n, c, hw := x.shape[0], x.shape[1], x.shape[2]*x.shape[3]
+	if err := d.checkVec("batch norm statistics", c, mean, variance); err != nil {
+		return err
+	}
+	return d.launchRows("batchnorm_stats_f32", c, ptr(mean), ptr(variance), ptr(x), driver.ArgI32(n), driver.ArgI32(c), driver.ArgI32(hw))
+}
+
+// BatchNormRunning updates the running statistics (C elements each) from a batch's mean and
+// biased variance over m values per channel, as torch does: running = (1-momentum)·running
+// + momentum·batch, with the unbiased variance (·m/(m-1)).
+func (d *Device) BatchNormRunning(runMean, runVar, mean, variance *Tensor, momentum float32, m float64) error {
+	c := mean.Len()
+	if err := d.checkVec("batch norm running statistics", c, runMean, runVar, variance); err != nil {
+		return err
+	}
+	unbias, mf := float32(1), float32(m)
+	if mf > 1 {
+		unbias = mf / (mf - 1)
+	}
+	return d.launch("batchnorm_running_f32", c, ptr(runMean), ptr(runVar), ptr(mean), ptr(variance), driver.ArgI32(c),
 		driver.ArgF32(momentum), driver.ArgF32(unbias))
 }
 

@@ -27,8 +27,9 @@
 // compute stream when it lands: the host hooks' arithmetic, in device memory.
 //
 // Host-side collectives keep ddp's order: the buffer broadcast before forward (BatchNorm's
-// running statistics are the host's, Note [Running statistics on the device]) and, every
-// CheckEvery steps, the agreement check over the parameters copied to the host.
+// running statistics are the host's, Note [Running statistics on the device]), under
+// SyncBatchNorm the statistics' sums in forward and backward, and, every CheckEvery steps,
+// the agreement check over the parameters copied to the host.
 package devddp
 
 import (
@@ -129,15 +130,13 @@ func (b *Backend) Close() {
 }
 
 // Accept takes AllReduceHook, FP16CompressHook and BF16CompressHook; it refuses every other
-// hook (PowerSGDHook, a HookFunc: they compute on Bucket.Grad in host memory) and
-// SyncBatchNorm (the device's BatchNorm has no statistics reducer), naming the option.
-func (b *Backend) Accept(h ddp.CommHook, syncBN bool) error {
+// hook (PowerSGDHook, a HookFunc: they compute on Bucket.Grad in host memory), naming the
+// option. SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm on the device]),
+// its statistics summed over the DDP's host group.
+func (b *Backend) Accept(h ddp.CommHook, _ bool) error {
 	dt, ok := ddp.Wire(h)
 	if !ok {
 		return fmt.Errorf("ddp.WithCommHook(%T): the hook computes on the gradients in host memory and cannot run on the device backend (cuda/devddp): use the default, ddp.FP16CompressHook or ddp.BF16CompressHook", h)
-	}
-	if syncBN {
-		return fmt.Errorf("ddp.SyncBatchNorm is not supported by the device backend (cuda/devddp): the device's BatchNorm has no statistics reducer; use BatchNorm, or SyncBatchNorm on the host")
 	}
 	b.wire = dt
 	if dt == comm.Float32 {

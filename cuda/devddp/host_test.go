@@ -38,6 +38,9 @@ func extraNet() nn.Module {
 	return &withExtra{Sequential: *testnet.ConvNet(false).(*nn.Sequential), Extra: &nn.Linear{In: 3, Out: 2}}
 }
 
+// bnNet is testnet's convolutional net with BatchNorm.
+func bnNet() nn.Module { return testnet.ConvNet(true) }
+
 // rebuildOpts cut extraNet's buffer into other buckets by size than by arrival.
 var rebuildOpts = []ddp.Option{ddp.FindUnusedParameters(), ddp.FirstBucketBytes(32), ddp.BucketCapBytes(256), ddp.LastBucketBytes(0)}
 
@@ -58,7 +61,7 @@ type hostCase struct {
 	opts    []ddp.Option
 	module  func() nn.Module // testnet.ConvNet(false) when nil
 	batches [world]int       // per rank; unequal runs the ranks inside Join
-	hook    bool             // opts hold a compression hook
+	differs bool             // opts change the result: the host without them is farther than tol
 }
 
 func (c hostCase) net() *netSpec {
@@ -71,24 +74,35 @@ func (c hostCase) net() *netSpec {
 
 // result is one path's outcome.
 type result struct {
-	params  [][]float32 // by rank
+	params  [][]float32 // by rank: the parameters, then every float buffer
 	buckets [][2]int    // rank 0's buckets (Lo, Hi) after training
+}
+
+// state is m's parameters followed by its float buffers (BatchNorm's running statistics).
+func state(m *nn.Model) []float32 {
+	out := append([]float32(nil), m.Params.Data...)
+	for _, b := range m.Params.Buffers {
+		out = append(out, b.Data...)
+	}
+	return out
 }
 
 // Device DDP equals host DDP on 2 in-process ranks training testnet's convolutional net
 // (SGD with momentum, RunStep) under the features the device gets from ddp's reducer: the
 // bucket rebuild (the buckets change after step 0, TestRebuildChangesBuckets, and end the
 // same on both paths), Join with uneven inputs (rank 0 has 2 batches, rank 1 has 4: rank 0
-// shadows steps 2-3 with zero gradients) and the fp16 and bf16 compression hooks (the
-// rounding and division happen in device memory). The tolerance is devddp's against the
+// shadows steps 2-3 with zero gradients), the fp16 and bf16 compression hooks (the rounding
+// and division happen in device memory) and SyncBatchNorm (parameters and running
+// statistics compared). The tolerance is devddp's against the
 // CPU (tol): the device's convolutions and GEMMs sum in other orders, nothing else differs.
 func TestDeviceMatchesHost(t *testing.T) {
 	cudatest.Require(t)
 	cases := []hostCase{
 		{name: "rebuild", module: extraNet, opts: rebuildOpts, batches: [world]int{3, 3}},
 		{name: "join", batches: [world]int{2, 4}},
-		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(ddp.FP16CompressHook())}, batches: [world]int{3, 3}, hook: true},
-		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(ddp.BF16CompressHook())}, batches: [world]int{3, 3}, hook: true},
+		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(ddp.FP16CompressHook())}, batches: [world]int{3, 3}, differs: true},
+		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(ddp.BF16CompressHook())}, batches: [world]int{3, 3}, differs: true},
+		{name: "syncbn", module: bnNet, opts: []ddp.Option{ddp.SyncBatchNorm()}, batches: [world]int{3, 3}, differs: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,14 +121,14 @@ func TestDeviceMatchesHost(t *testing.T) {
 			if w > tol {
 				t.Fatalf("device differs from host by %.3g (tolerance %g)\ndevice %v\nhost   %v", w, tol, dev.params[0], host.params[0])
 			}
-			if c.hook {
-				// The hook's rounding must show at this tolerance, or a device that
-				// reduced in float32 would pass.
-				exact := hostRun(t, hostCase{batches: c.batches})
-				if e := maxRel(dev.params[0], exact.params[0]); e <= tol {
-					t.Fatalf("device with the hook within %.3g of the host without it (tolerance %g): the hook did not round", e, tol)
+			if c.differs {
+				// The option must show at this tolerance, or a device that ignored it (a
+				// hook reducing in float32, BatchNorm on local statistics) would pass.
+				plain := hostRun(t, hostCase{module: c.module, batches: c.batches})
+				if e := maxRel(dev.params[0], plain.params[0]); e <= tol {
+					t.Fatalf("device within %.3g of the host without the option (tolerance %g): the option had no effect", e, tol)
 				} else {
-					t.Logf("%.3g from the host without the hook", e)
+					t.Logf("%.3g from the host without the option", e)
 				}
 			}
 		})
@@ -202,7 +216,7 @@ func hostRun(t *testing.T, c hostCase) result {
 				if err := step(ctx, c, r, d, p); err != nil {
 					return err
 				}
-				res.params[r] = append([]float32(nil), m.Params.Data...)
+				res.params[r] = state(m)
 				if r == 0 {
 					res.buckets = bucketsOf(d)
 				}
@@ -230,7 +244,7 @@ func devRun(t *testing.T, c hostCase) result {
 		if err := k.st.ToHost(ctx); err != nil {
 			return err
 		}
-		res.params[r] = append([]float32(nil), k.m.Params.Data...)
+		res.params[r] = state(k.m)
 		if r == 0 {
 			res.buckets = bucketsOf(k.d)
 		}
@@ -257,7 +271,6 @@ func TestDeviceRefusesHostOnlyOptions(t *testing.T) {
 	}{
 		{"powersgd", ddp.WithCommHook(psgd), "ddp.WithCommHook"},
 		{"hookfunc", ddp.WithCommHook(ddp.HookFunc(func(g comm.Group, b *ddp.Bucket) comm.Work { return nil })), "ddp.WithCommHook"},
-		{"syncbn", ddp.SyncBatchNorm(), "ddp.SyncBatchNorm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := onRanks(t, optimizers[0].new, nil, []ddp.Option{tc.opt}, nil, func(context.Context, int, *rank) error { return nil })

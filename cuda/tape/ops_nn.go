@@ -19,6 +19,7 @@ type saved struct {
 	dgamma, dbeta *cuda.Tensor // norms: parameter gradients; attention: the bias table's (dgamma)
 	key           uint64       // dropout: the mask key of this Run's forward
 	half          *half        // autocast: a Round's 16-bit copy (ops_amp.go), looked up at Compile
+	sync          *bnSync      // SyncBatchNorm: the global statistics (syncbn.go)
 }
 
 // state returns op's saved state, created on first use.

@@ -15,9 +15,6 @@ func (p *Program) lowerBatchNorm(n *G.Node, d ops.Desc) (*kernel, error) {
 	if !d.Affine {
 		return nil, fmt.Errorf("BatchNorm without gamma and beta has no device kernel: use an affine BatchNorm, or run on the CPU")
 	}
-	if st.Reducer != nil {
-		return nil, fmt.Errorf("SyncBatchNorm (a statistics reducer) is not supported by the device executor: use BatchNorm, or SyncBatchNorm on the CPU")
-	}
 	c := d.In[1]
 	shape4 := []int{d.In[0], c, 1, 1}
 	if len(d.In) == 4 {
@@ -38,6 +35,17 @@ func (p *Program) lowerBatchNorm(n *G.Node, d ops.Desc) (*kernel, error) {
 				return err
 			}
 			if st.Training {
+				if st.Reducer != nil { // Note [SyncBatchNorm on the device] (syncbn.go)
+					if err := p.syncBNForward(dev, y, xv, x[1], x[2], rm, rv, st, s, mom, eps); err != nil {
+						return err
+					}
+					l.trained = true
+					st.NumBatchesTracked[0]++
+					if relu {
+						return dev.ReLU(out, out)
+					}
+					return nil
+				}
 				if d.In[0]*shape4[2]*shape4[3] <= 1 {
 					return fmt.Errorf("input %v: expected more than 1 value per channel when training", d.In)
 				}
@@ -48,10 +56,10 @@ func (p *Program) lowerBatchNorm(n *G.Node, d ops.Desc) (*kernel, error) {
 				if err != nil {
 					return err
 				}
-				s.a, s.b, l.trained = sv.Mean, sv.Var, true
+				s.a, s.b, s.sync, l.trained = sv.Mean, sv.Var, nil, true
 				st.NumBatchesTracked[0]++
 			} else {
-				s.a, s.b = nil, nil
+				s.a, s.b, s.sync = nil, nil, nil
 				if err := dev.BatchNormApply(y, xv, x[1], x[2], rm, rv, eps); err != nil {
 					return err
 				}
@@ -112,6 +120,9 @@ func (p *Program) lowerBatchNormGrad(d ops.Desc) (*kernel, error) {
 			dx, err := view(out, shape4...)
 			if err != nil {
 				return err
+			}
+			if s.sync != nil {
+				return p.syncBNBackward(dev, dx, dyv, xv, x[len(x)-1], s, eps)
 			}
 			return dev.BatchNormBackward(dx, s.dgamma, s.dbeta, dyv, xv, x[len(x)-1], cuda.BatchNormSaved{Mean: s.a, Var: s.b}, eps)
 		}}, nil

@@ -33,6 +33,7 @@ type Program struct {
 	runOwned []*cuda.Tensor  // allocated during a Run for its remainder
 	own      []*cuda.Tensor  // the program's own device memory (indices)
 	bn       runningStats    // BatchNorm's running statistics (bnstats.go)
+	runCtx   context.Context // the current Run's, for SyncBatchNorm's host waits (syncbn.go)
 	stage    staging         // pinned buffers of the copies in and out (staging.go)
 	pending  bool            // a Run returned before its synchronisation: copies may use the pinned buffers
 
@@ -284,6 +285,7 @@ func (p *Program) Run(ctx context.Context) error {
 		return err
 	}
 	defer p.release()
+	p.runCtx = ctx
 	if p.pending { // Note [One synchronisation per Run] (staging.go)
 		if err := p.dev.Synchronize(ctx); err != nil {
 			return fmt.Errorf("cuda/tape: the last run's copies: %w", err)
