@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -185,50 +184,38 @@ func bucketsOf(d *ddp.DDP) [][2]int {
 }
 
 // hostRun trains c on world in-process host ranks (ddp over comm.NewLocalGroups), with
-// onRanks' options.
+// onRanks' options. A rank that fails closes its group, so that the others fail too.
 func hostRun(t *testing.T, c hostCase) result {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	groups := comm.NewLocalGroups(world)
 	res := result{params: make([][]float32, world)}
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer groups[r].Close(context.Background())
-			errs[r] = func() error {
-				net := c.net()
-				m, err := net.model()
-				if err != nil {
-					return err
-				}
-				d, err := ddp.New(ctx, m, groups[r], append(append([]ddp.Option{}, baseOpts...), c.opts...)...)
-				if err != nil {
-					return err
-				}
-				p, err := d.Compile(net.build, nn.WithOptimizer(mustOpt(t, m, optimizers[0].new)))
-				if err != nil {
-					return err
-				}
-				defer p.Close()
-				if err := step(ctx, c, r, d, p); err != nil {
-					return err
-				}
-				res.params[r] = state(m)
-				if r == 0 {
-					res.buckets = bucketsOf(d)
-				}
-				return nil
-			}()
-			if errs[r] != nil {
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := testnet.EachRank(world, time.Minute, func(r int) error {
+		defer groups[r].Close(context.Background())
+		net := c.net()
+		m, err := net.model()
+		if err != nil {
+			return err
+		}
+		d, err := ddp.New(ctx, m, groups[r], append(append([]ddp.Option{}, baseOpts...), c.opts...)...)
+		if err != nil {
+			return err
+		}
+		p, err := d.Compile(net.build, nn.WithOptimizer(mustOpt(t, m, optimizers[0].new)))
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		if err := step(ctx, c, r, d, p); err != nil {
+			return err
+		}
+		res.params[r] = state(m)
+		if r == 0 {
+			res.buckets = bucketsOf(d)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatalf("host: %v", err)
 	}
 	return res

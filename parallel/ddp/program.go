@@ -64,9 +64,6 @@ func graphUnused(ps *nn.ParamSet, np *nn.Program) []*nn.Param {
 // that runs; its Run does not reduce: use the Program's).
 func (p *Program) Compiled() *nn.Program { return p.x.Program() }
 
-// Executor returns the backend's program (on a device backend: the device program).
-func (p *Program) Executor() Executor { return p.x }
-
 // SetInput copies data into the named input.
 func (p *Program) SetInput(name string, data []float32) error {
 	if err := p.x.SetInput(name, data); err != nil {
