@@ -68,6 +68,16 @@
 // agree. SyncBatchNorm's backward reductions queue behind the buckets already launched (comm
 // runs collectives one at a time), which costs overlap; PyTorch's NCCL stream behaves alike.
 //
+// # Backends
+//
+// DDP is the reducer: it decides when a gradient is final, which bucket to launch, when a
+// step may use a bucket's result, and runs the rebuild, Join, static graph, unused
+// parameters and the timeline, with no I/O of its own beyond its small control messages on
+// the group. A Backend moves the bytes: New's host backend runs nn programs and reduces over
+// the comm.Group; cuda/devddp's (DDP.SetBackend) runs on a device and reduces device memory
+// with NCCL, ordered by CUDA events. An option a backend cannot honour is refused when it is
+// attached, naming the option and the backend.
+//
 // # Errors
 //
 // A step that fails still launches every remaining bucket before it returns, so the other
