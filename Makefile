@@ -43,7 +43,8 @@ test-levels:
 	done
 
 ## test-examples: build gprun and the examples/gorgonia programs and run each for a few
-## steps as its doc comment says (ddp, solver and zero3 under gprun with 2 processes; the
+## steps as its doc comment says (ddp, solver, zero3 and trainer under gprun with 2
+## processes, trainer for one epoch and then, resuming from its checkpoint, a second; the
 ## solver's weights against single's are examples/gorgonia/solver's test); any non-zero
 ## exit fails. They run as binaries rather than from a Go test so that what is checked is
 ## what a user types, launcher included.
@@ -57,6 +58,9 @@ test-examples:
 	bin/gprun --nproc-per-node 2 -- bin/examples/ddp -steps $(EXAMPLE_STEPS)
 	bin/gprun --nproc-per-node 2 -- bin/examples/solver -steps $(EXAMPLE_STEPS)
 	bin/gprun --nproc-per-node 2 -- bin/examples/zero3 -steps $(EXAMPLE_STEPS)
+	rm -rf bin/examples/runs/convnet
+	bin/gprun --nproc-per-node 2 -- bin/examples/trainer -epochs 1 -out bin/examples/runs/convnet
+	bin/gprun --nproc-per-node 2 -- bin/examples/trainer -epochs 2 -out bin/examples/runs/convnet
 
 ## test-fuzz: every fuzz target (func FuzzXxx) for FUZZTIME each, one at a time on one worker,
 ## on the committed corpus (each package's testdata/fuzz/FuzzXxx) plus what it finds (bench/fuzz

@@ -24,10 +24,10 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	batch := func(_ context.Context, epoch, i, rank int, b *data.Batch) error {
-		*b = data.Batch{Images: make([]float32, 8*16), Labels: make([]int64, 8), N: 8, C: 1, H: 4, W: 4}
-		for k := range 8 {
-			left := (epoch*7+i*3+k+rank)%2 == 0
+	batch := func(_ context.Context, at trainer.BatchAt, b *data.Batch) error {
+		*b = data.Batch{Images: make([]float32, at.N*16), Labels: make([]int64, at.N), N: at.N, C: 1, H: 4, W: 4}
+		for k := range at.N {
+			left := (at.Epoch*7+at.Index*3+k+at.Rank)%2 == 0
 			b.Labels[k] = map[bool]int64{false: 0, true: 1}[left]
 			for p := range 16 {
 				if (p%4 < 2) == left {

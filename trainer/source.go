@@ -119,11 +119,20 @@ func fromLoader(ds data.Dataset, l *data.Loader, s *skipSampler, batch, classes 
 		}}
 }
 
-// BatchFunc fills b with this rank's batch i (0-based) of epoch: b.Images [n, C, H, W]
-// and b.Labels [n], n the per-rank batch size, with b.N, b.C, b.H and b.W set. It must
-// give the same batch for the same (epoch, i, rank), so that a resumed run redoes exactly
-// what the interrupted one did. b's memory is the caller's and reused between calls.
-type BatchFunc func(ctx context.Context, epoch, i, rank int, b *data.Batch) error
+// BatchFunc fills b with the batch at says: b.Images [at.N, C, H, W] and b.Labels
+// [at.N], with b.N, b.C, b.H and b.W set. It must give the same batch for the same at, so
+// that a resumed run redoes exactly what the interrupted one did. b is the caller's,
+// reused from call to call; its slices may be replaced.
+type BatchFunc func(ctx context.Context, at BatchAt, b *data.Batch) error
+
+// BatchAt names one rank's batch of a BatchSource.
+type BatchAt struct {
+	Train       bool // a training batch (else a validation one)
+	Epoch       int  // 0-based; -1 for validation batches (the same at every validation)
+	Index       int  // the batch's index in its epoch, 0-based
+	Rank, World int
+	N           int // the batch size per rank
+}
 
 // BatchSource serves batches that a function makes.
 type BatchSource struct {
@@ -155,18 +164,18 @@ func (s BatchSource) Open(ctx context.Context, env Env) (*Split, *Split, error) 
 	if images == 0 {
 		images = s.Steps * env.Batch * env.World
 	}
-	split := func(fn BatchFunc, steps, images int) *Split {
+	split := func(fn BatchFunc, train bool, steps, images int) *Split {
 		return &Split{C: s.Shape[0], H: s.Shape[1], W: s.Shape[2], Classes: s.Classes, Images: images, Steps: steps,
-			Batches: funcBatches(fn, steps, env)}
+			Batches: funcBatches(fn, train, steps, env)}
 	}
 	if s.Val == nil {
-		return split(s.Train, s.Steps, images), nil, nil
+		return split(s.Train, true, s.Steps, images), nil, nil
 	}
-	return split(s.Train, s.Steps, images), split(s.Val, s.ValSteps, s.ValSteps*env.Batch*env.World), nil
+	return split(s.Train, true, s.Steps, images), split(s.Val, false, s.ValSteps, s.ValSteps*env.Batch*env.World), nil
 }
 
 // funcBatches iterates over the batches fn makes, checking each one's size and shape.
-func funcBatches(fn BatchFunc, steps int, env Env) func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
+func funcBatches(fn BatchFunc, train bool, steps int, env Env) func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
 	b := &data.Batch{}
 	return func(ctx context.Context, epoch, skip int) iter.Seq2[*data.Batch, error] {
 		return func(yield func(*data.Batch, error) bool) {
@@ -175,7 +184,10 @@ func funcBatches(fn BatchFunc, steps int, env Env) func(ctx context.Context, epo
 					yield(nil, err)
 					return
 				}
-				err := fn(ctx, epoch, i, env.Rank, b)
+				if !train {
+					epoch = -1
+				}
+				err := fn(ctx, BatchAt{Train: train, Epoch: epoch, Index: i, Rank: env.Rank, World: env.World, N: env.Batch}, b)
 				if err == nil && (len(b.Images) < b.N*b.C*b.H*b.W || len(b.Labels) < b.N) {
 					err = fmt.Errorf("holds %d values and %d labels for %d images of %dx%dx%d", len(b.Images), len(b.Labels), b.N, b.C, b.H, b.W)
 				}
