@@ -5,32 +5,34 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 
+	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// devSharded is -strategy zero3 -device cuda: cuda/devzero on this rank's GPU, the units
-// all-gathered and the gradients reduce-scattered by NCCL on the device, AdamW on the
-// rank's shard on the device or, with -offload cpu, on the CPU (AdamW is the default optimizer
-// there; -opt sgd is refused). At world size 1 without a launcher the NCCL group is one
-// rank's (deviceGroup). -amp is autocast in the
-// graph; -amp fp16's unscale and inf/NaN check, -clip-grad and -grad-accum-steps' 1/A work
-// on each rank's gradient shard (update). -sync-bn is not on the device yet and is
-// refused. Checkpoints hold the gathered parameters and the trainer's
-// state, not the optimizer's moments, so a run cannot resume from them yet (an error says
-// so).
+// devSharded is -strategy zero3 -device cuda: cuda/devzero on this rank's GPU, with
+// parallel/zero's options, the units all-gathered and the gradients reduce-scattered by NCCL
+// on the device, AdamW on the rank's shard on the device or, with -offload cpu, the
+// optimizer (-opt adamw or sgd) on the CPU. At world size 1 without a launcher the NCCL
+// group is one rank's (deviceGroup). -amp is autocast in the graph; -amp fp16's unscale and
+// inf/NaN check, -clip-grad and -grad-accum-steps' 1/A work on each rank's gradient shard
+// (update). Checkpoints are the CPU zero3's (OUT/zero/step-N/: one shard file per rank, a
+// manifest, trainer.npz with the trainer's state), so a run resumes bit-identically from
+// them at any world size, on the device or on the CPU.
 type devSharded struct {
 	stepper
 	cfg     *settings
 	g       comm.Group
 	model   *nn.Model
 	e       *devzero.Engine
-	opt     optim.Optimizer
 	evals   map[int]evalProgram
 	evalOpt []nn.BuildOption
 	shape   [3]int
@@ -40,32 +42,28 @@ type devSharded struct {
 func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	dev := cfg.Device
 	switch {
-	case cfg.Optimizer != "adamw":
-		return nil, fmt.Errorf("trainer: -opt %s with -strategy zero3 -device %s is not yet on the device (it steps AdamW on each rank's shard): pass -opt adamw (the default there), or -strategy ddp for -opt %s", cfg.Optimizer, dev, cfg.Optimizer)
+	case cfg.Optimizer != "adamw" && cfg.Offload != "cpu":
+		return nil, fmt.Errorf("trainer: -opt %s with -strategy zero3 -device %s is not supported on the device (it steps AdamW on each rank's shard): pass -opt adamw, -offload cpu to step -opt %s on the CPU, or -strategy ddp", cfg.Optimizer, dev, cfg.Optimizer)
 	case cfg.SyncBN:
-		return nil, fmt.Errorf("trainer: -sync-bn with -strategy zero3 -device %s is not yet on the device: use -strategy ddp -sync-bn, or zero3 without -sync-bn", dev)
+		return nil, fmt.Errorf("trainer: -sync-bn with -strategy zero3 -device %s is not supported on the device: use -strategy ddp -sync-bn, or -strategy zero3 -device cpu -sync-bn", dev)
 	}
-	// The shards are cut from each rank's model: rank 0's parameters everywhere first.
-	if err := g.Broadcast(comm.F32(model.Params.Data), 0).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("trainer: broadcasting the parameters: %w", err)
+	zopts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
+	if cfg.Offload == "cpu" {
+		zopts = append(zopts, zero.WithOffload(zero.OffloadCPU, 0))
 	}
-	segs, err := optim.Segments(model.Params, cfg.WeightDecay)
-	if err != nil {
-		return nil, err
-	}
-	opt, err := newOptimizer(cfg, segs)
-	if err != nil {
-		return nil, err
+	if cfg.Optimizer == "adamw" {
+		zopts = append(zopts, zero.WithOptimizer(zero.AdamW(cfg.LR)))
+	} else {
+		zopts = append(zopts, zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) {
+			return newOptimizer(cfg, segs)
+		})))
 	}
 	ng, err := deviceGroup(ctx, cfg, g, "trainer-zero3")
 	if err != nil {
 		return nil, err
 	}
-	var zopts []devzero.Option
-	if cfg.Offload == "cpu" {
-		zopts = append(zopts, devzero.WithOffloadCPU())
-	}
-	e, err := devzero.New(cfg.dev, model, ng, opt, zopts...)
+	// New checks the ranks' models and broadcasts rank 0's parameters over the NCCL group.
+	e, err := devzero.New(ctx, cfg.dev, model, ng, zopts...)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: -device %s: %w", dev, err)
 	}
@@ -86,9 +84,9 @@ func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, mo
 	return &devSharded{
 		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg: cfg, g: g, model: model, e: e, opt: opt, evals: map[int]evalProgram{},
+		cfg: cfg, g: g, model: model, e: e, evals: map[int]evalProgram{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
-		ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil
+		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}}, nil
 }
 
 func (s *devSharded) trainStep(ctx context.Context, b *data.Batch, at micro) (float32, error) {
@@ -122,7 +120,15 @@ func (s *devSharded) update(ctx context.Context) error {
 			return fmt.Errorf("trainer: gradient accumulation: %w", err)
 		}
 	}
-	if s.clip > 0 {
+	skip := false
+	if s.clip > 0 && s.scaler != nil {
+		// A step whose gradients overflowed is skipped on every rank: nothing to clip.
+		var err error
+		if skip, err = s.scaler.FoundInf(ctx); err != nil {
+			return err
+		}
+	}
+	if s.clip > 0 && !skip {
 		sum := func(ctx context.Context, sq float64) (float64, error) {
 			buf := []float64{sq}
 			if err := s.g.AllReduce(comm.F64(buf), comm.Sum).Wait(ctx); err != nil {
@@ -131,45 +137,91 @@ func (s *devSharded) update(ctx context.Context) error {
 			return buf[0], nil
 		}
 		if _, err := s.e.ClipGradNorm(ctx, s.clip, sum); err != nil {
-			return fmt.Errorf("trainer: -clip-grad: %w", err)
+			return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", s.clip, err)
 		}
 	}
 	return stepOrSkip(ctx, s.prog, s.scaler)
 }
 
-func (s *devSharded) optimizer() optim.Optimizer { return s.opt }
+func (s *devSharded) optimizer() optim.Optimizer { return s.e.Optimizer() }
 
 // evalLogits runs an evaluation graph: its Run gathers the units (collective, as zero3's).
 func (s *devSharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, error) {
 	return runEval(ctx, s.cfg, s.evals, s.shape, b, func(build nn.BuildFunc) (evalProgram, error) { return s.e.Compile(build, s.evalOpt...) })
 }
 
-// save gathers the parameters on every rank (collective) and rank 0 writes them with the
-// trainer's state; the optimizer's shards are not in it.
+// save and resume are the CPU zero3's (saveShards, resumeShards).
 func (s *devSharded) save(ctx context.Context, meta *checkpoint.State) (string, error) {
-	if err := s.e.ParamsToHost(ctx); err != nil {
-		return "", fmt.Errorf("trainer: checkpoint: %w", err)
-	}
-	if s.g.Rank() != 0 {
-		return s.ck.path(meta.Step), nil
-	}
-	st := *meta
-	st.Model = s.model.Params
-	return s.ck.save(&st)
+	return saveShards(ctx, s.g, s.ck, s.scaler, s.e, meta)
 }
 
 func (s *devSharded) resume(ctx context.Context, path string, meta *checkpoint.State) (string, error) {
+	return resumeShards(s.ck, s.scaler, s.e, path, meta)
+}
+
+// shardStore is a ZeRO-3 engine's checkpoint: zero.Engine's and devzero.Engine's Save and
+// Load, which write and read the same format.
+type shardStore interface {
+	Save(ctx context.Context, dir, tag string) error
+	Load(path string) error
+}
+
+// saveShards writes a ZeRO-3 checkpoint under ck (OUT/zero/step-N/): rank 0's trainer.npz
+// with the trainer's state (and the loss scaler's), then every rank's shard with e.Save,
+// whose manifest and LATEST are written only when all are in place; rank 0 then prunes.
+func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.GradScaler, e shardStore, meta *checkpoint.State) (string, error) {
+	dir := ck.path(meta.Step)
+	if g.Rank() == 0 {
+		st := *meta
+		if scaler != nil {
+			st.Scaler = scaler
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("trainer: checkpoint %s: %w", dir, err)
+		}
+		if err := checkpoint.SaveState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
+			return "", err
+		}
+	}
+	if err := e.Save(ctx, ck.dir, filepath.Base(dir)); err != nil {
+		return "", err
+	}
+	if g.Rank() == 0 {
+		ck.prune()
+	}
+	return dir, nil
+}
+
+// resumeShards loads a ZeRO-3 checkpoint written by saveShards ("auto": the newest readable
+// one under ck; "none" or "": nothing) into e and meta.
+func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e shardStore, path string, meta *checkpoint.State) (string, error) {
+	st := *meta
+	if scaler != nil {
+		st.Scaler = scaler
+	}
+	load := func(dir string) error {
+		if _, err := checkpoint.LoadState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
+			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
+		}
+		if err := e.Load(dir); err != nil {
+			return fmt.Errorf("trainer: resume from %s%s: %w", dir, mismatchHint(err), err)
+		}
+		return nil
+	}
+	var err error
 	switch path {
 	case "none", "":
 		return "", nil
 	case "auto":
-		p, _, err := s.ck.loadLatest()
-		if err != nil || p == "" {
-			return "", err
-		}
-		path = p
+		path, err = ck.newest(load)
+	default:
+		err = load(path)
 	}
-	return "", fmt.Errorf("trainer: resume from %s: -strategy zero3 -device %s does not resume yet (its checkpoints lack the optimizer's shards); pass -resume none", path, s.cfg.Device)
+	if err != nil || path == "" {
+		return "", err
+	}
+	meta.Step, meta.Epoch = st.Step, st.Epoch
+	return path, nil
 }
 
 func (s *devSharded) report(ctx context.Context, cfg *settings, res *Result) error {
