@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -115,58 +114,11 @@ func (s *sharded) evalLogits(ctx context.Context, b *data.Batch) ([]float32, err
 }
 
 func (s *sharded) save(ctx context.Context, meta *checkpoint.State) (string, error) {
-	dir := s.ck.path(meta.Step)
-	if s.g.Rank() == 0 {
-		st := *meta
-		if s.scaler != nil {
-			st.Scaler = s.scaler
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("trainer: checkpoint %s: %w", dir, err)
-		}
-		if err := checkpoint.SaveState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
-			return "", err
-		}
-	}
-	// The trainer's state is in place before the shards; the manifest (and zero's LATEST)
-	// is written only when all are.
-	if err := s.e.Save(ctx, s.ck.dir, filepath.Base(dir)); err != nil {
-		return "", err
-	}
-	if s.g.Rank() == 0 {
-		s.ck.prune()
-	}
-	return dir, nil
+	return saveShards(ctx, s.g, s.ck, s.scaler, s.e, meta)
 }
 
 func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.State) (string, error) {
-	st := *meta
-	if s.scaler != nil {
-		st.Scaler = s.scaler
-	}
-	load := func(dir string) error {
-		if _, err := checkpoint.LoadState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
-			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
-		}
-		if err := s.e.Load(dir); err != nil {
-			return fmt.Errorf("trainer: resume from %s%s: %w", dir, mismatchHint(err), err)
-		}
-		return nil
-	}
-	var err error
-	switch path {
-	case "none", "":
-		return "", nil
-	case "auto":
-		path, err = s.ck.newest(load)
-	default:
-		err = load(path)
-	}
-	if err != nil || path == "" {
-		return "", err
-	}
-	meta.Step, meta.Epoch = st.Step, st.Epoch
-	return path, nil
+	return resumeShards(s.ck, s.scaler, s.e, path, meta)
 }
 
 func (s *sharded) report(ctx context.Context, cfg *settings, res *Result) error {
