@@ -22,16 +22,15 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
-// TestDeviceMatrix is issue 20's item 6 in one table: a tiny ResNet and the smallest Swin
+// TestDeviceMatrix checks the device against the CPU in one table: a tiny ResNet and the smallest Swin
 // the trainer builds under -strategy none (world 1), ddp (world 2), zero3 (world 2) and
 // zero3 -offload cpu (world 2), each with -amp off, bf16 and fp16, trained 3 steps by the
 // trainer with -device cuda (the emulator of kernels.cu and the fake libraries; the world-2
 // jobs as two processes launched as gprun launches them, NCCL faked across them) and
 // compared with the same trainer run on the CPU: every step's loss and, for none and ddp,
 // the final checkpoint's model tensors (zero3 on the CPU writes shards, on the device whole
-// checkpoints: not compared). A combination the device does not run yet must fail before
-// training with the trainer's message naming the flag (matrixRefused), so that this table
-// changes when it lands.
+// checkpoints: not compared). A combination the device does not support must fail before
+// training with the trainer's message naming the flag (matrixRefused).
 //
 // The models: resnet8 (the CIFAR ResNet, 78k parameters) and swin_test (swin.TestArchs:
 // two stages of a shifted and an unshifted block, window 2, PatchMerging, stochastic depth;
@@ -213,14 +212,12 @@ var matrixStrategies = []matrixStrategy{
 	{"zero3-offload-cpu", "zero3", "cpu", 2},
 }
 
-// matrixRefused is what the device does not run yet: the message the trainer must fail
-// with before training, or "" where the row must train. -amp fp16 at world size 2 (its
-// GradScaler over the device's gradients) trains.
-//
-// Every row of the table trains now: zero3 on the device runs -amp bf16 and fp16 (the
-// GradScaler over the gradient shards, cuda/devzero/grads.go) and the Swin recipe's
-// -clip-grad. What the device still refuses (zero3 with -sync-bn, -offload disk,
-// resuming) is outside the table and tested by TestDeviceZero3RefusesSyncBN.
+// matrixRefused is what the device does not support: the message the trainer must fail
+// with before training, or "" where the row must train. Every row of the table trains:
+// zero3 on the device runs -amp bf16 and fp16 (the GradScaler over the gradient shards,
+// cuda/devzero/grads.go) and the Swin recipe's -clip-grad. What the device refuses (zero3
+// with -sync-bn or -offload disk) is outside the table and tested by
+// TestDeviceZero3RefusesSyncBN and TestDeviceCUDAMatchesCPU.
 func matrixRefused(a matrixArch, s matrixStrategy, mode string) string {
 	return ""
 }

@@ -135,7 +135,7 @@ func classify(n int, shape [3]int, smoothing float64, soft bool, classes int, fw
 			return nil, err
 		}
 		if s := logits.Shape(); len(s) != 2 || s[0] != n || s[1] != classes {
-			return nil, fmt.Errorf("trainer: the model's logits are %v for images %v; want [%d %d] (%d classes in the data)",
+			return nil, fmt.Errorf("trainer: the model's logits are %v for images %v; want (%d, %d) (%d classes in the data)",
 				s, x.Shape(), n, classes, classes)
 		}
 		b.Output("logits", logits)

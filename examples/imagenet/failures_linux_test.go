@@ -25,8 +25,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// failureCase is one failure of issue 19's first bullet, each of which used to hang a
-// 2-rank job until the collective timeout (30 min): setup makes the data and -out, breaks
+// failureCase is one failure that a 2-rank job must end on at once rather than wait for
+// the collective timeout (30 min): setup makes the data and -out, breaks
 // one thing, and says which file the workers touch first when they meet it (watch; "" for
 // a failure at start-up).
 type failureCase struct {
@@ -43,7 +43,7 @@ type failureCase struct {
 	extra         []string // more trainer flags
 }
 
-// TestJobEndsOnFailure: every failure of issue 19's first bullet, in a real 2-rank job
+// TestJobEndsOnFailure: every failure of its table, in a real 2-rank job
 // (gprun and the trainer's main), ends the whole job within 10 s of the failure; gprun exits
 // non-zero, prints one report naming the rank, the file and the reason, and leaves no
 // worker and no shared-memory file behind.
