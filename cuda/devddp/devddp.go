@@ -113,7 +113,8 @@ type Backend struct {
 	ready, reduced []driver.Event // by bucket index
 }
 
-// NewBackend returns the device backend over st and red, for DDP.SetBackend.
+// NewBackend returns the device backend over st and red, for DDP.SetBackend (New does both).
+// Close it after the DDP's last step.
 func NewBackend(st *tape.State, red Reducer) *Backend {
 	return &Backend{st: st, red: red, size: red.Size(), wire: comm.Float32}
 }
@@ -159,7 +160,7 @@ func (b *Backend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (ddp.Execu
 	if err != nil {
 		return nil, err
 	}
-	return exec{tp: tp, st: b.st}, nil
+	return exec{Program: tp, st: b.st}, nil
 }
 
 // Layout makes the events of buckets it has not seen yet; events are kept across layouts.
@@ -288,17 +289,12 @@ func (b *Backend) WriteParams(ctx context.Context, fn func([]float32) error) err
 
 // exec is a device program as ddp's Executor.
 type exec struct {
-	tp *tape.Program
+	*tape.Program
 	st *tape.State
 }
 
-func (x exec) Program() *nn.Program                    { return x.tp.CPU() }
-func (x exec) Run(ctx context.Context) error           { return x.tp.Run(ctx) }
-func (x exec) SetInput(name string, d []float32) error { return x.tp.SetInput(name, d) }
-func (x exec) Input(name string) ([]float32, error)    { return x.tp.Input(name) }
-func (x exec) Output(name string) ([]float32, error)   { return x.tp.Output(name) }
-func (x exec) LossValue() (float32, error)             { return x.tp.LossValue() }
-func (x exec) Close() error                            { return x.tp.Close() }
+// Compiled is the nn program the device program was lowered from.
+func (x exec) Compiled() *nn.Program { return x.CPU() }
 
 // Update applies the device optimizer to every parameter (without zeroing the gradients).
 func (x exec) Update(ctx context.Context) error {

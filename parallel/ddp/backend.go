@@ -54,9 +54,9 @@ type Backend interface {
 
 // Executor is a backend's compiled program: what a Program runs.
 type Executor interface {
-	// Program is the nn program the model was built as (its graph, loss, mode and the
+	// Compiled is the nn program the model was built as (its graph, loss, mode and the
 	// parameters it uses).
-	Program() *nn.Program
+	Compiled() *nn.Program
 	// Run runs forward and backward; each gradient, once final, reaches the gradient hook
 	// Compile was given.
 	Run(ctx context.Context) error
@@ -119,7 +119,7 @@ func (h *hostBackend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Execu
 	if err != nil {
 		return nil, err
 	}
-	return hostExec{np: np, d: h.d}, nil
+	return hostExec{Program: np, d: h.d}, nil
 }
 
 func (h *hostBackend) Layout(buckets []*Bucket) error {
@@ -166,23 +166,17 @@ func (h *hostBackend) WriteParams(_ context.Context, fn func([]float32) error) e
 
 // hostExec is an nn program as an Executor.
 type hostExec struct {
-	np *nn.Program
-	d  *DDP
+	*nn.Program
+	d *DDP
 }
 
-func (x hostExec) Program() *nn.Program                    { return x.np }
-func (x hostExec) Run(ctx context.Context) error           { return x.np.Run(ctx) }
-func (x hostExec) Update(context.Context) error            { return x.np.Update() }
-func (x hostExec) SetInput(name string, d []float32) error { return x.np.SetInput(name, d) }
-func (x hostExec) Input(name string) ([]float32, error)    { return x.np.Input(name) }
-func (x hostExec) Output(name string) ([]float32, error)   { return x.np.Output(name) }
-func (x hostExec) LossValue() (float32, error)             { return x.np.LossValue() }
-func (x hostExec) Close() error                            { return x.np.Close() }
+func (x hostExec) Compiled() *nn.Program        { return x.Program }
+func (x hostExec) Update(context.Context) error { return x.Program.Update() }
 
 // Ranged is the program's optimizer when it is a RangedOptimizer over the model's gradient
 // buffer.
 func (x hostExec) Ranged() BucketStepper {
-	r, ok := x.np.Optimizer().(RangedOptimizer)
+	r, ok := x.Optimizer().(RangedOptimizer)
 	if !ok || !r.GradsWithin(x.d.Model.Params.Grad) {
 		return nil
 	}

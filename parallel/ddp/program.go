@@ -40,7 +40,7 @@ func (d *DDP) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, err
 		return nil, fmt.Errorf("%s: compile: %w", d.who(), err)
 	}
 	d.compiled = true
-	np := x.Program()
+	np := x.Compiled()
 	return &Program{x: x, d: d, training: np.Builder.Training() && np.Loss != nil, graphUnused: graphUnused(d.Model.Params, np)}, nil
 }
 
@@ -62,7 +62,7 @@ func graphUnused(ps *nn.ParamSet, np *nn.Program) []*nn.Param {
 
 // Compiled returns the nn program the model was built as (on the host backend the program
 // that runs; its Run does not reduce: use the Program's).
-func (p *Program) Compiled() *nn.Program { return p.x.Program() }
+func (p *Program) Compiled() *nn.Program { return p.x.Compiled() }
 
 // SetInput copies data into the named input.
 func (p *Program) SetInput(name string, data []float32) error {
@@ -93,7 +93,7 @@ func (p *Program) GlobalLoss(ctx context.Context) (float32, error) {
 
 // Learnables returns the graph's learnables (see nn.Program.Learnables): on the host
 // backend, after Run their Node.Grad() is the average of every rank's gradients.
-func (p *Program) Learnables() G.Nodes { return p.x.Program().Learnables() }
+func (p *Program) Learnables() G.Nodes { return p.x.Compiled().Learnables() }
 
 // ZeroGrad zeroes the model's gradients where the backend keeps them.
 func (p *Program) ZeroGrad() error {
