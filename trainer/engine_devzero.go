@@ -24,7 +24,8 @@ import (
 // optimizer (-opt adamw or sgd) on the CPU. At world size 1 without a launcher the NCCL
 // group is one rank's (deviceGroup). -amp is autocast in the graph; -amp fp16's unscale and
 // inf/NaN check, -clip-grad and -grad-accum-steps' 1/A work on each rank's gradient shard
-// (update). Checkpoints are the CPU zero3's (OUT/zero/step-N/: one shard file per rank, a
+// (update); -sync-bn sums BatchNorm's statistics over the ranks (zero.SyncBatchNorm).
+// Checkpoints are the CPU zero3's (OUT/zero/step-N/: one shard file per rank, a
 // manifest, trainer.npz with the trainer's state), so a run resumes bit-identically from
 // them at any world size, on the device or on the CPU.
 type devSharded struct {
@@ -44,10 +45,11 @@ func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, mo
 	switch {
 	case cfg.Optimizer != "adamw" && cfg.Offload != "cpu":
 		return nil, fmt.Errorf("trainer: -opt %s with -strategy zero3 -device %s is not supported on the device (it steps AdamW on each rank's shard): pass -opt adamw, -offload cpu to step -opt %s on the CPU, or -strategy ddp", cfg.Optimizer, dev, cfg.Optimizer)
-	case cfg.SyncBN:
-		return nil, fmt.Errorf("trainer: -sync-bn with -strategy zero3 -device %s is not supported on the device: use -strategy ddp -sync-bn, or -strategy zero3 -device cpu -sync-bn", dev)
 	}
 	zopts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
+	if cfg.SyncBN {
+		zopts = append(zopts, zero.SyncBatchNorm())
+	}
 	if cfg.Offload == "cpu" {
 		zopts = append(zopts, zero.WithOffload(zero.OffloadCPU, 0))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
@@ -30,12 +31,33 @@ type rankEngine interface {
 	GatherParams(ctx context.Context) ([]float32, error)
 }
 
-// job is world in-process ranks of one engine kind, each with its program.
+// job is world in-process ranks of one engine kind, each with its model and program.
 type job struct {
 	world int
 	per   int // samples per rank
+	conv  bool
+	ms    []*nn.Model
 	es    []rankEngine
 	ps    []train.Program
+}
+
+// convNet is testnet's convolutional net with BatchNorm (images and labels, testnet.Batch):
+// model.build is not used for it.
+var convNet = model{name: "convnet-bn"}
+
+func (md model) newModel(per int) (*nn.Model, nn.BuildFunc, error) {
+	if md.name == convNet.name {
+		m, err := nn.NewModel(testnet.ConvNet(true), nn.WithSeed(1))
+		return m, testnet.Classify(per), err
+	}
+	build := md.build(per)
+	m, err := nn.NewGraphModel(build)
+	return m, build, err
+}
+
+func newJob(md model, world int) *job {
+	return &job{world: world, per: global / world, conv: md.name == convNet.name, ms: make([]*nn.Model, world),
+		es: make([]rankEngine, world), ps: make([]train.Program, world)}
 }
 
 // onRanks runs f on every rank concurrently and joins the errors; a failing rank cancels
@@ -77,7 +99,7 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 		}
 		t.Cleanup(func() { devs[r].Close() })
 	}
-	j := &job{world: world, per: global / world, es: make([]rankEngine, world), ps: make([]train.Program, world)}
+	j := newJob(md, world)
 	var mu sync.Mutex
 	err = onRanks(ctx, world, func(ctx context.Context, r int) error {
 		store, err := comm.DialStore(ctx, srv.Addr())
@@ -89,11 +111,11 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 			store.Close()
 			return err
 		}
-		build := md.build(j.per)
-		m, err := nn.NewGraphModel(build)
+		m, build, err := md.newModel(j.per)
 		if err != nil {
 			return err
 		}
+		j.ms[r] = m
 		e, err := devzero.New(ctx, devs[r], m, g, adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...)...)
 		if err != nil {
 			return err
@@ -122,14 +144,14 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 func hostJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 	t.Helper()
 	groups := comm.NewLocalGroups(world)
-	j := &job{world: world, per: global / world, es: make([]rankEngine, world), ps: make([]train.Program, world)}
+	j := newJob(md, world)
 	var mu sync.Mutex
 	err := onRanks(context.Background(), world, func(ctx context.Context, r int) error {
-		build := md.build(j.per)
-		m, err := nn.NewGraphModel(build)
+		m, build, err := md.newModel(j.per)
 		if err != nil {
 			return err
 		}
+		j.ms[r] = m
 		e, err := zero.New(ctx, m, groups[r], adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...)...)
 		if err != nil {
 			return err
@@ -162,8 +184,14 @@ func (j *job) steps(t *testing.T, from, to int) []float32 {
 		x, y := make([]float32, j.per*gormlp.In), make([]float32, j.per*gormlp.Out)
 		p := j.ps[r]
 		for s := from; s < to; s++ {
-			gormlp.Data(x, y, s*global+r*j.per, j.per)
-			if err := errors.Join(p.ZeroGrad(), p.SetInput("x", x), p.SetInput("y", y)); err != nil {
+			in := [2]string{"x", "y"}
+			if j.conv {
+				x, y = testnet.Batch(s, 0, r*j.per, (r+1)*j.per)
+				in = [2]string{"images", "labels"}
+			} else {
+				gormlp.Data(x, y, s*global+r*j.per, j.per)
+			}
+			if err := errors.Join(p.ZeroGrad(), p.SetInput(in[0], x), p.SetInput(in[1], y)); err != nil {
 				return err
 			}
 			if err := train.RunStep(ctx, p); err != nil {
@@ -343,4 +371,54 @@ func TestCheckpointMovesBetweenHostAndDevice(t *testing.T) {
 	back.load(t, filepath.Join(devDir, "step4"))
 	back.save(t, backDir, "step4")
 	sameCheckpoint(t, "device world 2 -> host world 3", filepath.Join(devDir, "step4"), filepath.Join(backDir, "step4"))
+}
+
+// state is rank 0's gathered parameters followed by its model's float buffers (BatchNorm's
+// running statistics).
+func (j *job) state(t *testing.T) []float32 {
+	out := j.params(t)
+	for _, b := range j.ms[0].Params.Buffers {
+		out = append(out, b.Data...)
+	}
+	return out
+}
+
+// Device ZeRO-3 with zero.SyncBatchNorm equals the host engine with it on testnet's
+// BatchNorm convnet (2 ranks, 3 AdamW steps, the same zero options): the gathered parameters
+// and the running statistics within tol, while the host without SyncBatchNorm is farther
+// than tol (each rank's BatchNorm then sees its half batch); both engines' checkpoints hold
+// the statistics. AdamW's eps is 1e-3 here: with the default 1e-8 its first step moves a
+// parameter by ±lr whatever its gradient's size, and the weights before a BatchNorm have
+// gradients near 0 whose sign the device's other summation order flips (measured: 0.02
+// apart, with or without SyncBatchNorm).
+func TestSyncBatchNormMatchesHost(t *testing.T) {
+	cudatest.Require(t)
+	adam := zero.WithOptimizer(zero.AdamW(0.01, zero.Eps(1e-3)))
+	syncBN := zero.SyncBatchNorm()
+	h := hostJob(t, convNet, world, adam, syncBN)
+	h.steps(t, 0, 3)
+	want := h.state(t)
+	plain := hostJob(t, convNet, world, adam)
+	plain.steps(t, 0, 3)
+	d := deviceJob(t, convNet, world, adam, syncBN)
+	d.steps(t, 0, 3)
+	got := d.state(t)
+	w, far := maxRel(got, want), maxRel(plain.state(t), want)
+	t.Logf("device SyncBatchNorm within %.3g of the host's (tolerance %g); the host without it %.3g away", w, tol, far)
+	if w > tol {
+		t.Fatalf("device ZeRO-3 with SyncBatchNorm differs from the host's by %.3g (tolerance %g)", w, tol)
+	}
+	if far <= tol {
+		t.Fatalf("the host without SyncBatchNorm is within %.3g of the host with it: the test cannot tell them apart", far)
+	}
+	hd, dd := t.TempDir(), t.TempDir()
+	h.save(t, hd, "step3")
+	d.save(t, dd, "step3")
+	he, _ := consolidated(t, hd)
+	de, _ := consolidated(t, dd)
+	for _, b := range d.ms[0].Params.Buffers {
+		if len(b.Data) > 0 && maxRel(de[b.Name].F32, he[b.Name].F32) > tol {
+			t.Fatalf("buffer %s in the device's checkpoint differs from the host's by %.3g", b.Name, maxRel(de[b.Name].F32, he[b.Name].F32))
+		}
+	}
 }

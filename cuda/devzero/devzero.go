@@ -55,8 +55,9 @@
 // unit's gradient shard is copied into pinned host memory on the compute stream as soon as
 // its reduction has ended (while later units still reduce), Step runs the optimizer on the
 // CPU and copies the updated master shard back to the device asynchronously, ahead of the
-// next Run's gathers. zero.OffloadDisk, zero.DiskMaster and zero.SyncBatchNorm are the host
-// engine's: New refuses them naming the option.
+// next Run's gathers. zero.SyncBatchNorm sums the BatchNorm statistics over the group on the
+// host (cuda/tape's Note [SyncBatchNorm on the device]). zero.OffloadDisk and
+// zero.DiskMaster are the host engine's: New refuses them naming the option.
 package devzero
 
 import (
@@ -112,6 +113,7 @@ type Engine struct {
 	units       []*zero.Unit // lay.Units()
 	shardLen    int          // lay.ShardLen()
 	checker     replica.Checker
+	syncBN      bool
 	closed      bool
 
 	st       *tape.State  // a unit state: the tape reads the blocks the hooks hand it
@@ -163,7 +165,7 @@ func New(ctx context.Context, dev *cuda.Device, m *nn.Model, coll Collectives, o
 	if err := refuse(cfg); err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: %w", e.rank, err)
 	}
-	e.checker.Every = cfg.CheckEvery
+	e.checker.Every, e.syncBN = cfg.CheckEvery, cfg.SyncBN
 	if err := replica.CheckModels(ctx, coll, m.Params); err != nil {
 		return nil, fmt.Errorf("devzero: %w", err)
 	}
@@ -192,8 +194,6 @@ func refuse(cfg zero.Config) error {
 		return fmt.Errorf("zero.WithOffload(zero.OffloadDisk, ...) is not supported by %s: use zero.OffloadCPU, or zero.New on the host for disk offload", backend)
 	case cfg.DiskMaster:
 		return fmt.Errorf("zero.DiskMaster is not supported by %s (it keeps nothing on disk): use zero.New on the host for disk offload", backend)
-	case cfg.SyncBN:
-		return fmt.Errorf("zero.SyncBatchNorm is not supported by %s: use zero.New on the host, or cuda/devddp", backend)
 	}
 	return nil
 }
@@ -383,8 +383,8 @@ func (e *Engine) ShardParams(ctx context.Context) ([]float32, error) {
 }
 
 // checkAgreement is zero.CheckEvery's periodic check on the device engine: the ranks agree
-// on the optimizer's step count and learning rate (the parameters are sharded: each exists
-// once).
+// on the optimizer's step count and learning rate and, under SyncBatchNorm, the buffers (the
+// parameters are sharded: each exists once).
 func (e *Engine) checkAgreement(ctx context.Context) error {
 	if !e.checker.Due() {
 		return nil
@@ -392,5 +392,6 @@ func (e *Engine) checkAgreement(ctx context.Context) error {
 	h := e.opt.host
 	e.scalars = append(e.scalars[:0], e.opt.steps(), int64(math.Float64bits(h.LR())))
 	ts := []replica.Tensor{{Kind: "optimizer", Name: "step count and learning rate", I64: e.scalars}}
+	ts = append(ts, replica.Replicated(e.model.Params, false, e.syncBN)...)
 	return e.checker.Check(ctx, e.coll, ts, int(e.opt.steps()), e.who())
 }

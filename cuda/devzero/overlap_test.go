@@ -97,7 +97,7 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 }
 
 // New refuses what the device backend cannot do, naming the option: an optimizer other than
-// Adam/AdamW on the device, disk offload, DiskMaster, SyncBatchNorm, no optimizer; and nil
+// Adam/AdamW on the device, disk offload, DiskMaster, no optimizer; and nil
 // inputs or a rank outside the world.
 func TestNewRefuses(t *testing.T) {
 	cudatest.Require(t)
@@ -118,7 +118,6 @@ func TestNewRefuses(t *testing.T) {
 		{"sgd on the device", g, m, []zero.Option{sgd}, "optimizer *optim.SGD is not supported on the device"},
 		{"disk offload", g, m, adamOpts(zero.WithOffload(zero.OffloadDisk, 0), zero.WithOffloadDir(t.TempDir())), "zero.WithOffload(zero.OffloadDisk, ...) is not supported by the device backend (cuda/devzero)"},
 		{"disk master", g, m, adamOpts(zero.DiskMaster()), "zero.DiskMaster is not supported by the device backend"},
-		{"sync batchnorm", g, m, adamOpts(zero.SyncBatchNorm()), "zero.SyncBatchNorm is not supported by the device backend"},
 		{"no optimizer", g, m, nil, "no optimizer: give zero.WithOptimizer"},
 		{"nil model", g, nil, adamOpts(), "nil device, model"},
 		{"rank outside", &fakeRanks{rank: 2, size: 2}, m, adamOpts(), "rank 2 outside world size 2"},

@@ -11,6 +11,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/replica"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
@@ -29,9 +30,13 @@ type Program struct {
 }
 
 // Compile builds the model with build on the engine's unit state (tape.State.Compile)
-// with the gradient hook that reduce-scatters each complete unit.
+// with the gradient hook that reduce-scatters each complete unit and, under
+// zero.SyncBatchNorm, the statistics reducer over the engine's group.
 func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
 	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradHook(e.onGrad))
+	if e.syncBN {
+		all = append(all, nn.WithStatsReducer(replica.StatsReducer{Group: e.coll, Ctx: func() context.Context { return e.ctx }, Who: e.who()}))
+	}
 	tp, err := e.st.Compile(build, all...)
 	if err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: compile: %w", e.rank, err)

@@ -45,4 +45,9 @@
 // atomically, a manifest written last, and a LATEST pointer; Load reshards to any world
 // size, and Consolidate (cmd/zero-consolidate) merges a checkpoint into one .npz with
 // torchvision's keys.
+//
+// The device engine, cuda/devzero, is this package's on GPUs: it takes the same options
+// (Config), cuts the same units and shards (Layout) and writes and reads the same
+// checkpoints (Shard), so a checkpoint moves between the host and the device, and between
+// world sizes, either way.
 package zero
