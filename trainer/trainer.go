@@ -14,19 +14,20 @@ import (
 	G "gorgonia.org/gorgonia"
 )
 
-// Result summarises a finished run.
+// Result is what a Fit or Validate returns: the same on every rank except where a field
+// says "this rank" (and the paths, which rank 0 wrote).
 type Result struct {
-	Steps      int64
-	Epochs     int
-	FinalLoss  float64
+	Steps      int64   // optimizer steps taken in all (this run's and before its checkpoint)
+	Epochs     int     // epochs entered (the last may be partial under WithMaxSteps)
+	FinalLoss  float64 // the last epoch's mean training loss over ranks
 	Top1, Top5 float64 // last validation accuracy, percent
 	Evaluated  bool    // a validation ran (Top1 and Top5 are its)
 	// EMATop1 and EMATop5 are the last validation accuracy of the weights' moving average
-	// (-model-ema), percent.
+	// (WithEMA), percent.
 	EMATop1, EMATop5 float64
-	ImgsPerS         float64 // training images per second over all ranks
-	OverlapFrac      float64 // fraction of all-reduce time hidden behind backward (DDP)
-	RSSBytes         []float64
+	ImgsPerS         float64   // training images per second over all ranks
+	OverlapFrac      float64   // fraction of all-reduce time hidden behind backward (DDP)
+	RSSBytes         []float64 // each rank's peak resident memory, bytes
 	// ModelStateBytes is what this rank holds of parameters, gradients and optimizer state
 	// between steps (ZeRO-3 only; a replicated rank holds 16 bytes per parameter under AdamW).
 	ModelStateBytes int64
@@ -34,16 +35,16 @@ type Result struct {
 	// LossHistorySteps steps of this run, oldest first: a bounded tail (32 KiB), since a run
 	// may take millions of steps; metrics.jsonl has every logged step.
 	LossHistory []float64
-	ResumedFrom string
-	// StartStep is the step this run started from: its checkpoint's (or -start-epoch's), 0
+	ResumedFrom string // the checkpoint this run started from, "" from scratch
+	// StartStep is the step this run started from: its checkpoint's (or WithStartEpoch's), 0
 	// from scratch. Steps - StartStep steps were taken by this run.
 	StartStep   int64
-	Checkpoint  string
-	MetricsPath string
+	Checkpoint  string // the last checkpoint written
+	MetricsPath string // metrics.jsonl (rank 0)
 	PlotPath    string // "" when no plot was written
-	// TensorBoardPath is the event file rank 0 wrote (-tensorboard), "" when none.
+	// TensorBoardPath is the event file rank 0 wrote (WithTensorBoard), "" when none.
 	TensorBoardPath string
-	TimelinePaths   []string
+	TimelinePaths   []string // every rank's timeline and the merged one; nil without
 }
 
 // LossHistorySteps bounds Result.LossHistory.
