@@ -233,9 +233,13 @@ func (s *stepper) updateDevice(ctx context.Context) error {
 			return fmt.Errorf("trainer: gradient accumulation: %w", err)
 		}
 	}
-	if s.clip > 0 {
+	skip, err := s.clipSkipped(ctx)
+	if err != nil {
+		return err
+	}
+	if s.clip > 0 && !skip {
 		if _, err := st.ClipGradNorm(ctx, s.clip); err != nil {
-			return fmt.Errorf("trainer: -clip-grad: %w", err)
+			return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", s.clip, err)
 		}
 	}
 	return stepOrSkip(ctx, s.prog, s.scaler)

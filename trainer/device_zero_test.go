@@ -25,7 +25,7 @@ import (
 // scales equal step for step. Rows with the same flags share the CPU's run. Measured:
 // fp32 9.2e-8, bf16 5.0e-4, fp16 4.2e-4, fp16-skip 5.6e-5 (scales 2^17 ×3), clip 3.2e-6,
 // clip+accum offloaded 2.5e-7 (offload or not alike), sync-bn 1.6e-7 (-sync-bn changes the
-// first loss by 2.8e-2); leaving out the clip moves the third loss by 9e-2. AdamW hides the
+// first loss by 2.8e-2), fp16-skip-clip 1.7e-4; leaving out the clip moves the third loss by 9e-2. AdamW hides the
 // gradients' scale, so a missing unscale shows only in cuda/devzero's
 // TestGradShardUnscaleAndClip; a missing inf check fails the skip rows.
 func TestDeviceZero3World2MatchesCPU(t *testing.T) {
@@ -55,6 +55,9 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 		{"clip", flags{clip: 0.05, lr: 0.05}, "", deviceTol},
 		{"clip-accum-offload", flags{clip: 0.05, accum: 2, lr: 0.05}, "cpu", deviceTol},
 		{"sync-bn", flags{syncBN: true, lr: 0.001}, "", deviceTol},
+		// The overflowed first step has inf gradients: it is skipped, not clipped (optim's
+		// clipping refuses their norm).
+		{"fp16-skip-clip", flags{amp: "fp16", initScale: 1 << 18, clip: 0.05, lr: 0.001}, "", deviceAmpTol},
 	}
 	config := func(t *testing.T, f flags) Config {
 		c := tinyConfig(t, t.TempDir())

@@ -122,13 +122,9 @@ func (s *devSharded) update(ctx context.Context) error {
 			return fmt.Errorf("trainer: gradient accumulation: %w", err)
 		}
 	}
-	skip := false
-	if s.clip > 0 && s.scaler != nil {
-		// A step whose gradients overflowed is skipped on every rank: nothing to clip.
-		var err error
-		if skip, err = s.scaler.FoundInf(ctx); err != nil {
-			return err
-		}
+	skip, err := s.clipSkipped(ctx)
+	if err != nil {
+		return err
 	}
 	if s.clip > 0 && !skip {
 		sum := func(ctx context.Context, sq float64) (float64, error) {
@@ -143,6 +139,16 @@ func (s *devSharded) update(ctx context.Context) error {
 		}
 	}
 	return stepOrSkip(ctx, s.prog, s.scaler)
+}
+
+// clipSkipped reports whether this step has nothing to clip: under -amp fp16 its gradients
+// overflowed on some rank, so every rank skips the step (stepOrSkip). optim's clipping
+// refuses the non-finite norm of such gradients.
+func (s *stepper) clipSkipped(ctx context.Context) (bool, error) {
+	if s.clip <= 0 || s.scaler == nil {
+		return false, nil
+	}
+	return s.scaler.FoundInf(ctx)
 }
 
 func (s *devSharded) optimizer() optim.Optimizer { return s.e.Optimizer() }

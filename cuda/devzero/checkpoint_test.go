@@ -99,39 +99,57 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 		}
 		t.Cleanup(func() { devs[r].Close() })
 	}
-	j := newJob(md, world)
-	var mu sync.Mutex
-	err = onRanks(ctx, world, func(ctx context.Context, r int) error {
+	return startJob(t, ctx, md, world, opts, func(ctx context.Context, r int, m *nn.Model, opts []zero.Option) (rankEngine, func(), error) {
 		store, err := comm.DialStore(ctx, srv.Addr())
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		g, err := nccl.New(ctx, store, r, world, nccl.WithDevice(0))
 		if err != nil {
 			store.Close()
-			return err
+			return nil, nil, err
 		}
+		e, err := devzero.New(ctx, devs[r], m, g, opts...)
+		if err != nil {
+			g.Close(context.Background())
+			store.Close()
+			return nil, nil, err
+		}
+		return e, func() { e.Close(); g.Close(context.Background()); store.Close() }, nil
+	})
+}
+
+// startJob builds world ranks of md: engine makes rank r's engine over its model with the
+// zero options (adamOpts, md's, then opts) and returns what closes it when t ends.
+func startJob(t *testing.T, ctx context.Context, md model, world int, opts []zero.Option, engine func(ctx context.Context, r int, m *nn.Model, opts []zero.Option) (rankEngine, func(), error)) *job {
+	t.Helper()
+	j := newJob(md, world)
+	var mu sync.Mutex
+	err := onRanks(ctx, world, func(ctx context.Context, r int) error {
 		m, build, err := md.newModel(j.per)
 		if err != nil {
 			return err
 		}
-		j.ms[r] = m
-		e, err := devzero.New(ctx, devs[r], m, g, adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...)...)
+		e, closeEngine, err := engine(ctx, r, m, adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...))
 		if err != nil {
 			return err
 		}
-		p, err := e.Compile(build)
+		var p train.Program
+		switch e := e.(type) {
+		case *devzero.Engine:
+			p, err = e.Compile(build)
+		case *zero.Engine:
+			p, err = e.Compile(build)
+		}
 		mu.Lock()
 		t.Cleanup(func() {
 			if p != nil {
 				p.Close()
 			}
-			e.Close()
-			g.Close(context.Background())
-			store.Close()
+			closeEngine()
 		})
 		mu.Unlock()
-		j.es[r], j.ps[r] = e, p
+		j.ms[r], j.es[r], j.ps[r] = m, e, p
 		return err
 	})
 	if err != nil {
@@ -144,35 +162,14 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 func hostJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 	t.Helper()
 	groups := comm.NewLocalGroups(world)
-	j := newJob(md, world)
-	var mu sync.Mutex
-	err := onRanks(context.Background(), world, func(ctx context.Context, r int) error {
-		m, build, err := md.newModel(j.per)
+	return startJob(t, context.Background(), md, world, opts, func(ctx context.Context, r int, m *nn.Model, opts []zero.Option) (rankEngine, func(), error) {
+		e, err := zero.New(ctx, m, groups[r], opts...)
 		if err != nil {
-			return err
-		}
-		j.ms[r] = m
-		e, err := zero.New(ctx, m, groups[r], adamOpts(append(md.opts[:len(md.opts):len(md.opts)], opts...)...)...)
-		if err != nil {
-			return err
-		}
-		p, err := e.Compile(build)
-		mu.Lock()
-		t.Cleanup(func() {
-			if p != nil {
-				p.Close()
-			}
-			e.Close()
 			groups[r].Close(context.Background())
-		})
-		mu.Unlock()
-		j.es[r], j.ps[r] = e, p
-		return err
+			return nil, nil, err
+		}
+		return e, func() { e.Close(); groups[r].Close(context.Background()) }, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
 }
 
 // steps trains steps [from, to) of the global batch split over the ranks and returns rank
