@@ -3,8 +3,8 @@
 //
 // # A step
 //
-// [DataParallel.Step] does what DataParallel.forward plus the backward through it do in
-// PyTorch:
+// [DataParallel.Run] does what DataParallel.forward plus the backward through it do in
+// PyTorch, and [DataParallel.Step] is the optimizer's step (the verbs of package train):
 //
 //  1. Scatter: every input is split along dim 0 as torch.chunk splits it ([Chunks]): chunks of
 //     ceil(N/R) samples, the last one smaller, and fewer than R chunks (fewer replicas) when the
