@@ -21,10 +21,11 @@
 //     with the same weights, grad += Σ_i (n_i/N)·grad_i, so that the master holds the gradient
 //     a single process would compute for the global batch's mean loss, even for uneven chunks.
 //     Each replica accumulates into its own flat buffer (nn.WithGradBuffer) so that replicas
-//     never write the same memory. Like PyTorch's .grad, the master's buffer accumulates: zero
-//     it (optimizer.ZeroGrad) between steps unless you accumulate on purpose.
+//     never write the same memory. Like PyTorch's .grad, the master's buffer accumulates over
+//     Runs (gradient accumulation) until Step or ZeroGrad zeroes it.
 //
-// The caller then steps its optimizer once, on the master's buffers.
+// Step then applies the optimizer (or gorgonia solver) given at build time once, on the
+// master's buffers, and zeroes them.
 //
 // PyTorch computes the loss on the master from the gathered outputs; here each replica's
 // graph ends in its chunk's mean loss (what users do to keep the loss off device 0, and what
