@@ -306,12 +306,11 @@ func (p *Program) Step(ctx context.Context) error {
 	if err := p.e.Step(); err != nil {
 		return err
 	}
-	p.e.ZeroGrad()
-	return nil
+	return p.e.ZeroGrad()
 }
 
 // ZeroGrad zeroes the gradients (Engine.ZeroGrad).
-func (p *Program) ZeroGrad() error { p.e.ZeroGrad(); return nil }
+func (p *Program) ZeroGrad() error { return p.e.ZeroGrad() }
 
 // issue starts the all-gather of unit u unless it is resident or in flight.
 func (p *Program) issue(u int) {

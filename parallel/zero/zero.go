@@ -316,13 +316,17 @@ func (e *Engine) ShardGrad() []float32 { return e.grad }
 func (e *Engine) ShardParams() []float32 { return e.master }
 
 // ZeroGrad clears the gradient shard, and gives back the pages of anything written
-// through the model's placeholder Data and Grad (they read as zeros again).
-func (e *Engine) ZeroGrad() {
+// through the model's placeholder Data and Grad (they read as zeros again); its error is
+// that of giving the pages back. It has cuda/devzero's signature.
+func (e *Engine) ZeroGrad() error {
 	clear(e.grad)
-	if !e.closed {
-		_ = e.placeholder.releaseAll()
-		_ = e.gradHolder.releaseAll()
+	if e.closed {
+		return nil
 	}
+	if err := errors.Join(e.placeholder.releaseAll(), e.gradHolder.releaseAll()); err != nil {
+		return fmt.Errorf("zero: rank %d: zero grad: %w", e.rank, err)
+	}
+	return nil
 }
 
 // Step runs the optimizer on the shard, then drops disk-offloaded state from memory.
