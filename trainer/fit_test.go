@@ -101,8 +101,9 @@ func dense(b *nn.Builder, x *G.Node) (*G.Node, error) {
 	return G.Mul(h, lw)
 }
 
-// fitWorld runs t.Fit on world goroutine ranks over in-process groups.
-func fitWorld(t *testing.T, world int, m Model, src Source, opts ...Option) []*Result {
+// fitWorld runs a Fit on world goroutine ranks over in-process groups, with opts' options
+// (called once per rank: a gorgonia solver is one rank's).
+func fitWorld(t *testing.T, world int, m Model, src Source, opts func() []Option) []*Result {
 	t.Helper()
 	groups := comm.NewLocalGroups(world)
 	res, errs := make([]*Result, world), make([]error, world)
@@ -111,7 +112,7 @@ func fitWorld(t *testing.T, world int, m Model, src Source, opts ...Option) []*R
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr, err := New(append(opts, WithGroup(groups[r]))...)
+			tr, err := New(append(opts(), WithGroup(groups[r]))...)
 			if err == nil {
 				res[r], err = tr.Fit(context.Background(), m, src)
 			}
@@ -157,7 +158,7 @@ func TestFitGraphModelOnDatasetsWithCallbacks(t *testing.T) {
 	src := DatasetSource{Train: blobs{24}, Val: blobs{12}, Classes: 3, Workers: 1}
 	opts := []Option{WithBatchSize(8), WithDir(dir), WithOptimizer(SGD(0.5, 0.9)), WithOutput(io.Discard),
 		WithTimelines(0), WithCallback(cb)}
-	res := fitWorld(t, 2, Graph(dense).Named("dense"), src, append(opts, WithEpochs(2))...)
+	res := fitWorld(t, 2, Graph(dense).Named("dense"), src, func() []Option { return append(opts, WithEpochs(2)) })
 	// 24 images over 2 ranks in batches of 4: 3 steps an epoch.
 	want := "start@0 update1 step1 update2 step2 update3 step3 epoch0 val=true ckpt=ckpt-000000003.npz update4 step4 update5 step5 update6 step6 epoch1 val=true ckpt=ckpt-000000006.npz"
 	for rank := range 2 {
@@ -171,7 +172,7 @@ func TestFitGraphModelOnDatasetsWithCallbacks(t *testing.T) {
 	if r := res[0]; r.Steps != 6 || !r.Evaluated || r.Top1 < 90 {
 		t.Errorf("after 2 epochs: %d steps, evaluated %v, top-1 %.1f%% (want 6, true, >= 90%%)", r.Steps, r.Evaluated, r.Top1)
 	}
-	res = fitWorld(t, 2, Graph(dense).Named("dense"), src, append(opts[:len(opts)-1], WithEpochs(3))...)
+	res = fitWorld(t, 2, Graph(dense).Named("dense"), src, func() []Option { return append(opts[:len(opts)-1:len(opts)-1], WithEpochs(3)) })
 	if r := res[0]; filepath.Base(r.ResumedFrom) != "ckpt-000000006.npz" || r.StartStep != 6 || r.Steps != 9 {
 		t.Errorf("the second Fit: resumed from %q at step %d, ended at %d; want ckpt-000000006.npz, 6, 9", r.ResumedFrom, r.StartStep, r.Steps)
 	}
@@ -182,7 +183,9 @@ func TestFitGraphModelOnDatasetsWithCallbacks(t *testing.T) {
 func TestFitWithoutValidation(t *testing.T) {
 	dir := t.TempDir()
 	src := DatasetSource{Train: blobs{12}, Classes: 3, Workers: 1}
-	res := fitWorld(t, 1, Graph(dense), src, WithBatchSize(4), WithDir(dir), WithOutput(io.Discard), WithTimelines(0))
+	res := fitWorld(t, 1, Graph(dense), src, func() []Option {
+		return []Option{WithBatchSize(4), WithDir(dir), WithOutput(io.Discard), WithTimelines(0)}
+	})
 	if r := res[0]; r.Evaluated || r.Steps != 3 || filepath.Base(r.Checkpoint) != "ckpt-000000003.npz" {
 		t.Errorf("evaluated %v, %d steps, checkpoint %q; want false, 3, ckpt-000000003.npz", r.Evaluated, r.Steps, r.Checkpoint)
 	}
@@ -238,5 +241,51 @@ func TestFitRefusesMismatches(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Under every strategy, a Fit stopped mid-epoch (WithMaxSteps) and resumed by a second Fit
+// ends with the checkpoint of an uninterrupted Fit, bit for bit: a plain gorgonia model and
+// gorgonia's Adam under ddp and none, a module with SGD and AdamW under zero3 and dp.
+func TestFitResumesBitIdenticalEveryStrategy(t *testing.T) {
+	module := func() Model {
+		return ModuleFor(func(classes int) (nn.Module, error) {
+			return nn.Seq(&nn.Flatten{}, &nn.Linear{In: 64, Out: 16}, &nn.ReLU{}, &nn.Linear{In: 16, Out: classes}), nil
+		})
+	}
+	for _, tc := range []struct {
+		strategy string
+		world    int
+		model    func() Model
+		opt      func() Optimizer
+	}{
+		{"ddp", 2, func() Model { return Graph(dense) }, func() Optimizer { return Solver(G.NewAdamSolver(G.WithLearnRate(0.01))) }},
+		{"none", 1, func() Model { return Graph(dense) }, func() Optimizer { return Solver(G.NewAdamSolver(G.WithLearnRate(0.01))) }},
+		{"zero3", 2, module, func() Optimizer { return AdamW(0.01) }},
+		{"dp", 1, module, func() Optimizer { return SGD(0.1, 0.9) }},
+	} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			src := DatasetSource{Train: blobs{24}, Val: blobs{6}, Classes: 3, Workers: 1}
+			// 24 images in global batches of 4: 6 steps an epoch, 12 in two.
+			opts := func(dir string, o ...Option) func() []Option {
+				return func() []Option {
+					return append([]Option{WithStrategy(tc.strategy), WithEpochs(2), WithBatchSize(4), WithDir(dir), WithSeed(7),
+						WithOptimizer(tc.opt()), WithSchedule(Schedule{Name: "cosine", WarmupEpochs: 1}), WithClipGrad(1),
+						WithOutput(io.Discard), WithTimelines(0), WithTensorBoard(false)}, o...)
+				}
+			}
+			whole, split := t.TempDir(), t.TempDir()
+			fitWorld(t, tc.world, tc.model(), src, opts(whole))
+			fitWorld(t, tc.world, tc.model(), src, opts(split, WithMaxSteps(4)))
+			res := fitWorld(t, tc.world, tc.model(), src, opts(split))
+			if res[0].StartStep != 4 || res[0].Steps != 12 {
+				t.Fatalf("the resumed Fit ran steps %d to %d, want 4 to 12", res[0].StartStep, res[0].Steps)
+			}
+			n, diff := compareFinalCheckpoints(t, tc.strategy, whole, split, 12)
+			if diff != "" {
+				t.Fatalf("after %d equal entries: %s", n, diff)
+			}
+			t.Logf("%d checkpoint entries bitwise equal", n)
+		})
 	}
 }

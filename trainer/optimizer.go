@@ -43,7 +43,8 @@ func CustomOptimizer(name string, lr float64, fn func(segs []optim.Segment, lr f
 }
 
 // Solver steps the model with a gorgonia solver (G.NewAdamSolver(...) and the others
-// optim/gsolver captures), one per rank, under the ddp and none strategies on the CPU. Its
+// optim/gsolver captures) under the ddp and none strategies on the CPU. A solver holds one
+// rank's state: ranks run as goroutines of one process (WithGroup) need one each. Its
 // state is checkpointed (a solver whose state cannot be captured is refused by New), the
 // schedule sets its learning rate (starting from the solver's own), and its weight decay
 // is its own (G.WithL2Reg), not WithWeightDecay's.
