@@ -88,8 +88,9 @@ func state(m *nn.Model) []float32 {
 
 // Device DDP equals host DDP on 2 in-process ranks training testnet's convolutional net
 // (SGD with momentum, RunStep) under the features the device gets from ddp's reducer: the
-// bucket rebuild (the buckets change after step 0, TestRebuildChangesBuckets, and end the
-// same on both paths), Join with uneven inputs (rank 0 has 2 batches, rank 1 has 4: rank 0
+// bucket rebuild with FindUnusedParameters (the buckets change after step 0,
+// TestRebuildChangesBuckets, and end the same on both paths), StaticGraph (the unused
+// parameters recorded in step 0 and marked ready before backward from step 1 on), Join with uneven inputs (rank 0 has 2 batches, rank 1 has 4: rank 0
 // shadows steps 2-3 with zero gradients), the fp16 and bf16 compression hooks (the rounding
 // and division happen in device memory) and SyncBatchNorm (parameters and running
 // statistics compared). The tolerance is devddp's against the
@@ -98,6 +99,7 @@ func TestDeviceMatchesHost(t *testing.T) {
 	cudatest.Require(t)
 	cases := []hostCase{
 		{name: "rebuild", module: extraNet, opts: rebuildOpts, batches: [world]int{3, 3}},
+		{name: "static graph", module: extraNet, opts: []ddp.Option{ddp.StaticGraph(), ddp.NoBucketRebuild()}, batches: [world]int{3, 3}},
 		{name: "join", batches: [world]int{2, 4}},
 		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(ddp.FP16CompressHook())}, batches: [world]int{3, 3}, differs: true},
 		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(ddp.BF16CompressHook())}, batches: [world]int{3, 3}, differs: true},
