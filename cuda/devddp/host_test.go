@@ -16,26 +16,10 @@ import (
 	"github.com/gorgonia-parallel/gp/train"
 )
 
-// withExtra is testnet's convolutional net plus a Linear "extra" that Forward never uses
-// (FindUnusedParameters reduces zeros for it), declared last: the flat buffer (reverse
-// declaration order) holds it first, while for the arrival order it comes last (it never
-// arrives). So the initial buckets (buffer order and size) are not those the arrival order
-// gives, and the bucket rebuild changes them.
-type withExtra struct {
-	nn.Sequential
-	Extra *nn.Linear
-}
-
-func (m *withExtra) Declare(s *nn.Scope) error {
-	if err := m.Sequential.Declare(s); err != nil {
-		return err
-	}
-	return s.Child("extra", m.Extra)
-}
-
-func extraNet() nn.Module {
-	return &withExtra{Sequential: *testnet.ConvNet(false).(*nn.Sequential), Extra: &nn.Linear{In: 3, Out: 2}}
-}
+// extraNet is testnet.ExtraNet: its unused Linear lies first in the flat buffer, while for
+// the arrival order it comes last (it never arrives). So the initial buckets (buffer order
+// and size) are not those the arrival order gives, and the bucket rebuild changes them.
+var extraNet = testnet.ExtraNet
 
 // bnNet is testnet's convolutional net with BatchNorm.
 func bnNet() nn.Module { return testnet.ConvNet(true) }

@@ -41,6 +41,25 @@ func ConvNet(bn bool) nn.Module {
 	return &nn.Sequential{Names: names, Layers: layers}
 }
 
+// ExtraNet is ConvNet(false) plus a Linear "extra" (3 to 2) that Forward never uses,
+// declared last, so that it lies first in the flat buffer (reverse declaration order): the
+// model of the unused-parameter tests.
+func ExtraNet() nn.Module {
+	return &withExtra{Sequential: *ConvNet(false).(*nn.Sequential), Extra: &nn.Linear{In: 3, Out: 2}}
+}
+
+type withExtra struct {
+	nn.Sequential
+	Extra *nn.Linear
+}
+
+func (m *withExtra) Declare(s *nn.Scope) error {
+	if err := m.Sequential.Declare(s); err != nil {
+		return err
+	}
+	return s.Child("extra", m.Extra)
+}
+
 // Classify is the graph of ConvNet on a batch: nn.Classify over 3×Side×Side images.
 func Classify(batch int) nn.BuildFunc { return nn.Classify(batch, []int{3, Side, Side}, 0) }
 

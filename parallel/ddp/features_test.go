@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	G "gorgonia.org/gorgonia"
@@ -28,23 +29,6 @@ func TestEquivalenceDetectsMissingReduction(t *testing.T) {
 	}
 }
 
-// withExtra is convNet plus a Linear "extra" that Forward never uses.
-type withExtra struct {
-	nn.Sequential
-	Extra *nn.Linear
-}
-
-func (m *withExtra) Declare(s *nn.Scope) error {
-	if err := m.Sequential.Declare(s); err != nil {
-		return err
-	}
-	return s.Child("extra", m.Extra)
-}
-
-func extraNet() nn.Module {
-	return &withExtra{Sequential: *convNet(false).(*nn.Sequential), Extra: &nn.Linear{In: 3, Out: 2}}
-}
-
 func TestUnusedParameters(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -58,7 +42,7 @@ func TestUnusedParameters(t *testing.T) {
 			c.ddps = make([]*DDP, 2)
 			c.progs = make([]*Program, 2)
 			for r := range 2 {
-				c.models[r], _ = nn.NewModel(extraNet(), nn.WithSeed(int64(r)))
+				c.models[r], _ = nn.NewModel(testnet.ExtraNet(), nn.WithSeed(int64(r)))
 			}
 			if err := c.each(func(r int) error {
 				var err error
