@@ -113,7 +113,7 @@ func matrixStrategyNamed(t *testing.T, name string) matrixStrategy {
 
 // launchJob runs cfg as a job of world processes launched as gprun launches them, at any
 // world size (trainOn runs world 1 in this process), and returns their output.
-func launchJob(world int, cfg Config) (string, error) {
+func launchJob(world int, cfg runConfig) (string, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		return "", err

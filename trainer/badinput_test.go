@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/models"
+	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
@@ -59,9 +61,9 @@ func TestBadHyperparameterFlags(t *testing.T) {
 // at the start naming the file (and the flag to change), and the checkpoint stays.
 func TestCheckpointOfAnotherModelOrStrategy(t *testing.T) {
 	out := t.TempDir()
-	cfg := tinyConfig(t, out)
+	cfg := tinyFlagConfig(t, out)
 	cfg.Arch, cfg.MaxSteps, cfg.Resume = "resnet8", 2, "none"
-	runWorld(t, 1, cfg)
+	runFlagWorld(t, 1, cfg)
 	saved := filepath.Join(out, "ckpt-000000002.npz")
 	for _, tc := range []struct {
 		arch, strategy string
@@ -103,12 +105,60 @@ func TestDataOfAnotherShape(t *testing.T) {
 			writeNpy(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{n, size, size, ch}, make([]byte, n*size*size*ch))
 			writeNpy(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{n}, lab)
 		}
-		cfg := tinyConfig(t, t.TempDir())
+		cfg := tinyFlagConfig(t, t.TempDir())
 		cfg.Data, cfg.DataFormat, cfg.Arch, cfg.ImageSize = dir, "npy", "resnet8", 12
 		cfg.Group = comm.NewLocalGroups(1)[0]
 		_, err := Run(context.Background(), cfg, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "train_images.npy")) || !strings.Contains(err.Error(), "3-channel") {
 			t.Errorf("%d-channel images: %v, want an error naming train_images.npy and 3 channels", ch, err)
 		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	other := t.TempDir()
+	mod, err := models.New("resnet34", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongWeights := filepath.Join(other, "resnet34.npz")
+	if err := models.SaveWeights(m.Params, wrongWeights); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		mut  func(*Config)
+		want string
+	}{
+		{"missing data folder", func(c *Config) { c.Data = filepath.Join(other, "nope") }, "nope"},
+		{"pretrained of another architecture", func(c *Config) { c.Pretrained = wrongWeights }, "resnet34.npz"},
+		{"batch not divisible", func(c *Config) { c.Batch = 7 }, "not divisible"},
+		{"unknown arch", func(c *Config) { c.Arch = "vgg16" }, "vgg16"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyFlagConfig(t, t.TempDir())
+			tc.mut(&cfg)
+			groups := comm.NewLocalGroups(2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					c := cfg
+					c.Group = groups[r]
+					_, errs[r] = Run(context.Background(), c, os.Stdout)
+				}(r)
+			}
+			wg.Wait()
+			if errs[0] == nil || !strings.Contains(errs[0].Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %q", errs[0], tc.want)
+			}
+		})
 	}
 }

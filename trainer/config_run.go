@@ -66,7 +66,7 @@ func (c *Config) options(out io.Writer) []Option {
 	if c.Group != nil {
 		opts = append(opts, WithGroup(c.Group))
 	}
-	if cb, ok := c.faults(); ok {
+	if cb, ok := (Faults{FailAtStep: c.FailAtStep, KillAtStep: c.KillAtStep, KillRank: c.KillRank}).Callback(); ok {
 		opts = append(opts, WithCallback(cb))
 	}
 	return opts

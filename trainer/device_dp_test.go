@@ -14,7 +14,7 @@ func TestDeviceDPMoreReplicasThanDevices(t *testing.T) {
 
 	cfg := tinyConfig(t, t.TempDir())
 	cfg.Arch, cfg.Epochs, cfg.MaxSteps, cfg.Strategy, cfg.DPReplicas, cfg.Device = "resnet8", 1, 1, "dp", 3, "cuda"
-	_, err := Run(context.Background(), cfg, io.Discard)
+	_, err := fitRun(context.Background(), cfg, io.Discard)
 	if err == nil {
 		t.Fatal("-strategy dp -dp-replicas 3 -device cuda trained on a process with 2 devices")
 	}

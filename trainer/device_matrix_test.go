@@ -170,7 +170,7 @@ const matrixParamTol = 1e-5
 
 type matrixArch struct {
 	name      string
-	config    func(t *testing.T) Config
+	config    func(t *testing.T) runConfig
 	onRequest bool // only with GP_DEVICE_MATRIX_SWIN=1
 	// amp32: some GEMMs stay float32 under -amp (Swin's attention products, the
 	// autocast policy of docs/DESIGN.md §8).
@@ -180,21 +180,25 @@ type matrixArch struct {
 }
 
 var matrixArchs = []matrixArch{
-	{"resnet8", func(t *testing.T) Config {
+	{"resnet8", func(t *testing.T) runConfig {
 		c := tinyConfig(t, "")
 		c.Arch, c.Optimizer, c.LR = "resnet8", "adamw", 1e-3
 		c.Epochs, c.MaxSteps, c.PrintFreq, c.Resume = 1, matrixSteps, 1, "none"
 		return c
 	}, false, false, false},
-	{"swin_test", func(t *testing.T) Config {
+	{"swin_test", func(t *testing.T) runConfig {
 		c := tinyConfig(t, "")
 		c.Arch, c.Optimizer, c.LR = "swin_test", "adamw", 1e-3
+		// The Swin recipe: weight decay 0.05, cosine, label smoothing 0.1, clipping at 5.
+		c.WeightDecay, c.Sched, c.Smoothing, c.ClipGrad = 0.05, "cosine", 0.1, 5
 		c.Epochs, c.MaxSteps, c.PrintFreq, c.Resume = 1, matrixSteps, 1, "none"
 		return c
 	}, false, true, true},
-	{"swin_t", func(t *testing.T) Config {
+	{"swin_t", func(t *testing.T) runConfig {
 		c := tinyConfig(t, "")
 		c.Arch, c.Optimizer, c.LR = "swin_t", "adamw", 1e-4
+		// The Swin recipe: weight decay 0.05, cosine, label smoothing 0.1, clipping at 5.
+		c.WeightDecay, c.Sched, c.Smoothing, c.ClipGrad = 0.05, "cosine", 0.1, 5
 		c.Epochs, c.MaxSteps, c.PrintFreq, c.Resume = 1, matrixSteps, 1, "none"
 		return c
 	}, true, true, true},
@@ -231,7 +235,7 @@ type matrixRun struct {
 // goroutine ranks), as two launched processes for the device at world 2. It returns the
 // per-step losses of metrics.jsonl, the output and the error; a CPU run that fails ends
 // the test.
-func trainOn(t *testing.T, world int, cfg Config) ([]float64, string, error) {
+func trainOn(t *testing.T, world int, cfg runConfig) ([]float64, string, error) {
 	t.Helper()
 	if cfg.Device == "" || world == 1 {
 		groups := comm.NewLocalGroups(world)
@@ -246,7 +250,7 @@ func trainOn(t *testing.T, world int, cfg Config) ([]float64, string, error) {
 				c := cfg
 				c.Group = groups[r]
 				var b bytes.Buffer
-				_, errs[r] = Run(context.Background(), c, &b)
+				_, errs[r] = fitRun(context.Background(), c, &b)
 				mu.Lock()
 				out.Write(b.Bytes())
 				mu.Unlock()

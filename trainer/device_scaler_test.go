@@ -31,7 +31,7 @@ func stepRecords(t *testing.T, dir string) (losses, scales []float64) {
 
 // runDeviceWorld runs cfg on the device: in this process at world 1, or as world processes
 // launched as gprun launches them (each rank on the fake driver's device 0).
-func runDeviceWorld(t *testing.T, world int, cfg Config) {
+func runDeviceWorld(t *testing.T, world int, cfg runConfig) {
 	t.Helper()
 	if world == 1 {
 		runWorld(t, 1, cfg)

@@ -17,9 +17,9 @@ import (
 // of one on loopback: its timeline has the buckets' all-reduce events, which -strategy none's
 // plain device path has not, and both train resnet8 3 steps with the CPU's losses (the
 // all-reduce of one rank is a copy, so deviceTol as the other device rows). -strategy zero3
-// runs there too, on AdamW when -opt is not given (the device's zero3 steps AdamW only),
-// with the losses of the CPU's zero3 under AdamW; an explicit -opt sgd is refused, naming
-// -opt and what to use instead.
+// runs there too on AdamW (the device's zero3 steps AdamW only; examples/imagenet's recipe
+// picks it when -opt is not given), with the losses of the CPU's zero3 under AdamW; SGD is
+// refused, naming -opt and what to use instead.
 func TestDeviceWorld1ThroughNCCL(t *testing.T) {
 	emulatorEnv(t, 1)
 	rows := []struct {
@@ -30,7 +30,7 @@ func TestDeviceWorld1ThroughNCCL(t *testing.T) {
 	}{
 		{name: "ddp", strategy: "ddp", allReduce: true},
 		{name: "none", strategy: "none"},
-		{name: "zero3 default opt", strategy: "zero3", cpuOpt: "adamw"},
+		{name: "zero3 adamw", strategy: "zero3", opt: "adamw", cpuOpt: "adamw"},
 		{name: "zero3 sgd", strategy: "zero3", opt: "sgd", wantErr: []string{"-opt sgd", "is not supported on the device", "-opt adamw"}},
 	}
 	for _, r := range rows {
@@ -40,7 +40,7 @@ func TestDeviceWorld1ThroughNCCL(t *testing.T) {
 			dev := base
 			dev.Out, dev.Device, dev.Optimizer = t.TempDir(), "cuda", r.opt
 			if r.wantErr != nil {
-				_, err := Run(context.Background(), dev, io.Discard)
+				_, err := fitRun(context.Background(), dev, io.Discard)
 				if err == nil {
 					t.Fatalf("-strategy %s -opt %s -device cuda succeeded", r.strategy, r.opt)
 				}
@@ -94,13 +94,13 @@ func TestDeviceRefusalsAsCompareClassifiesThem(t *testing.T) {
 	}
 	rows := []struct {
 		name string
-		cfg  func(c *Config)
+		cfg  func(c *runConfig)
 		want string // the start of compare.py's result
 	}{
-		{"zero3-sgd", func(c *Config) { c.Strategy, c.Optimizer = "zero3", "sgd" }, "not supported: "},
-		{"zero3-offload-disk", func(c *Config) { c.Strategy, c.Offload = "zero3", "disk" }, "not supported: "},
-		{"zero3-sync-bn", func(c *Config) { c.Strategy, c.SyncBN = "zero3", true }, "not supported: "},
-		{"bad-device", func(c *Config) { c.Device = "cuda:x" }, "FAIL: "},
+		{"zero3-sgd", func(c *runConfig) { c.Strategy, c.Optimizer = "zero3", "sgd" }, "not supported: "},
+		{"zero3-offload-disk", func(c *runConfig) { c.Strategy, c.Offload, c.Optimizer = "zero3", "disk", "adamw" }, "not supported: "},
+		{"zero3-sync-bn", func(c *runConfig) { c.Strategy, c.SyncBN, c.Optimizer = "zero3", true, "adamw" }, "not supported: "},
+		{"bad-device", func(c *runConfig) { c.Device = "cuda:x" }, "FAIL: "},
 	}
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
@@ -111,7 +111,7 @@ func TestDeviceRefusalsAsCompareClassifiesThem(t *testing.T) {
 		c := tinyConfig(t, t.TempDir())
 		c.Arch, c.MaxSteps, c.Device = "resnet8", 1, "cuda"
 		r.cfg(&c)
-		_, err := Run(context.Background(), c, io.Discard)
+		_, err := fitRun(context.Background(), c, io.Discard)
 		if err == nil {
 			t.Fatalf("%s: the trainer ran", r.name)
 		}

@@ -59,7 +59,7 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 		// clipping refuses their norm).
 		{"fp16-skip-clip", flags{amp: "fp16", initScale: 1 << 18, clip: 0.05, lr: 0.001}, "", deviceAmpTol},
 	}
-	config := func(t *testing.T, f flags) Config {
+	config := func(t *testing.T, f flags) runConfig {
 		c := tinyConfig(t, t.TempDir())
 		c.Arch, c.Epochs, c.MaxSteps, c.Strategy, c.Optimizer, c.LR, c.PrintFreq = "resnet8", 1, 3, "zero3", "adamw", f.lr, 1
 		c.AMP, c.AMPInitScale, c.ClipGrad, c.GradAccum, c.SyncBN = f.amp, f.initScale, f.clip, max(f.accum, 1), f.syncBN

@@ -17,14 +17,14 @@ import (
 // GP_TRAINER_TEST_WORKER set it runs Run with the configuration in that variable (JSON).
 func TestMain(m *testing.M) {
 	if js := os.Getenv("GP_TRAINER_TEST_WORKER"); js != "" {
-		var cfg Config
+		var cfg runConfig
 		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if _, err := Run(ctx, cfg, os.Stdout); err != nil {
+		if _, err := fitRun(ctx, cfg, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // launchWorld runs cfg as a real 2-process job through the launcher, restarting it up to
 // restarts times, and returns the per-step losses from the metrics log (which must hold
 // each step once, see metricsByStep).
-func launchWorld(t *testing.T, cfg Config, restarts int) []float64 {
+func launchWorld(t *testing.T, cfg runConfig, restarts int) []float64 {
 	t.Helper()
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -71,7 +71,7 @@ func TestKilledJobResumesSameTrajectory(t *testing.T) {
 
 	crashed := base
 	crashed.Out = t.TempDir()
-	crashed.CkptEvery, crashed.FailAtStep = 8, 10 // checkpoint at step 8, crash after step 10
+	crashed.CkptEvery, crashed.Faults.FailAtStep = 8, 10 // checkpoint at step 8, crash after step 10
 	got := launchWorld(t, crashed, 1)
 	if len(got) != len(want) {
 		t.Fatalf("%d steps logged, want %d", len(got), len(want))

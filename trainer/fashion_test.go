@@ -63,9 +63,9 @@ func TestFashionMNISTFormat(t *testing.T) {
 	dir := t.TempDir()
 	writeIDX(t, dir, "train", cycleLabels(64, 10), 28, 28, true)
 	writeIDX(t, dir, "t10k", cycleLabels(22, 10), 28, 28, false)
-	cfg := tinyConfig(t, t.TempDir())
+	cfg := tinyFlagConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.Arch, cfg.ImageSize, cfg.Epochs = dir, "fashion-mnist", "resnet8", 28, 1
-	r := runWorld(t, 2, cfg)[0]
+	r := runFlagWorld(t, 2, cfg)[0]
 	if r.Steps != 8 || r.Top5 <= 0 {
 		t.Fatalf("fashion-mnist run: %d steps, top-5 %.1f%%; want 8 steps and a validation", r.Steps, r.Top5)
 	}
@@ -84,7 +84,7 @@ func TestFashionMNISTSplits(t *testing.T) {
 	writeIDX(t, dir, "train", cycleLabels(64, 10), 28, 28, false)
 	writeIDX(t, dir, "t10k", cycleLabels(22, 10), 28, 28, true)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := tinyConfig(t, t.TempDir())
+	cfg := tinyFlagConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.ImageSize = dir, "idx", 28
 	seen := 0
 	for _, g := range comm.NewLocalGroups(2) {

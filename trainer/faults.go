@@ -8,15 +8,27 @@ import (
 	"time"
 )
 
-// Fault injection for the restart tests (-fail-at-step, -kill-at-step), as a Callback:
-// each fires only in a job's first attempt, so that the attempt the launcher restarts runs
-// to the end.
+// Faults are crashes injected on purpose, for tests of a launcher's restarts and of resuming
+// (the -fail-at-step and -kill-at-step flags of examples/imagenet). Each fires only in a
+// job's first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that the attempt the
+// launcher restarts runs to the end. The zero Faults injects nothing.
+type Faults struct {
+	// FailAtStep makes every rank exit with status 3 right after that step (and its
+	// checkpoint), as a crash would: no deferred cleanup, no abort of the group. 0 is off.
+	FailAtStep int64
+	// KillAtStep makes rank KillRank send itself SIGKILL in the middle of that step (after
+	// its forward and backward, before the update, the step's log and its checkpoint): a
+	// crash that runs no deferred code and closes no connection cleanly. 0 is off.
+	KillAtStep int64
+	KillRank   int
+}
 
-// faults is the callback of c's -kill-at-step and -fail-at-step; false without them.
-func (c *Config) faults() (Callback, bool) {
+// Callback is the callback (WithCallback) that injects f's faults; false when f injects
+// none.
+func (f Faults) Callback() (Callback, bool) {
 	var cb Callback
-	if c.KillAtStep > 0 {
-		kill, rank := c.KillAtStep, c.KillRank
+	if f.KillAtStep > 0 {
+		kill, rank := f.KillAtStep, f.KillRank
 		cb.BeforeUpdate = func(_ context.Context, s Step) error {
 			if s.Rank == rank && s.Step == kill && firstAttempt() {
 				killSelf(s.Rank, s.Step)
@@ -24,18 +36,17 @@ func (c *Config) faults() (Callback, bool) {
 			return nil
 		}
 	}
-	if c.FailAtStep > 0 {
-		fail := c.FailAtStep
+	if f.FailAtStep > 0 {
+		fail := f.FailAtStep
 		cb.OnStepEnd = func(_ context.Context, s Step) error {
 			if s.Step == fail && firstAttempt() {
-				// As a crash would: no deferred cleanup, no abort of the group.
 				fmt.Fprintf(os.Stderr, "trainer: rank %d: failing on purpose after step %d (-fail-at-step)\n", s.Rank, s.Step)
 				os.Exit(3)
 			}
 			return nil
 		}
 	}
-	return cb, c.KillAtStep > 0 || c.FailAtStep > 0
+	return cb, f.KillAtStep > 0 || f.FailAtStep > 0
 }
 
 // firstAttempt reports whether this is the first attempt of the job: the launcher's

@@ -94,9 +94,9 @@ func TestNpyFormat(t *testing.T) {
 		writeNpy(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{len(paths), size, size, 3}, pix)
 		writeNpy(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{len(labels)}, lab)
 	}
-	cfg := tinyConfig(t, t.TempDir())
+	cfg := tinyFlagConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.Epochs = dir, "npy", 1
-	r := runWorld(t, 2, cfg)[0]
+	r := runFlagWorld(t, 2, cfg)[0]
 	if r.Steps != 12 || r.Top5 <= 0 {
 		t.Fatalf("npy run: %d steps, top-5 %.1f", r.Steps, r.Top5)
 	}
@@ -132,9 +132,9 @@ func TestWebDatasetFormat(t *testing.T) {
 			}
 		}
 	}
-	cfg := tinyConfig(t, t.TempDir())
+	cfg := tinyFlagConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.Epochs, cfg.NumClasses = dir, "webdataset", 1, 4
-	r := runWorld(t, 2, cfg)[0]
+	r := runFlagWorld(t, 2, cfg)[0]
 	// Each rank holds one train shard of 48 samples: 12 batches of 4.
 	if r.Steps != 12 || r.Top5 <= 0 {
 		t.Fatalf("webdataset run: %d steps, top-5 %.1f", r.Steps, r.Top5)

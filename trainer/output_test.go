@@ -88,7 +88,7 @@ func TestRunLogTensorBoardAndRecipe(t *testing.T) {
 	cfg := tinyConfig(t, out)
 	cfg.Quiet, cfg.TensorBoard, cfg.Resume = false, true, "none"
 	cfg.StartEpoch, cfg.GradAccum = 1, 2 // 12 batches a rank: 6 steps an epoch; the run does epoch 2's
-	cfg.Augment = Augment{Mixup: 0.2, Cutmix: 1, MixupProb: 1, MixupSwitchProb: 0.5, CropPad: -1, HFlip: -1, VFlip: -1, ColorJitter: -1}
+	cfg.Mix = Mixup{Mixup: 0.2, Cutmix: 1, Prob: 1, SwitchProb: 0.5}
 	cfg.ModelEMA, cfg.EMADecay, cfg.SyncBN = true, 0.9, true
 	var console bytes.Buffer
 	res := runWorldTo(t, 2, cfg, &console)
@@ -200,7 +200,7 @@ func TestMaxStepsEndsWithCheckpoint(t *testing.T) {
 }
 
 // runWorldTo is runWorld with rank 0's console going to out (the other ranks print nothing).
-func runWorldTo(t *testing.T, world int, cfg Config, out *bytes.Buffer) []*Result {
+func runWorldTo(t *testing.T, world int, cfg runConfig, out *bytes.Buffer) []*Result {
 	t.Helper()
 	groups := comm.NewLocalGroups(world)
 	res := make([]*Result, world)
@@ -216,7 +216,7 @@ func runWorldTo(t *testing.T, world int, cfg Config, out *bytes.Buffer) []*Resul
 			if r == 0 {
 				w = out
 			}
-			res[r], errs[r] = Run(context.Background(), c, w)
+			res[r], errs[r] = fitRun(context.Background(), c, w)
 		}(r)
 	}
 	wg.Wait()

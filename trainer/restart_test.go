@@ -79,7 +79,7 @@ func TestSIGKILLMidEpochResumesBitIdentical(t *testing.T) {
 
 			killed := base
 			killed.Out = t.TempDir()
-			killed.KillAtStep, killed.KillRank = killStep, killRank
+			killed.Faults = Faults{KillAtStep: killStep, KillRank: killRank}
 			start = time.Now()
 			out := runUnderGprun(t, gprun, killed, 1)
 			tKilled := time.Since(start)
@@ -133,7 +133,7 @@ func buildGprun(t *testing.T) string {
 // runUnderGprun runs cfg as a 2-process job of this test binary under gprun with
 // --max-restarts restarts and returns the job's output. The job is killed (gprun with
 // SIGKILL, its workers through their parent-death signal) if it runs past 3 minutes.
-func runUnderGprun(t *testing.T, gprun string, cfg Config, restarts int) string {
+func runUnderGprun(t *testing.T, gprun string, cfg runConfig, restarts int) string {
 	t.Helper()
 	js, err := json.Marshal(cfg)
 	if err != nil {

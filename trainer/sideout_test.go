@@ -34,7 +34,7 @@ func TestPlotFailureIsOneWarning(t *testing.T) {
 	copied := make(chan struct{})
 	go func() { io.Copy(&logged, r); close(copied) }()
 	var console bytes.Buffer
-	res, err := Run(context.Background(), cfg, &console)
+	res, err := fitRun(context.Background(), cfg, &console)
 	os.Stderr = stderr
 	w.Close()
 	<-copied

@@ -90,7 +90,7 @@ func values(f32 []float32, f64 []float64, i64 []int64) []float64 {
 }
 
 // A solver whose state cannot be captured, or one given to a strategy or device that cannot
-// step it, is refused before any training, naming Config.Solver.
+// step it, is refused before any training, naming runConfig.Solver.
 func TestGorgoniaSolverRefusedAtStart(t *testing.T) {
 	for _, tc := range []struct {
 		solver   G.Solver
@@ -105,7 +105,7 @@ func TestGorgoniaSolverRefusedAtStart(t *testing.T) {
 		cfg := tinyConfig(t, t.TempDir())
 		cfg.Arch, cfg.Solver, cfg.Strategy = "resnet8", tc.solver, tc.strategy
 		cfg.Group = comm.NewLocalGroups(1)[0]
-		_, err := Run(context.Background(), cfg, io.Discard)
+		_, err := fitRun(context.Background(), cfg, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.wantText) || (tc.want != nil && !errors.Is(err, tc.want)) {
 			t.Errorf("%T under %s: %v, want an error saying %q", tc.solver, tc.strategy, err, tc.wantText)
 		}

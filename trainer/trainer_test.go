@@ -11,8 +11,6 @@ import (
 
 	"github.com/gorgonia-parallel/gp/data/synth"
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
-	"github.com/gorgonia-parallel/gp/models"
-	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
@@ -40,17 +38,19 @@ func tinyData(t *testing.T) string {
 	return tinyDir
 }
 
-func tinyConfig(t *testing.T, out string) Config {
-	return Config{
-		Data: tinyData(t), DataFormat: "imagefolder", Arch: "resnet18", ImageSize: 16,
-		Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WeightDecay: -1, Workers: 2,
-		Warmup: -1, Smoothing: -1, ClipGrad: -1, Resume: "auto", PrintFreq: 2, Seed: 5,
+// tinyConfig is a run of resnet18 on tinyData's 16x16 images with the ResNet recipe
+// (SGD, weight decay 1e-4, step decay), on 2 loader workers, quiet.
+func tinyConfig(t *testing.T, out string) runConfig {
+	return runConfig{
+		Data: tinyData(t), Arch: "resnet18", ImageSize: 16,
+		Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9, WeightDecay: 1e-4, Workers: 2,
+		Optimizer: "sgd", Sched: "step", Resume: "auto", PrintFreq: 2, Seed: 5,
 		Out: out, Keep: 2, Quiet: true,
 	}
 }
 
 // runWorld runs the trainer on world goroutine ranks over in-process groups.
-func runWorld(t *testing.T, world int, cfg Config) []*Result {
+func runWorld(t *testing.T, world int, cfg runConfig) []*Result {
 	t.Helper()
 	groups := comm.NewLocalGroups(world)
 	res := make([]*Result, world)
@@ -62,7 +62,7 @@ func runWorld(t *testing.T, world int, cfg Config) []*Result {
 			defer wg.Done()
 			c := cfg
 			c.Group = groups[r]
-			res[r], errs[r] = Run(context.Background(), c, os.Stdout)
+			res[r], errs[r] = fitRun(context.Background(), c, os.Stdout)
 		}(r)
 	}
 	wg.Wait()
@@ -146,54 +146,6 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 	r := runWorld(t, 1, cfg)[0]
 	if r.ResumedFrom != all[1] {
 		t.Fatalf("resumed from %q, want the previous checkpoint %q", r.ResumedFrom, all[1])
-	}
-}
-
-func TestBadInput(t *testing.T) {
-	other := t.TempDir()
-	mod, err := models.New("resnet34", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(mod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrongWeights := filepath.Join(other, "resnet34.npz")
-	if err := models.SaveWeights(m.Params, wrongWeights); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		mut  func(*Config)
-		want string
-	}{
-		{"missing data folder", func(c *Config) { c.Data = filepath.Join(other, "nope") }, "nope"},
-		{"pretrained of another architecture", func(c *Config) { c.Pretrained = wrongWeights }, "resnet34.npz"},
-		{"batch not divisible", func(c *Config) { c.Batch = 7 }, "not divisible"},
-		{"unknown arch", func(c *Config) { c.Arch = "vgg16" }, "vgg16"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := tinyConfig(t, t.TempDir())
-			tc.mut(&cfg)
-			groups := comm.NewLocalGroups(2)
-			errs := make([]error, 2)
-			var wg sync.WaitGroup
-			for r := range 2 {
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					c := cfg
-					c.Group = groups[r]
-					_, errs[r] = Run(context.Background(), c, os.Stdout)
-				}(r)
-			}
-			wg.Wait()
-			if errs[0] == nil || !strings.Contains(errs[0].Error(), tc.want) {
-				t.Fatalf("error %v, want one naming %q", errs[0], tc.want)
-			}
-		})
 	}
 }
 
