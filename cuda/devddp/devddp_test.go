@@ -273,9 +273,6 @@ func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)
 			g.Close(context.Background())
 		}
 	}()
-	// Devices are opened, and one kernel launched, before the ranks start: the fake driver
-	// loads the kernel emulator at the first lookup of a pending kernel or the first launch,
-	// without a lock, and a launch that races the loading is not run.
 	devs := make([]*cuda.Device, world)
 	for r := range devs {
 		if devs[r], err = cuda.Open(0); err != nil {
@@ -283,14 +280,6 @@ func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)
 		}
 		defer devs[r].Close()
 	}
-	one, err := devs[0].Alloc(cuda.Float32, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := devs[0].Scale(one, one, 1); err != nil {
-		t.Fatal(err)
-	}
-	one.Free()
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := range world {

@@ -126,15 +126,17 @@ typedef const char* (*emu_access_fn)(const char*);
 static emu_fn emu;
 static emu_has_fn emuHas;
 static emu_access_fn emuAccess;
-static int emuTried, emuFailed;
-static void emuLoad(void) {
-	if (emuTried) return;
-	emuTried = 1;
+static int emuFailed;
+static pthread_once_t emuOnce = PTHREAD_ONCE_INIT;
+/* Once per process, whichever thread comes first; the others wait, so that no launch runs
+ * before the emulator is loaded (it would be counted and not run). */
+static void emuLoadOnce(void) {
 	const char* p = getenv("GP_FAKE_KERNELS");
 	void* h = p && *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : 0;
 	if (p && *p && !h) { fprintf(stderr, "fakecuda: %s\n", dlerror()); emuFailed = 1; return; }
 	if (h) { emu = (emu_fn)dlsym(h, "emu_launch"); emuHas = (emu_has_fn)dlsym(h, "emu_has"); emuAccess = (emu_access_fn)dlsym(h, "emu_access"); }
 }
+static void emuLoad(void) { pthread_once(&emuOnce, emuLoadOnce); }
 int cuModuleGetFunction(void** f, void* m, const char* name) {
 	char pat[512]; snprintf(pat, sizeof pat, ".entry %s(", name);
 	if (strstr((const char*)m, pat) == NULL) {
