@@ -167,17 +167,10 @@ func (s *devSharded) resume(ctx context.Context, path string, meta *checkpoint.S
 	return resumeShards(s.ck, s.scaler, s.e, path, meta)
 }
 
-// shardStore is a ZeRO-3 engine's checkpoint: zero.Engine's and devzero.Engine's Save and
-// Load, which write and read the same format.
-type shardStore interface {
-	Save(ctx context.Context, dir, tag string) error
-	Load(path string) error
-}
-
 // saveShards writes a ZeRO-3 checkpoint under ck (OUT/zero/step-N/): rank 0's trainer.npz
 // with the trainer's state (and the loss scaler's), then every rank's shard with e.Save,
 // whose manifest and LATEST are written only when all are in place; rank 0 then prunes.
-func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.GradScaler, e shardStore, meta *checkpoint.State) (string, error) {
+func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.GradScaler, e zero.Sharded, meta *checkpoint.State) (string, error) {
 	dir := ck.path(meta.Step)
 	if g.Rank() == 0 {
 		st := *meta
@@ -202,7 +195,7 @@ func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.
 
 // resumeShards loads a ZeRO-3 checkpoint written by saveShards ("auto": the newest readable
 // one under ck; "none" or "": nothing) into e and meta.
-func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e shardStore, path string, meta *checkpoint.State) (string, error) {
+func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e zero.Sharded, path string, meta *checkpoint.State) (string, error) {
 	st := *meta
 	if scaler != nil {
 		st.Scaler = scaler

@@ -25,11 +25,7 @@ import (
 
 // rankEngine is what the checkpoint tests drive on either engine: zero.Engine on the host,
 // devzero.Engine on the (emulated) device, built with the same zero options.
-type rankEngine interface {
-	Save(ctx context.Context, dir, tag string) error
-	Load(path string) error
-	GatherParams(ctx context.Context) ([]float32, error)
-}
+type rankEngine = zero.Sharded
 
 // job is world in-process ranks of one engine kind, each with its model and program.
 type job struct {

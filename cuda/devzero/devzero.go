@@ -88,6 +88,8 @@ type Collectives interface {
 	ReduceScatterDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, op comm.Op, wait, done driver.Event) nccl.DeviceWork
 }
 
+var _ zero.Sharded = (*Engine)(nil)
+
 // TraceEvent is what SetTrace reports: Kind is "gather" (a unit's all-gather issued),
 // "need" (the tape is about to run the unit's first reader of the phase), "done" (its last
 // reader was enqueued) or "reduce" (the unit's reduce-scatter issued; Phase is Backward).

@@ -130,6 +130,24 @@ func DiskMaster() Option { return func(c *Config) { c.DiskMaster = true } }
 // that BatchNorm sees the global batch (as DDP's SyncBatchNorm).
 func SyncBatchNorm() Option { return func(c *Config) { c.SyncBN = true } }
 
+// Sharded is the contract both ZeRO-3 engines keep, the host's (Engine) and the device's
+// (cuda/devzero's Engine), with the same meaning on both: what a training loop, a
+// checkpoint or a check needs of either. GatherParams and Save are collective.
+type Sharded interface {
+	Rank() int
+	World() int
+	Units() []*Unit
+	Optimizer() optim.Optimizer
+	GatherParams(ctx context.Context) ([]float32, error)
+	ZeroGrad() error
+	Save(ctx context.Context, dir, tag string) error
+	Load(path string) error
+	LoadEntries(entries []nn.StateEntry) error
+	Close() error
+}
+
+var _ Sharded = (*Engine)(nil)
+
 // Engine is one rank's ZeRO-3 state: the layout, the shards, the optimizer and the regions
 // that hold gathered parameters and full-size gradients during a step. It is driven from one
 // goroutine.
