@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
@@ -413,5 +415,46 @@ func TestSyncBatchNormMatchesHost(t *testing.T) {
 		if len(b.Data) > 0 && maxRel(de[b.Name].F32, he[b.Name].F32) > tol {
 			t.Fatalf("buffer %s in the device's checkpoint differs from the host's by %.3g", b.Name, maxRel(de[b.Name].F32, he[b.Name].F32))
 		}
+	}
+}
+
+// Under zero.OffloadCPU the device engine steps any optimizer of package optim on the CPU:
+// SGD with momentum over the pinned master shard equals the host engine with the same zero
+// options (the model of padded units, 2 ranks, 3 steps, parameters within tol), and the
+// checkpoint holds its momentum buffers as the host's does (within tol).
+func TestOffloadedSGDMatchesHost(t *testing.T) {
+	cudatest.Require(t)
+	opts := []zero.Option{zero.WithOffload(zero.OffloadCPU, 2), zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) {
+		return optim.NewSGD(segs, 0.05, optim.WithMomentum(0.9))
+	}))}
+	h := hostJob(t, models[1], world, opts...)
+	h.steps(t, 0, 3)
+	d := deviceJob(t, models[1], world, opts...)
+	d.steps(t, 0, 3)
+	w := maxRel(d.params(t), h.params(t))
+	t.Logf("offloaded SGD: device within %.3g of the host (tolerance %g)", w, tol)
+	if w > tol {
+		t.Fatalf("offloaded SGD on the device differs from the host by %.3g (tolerance %g)", w, tol)
+	}
+	hd, dd := t.TempDir(), t.TempDir()
+	h.save(t, hd, "step3")
+	d.save(t, dd, "step3")
+	he, hs := consolidated(t, hd)
+	de, ds := consolidated(t, dd)
+	if hs != ds || hs != 3 {
+		t.Fatalf("steps in the checkpoints: host %d, device %d; want 3", hs, ds)
+	}
+	n := 0
+	for name, e := range he {
+		if !strings.HasSuffix(name, ".momentum_buffer") {
+			continue
+		}
+		n++
+		if r := maxRel(de[name].F32, e.F32); r > tol {
+			t.Fatalf("%s: device %.3g from the host", name, r)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no momentum buffer in the host's checkpoint")
 	}
 }
