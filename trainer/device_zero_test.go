@@ -25,7 +25,7 @@ import (
 // scales equal step for step. Rows with the same flags share the CPU's run. Measured:
 // fp32 9.2e-8, bf16 5.0e-4, fp16 4.2e-4, fp16-skip 5.6e-5 (scales 2^17 ×3), clip 3.2e-6,
 // clip+accum offloaded 2.5e-7 (offload or not alike), sync-bn 1.6e-7 (-sync-bn changes the
-// first loss by 2.8e-2), fp16-skip-clip 1.7e-4; leaving out the clip moves the third loss by 9e-2. AdamW hides the
+// first loss by 2.8e-2), fp16-skip-clip 1.7e-4, sgd-offload 9.8e-8 (-opt sgd, stepped on the CPU); leaving out the clip moves the third loss by 9e-2. AdamW hides the
 // gradients' scale, so a missing unscale shows only in cuda/devzero's
 // TestGradShardUnscaleAndClip; a missing inf check fails the skip rows.
 func TestDeviceZero3World2MatchesCPU(t *testing.T) {
@@ -37,6 +37,7 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 		clip      float64
 		accum     int
 		syncBN    bool
+		opt       string // default adamw
 		lr        float64
 	}
 	rows := []struct {
@@ -55,6 +56,7 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 		{"clip", flags{clip: 0.05, lr: 0.05}, "", deviceTol},
 		{"clip-accum-offload", flags{clip: 0.05, accum: 2, lr: 0.05}, "cpu", deviceTol},
 		{"sync-bn", flags{syncBN: true, lr: 0.001}, "", deviceTol},
+		{"sgd-offload", flags{opt: "sgd", lr: 0.05}, "cpu", deviceTol},
 		// The overflowed first step has inf gradients: it is skipped, not clipped (optim's
 		// clipping refuses their norm).
 		{"fp16-skip-clip", flags{amp: "fp16", initScale: 1 << 18, clip: 0.05, lr: 0.001}, "", deviceAmpTol},
@@ -62,6 +64,9 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 	config := func(t *testing.T, f flags) runConfig {
 		c := tinyConfig(t, t.TempDir())
 		c.Arch, c.Epochs, c.MaxSteps, c.Strategy, c.Optimizer, c.LR, c.PrintFreq = "resnet8", 1, 3, "zero3", "adamw", f.lr, 1
+		if f.opt != "" {
+			c.Optimizer = f.opt
+		}
 		c.AMP, c.AMPInitScale, c.ClipGrad, c.GradAccum, c.SyncBN = f.amp, f.initScale, f.clip, max(f.accum, 1), f.syncBN
 		return c
 	}
