@@ -19,14 +19,15 @@ import (
 // checks it for inf/NaN, on the device or, offloaded, on the host; the flag is all-reduced
 // over the ranks so that every rank skips alike; with -amp-init-scale 2^20 the first steps
 // overflow and are skipped), -clip-grad (the global norm from the all-reduced sums of
-// squares of the shards), -grad-accum-steps and -sync-bn (BatchNorm's statistics summed over
-// the ranks on both sides). The 16-bit rows use deviceAmpTol (16-bit
-// rounding flips, see its comment), the others deviceTol; compareSteps also wants the loss
-// scales equal step for step. Rows with the same flags share the CPU's run. Measured:
-// fp32 9.2e-8, bf16 5.0e-4, fp16 4.2e-4, fp16-skip 5.6e-5 (scales 2^17 ×3), clip 3.2e-6,
-// clip+accum offloaded 2.5e-7 (offload or not alike), sync-bn 1.6e-7 (-sync-bn changes the
-// first loss by 2.8e-2), fp16-skip-clip 1.7e-4, sgd-offload 9.8e-8 (-opt sgd, stepped on the CPU); leaving out the clip moves the third loss by 9e-2. AdamW hides the
-// gradients' scale, so a missing unscale shows only in cuda/devzero's
+// squares of the shards), -grad-accum-steps, -sync-bn (BatchNorm's statistics summed over
+// the ranks on both sides) and -opt sgd -offload cpu (optim's SGD on each rank's pinned
+// shard). The 16-bit rows use deviceAmpTol (16-bit rounding flips, see its comment), the
+// others deviceTol; compareSteps also wants the loss scales equal step for step. Rows with
+// the same flags share the CPU's run. Measured: fp32 9.2e-8, bf16 5.0e-4, fp16 4.2e-4,
+// fp16-skip 5.6e-5 (scales 2^17 ×3), clip 3.2e-6, clip+accum offloaded 2.5e-7 (offload or
+// not alike), sync-bn 1.6e-7 (-sync-bn changes the first loss by 2.8e-2), fp16-skip-clip
+// 1.7e-4, sgd-offload 9.8e-8; leaving out the clip moves the third loss by 9e-2. AdamW hides
+// the gradients' scale, so a missing unscale shows only in cuda/devzero's
 // TestGradShardUnscaleAndClip; a missing inf check fails the skip rows.
 func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 	emulatorEnv(t, 1)
