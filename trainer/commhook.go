@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"flag"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
@@ -20,14 +19,8 @@ type CommHookConfig struct {
 	hook ddp.CommHook // built by check, once per run
 }
 
-func (h *CommHookConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.Name, "ddp-comm-hook", "none", "DDP communication hook: none | fp16 | bf16 | powersgd (torch's ddp_comm_hooks)")
-	fs.IntVar(&h.PowerSGDRank, "powersgd-rank", 1, "-ddp-comm-hook powersgd: matrix_approximation_rank")
-	fs.IntVar(&h.PowerSGDStartIter, "powersgd-start-iter", 1000, "-ddp-comm-hook powersgd: start_powerSGD_iter (plain all-reduce before it; > 1)")
-}
-
-// check validates the flags against the strategy and builds the hook; it runs once per Run
-// (a hook keeps per-run state).
+// check validates h against the strategy and builds the hook; it runs once per Fit (a hook
+// keeps per-run state).
 func (h *CommHookConfig) check(strategy string) error {
 	h.hook = nil
 	var err error
@@ -40,7 +33,7 @@ func (h *CommHookConfig) check(strategy string) error {
 		h.hook = ddp.BF16CompressHook()
 	case "powersgd":
 		rank, start := h.PowerSGDRank, h.PowerSGDStartIter
-		if rank == 0 && start == 0 { // a Config built without the flags: torch's defaults
+		if rank == 0 && start == 0 { // rank and start iteration unset: torch's defaults
 			rank, start = 1, 1000
 		}
 		h.hook, err = ddp.PowerSGDHook(ddp.PowerSGDRank(rank), ddp.PowerSGDStartIter(start))

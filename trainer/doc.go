@@ -58,8 +58,7 @@
 //
 // # The command-line layer
 //
-// Config and Run are the flags of PyTorch's examples/imagenet/main.py (and timm's
-// augmentation flags) over a Trainer: Config.RegisterFlags binds them, Run fills in the
-// architecture's recipe, opens the image data set (imagefolder, synthetic, npy,
-// webdataset, fashion-mnist) and calls Fit or Validate. examples/imagenet is its command.
+// examples/imagenet is a command over a Trainer: the flags of PyTorch's
+// examples/imagenet/main.py (and timm's augmentation flags), each architecture's recipe,
+// and its image data sets (imagefolder, synthetic, npy, webdataset, fashion-mnist).
 package trainer

@@ -2,197 +2,14 @@ package trainer
 
 import (
 	"context"
-	"flag"
-	"io"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/data"
-	"github.com/gorgonia-parallel/gp/models/swin"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 )
-
-// parseConfig parses args as the command line does and applies the recipe.
-func parseConfig(t *testing.T, args ...string) (*Config, error) {
-	t.Helper()
-	var c Config
-	fs := flag.NewFlagSet("trainer", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	return &c, c.recipe()
-}
-
-// PyTorch main.py's long names are aliases of the short ones.
-func TestFlagAliases(t *testing.T) {
-	c, err := parseConfig(t, "--batch-size", "64", "--workers", "3", "--learning-rate", "0.2", "--weight-decay", "0.01")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Batch != 64 || c.Workers != 3 || c.LR != 0.2 || c.WeightDecay != 0.01 {
-		t.Fatalf("batch %d workers %d lr %g wd %g, want 64 3 0.2 0.01", c.Batch, c.Workers, c.LR, c.WeightDecay)
-	}
-}
-
-// Each augmentation flag and preset builds the transform it names: checked on the plans the
-// pipeline draws for a 40×30 image over 400 samples.
-func TestAugmentFlagsBuildTransforms(t *testing.T) {
-	const draws = 400
-	for _, tc := range []struct {
-		name  string
-		args  []string
-		check func(t *testing.T, pls []planInfo)
-	}{
-		{"imagenet preset", nil, func(t *testing.T, pls []planInfo) {
-			flips := 0
-			for _, p := range pls {
-				if !p.resized || p.padded || p.vflip || p.jitter {
-					t.Fatalf("plan %+v: want a random resized crop, no padding, vflip or jitter", p)
-				}
-				if p.area < 0.08-0.02 || p.area > 1 {
-					t.Fatalf("crop area fraction %.3f outside 0.08..1", p.area)
-				}
-				if p.hflip {
-					flips++
-				}
-			}
-			near(t, "hflip rate", float64(flips)/draws, 0.5, 0.1)
-		}},
-		{"-scale -ratio", []string{"-scale", "0.5,0.6", "-ratio", "1,1"}, func(t *testing.T, pls []planInfo) {
-			for _, p := range pls {
-				if p.area < 0.5-0.03 || p.area > 0.6+0.03 || math.Abs(p.aspect-1) > 0.1 {
-					t.Fatalf("crop area %.3f aspect %.3f, want 0.5..0.6 and 1", p.area, p.aspect)
-				}
-			}
-		}},
-		{"-hflip 0 -vflip 1", []string{"-hflip", "0", "-vflip", "1"}, func(t *testing.T, pls []planInfo) {
-			for _, p := range pls {
-				if p.hflip || !p.vflip {
-					t.Fatalf("plan %+v: want every image flipped vertically, none horizontally", p)
-				}
-			}
-		}},
-		{"-color-jitter 0.4", []string{"-color-jitter", "0.4"}, func(t *testing.T, pls []planInfo) {
-			for _, p := range pls {
-				if !p.jitter || p.brightness < 0.6 || p.brightness > 1.4 {
-					t.Fatalf("plan %+v: want a jitter with brightness in 0.6..1.4", p)
-				}
-			}
-		}},
-		{"small preset", []string{"-preset", "small"}, func(t *testing.T, pls []planInfo) {
-			// Resize to 16 on the short side, RandomCrop(16, padding 2): the window moves up
-			// to 2 pixels beyond the resized image.
-			padded := 0
-			for _, p := range pls {
-				if p.w != 16 || p.h != 16 || p.area != 1 {
-					t.Fatalf("plan %+v: want a 16x16 window over the whole image", p)
-				}
-				if p.padded {
-					padded++
-				}
-				if p.overhang > 2 {
-					t.Fatalf("window %d pixels beyond the image, want at most the padding 2", p.overhang)
-				}
-			}
-			if padded == 0 {
-				t.Fatal("no crop reached into the padding")
-			}
-		}},
-		{"-crop-pad 3", []string{"-crop-pad", "3"}, func(t *testing.T, pls []planInfo) {
-			max := 0
-			for _, p := range pls {
-				max = maxInt(max, p.overhang)
-			}
-			if max != 3 {
-				t.Fatalf("largest overhang %d, want the padding 3", max)
-			}
-		}},
-		{"small preset, -crop-pad 0", []string{"-preset", "small", "-crop-pad", "0"}, func(t *testing.T, pls []planInfo) {
-			for _, p := range pls {
-				if p.padded || p.area == 1 && p.aspect != 40.0/30 {
-					t.Fatalf("plan %+v: want random resized crops", p)
-				}
-			}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(t, append([]string{"-image-size", "16"}, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := trainTransform(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pls []planInfo
-			for i := range uint64(draws) {
-				pl, err := p.Plan(40, 30, rand.New(rand.NewPCG(i, 7)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				info := planInfo{w: pl.Win.Dx(), h: pl.Win.Dy(), resized: pl.Resized,
-					hflip: pl.Flip, vflip: pl.FlipV, jitter: pl.Jitter != nil,
-					area:   float64(pl.Box.Dx()*pl.Box.Dy()) / (40 * 30),
-					aspect: float64(pl.Box.Dx()) / float64(pl.Box.Dy())}
-				info.overhang = maxInt(-pl.Win.Min.X, -pl.Win.Min.Y, pl.Win.Max.X-pl.OutW, pl.Win.Max.Y-pl.OutH, 0)
-				info.padded = info.overhang > 0
-				if pl.Jitter != nil {
-					info.brightness = pl.Jitter.Brightness
-				}
-				pls = append(pls, info)
-			}
-			tc.check(t, pls)
-		})
-	}
-	for _, bad := range [][]string{{"-preset", "cifar"}, {"-scale", "0.5"}, {"-scale", "0.9,0.5"}, {"-hflip", "2"}, {"-crop-pad", "40"}} {
-		if _, err := parseConfig(t, append([]string{"-image-size", "16"}, bad...)...); err == nil {
-			t.Errorf("%v accepted", bad)
-		}
-	}
-}
-
-// The presets' validation transforms: ImageNet's resize to 8/7 and centre crop, the small
-// preset's plain resize.
-func TestEvalTransformPerPreset(t *testing.T) {
-	for _, tc := range []struct {
-		preset string
-		box    int // side of the source square the output is resampled from
-	}{{"imagenet", 56}, {"small", 64}} {
-		c, err := parseConfig(t, "-image-size", "16", "-preset", tc.preset)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := evalTransform(c).Plan(64, 64, rand.New(rand.NewPCG(1, 1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// imagenet: 64 → 18, crop 16: 16/18 of 64 ≈ 56.9 source pixels.
-		if got := float64(pl.Win.Dx()) / float64(pl.OutW) * 64; pl.Win.Dx() != 16 || math.Abs(got-float64(tc.box)) > 1 {
-			t.Errorf("%s: window %v of a %dx%d resize (%.1f source pixels), want 16 wide from %d", tc.preset, pl.Win, pl.OutW, pl.OutH, got, tc.box)
-		}
-	}
-}
-
-type planInfo struct {
-	w, h                          int
-	resized, padded, hflip, vflip bool
-	jitter                        bool
-	brightness                    float64
-	area, aspect                  float64
-	overhang                      int
-}
-
-func maxInt(xs ...int) int {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
-}
 
 func near(t *testing.T, what string, got, want, tol float64) {
 	t.Helper()
@@ -217,20 +34,15 @@ func TestMixer(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		args []string
+		mix  Mixup
 		cut  bool
 	}{
-		{"-mixup 0.4", []string{"-mixup", "0.4"}, false},
-		{"-cutmix 1", []string{"-cutmix", "1"}, true},
-		{"-mixup 0.4 -cutmix 1 -mixup-switch-prob 1", []string{"-mixup", "0.4", "-cutmix", "1", "-mixup-switch-prob", "1"}, true},
+		{"mixup 0.4", Mixup{Mixup: 0.4, Prob: 1, SwitchProb: 0.5}, false},
+		{"cutmix 1", Mixup{Cutmix: 1, Prob: 1, SwitchProb: 0.5}, true},
+		{"mixup 0.4 cutmix 1 switch prob 1", Mixup{Mixup: 0.4, Cutmix: 1, Prob: 1, SwitchProb: 1}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseConfig(t, append([]string{"-label-smoothing", "0.1"}, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.NumClasses = k
-			m := newMixer(settingsOf(t, cfg), 0)
+			m := newMixer(settingsOf(t, WithLabelSmoothing(smoothing), WithMixup(tc.mix), WithClasses(k)), 0)
 			lams := map[float64]bool{}
 			for pos := range int64(20) {
 				b := batch()
@@ -364,29 +176,28 @@ func TestGradAccumStepper(t *testing.T) {
 	}
 }
 
-// -warmup-lr and -min-lr: the cosine schedule starts its warmup at -warmup-lr, reaches -lr
-// after the warmup and ends at -min-lr; without -warmup-lr the warmup starts at 1% of -lr.
+// WarmupLR and MinLR (-warmup-lr, -min-lr): the cosine schedule starts its warmup at
+// WarmupLR, reaches the learning rate after the warmup and ends at MinLR; without WarmupLR
+// the warmup starts at 1% of the learning rate.
 func TestScheduleWarmupAndMinLR(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
-		args              []string
+		sched             Schedule
 		first, peak, last float64
 	}{
-		{"warmup-lr min-lr", []string{"-warmup-lr", "0.001", "-min-lr", "0.01"}, 0.001, 0.1, 0.01},
-		{"defaults", nil, 0.001, 0.1, 0},
+		{"warmup-lr min-lr", Schedule{Name: "cosine", WarmupEpochs: 2, WarmupLR: 0.001, MinLR: 0.01}, 0.001, 0.1, 0.01},
+		{"defaults", Schedule{Name: "cosine", WarmupEpochs: 2}, 0.001, 0.1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(t, append([]string{"-lr", "0.1", "-sched", "cosine", "-warmup-epochs", "2", "-epochs", "10"}, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			const lr = 0.1
+			s := settingsOf(t, WithOptimizer(SGD(lr, 0.9)), WithSchedule(tc.sched), WithEpochs(10))
 			ps := []float32{0}
-			opt, err := optim.NewSGD([]optim.Segment{{Name: "w", Data: ps, Grad: make([]float32, 1)}}, c.LR)
+			opt, err := optim.NewSGD([]optim.Segment{{Name: "w", Data: ps, Grad: make([]float32, 1)}}, lr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			const spe = 5
-			sched, err := newSchedule(opt, settingsOf(t, c), spe)
+			sched, err := newSchedule(opt, s, spe)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -402,32 +213,7 @@ func TestScheduleWarmupAndMinLR(t *testing.T) {
 	}
 }
 
-// -drop-path sets a Swin's stochastic depth (the last block's, rising from 0); a ResNet has
-// none and refuses it.
-func TestDropPath(t *testing.T) {
-	c, err := parseConfig(t, "-arch", "swin_t", "-drop-path", "0.05")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := newModule(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	probs := m.(*swin.Swin).DropPathProbs()
-	if probs[0] != 0 || math.Abs(probs[len(probs)-1]-0.05) > 1e-12 {
-		t.Fatalf("drop-path probabilities %v, want 0 rising to 0.05", probs)
-	}
-	c, _ = parseConfig(t, "-arch", "swin_t")
-	m, _ = newModule(c)
-	if probs := m.(*swin.Swin).DropPathProbs(); probs[len(probs)-1] != 0.2 {
-		t.Fatalf("swin_t's own stochastic depth %v, want 0.2", probs[len(probs)-1])
-	}
-	if _, err := parseConfig(t, "-arch", "resnet18", "-drop-path", "0.1"); err == nil || !strings.Contains(err.Error(), "no stochastic depth") {
-		t.Fatalf("resnet18 with -drop-path: %v", err)
-	}
-}
-
-// -model-ema: the average follows ema = d·ema + (1-d)·w over parameters and float buffers,
+// WithEMA (-model-ema): the average follows ema = d·ema + (1-d)·w over parameters and float buffers,
 // swaps in and out exactly, and survives a checkpoint's state dict.
 func TestModelEMA(t *testing.T) {
 	ps := &nn.ParamSet{Data: []float32{1, 2}, Buffers: []*nn.Buffer{{Name: "bn.running_mean", Data: []float32{4}}}}
@@ -456,8 +242,8 @@ func TestModelEMA(t *testing.T) {
 	if e2.params[0] != 2 || e2.buffers[0] != 2 {
 		t.Fatalf("restored average %v %v, want 2 2", e2.params, e2.buffers)
 	}
-	if _, err := parseConfig(t, "-model-ema", "-model-ema-decay", "1"); err == nil {
-		t.Fatal("-model-ema-decay 1 accepted")
+	if _, err := New(WithEMA(1)); err == nil {
+		t.Fatal("WithEMA(1) accepted")
 	}
 }
 
@@ -466,7 +252,7 @@ type noState struct{}
 func (noState) StateDict() []nn.StateEntry          { return nil }
 func (noState) LoadStateDict([]nn.StateEntry) error { return nil }
 
-// -sched onecycle, poly and constant: the learning rate at the first step, its peak and at
+// Schedules onecycle, poly and constant (-sched): the learning rate at the first step, its peak and at
 // the last step of 10 epochs of 5 steps, as PyTorch's OneCycleLR (from -lr/25 up to -lr
 // after 30% of the steps, down to -lr/25/1e4), PolynomialLR (power 2 after a 2-epoch
 // warmup: 0 at the end) and ConstantLR (-lr held after the warmup) give them. OneCycleLR's
@@ -474,25 +260,22 @@ func (noState) LoadStateDict([]nn.StateEntry) error { return nil }
 func TestSchedulesOfPyTorchUsers(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
-		args              []string
+		sched             Schedule
 		first, peak, last float64
 		peakAt, lastAt    int
 	}{
-		{"onecycle", []string{"-sched", "onecycle", "-warmup-epochs", "0"}, 0.1 / 25, 0.1, 0.1 / 25 / 1e4, 14, 49},
-		{"poly", []string{"-sched", "poly", "-poly-power", "2", "-warmup-epochs", "2"}, 0.001, 0.1, 0, 10, 50},
-		{"constant", []string{"-sched", "constant", "-warmup-epochs", "2"}, 0.001, 0.1, 0.1, 10, 50},
+		{"onecycle", Schedule{Name: "onecycle"}, 0.1 / 25, 0.1, 0.1 / 25 / 1e4, 14, 49},
+		{"poly", Schedule{Name: "poly", PolyPower: 2, WarmupEpochs: 2}, 0.001, 0.1, 0, 10, 50},
+		{"constant", Schedule{Name: "constant", WarmupEpochs: 2}, 0.001, 0.1, 0.1, 10, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(t, append([]string{"-lr", "0.1", "-epochs", "10", "-opt", "sgd", "-momentum", "0.9"}, tc.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opt, err := optim.NewSGD([]optim.Segment{{Name: "w", Data: []float32{0}, Grad: make([]float32, 1)}}, c.LR, optim.WithMomentum(0.9))
+			const lr = 0.1
+			opt, err := optim.NewSGD([]optim.Segment{{Name: "w", Data: []float32{0}, Grad: make([]float32, 1)}}, lr, optim.WithMomentum(0.9))
 			if err != nil {
 				t.Fatal(err)
 			}
 			const spe = 5
-			sched, err := newSchedule(opt, settingsOf(t, c), spe)
+			sched, err := newSchedule(opt, settingsOf(t, WithOptimizer(SGD(lr, 0.9)), WithSchedule(tc.sched), WithEpochs(10)), spe)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -506,18 +289,12 @@ func TestSchedulesOfPyTorchUsers(t *testing.T) {
 			near(t, "lr at the last step", lrs[tc.lastAt], tc.last, 1e-12)
 		})
 	}
-	if _, err := parseConfig(t, "-sched", "onecycle", "-warmup-epochs", "3", "-epochs", "10"); err == nil || !strings.Contains(err.Error(), "-sched onecycle has its own rise") {
-		t.Errorf("-sched onecycle with a warmup: %v", err)
-	}
-	if _, err := parseConfig(t, "-sched", "exp"); err == nil || !strings.Contains(err.Error(), "unknown -sched \"exp\" (step, cosine, onecycle, poly or constant)") {
-		t.Errorf("-sched exp: %v", err)
-	}
 }
 
-// settingsOf is the Trainer settings of a Config the recipe has filled in.
-func settingsOf(t *testing.T, c *Config) *settings {
+// settingsOf is the settings of a Trainer of opts.
+func settingsOf(t *testing.T, opts ...Option) *settings {
 	t.Helper()
-	tr, err := New(c.options(io.Discard)...)
+	tr, err := New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

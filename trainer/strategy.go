@@ -26,7 +26,7 @@ type strategy struct {
 	// newEngine builds the strategy's engine.
 	newEngine func(ctx context.Context, cfg *settings, st strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error)
 	// solver: the strategy's program steps the whole model, so a gorgonia solver
-	// (Config.Solver) can be its update.
+	// (WithOptimizer(Solver(...))) can be its update.
 	solver bool
 	// compile builds the replicated engine's training program (nil for sharded ones).
 	compile func(cfg *settings, d *ddp.DDP, m *nn.Model, local int, shape [3]int, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, error)

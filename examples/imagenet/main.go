@@ -5,6 +5,10 @@
 //	gprun --nproc-per-node 2 -- imagenet -data DIR -arch resnet18 -b 64 -epochs 10
 //	mpirun -np 2 imagenet -data DIR -arch resnet18   # MPI collectives (parallel/comm/mpi)
 //	imagenet -data-format synthetic -data /tmp/synth -arch resnet18 -image-size 32 -epochs 3
+//
+// It is a thin layer over the library's trainer.Trainer: the flags and each architecture's
+// recipe (config.go), the data sets (data.go, fashion.go) and the augmentation flags
+// (augment.go) become trainer options, a trainer.Model and a trainer.Source (run.go).
 package main
 
 import (
@@ -17,17 +21,16 @@ import (
 
 	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
 	_ "github.com/gorgonia-parallel/gp/parallel/comm/mpi" // GP_COMM_BACKEND=mpi, and by default under mpirun
-	"github.com/gorgonia-parallel/gp/trainer"
 )
 
 func main() {
-	var cfg trainer.Config
+	var cfg Config
 	fs := flag.NewFlagSet("imagenet", flag.ExitOnError)
 	cfg.RegisterFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if _, err := trainer.Run(ctx, cfg, os.Stdout); err != nil {
+	if _, err := Run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "imagenet:", err)
 		os.Exit(1)
 	}

@@ -1,6 +1,8 @@
-package trainer
+package main
 
 import (
+	"github.com/gorgonia-parallel/gp/trainer"
+
 	"context"
 	"fmt"
 	"io"
@@ -15,11 +17,11 @@ import (
 // (after the recipe has filled in what cfg left unset) on cfg's architecture and data set.
 // It joins the process group the torchrun environment describes (one process when
 // WORLD_SIZE is unset) unless cfg.Group is set. Progress goes to out on rank 0.
-func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (*trainer.Result, error) {
 	if err := cfg.recipe(); err != nil {
 		return nil, err
 	}
-	t, err := New(cfg.options(out)...)
+	t, err := trainer.New(cfg.options(out)...)
 	if err != nil {
 		return nil, err
 	}
@@ -31,13 +33,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 }
 
 // options are the Trainer options of a Config the recipe has filled in.
-func (c *Config) options(out io.Writer) []Option {
-	opt := SGD(c.LR, c.Momentum)
+func (c *Config) options(out io.Writer) []trainer.Option {
+	opt := trainer.SGD(c.LR, c.Momentum)
 	switch {
 	case c.Solver != nil:
-		opt = Solver(c.Solver).WithLR(c.LR)
+		opt = trainer.Solver(c.Solver).WithLR(c.LR)
 	case c.Optimizer == "adamw":
-		opt = AdamW(c.LR)
+		opt = trainer.AdamW(c.LR)
 	}
 	progress, resume := c.Progress, c.Resume
 	if c.Quiet {
@@ -46,35 +48,35 @@ func (c *Config) options(out io.Writer) []Option {
 	if resume == "" {
 		resume = "none"
 	}
-	opts := []Option{WithEpochs(c.Epochs), WithBatchSize(c.Batch), WithGradAccum(c.GradAccum), WithMaxSteps(c.MaxSteps),
-		WithStartEpoch(c.StartEpoch), WithClasses(c.NumClasses), WithSeed(c.Seed),
-		WithOptimizer(opt), WithWeightDecay(c.WeightDecay),
-		WithSchedule(Schedule{Name: c.Sched, WarmupEpochs: c.Warmup, WarmupLR: c.WarmupLR, MinLR: c.MinLR, PolyPower: c.PolyPower, PctStart: c.PctStart}),
-		WithLabelSmoothing(c.Smoothing), WithClipGrad(c.ClipGrad), WithMixup(c.Augment.mixup()), WithAutocast(c.AMP, c.AMPInitScale),
-		WithCommHook(c.CommHook), WithStrategy(c.Strategy), WithReplicas(max(c.DPReplicas, 1)), WithDevice(c.Device), WithOffload(c.Offload),
-		WithDir(c.Out), WithCheckpoints(c.CkptEvery, c.Keep), WithResume(resume), WithOutput(out), WithProgress(progress, c.PrintFreq),
-		WithTensorBoard(c.TensorBoard), WithTimeout(c.Timeout)}
+	opts := []trainer.Option{trainer.WithEpochs(c.Epochs), trainer.WithBatchSize(c.Batch), trainer.WithGradAccum(c.GradAccum), trainer.WithMaxSteps(c.MaxSteps),
+		trainer.WithStartEpoch(c.StartEpoch), trainer.WithClasses(c.NumClasses), trainer.WithSeed(c.Seed),
+		trainer.WithOptimizer(opt), trainer.WithWeightDecay(c.WeightDecay),
+		trainer.WithSchedule(trainer.Schedule{Name: c.Sched, WarmupEpochs: c.Warmup, WarmupLR: c.WarmupLR, MinLR: c.MinLR, PolyPower: c.PolyPower, PctStart: c.PctStart}),
+		trainer.WithLabelSmoothing(c.Smoothing), trainer.WithClipGrad(c.ClipGrad), trainer.WithMixup(c.Augment.mixup()), trainer.WithAutocast(c.AMP, c.AMPInitScale),
+		trainer.WithCommHook(c.CommHook), trainer.WithStrategy(c.Strategy), trainer.WithReplicas(max(c.DPReplicas, 1)), trainer.WithDevice(c.Device), trainer.WithOffload(c.Offload),
+		trainer.WithDir(c.Out), trainer.WithCheckpoints(c.CkptEvery, c.Keep), trainer.WithResume(resume), trainer.WithOutput(out), trainer.WithProgress(progress, c.PrintFreq),
+		trainer.WithTensorBoard(c.TensorBoard), trainer.WithTimeout(c.Timeout)}
 	if c.SyncBN {
-		opts = append(opts, WithSyncBatchNorm())
+		opts = append(opts, trainer.WithSyncBatchNorm())
 	}
 	if c.ModelEMA {
-		opts = append(opts, WithEMA(c.EMADecay))
+		opts = append(opts, trainer.WithEMA(c.EMADecay))
 	}
 	if c.TimelineSteps != 0 {
-		opts = append(opts, WithTimelines(max(c.TimelineSteps, 0)))
+		opts = append(opts, trainer.WithTimelines(max(c.TimelineSteps, 0)))
 	}
 	if c.Group != nil {
-		opts = append(opts, WithGroup(c.Group))
+		opts = append(opts, trainer.WithGroup(c.Group))
 	}
-	if cb, ok := (Faults{FailAtStep: c.FailAtStep, KillAtStep: c.KillAtStep, KillRank: c.KillRank}).Callback(); ok {
-		opts = append(opts, WithCallback(cb))
+	if cb, ok := c.Faults.Callback(); ok {
+		opts = append(opts, trainer.WithCallback(cb))
 	}
 	return opts
 }
 
 // model is -arch's model for the data's classes (newModule) with -pretrained's weights.
-func (c *Config) model() Model {
-	m := ModuleFor(func(classes int) (nn.Module, error) {
+func (c *Config) model() trainer.Model {
+	m := trainer.ModuleFor(func(classes int) (nn.Module, error) {
 		k := *c
 		k.NumClasses = classes
 		return newModule(&k)
@@ -93,7 +95,7 @@ func (c *Config) model() Model {
 // configSource is a Config's data set (-data, -data-format) as a Source.
 type configSource struct{ c *Config }
 
-func (s configSource) Open(ctx context.Context, env Env) (*Split, *Split, error) {
+func (s configSource) Open(ctx context.Context, env trainer.Env) (*trainer.Split, *trainer.Split, error) {
 	return openData(ctx, env, s.c)
 }
 

@@ -1,4 +1,4 @@
-package trainer
+package main
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/gorgonia-parallel/gp/trainer"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -63,9 +64,9 @@ func TestFashionMNISTFormat(t *testing.T) {
 	dir := t.TempDir()
 	writeIDX(t, dir, "train", cycleLabels(64, 10), 28, 28, true)
 	writeIDX(t, dir, "t10k", cycleLabels(22, 10), 28, 28, false)
-	cfg := tinyFlagConfig(t, t.TempDir())
+	cfg := tinyConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.Arch, cfg.ImageSize, cfg.Epochs = dir, "fashion-mnist", "resnet8", 28, 1
-	r := runFlagWorld(t, 2, cfg)[0]
+	r := runWorld(t, 2, cfg)[0]
 	if r.Steps != 8 || r.Top5 <= 0 {
 		t.Fatalf("fashion-mnist run: %d steps, top-5 %.1f%%; want 8 steps and a validation", r.Steps, r.Top5)
 	}
@@ -84,7 +85,7 @@ func TestFashionMNISTSplits(t *testing.T) {
 	writeIDX(t, dir, "train", cycleLabels(64, 10), 28, 28, false)
 	writeIDX(t, dir, "t10k", cycleLabels(22, 10), 28, 28, true)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := tinyFlagConfig(t, t.TempDir())
+	cfg := tinyConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.ImageSize = dir, "idx", 28
 	seen := 0
 	for _, g := range comm.NewLocalGroups(2) {
@@ -240,7 +241,7 @@ func TestFashionMNISTInstalledSplits(t *testing.T) {
 	}
 }
 
-// testEnv is the Env a Trainer gives cfg's data in group g.
-func testEnv(g comm.Group, cfg *Config, log *slog.Logger) Env {
-	return Env{Group: g, Rank: g.Rank(), World: g.Size(), Batch: cfg.Batch / g.Size(), Seed: cfg.Seed, Classes: cfg.NumClasses, Log: log}
+// testEnv is the trainer.Env a Trainer gives cfg's data in group g.
+func testEnv(g comm.Group, cfg *Config, log *slog.Logger) trainer.Env {
+	return trainer.Env{Group: g, Rank: g.Rank(), World: g.Size(), Batch: cfg.Batch / g.Size(), Seed: cfg.Seed, Classes: cfg.NumClasses, Log: log}
 }

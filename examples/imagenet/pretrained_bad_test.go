@@ -1,4 +1,4 @@
-package trainer
+package main
 
 import (
 	"archive/zip"
@@ -36,7 +36,7 @@ func TestPretrainedCraftedNPZ(t *testing.T) {
 	}
 	f.Close()
 
-	cfg := tinyFlagConfig(t, t.TempDir())
+	cfg := tinyConfig(t, t.TempDir())
 	cfg.Arch, cfg.MaxSteps, cfg.Resume, cfg.Pretrained = "resnet8", 1, "none", bad
 	const world = 2
 	groups := comm.NewLocalGroups(world)

@@ -1,4 +1,4 @@
-package trainer
+package main
 
 import (
 	"archive/tar"
@@ -37,7 +37,7 @@ func folderSamples(t *testing.T, dir, side string) (paths []string, labels []int
 }
 
 // writeNpy writes a little-endian .npy file (version 1.0).
-func writeNpy(t *testing.T, path, descr string, shape []int, raw []byte) {
+func writeNpyShape(t *testing.T, path, descr string, shape []int, raw []byte) {
 	t.Helper()
 	sh := ""
 	for _, d := range shape {
@@ -91,12 +91,12 @@ func TestNpyFormat(t *testing.T) {
 		for i, l := range labels {
 			binary.LittleEndian.PutUint64(lab[8*i:], uint64(l))
 		}
-		writeNpy(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{len(paths), size, size, 3}, pix)
-		writeNpy(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{len(labels)}, lab)
+		writeNpyShape(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{len(paths), size, size, 3}, pix)
+		writeNpyShape(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{len(labels)}, lab)
 	}
-	cfg := tinyFlagConfig(t, t.TempDir())
+	cfg := tinyConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.Epochs = dir, "npy", 1
-	r := runFlagWorld(t, 2, cfg)[0]
+	r := runWorld(t, 2, cfg)[0]
 	if r.Steps != 12 || r.Top5 <= 0 {
 		t.Fatalf("npy run: %d steps, top-5 %.1f", r.Steps, r.Top5)
 	}
@@ -132,9 +132,9 @@ func TestWebDatasetFormat(t *testing.T) {
 			}
 		}
 	}
-	cfg := tinyFlagConfig(t, t.TempDir())
+	cfg := tinyConfig(t, t.TempDir())
 	cfg.Data, cfg.DataFormat, cfg.Epochs, cfg.NumClasses = dir, "webdataset", 1, 4
-	r := runFlagWorld(t, 2, cfg)[0]
+	r := runWorld(t, 2, cfg)[0]
 	// Each rank holds one train shard of 48 samples: 12 batches of 4.
 	if r.Steps != 12 || r.Top5 <= 0 {
 		t.Fatalf("webdataset run: %d steps, top-5 %.1f", r.Steps, r.Top5)

@@ -1,6 +1,8 @@
-package trainer
+package main
 
 import (
+	"github.com/gorgonia-parallel/gp/trainer"
+
 	"flag"
 	"fmt"
 	"strconv"
@@ -109,8 +111,8 @@ func (a *Augment) resolve(dataFormat string, imageSize int) error {
 }
 
 // mixup is the batch mixing of the augmentation flags.
-func (a *Augment) mixup() Mixup {
-	return Mixup{Mixup: a.Mixup, Cutmix: a.Cutmix, Prob: a.MixupProb, SwitchProb: a.MixupSwitchProb}
+func (a *Augment) mixup() trainer.Mixup {
+	return trainer.Mixup{Mixup: a.Mixup, Cutmix: a.Cutmix, Prob: a.MixupProb, SwitchProb: a.MixupSwitchProb}
 }
 
 // trainTransform is the training pipeline cfg.Augment describes, ending in ImageNet's

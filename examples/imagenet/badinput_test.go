@@ -1,4 +1,4 @@
-package trainer
+package main
 
 import (
 	"context"
@@ -61,9 +61,9 @@ func TestBadHyperparameterFlags(t *testing.T) {
 // at the start naming the file (and the flag to change), and the checkpoint stays.
 func TestCheckpointOfAnotherModelOrStrategy(t *testing.T) {
 	out := t.TempDir()
-	cfg := tinyFlagConfig(t, out)
+	cfg := tinyConfig(t, out)
 	cfg.Arch, cfg.MaxSteps, cfg.Resume = "resnet8", 2, "none"
-	runFlagWorld(t, 1, cfg)
+	runWorld(t, 1, cfg)
 	saved := filepath.Join(out, "ckpt-000000002.npz")
 	for _, tc := range []struct {
 		arch, strategy string
@@ -102,10 +102,10 @@ func TestDataOfAnotherShape(t *testing.T) {
 			for i := range n {
 				lab[8*i] = byte(i % 2)
 			}
-			writeNpy(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{n, size, size, ch}, make([]byte, n*size*size*ch))
-			writeNpy(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{n}, lab)
+			writeNpyShape(t, filepath.Join(dir, side+"_images.npy"), "|u1", []int{n, size, size, ch}, make([]byte, n*size*size*ch))
+			writeNpyShape(t, filepath.Join(dir, side+"_labels.npy"), "<i8", []int{n}, lab)
 		}
-		cfg := tinyFlagConfig(t, t.TempDir())
+		cfg := tinyConfig(t, t.TempDir())
 		cfg.Data, cfg.DataFormat, cfg.Arch, cfg.ImageSize = dir, "npy", "resnet8", 12
 		cfg.Group = comm.NewLocalGroups(1)[0]
 		_, err := Run(context.Background(), cfg, io.Discard)
@@ -141,7 +141,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := tinyFlagConfig(t, t.TempDir())
+			cfg := tinyConfig(t, t.TempDir())
 			tc.mut(&cfg)
 			groups := comm.NewLocalGroups(2)
 			errs := make([]error, 2)

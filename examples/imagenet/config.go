@@ -1,6 +1,8 @@
-package trainer
+package main
 
 import (
+	"github.com/gorgonia-parallel/gp/trainer"
+
 	"errors"
 	"flag"
 	"fmt"
@@ -60,7 +62,7 @@ type Config struct {
 	EMADecay     float64 // its decay per optimizer step
 
 	// CommHook is DDP's communication hook (-ddp-comm-hook, commhook.go).
-	CommHook CommHookConfig
+	CommHook trainer.CommHookConfig
 
 	Resume     string // a checkpoint path, "auto" (latest in Out, the default) or "none"
 	Evaluate   bool
@@ -96,18 +98,9 @@ type Config struct {
 	// does not decode stops the run either way, since skipping it would leave that rank's
 	// batch short.
 	BadInput string
-	// FailAtStep, for fault-injection tests, makes the process exit with status 3 right after
-	// that step (and its checkpoint) in the first attempt of a job (TORCHELASTIC_RESTART_COUNT
-	// unset or 0), as a crash would.
-	FailAtStep int64
-	// KillAtStep, for fault-injection tests, makes rank KillRank send itself SIGKILL in the
-	// middle of that step (after its forward and backward, before the trainer's update and
-	// before the step is logged or checkpointed) in the first attempt of a job: a crash that
-	// runs no deferred code, closes no connection cleanly and leaves whatever the rank had
-	// half done. 0 turns it off.
-	KillAtStep int64
-	// KillRank is the rank that KillAtStep kills.
-	KillRank int
+	// Faults are -fail-at-step, -kill-at-step and -kill-rank: crashes on purpose, for
+	// fault-injection tests (trainer.Faults).
+	trainer.Faults
 	// Timeout bounds each collective of the group Run joins (comm.WithTimeout; 0: the
 	// GP_COMM_TIMEOUT environment variable, else comm's 30 minutes). A collective that times
 	// out fails naming the ranks that had not arrived and the last operation each ran.
@@ -162,7 +155,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Augment.RegisterFlags(fs)
 	fs.IntVar(&c.GradAccum, "grad-accum-steps", 1, "batches accumulated per optimizer step")
 	fs.BoolVar(&c.SyncBN, "sync-bn", false, "BatchNorm statistics over all ranks (SyncBatchNorm)")
-	c.CommHook.register(fs)
+	fs.StringVar(&c.CommHook.Name, "ddp-comm-hook", "none", "DDP communication hook: none | fp16 | bf16 | powersgd (torch's ddp_comm_hooks)")
+	fs.IntVar(&c.CommHook.PowerSGDRank, "powersgd-rank", 1, "-ddp-comm-hook powersgd: matrix_approximation_rank")
+	fs.IntVar(&c.CommHook.PowerSGDStartIter, "powersgd-start-iter", 1000, "-ddp-comm-hook powersgd: start_powerSGD_iter (plain all-reduce before it; > 1)")
 	fs.Float64Var(&c.DropPath, "drop-path", -1, "stochastic depth of the last block, rising linearly from 0 (Swin); -1: the architecture's")
 	fs.BoolVar(&c.ModelEMA, "model-ema", false, "keep an exponential moving average of the weights; evaluate and checkpoint it")
 	fs.Float64Var(&c.EMADecay, "model-ema-decay", 0.9998, "decay of -model-ema per optimizer step")

@@ -1,6 +1,8 @@
-package trainer
+package main
 
 import (
+	"github.com/gorgonia-parallel/gp/trainer"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -40,7 +42,7 @@ type greyPreset struct {
 // openIDX opens DATA's train-* files for training and its t10k-* files (all of them) for
 // validation, under MNIST's names, plain or gzipped (data.FashionMNIST); DATA defaults to
 // Debian's dataset-fashion-mnist folder. Labels are checked against -num-classes, else 10.
-func openIDX(env Env, cfg *Config, log *slog.Logger) (*Split, *Split, error) {
+func openIDX(env trainer.Env, cfg *Config, log *slog.Logger) (*trainer.Split, *trainer.Split, error) {
 	bad, _ := badInput(cfg)
 	opts := []data.Option{data.WithLogger(log), data.WithBadInput(bad)}
 	if cfg.NumClasses > 0 {

@@ -1,6 +1,8 @@
-package trainer
+package main
 
 import (
+	"github.com/gorgonia-parallel/gp/trainer"
+
 	"context"
 	"fmt"
 	"iter"
@@ -32,7 +34,7 @@ import (
 // -num-classes infers the count, refusing negative labels and a count far beyond the labels
 // that occur); cfg.BadInput chooses between an error naming the file, index and value and
 // leaving those samples out on every rank alike.
-func openData(ctx context.Context, env Env, cfg *Config) (*Split, *Split, error) {
+func openData(ctx context.Context, env trainer.Env, cfg *Config) (*trainer.Split, *trainer.Split, error) {
 	g, log := env.Group, env.Log
 	if cfg.Data == "" && isIDX(cfg.DataFormat) {
 		cfg.Data = data.FashionMNISTDir
@@ -60,7 +62,7 @@ func openData(ctx context.Context, env Env, cfg *Config) (*Split, *Split, error)
 		return nil, nil, err
 	}
 	valT := evalTransform(cfg)
-	var train, val *Split
+	var train, val *trainer.Split
 	if _, err := badInput(cfg); err != nil {
 		return nil, nil, err
 	}
@@ -85,7 +87,7 @@ func openData(ctx context.Context, env Env, cfg *Config) (*Split, *Split, error)
 	return train, val, nil
 }
 
-func openFolders(env Env, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*Split, *Split, error) {
+func openFolders(env trainer.Env, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*trainer.Split, *trainer.Split, error) {
 	for _, sub := range []string{"train", "val"} {
 		if _, err := os.Stat(filepath.Join(cfg.Data, sub)); err != nil {
 			return nil, nil, fmt.Errorf("trainer: data folder %s: %w (want %s/train and %s/val with one folder per class)", filepath.Join(cfg.Data, sub), err, cfg.Data, cfg.Data)
@@ -105,7 +107,7 @@ func openFolders(env Env, cfg *Config, trainT, valT *transforms.Pipeline, log *s
 	return mapSplits(env, cfg, trainDS, valDS, len(trainDS.Classes), len(valDS.Classes))
 }
 
-func openArrays(env Env, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*Split, *Split, error) {
+func openArrays(env trainer.Env, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*trainer.Split, *trainer.Split, error) {
 	bad, _ := badInput(cfg)
 	open := func(side string, t *transforms.Pipeline) (*data.ArrayDataset, error) {
 		images, labels := filepath.Join(cfg.Data, side+"_images.npy"), filepath.Join(cfg.Data, side+"_labels.npy")
@@ -143,18 +145,18 @@ func openArrays(env Env, cfg *Config, trainT, valT *transforms.Pipeline, log *sl
 	return mapSplits(env, cfg, trainDS, valDS, classes, classes)
 }
 
-// mapSplits serves map-style datasets through DatasetSource (a DistributedSampler for
+// mapSplits serves map-style datasets through trainer.DatasetSource (a DistributedSampler for
 // training, a strided split for validation).
-func mapSplits(env Env, cfg *Config, trainDS, valDS data.Dataset, trainClasses, valClasses int) (*Split, *Split, error) {
+func mapSplits(env trainer.Env, cfg *Config, trainDS, valDS data.Dataset, trainClasses, valClasses int) (*trainer.Split, *trainer.Split, error) {
 	if trainClasses != valClasses {
 		return nil, nil, fmt.Errorf("trainer: %s: the training set has %d classes and the validation set %d", cfg.Data, trainClasses, valClasses)
 	}
-	return DatasetSource{Train: trainDS, Val: valDS, Classes: trainClasses, Workers: cfg.Workers}.Open(context.Background(), env)
+	return trainer.DatasetSource{Train: trainDS, Val: valDS, Classes: trainClasses, Workers: cfg.Workers}.Open(context.Background(), env)
 }
 
 // openShards serves WebDataset shards, split across ranks (and workers). Ranks may hold
 // different numbers of samples, so an epoch is as many batches as the smallest rank has.
-func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*Split, *Split, error) {
+func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *transforms.Pipeline, log *slog.Logger) (*trainer.Split, *trainer.Split, error) {
 	if cfg.NumClasses == 0 {
 		return nil, nil, fmt.Errorf("trainer: -data-format webdataset needs -num-classes")
 	}
@@ -168,7 +170,7 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			return nil, nil, fmt.Errorf("trainer: %w", err)
 		}
 	}
-	side := func(name string, t *transforms.Pipeline, shuffle int, train bool) (*Split, error) {
+	side := func(name string, t *transforms.Pipeline, shuffle int, train bool) (*trainer.Split, error) {
 		shards, _ := filepath.Glob(filepath.Join(cfg.Data, name+"-*.tar"))
 		sort.Strings(shards)
 		if len(shards) == 0 {
@@ -188,7 +190,7 @@ func openShards(ctx context.Context, g comm.Group, cfg *Config, trainT, valT *tr
 			steps = (mine + local - 1) / local // validation: every sample of this rank's shards
 		}
 		w, h, _ := t.OutSize()
-		return &Split{C: 3, H: h, W: w, Classes: cfg.NumClasses, Images: total, Steps: max(steps, 0),
+		return &trainer.Split{C: 3, H: h, W: w, Classes: cfg.NumClasses, Images: total, Steps: max(steps, 0),
 			Batches: shardBatches(l, train, steps, local)}, nil
 	}
 	train, err := side("train", trainT, 1000, true)
