@@ -16,52 +16,53 @@ import (
 
 // TestAsyncStreamsTrainerMatrix runs rows of TestDeviceMatrix that take each device strategy
 // once (resnet8: none fp32 at world 1, ddp bf16, zero3 fp32 and zero3 -offload cpu fp16 at
-// world 2) with the streams of every rank's process asynchronous under each seed of
-// cudatest.Seeds: each stream on its own thread with random delays, the stream-order
-// checker failing any op that touches bytes another stream may still be using. Every device
-// run is a launched job (world 1 too: this process's fake driver, loaded by an earlier test,
-// would not see the seed), and cudatest.AsyncProcesses fails the row with each race a rank's
-// checker recorded, or when no rank ran a stream asynchronously. The equalities are the
-// matrix's: each step's loss within matrixTol (matrixAmpTol under -amp) of the CPU's and,
-// under fp16, the same loss scales (compareSteps); for none and ddp the final model tensors
-// within matrixParamTol in fp32 (compareParams; logged under -amp). The CPU references do
-// not depend on the seed and run once.
+// world 2) and Swin's kernels, clipping and the replicated engine's fp16 GradScaler
+// (swin_test: none fp32, ddp fp16), with the streams of every rank's process asynchronous
+// under each seed of cudatest.Seeds: each stream on its own thread with random delays, the
+// stream-order checker failing any op that touches bytes another stream may still be using.
+// Every device run is a launched job (world 1 too: this process's fake driver, loaded by an
+// earlier test, would not see the seed), and cudatest.AsyncProcesses fails the row with each
+// race a rank's checker recorded, or when no rank ran a stream asynchronously. The
+// equalities are the matrix's: each step's loss within matrixTol (matrixAmpTol under -amp)
+// of the CPU's and, under fp16, the same loss scales (compareSteps); for none and ddp the
+// final model tensors within matrixParamTol in fp32 (compareParams; logged under -amp). The
+// CPU references do not depend on the seed and run once.
 func TestAsyncStreamsTrainerMatrix(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: trains resnet8 12 times on the emulator")
+		t.Skip("-short: trains resnet8 and swin_test 18 times on the emulator")
 	}
 	emulatorEnv(t, 1)
 	start := time.Now()
-	arch := matrixArchs[0]
-	if arch.name != "resnet8" {
-		t.Fatalf("matrixArchs[0] is %s; this test runs resnet8's rows", arch.name)
-	}
+	resnet, swin := matrixArchNamed(t, "resnet8"), matrixArchNamed(t, "swin_test")
 	rows := []struct {
+		arch matrixArch
 		s    matrixStrategy
 		mode string
 	}{
-		{matrixStrategyNamed(t, "none"), ""},
-		{matrixStrategyNamed(t, "ddp"), "bf16"},
-		{matrixStrategyNamed(t, "zero3"), ""},
-		{matrixStrategyNamed(t, "zero3-offload-cpu"), "fp16"},
+		{resnet, matrixStrategyNamed(t, "none"), ""},
+		{resnet, matrixStrategyNamed(t, "ddp"), "bf16"},
+		{resnet, matrixStrategyNamed(t, "zero3"), ""},
+		{resnet, matrixStrategyNamed(t, "zero3-offload-cpu"), "fp16"},
+		{swin, matrixStrategyNamed(t, "none"), ""},
+		{swin, matrixStrategyNamed(t, "ddp"), "fp16"},
 	}
 	refDir := t.TempDir
 	cpuRuns := map[string]matrixRun{}
 	for _, r := range rows {
-		cfg := arch.config(t)
+		cfg := r.arch.config(t)
 		cfg.Strategy, cfg.AMP, cfg.Out = r.s.strategy, r.mode, refDir()
 		ref := matrixRun{dir: cfg.Out}
 		ref.losses, _, _ = trainOn(t, r.s.world, cfg)
-		cpuRuns[r.s.name+"/"+r.mode] = ref
+		cpuRuns[r.arch.name+"/"+r.s.name+"/"+r.mode] = ref
 	}
 	t.Logf("CPU references: %v", time.Since(start).Round(time.Millisecond))
 	for _, seed := range cudatest.Seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			for _, r := range rows {
-				t.Run(r.s.name+"/"+cmp.Or(r.mode, "fp32"), func(t *testing.T) {
+				t.Run(r.arch.name+"/"+r.s.name+"/"+cmp.Or(r.mode, "fp32"), func(t *testing.T) {
 					cudatest.AsyncProcesses(t, seed)
-					ref := cpuRuns[r.s.name+"/"+r.mode]
-					dev := arch.config(t)
+					ref := cpuRuns[r.arch.name+"/"+r.s.name+"/"+r.mode]
+					dev := r.arch.config(t)
 					dev.Strategy, dev.Offload, dev.AMP = r.s.strategy, r.s.offload, r.mode
 					dev.Out, dev.Device = t.TempDir(), "cuda"
 					began := time.Now()
@@ -98,6 +99,17 @@ func TestAsyncStreamsTrainerMatrix(t *testing.T) {
 		})
 	}
 	t.Logf("CPU references and device rows: %v", time.Since(start).Round(time.Second))
+}
+
+// matrixArchNamed is the row of matrixArchs with that name.
+func matrixArchNamed(t *testing.T, name string) matrixArch {
+	for _, a := range matrixArchs {
+		if a.name == name {
+			return a
+		}
+	}
+	t.Fatalf("no architecture %q in matrixArchs", name)
+	return matrixArch{}
 }
 
 // matrixStrategyNamed is the row of matrixStrategies with that name.
