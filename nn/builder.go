@@ -51,6 +51,18 @@ func WithSolver(s G.Solver) BuildOption { return func(c *buildConfig) { c.solver
 // BuildOption configures Compile.
 type BuildOption func(*buildConfig)
 
+// Updates returns the optimizer (WithOptimizer) and the gorgonia solver (WithSolver) that opts
+// give, nil where they give none: for an engine that steps somewhere other than
+// Program.Update (cuda/devdp's master device) and reads the optimizer from the build options
+// its caller gave, the one place every strategy takes it.
+func Updates(opts ...BuildOption) (Updater, G.Solver) {
+	var c buildConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c.optimizer, c.solver
+}
+
 // Training selects train mode (the default: batch statistics, dropout on, gradients) or eval
 // mode (running statistics, dropout off, no gradients).
 func Training(on bool) BuildOption { return func(c *buildConfig) { c.training = on } }

@@ -13,8 +13,8 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/dp"
 	"github.com/gorgonia-parallel/gp/train"
-	G "gorgonia.org/gorgonia"
 )
 
 // The fake libcuda and cuBLAS and the CPU emulator of kernels.cu: device results are
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	os.Exit(cudatest.MainEmulated(m))
 }
 
-var _ train.Program = (*devdp.Program)(nil)
+var _ dp.Backend = (*devdp.Backend)(nil)
 
 // tol: as cuda/devddp's. The device's GEMMs sum in other orders than the CPU's (~1e-7
 // relative), and the global mean is two weighted chunk means; a chunk weighted 1/2 instead
@@ -64,12 +64,13 @@ func TestTwoDevicesMatchCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			dp, err := devdp.New(devs, md, func(b *nn.Builder, k int) (*G.Node, error) { return gormlp.Build(1)(b, k) }, opt(t, md, newOpt))
+			be := devdp.NewBackend(devs...)
+			rep, err := dp.New(md, gormlp.Build(1), dp.WithBackend(be), dp.WithBuildOptions(nn.WithOptimizer(opt(t, md, newOpt))))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer dp.Close()
-			p, err := dp.Program(n)
+			defer rep.Close()
+			p, err := rep.Program(n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +94,7 @@ func TestTwoDevicesMatchCPU(t *testing.T) {
 				}
 				worstLoss = math.Max(worstLoss, math.Abs(float64(ld-lc))/math.Abs(float64(lc)))
 			}
-			if err := dp.Master().ToHost(ctx); err != nil {
+			if err := be.Master().ToHost(ctx); err != nil {
 				t.Fatal(err)
 			}
 			w := maxRel(md.Params.Data, mc.Params.Data)

@@ -106,7 +106,8 @@ func TestResNetTwoDevicesMatchCPUDataParallel(t *testing.T) {
 		return total - free
 	}
 	before := []int64{used(devs[0]), used(devs[1])}
-	rep, err := devdp.New(devs, ms[1], chunk, sgd(ms[1]))
+	be := devdp.NewBackend(devs...)
+	rep, err := dp.New(ms[1], chunk, dp.WithBackend(be), dp.WithBuildOptions(nn.WithOptimizer(sgd(ms[1]))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +157,12 @@ func TestResNetTwoDevicesMatchCPUDataParallel(t *testing.T) {
 		lw, _ := whole.LossValue()
 		worst = math.Max(worst, math.Abs(float64(ld-lc))/math.Abs(float64(lc)))
 		wholeDiff = math.Max(wholeDiff, math.Abs(float64(lw-lc))/math.Abs(float64(lc)))
-		if err := rep.Master().ToHost(ctx); err != nil {
+		if err := be.Master().ToHost(ctx); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("step %d: loss CPU DataParallel %.7f, devices %.7f, one process on the whole batch %.7f; parameters after the step within %.2g", s, lc, ld, lw, maxRel(ms[1].Params.Data, ms[0].Params.Data))
 	}
-	if err := rep.Master().ToHost(ctx); err != nil {
+	if err := be.Master().ToHost(ctx); err != nil {
 		t.Fatal(err)
 	}
 	pw := maxRel(ms[1].Params.Data, ms[0].Params.Data)
@@ -253,7 +254,8 @@ func TestMLPTwoDevicesMatchOneDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer one.Close()
-			rep, err := devdp.New(devs, md, func(b *nn.Builder, k int) (*G.Node, error) { return gormlp.Build(1)(b, k) }, opt(t, md, sgd))
+			be := devdp.NewBackend(devs...)
+			rep, err := dp.New(md, gormlp.Build(1), dp.WithBackend(be), dp.WithBuildOptions(nn.WithOptimizer(opt(t, md, sgd))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,7 +286,7 @@ func TestMLPTwoDevicesMatchOneDevice(t *testing.T) {
 				vsOne = math.Max(vsOne, math.Abs(float64(ld-l1))/math.Abs(float64(l1)))
 				vsCPU = math.Max(vsCPU, math.Abs(float64(ld-lc))/math.Abs(float64(lc)))
 			}
-			if err := errors.Join(st.ToHost(ctx), rep.Master().ToHost(ctx)); err != nil {
+			if err := errors.Join(st.ToHost(ctx), be.Master().ToHost(ctx)); err != nil {
 				t.Fatal(err)
 			}
 			w1, wc := maxRel(md.Params.Data, m1.Params.Data), maxRel(md.Params.Data, mc.Params.Data)
@@ -312,9 +314,9 @@ func TestReplicaOutOfMemory(t *testing.T) {
 	sgd := func(s []optim.Segment) (optim.Optimizer, error) {
 		return optim.NewSGD(s, 0.05, optim.WithMomentum(0.9))
 	}
-	newDP := func() (*devdp.DataParallel, error) {
+	newDP := func() (*devdp.DataParallel, error) { // the one-call form trainer uses
 		m := model(t, build)
-		return devdp.New(devs, m, func(b *nn.Builder, k int) (*G.Node, error) { return gormlp.Build(1)(b, k) }, opt(t, m, sgd))
+		return devdp.New(devs, m, gormlp.Build(1), opt(t, m, sgd))
 	}
 	_, err = newDP()
 	if err == nil {
@@ -433,13 +435,14 @@ func TestReplicaFailureKeepsMasterGradients(t *testing.T) {
 	devs := twoDevices(t)
 	ctx := context.Background()
 	m := model(t, gormlp.Fixed(1, 8))
-	rep, err := devdp.New(devs, m, func(b *nn.Builder, k int) (*G.Node, error) { return gormlp.Build(1)(b, k) },
-		opt(t, m, func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(s, 0.05) }))
+	be := devdp.NewBackend(devs...)
+	rep, err := dp.New(m, gormlp.Build(1), dp.WithBackend(be), dp.WithBuildOptions(nn.WithOptimizer(
+		opt(t, m, func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(s, 0.05) }))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rep.Close()
-	run := func(p *devdp.Program, n, at int) error {
+	run := func(p *dp.Program, n, at int) error {
 		x, y := make([]float32, n*gormlp.In), make([]float32, n*gormlp.Out)
 		gormlp.Data(x, y, at, n)
 		if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y)); err != nil {
@@ -460,7 +463,7 @@ func TestReplicaFailureKeepsMasterGradients(t *testing.T) {
 	if err := run(small, 8, 0); err != nil {
 		t.Fatal(err)
 	}
-	before, err := rep.Master().Grads().ToHost(ctx)
+	before, err := be.Master().Grads().ToHost(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +486,7 @@ func TestReplicaFailureKeepsMasterGradients(t *testing.T) {
 	if _, lerr := big.LossValue(); lerr == nil {
 		t.Error("LossValue after a failed Run: no error")
 	}
-	after, err := rep.Master().Grads().ToHost(ctx)
+	after, err := be.Master().Grads().ToHost(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +497,7 @@ func TestReplicaFailureKeepsMasterGradients(t *testing.T) {
 	if err := run(big, 1024, 8); err != nil {
 		t.Fatalf("Run after freeing device 1: %v", err)
 	}
-	again, err := rep.Master().Grads().ToHost(ctx)
+	again, err := be.Master().Grads().ToHost(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ type Kind int
 const (
 	// CPU is a CPU core: a replica is a goroutine whose graphs share the master's parameters.
 	CPU Kind = iota
-	// GPU is a CUDA device. Package dp's replicas are CPU goroutines and New refuses GPUs;
-	// cuda/devdp runs DataParallel over the GPUs of a device list (devdp.Open).
+	// GPU is a CUDA device: replicas run there on cuda/devdp's backend (WithBackend), over
+	// the devices of a device list (devdp.Open).
 	GPU
 )
 
@@ -42,7 +42,7 @@ func CPUs(n int) []Device {
 }
 
 // GPUs returns the CUDA devices with the given ordinals: a device list for cuda/devdp
-// (devdp.Open opens them; New here refuses them).
+// (devdp.Open opens them for its backend; New without that backend refuses them).
 func GPUs(ordinals ...int) []Device {
 	out := make([]Device, len(ordinals))
 	for i, o := range ordinals {
@@ -51,8 +51,8 @@ func GPUs(ordinals ...int) []Device {
 	return out
 }
 
-// ErrDeviceUnsupported is returned by New for a GPU device (cuda/devdp runs those), and by
-// devdp.Open for a CPU device.
+// ErrDeviceUnsupported is returned by New for a GPU device in WithDevices (the host backend
+// runs CPUs; cuda/devdp's backend runs GPUs), and by devdp.Open for a CPU device.
 var ErrDeviceUnsupported = errors.New("dp: device not supported")
 
 // checkDevices validates a device list.
@@ -63,7 +63,7 @@ func checkDevices(devs []Device) error {
 	seen := map[Device]bool{}
 	for i, d := range devs {
 		if d.Kind != CPU {
-			return fmt.Errorf("dp: replica %d on %s: %w (package dp runs replicas on CPUs; cuda/devdp runs them on CUDA devices)", i, d, ErrDeviceUnsupported)
+			return fmt.Errorf("dp: replica %d on %s: %w by the host backend (it runs replicas on CPUs; for CUDA devices pass WithBackend(devdp.NewBackend(devs...)) with devs from devdp.Open)", i, d, ErrDeviceUnsupported)
 		}
 		if seen[d] {
 			return fmt.Errorf("dp: device %s listed twice", d)

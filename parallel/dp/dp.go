@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -86,9 +87,10 @@ type DataParallel struct {
 	model    *nn.Model
 	build    ChunkFunc
 	cfg      config
+	be       Backend
 	replicas []*replica
 	gathered map[string][]float32
-	master   *nn.Program // replica 0's program of the last training Run
+	trained  bool // a training Run reduced onto the master since New
 	mu       sync.Mutex
 	closed   bool
 }
@@ -96,19 +98,39 @@ type DataParallel struct {
 // buildMu serialises graph construction: gorgonia's graphs share a global counter.
 var buildMu sync.Mutex
 
-// New returns a DataParallel over m whose replicas build their graphs with build. Programs
-// are compiled at the first step that needs their chunk size.
+// New returns a DataParallel over m whose replicas build their graphs with build, on the
+// host's CPUs (WithDevices, WithReplicas) or on a backend's devices (WithBackend: cuda/devdp's
+// for CUDA devices). An option the backend cannot honour is refused, naming it and the
+// backend. Programs are compiled at the first step that needs their chunk size, or by
+// Program. Close releases what the backend prepared.
 func New(m *nn.Model, build ChunkFunc, opts ...Option) (*DataParallel, error) {
 	if m == nil || build == nil {
 		return nil, errors.New("dp: nil model or build function")
 	}
 	cfg := newConfig(opts)
-	if err := checkDevices(cfg.devices); err != nil {
-		return nil, err
+	be := cfg.backend
+	switch {
+	case be == nil:
+		if cfg.devices == nil {
+			cfg.devices = CPUs(runtime.GOMAXPROCS(0))
+		}
+		if err := checkDevices(cfg.devices); err != nil {
+			return nil, err
+		}
+		be = &hostBackend{devs: cfg.devices}
+	case cfg.devices != nil && !slices.Equal(cfg.devices, be.Devices()):
+		return nil, fmt.Errorf("dp: WithDevices lists %v, the backend (%T) runs on %v: give the devices to the backend alone", cfg.devices, be, be.Devices())
 	}
-	d := &DataParallel{model: m, build: build, cfg: cfg, gathered: map[string][]float32{}}
-	for i, dev := range cfg.devices {
-		d.replicas = append(d.replicas, &replica{index: i, dev: dev, progs: map[int]*nn.Program{}})
+	devs := be.Devices()
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("dp: the backend (%T) has no devices", be)
+	}
+	if err := be.Accept(m, Settings{BuildOptions: cfg.buildOpts, ReduceWorkers: cfg.workers}); err != nil {
+		return nil, fmt.Errorf("dp: %w", err)
+	}
+	d := &DataParallel{model: m, build: build, cfg: cfg, be: be, gathered: map[string][]float32{}}
+	for i, dev := range devs {
+		d.replicas = append(d.replicas, &replica{index: i, dev: dev, progs: map[int]Executor{}})
 	}
 	return d, nil
 }
@@ -117,7 +139,10 @@ func New(m *nn.Model, build ChunkFunc, opts ...Option) (*DataParallel, error) {
 func (d *DataParallel) Model() *nn.Model { return d.model }
 
 // Devices returns the replicas' devices; the first is the master.
-func (d *DataParallel) Devices() []Device { return slices.Clone(d.cfg.devices) }
+func (d *DataParallel) Devices() []Device { return slices.Clone(d.be.Devices()) }
+
+// Backend returns the backend the replicas run on (the host's unless WithBackend gave one).
+func (d *DataParallel) Backend() Backend { return d.be }
 
 // Chunks returns the chunk sizes torch.chunk gives for n samples over at most r replicas:
 // ceil(n/r) per chunk, the last chunk smaller, as many chunks as needed (possibly fewer
@@ -165,10 +190,26 @@ func (d *DataParallel) Run(ctx context.Context, b Batch) (*Result, error) {
 			return nil, r.fail(err, nil)
 		}
 	}
+	master := active[0].prog.Compiled()
+	training := master.Builder.Training() && master.Loss != nil
+	if err := d.be.Begin(ctx, len(active), training); err != nil {
+		return nil, fmt.Errorf("dp: readying %d replicas: %w", len(active), err)
+	}
+	// fail ends a Run that got past Begin without reducing: the master's gradients are put
+	// back as Begin found them.
+	fail := func(err error) (*Result, error) {
+		if !training {
+			return nil, err
+		}
+		if aerr := d.be.Abort(); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("dp: putting the master's gradients back: %w", aerr))
+		}
+		return nil, err
+	}
 	t1 := time.Now()
 	times.Bind = t1.Sub(t0)
 	if err := d.runAll(ctx, active, b, per); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	t2 := time.Now()
 	times.Run = t2.Sub(t1)
@@ -180,24 +221,20 @@ func (d *DataParallel) Run(ctx context.Context, b Batch) (*Result, error) {
 	}
 	res.Loss = float32(loss)
 	if res.Outputs, err = d.gather(active, b.N); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	t3 := time.Now()
 	times.Gather = t3.Sub(t2)
-	if active[0].prog.Builder.Training() && active[0].prog.Loss != nil {
-		bufs := make([][]float32, len(active))
+	if training {
+		execs := make([]Executor, len(active))
 		ws := make([]float32, len(active))
 		for i, r := range active {
-			r.pushGrads()
-			bufs[i], ws[i] = r.grad, float32(d.weight(r.n, b.N))
+			execs[i], ws[i] = r.prog, float32(d.weight(r.n, b.N))
 		}
-		reduceInto(d.model.Params.Grad, bufs, ws, d.cfg.workers)
-		// The master's learnables (replica 0's leaves, bound to the model's values) report
-		// the reduced gradient, for a gorgonia solver or a hand-written update.
-		if err := active[0].prog.AliasGrads(d.model.Params.Grad); err != nil {
-			return nil, err
+		if err := d.be.Reduce(ctx, execs, ws); err != nil {
+			return nil, fmt.Errorf("dp: reducing %d replicas' gradients onto the master: %w", len(active), err)
 		}
-		d.master = active[0].prog
+		d.trained = true
 	}
 	times.Reduce = time.Since(t3)
 	res.Times = times
@@ -212,27 +249,33 @@ func (d *DataParallel) Step(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dp: step: %w", err)
 	}
-	if d.master == nil {
+	if !d.trained {
 		return errors.New("dp: Step before a training Run")
 	}
-	if err := d.master.Update(); err != nil {
+	if err := d.be.Step(ctx); err != nil {
 		return fmt.Errorf("dp: optimizer step: %w", err)
 	}
-	d.model.Params.ZeroGrad()
 	return nil
 }
 
 // ZeroGrad zeroes the master's gradients.
-func (d *DataParallel) ZeroGrad() { d.model.Params.ZeroGrad() }
+func (d *DataParallel) ZeroGrad() error {
+	if err := d.be.ZeroGrad(); err != nil {
+		return fmt.Errorf("dp: zeroing the master's gradients: %w", err)
+	}
+	return nil
+}
 
-// Learnables returns the master's learnables after a training Run (nil before): replica 0's
-// leaves, whose values are the model's parameters and whose Node.Grad() is the reduced
-// gradient (see nn.Program.Learnables).
+// Learnables returns the master's learnables after a training Run on the host (nil before,
+// and on another backend, whose gradients are not in host memory): replica 0's leaves, whose
+// values are the model's parameters and whose Node.Grad() is the reduced gradient (see
+// nn.Program.Learnables).
 func (d *DataParallel) Learnables() G.Nodes {
-	if d.master == nil {
+	h, ok := d.be.(*hostBackend)
+	if !ok || h.master == nil {
 		return nil
 	}
-	return d.master.Learnables()
+	return h.master.Learnables()
 }
 
 // weight is replica chunk n's share of the global loss of a batch of N.
@@ -264,10 +307,11 @@ func checkBatch(b Batch) (map[string]int, error) {
 // bind gets r's program for its chunk size (compiling it if needed) and checks that the
 // program's inputs take the chunk.
 func (d *DataParallel) bind(r *replica, b Batch, per map[string]int) error {
-	p, err := d.program(r, r.n)
+	x, err := d.program(r, r.n)
 	if err != nil {
 		return err
 	}
+	p := x.Compiled()
 	for _, name := range slices.Sorted(maps.Keys(per)) {
 		k := per[name]
 		shape := p.InputShape(name)
@@ -285,24 +329,21 @@ func (d *DataParallel) bind(r *replica, b Batch, per map[string]int) error {
 	if p.Loss == nil && len(d.cfg.gather) == 0 {
 		return errors.New("the graph has no loss and no output is gathered (WithGather): nothing to compute")
 	}
-	r.prog = p
+	r.prog = x
 	return nil
 }
 
 // program returns r's cached program for chunk size n, compiling it on first use.
-func (d *DataParallel) program(r *replica, n int) (*nn.Program, error) {
+func (d *DataParallel) program(r *replica, n int) (Executor, error) {
 	if p, ok := r.progs[n]; ok {
 		return p, nil
 	}
-	if r.grad == nil {
-		r.grad = make([]float32, len(d.model.Params.Grad))
-	}
-	opts := append(slices.Clone(d.cfg.buildOpts), nn.WithGradBuffer(r.grad), nn.WithGradHook(r.checkStop))
+	opts := append(slices.Clone(d.cfg.buildOpts), nn.WithGradHook(r.checkStop))
 	if r.index > 0 {
 		opts = append(opts, nn.WithPrivateBuffers())
 	}
 	buildMu.Lock()
-	p, err := nn.Compile(d.model, func(b *nn.Builder) (*G.Node, error) { return d.build(b, n) }, opts...)
+	p, err := d.be.Compile(r.index, func(b *nn.Builder) (*G.Node, error) { return d.build(b, n) }, opts...)
 	buildMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("compiling for a chunk of %d: %w", n, err)
@@ -386,7 +427,7 @@ func (d *DataParallel) gather(active []*replica, N int) (map[string][]float32, e
 	return out, nil
 }
 
-// Close releases every replica's programs.
+// Close releases every replica's programs and what the backend prepared.
 func (d *DataParallel) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -402,6 +443,9 @@ func (d *DataParallel) Close() error {
 			}
 		}
 		r.progs = nil
+	}
+	if err := d.be.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("dp: closing the backend: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -71,20 +71,25 @@ func (r MemoryReport) String() string {
 }
 
 // Memory reports what each replica holds now. opt, when not nil, is the optimizer stepping
-// the master's parameters; its state is counted on the master.
+// the master's parameters; its state is counted on the master. Graph and GradBuffer are
+// measured in host memory: on another backend (devices, whose allocators report their own
+// memory) they are 0.
 func (d *DataParallel) Memory(opt optim.Optimizer) MemoryReport {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	h, host := d.be.(*hostBackend)
 	var rep MemoryReport
 	for _, r := range d.replicas {
 		m := ReplicaMemory{Replica: r.index, Device: r.dev}
 		training := false
-		for _, p := range r.progs {
-			m.Graph += ProgramBytes(p)
-			training = training || (p.Builder.Training() && p.Loss != nil)
+		for _, x := range r.progs {
+			if p := x.Compiled(); host {
+				m.Graph += ProgramBytes(p)
+				training = training || (p.Builder.Training() && p.Loss != nil)
+			}
 		}
 		if training {
-			m.GradBuffer = 4 * int64(len(r.grad))
+			m.GradBuffer = 4 * int64(len(h.grads[r.index]))
 		}
 		if r.index == 0 {
 			ps := d.model.Params

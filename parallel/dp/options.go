@@ -1,12 +1,9 @@
 package dp
 
-import (
-	"runtime"
-
-	"github.com/gorgonia-parallel/gp/nn"
-)
+import "github.com/gorgonia-parallel/gp/nn"
 
 type config struct {
+	backend   Backend
 	devices   []Device
 	gather    []string
 	buildOpts []nn.BuildOption
@@ -17,8 +14,9 @@ type config struct {
 // Option configures New.
 type Option func(*config)
 
-// WithDevices sets the replicas' devices; the first is the master. The default is one CPU
-// device per GOMAXPROCS.
+// WithDevices sets the host replicas' devices, CPUs; the first is the master. The default is
+// one CPU device per GOMAXPROCS. A backend (WithBackend) has its own devices: New refuses a
+// list that differs from them.
 func WithDevices(devs ...Device) Option {
 	return func(c *config) { c.devices = append([]Device(nil), devs...) }
 }
@@ -43,21 +41,21 @@ func WithBuildOptions(opts ...nn.BuildOption) Option {
 // losses and gradients are then summed with weight 1 instead of n_i/N.
 func WithSumLoss() Option { return func(c *config) { c.sumLoss = true } }
 
-// WithReduceWorkers sets how many goroutines sum the gradients onto the master (default
-// GOMAXPROCS). Each takes a contiguous range of the flat buffer, so the result does not
-// depend on n.
+// WithReduceWorkers sets how many goroutines of the host backend sum the gradients onto the
+// master (default GOMAXPROCS). Each takes a contiguous range of the flat buffer, so the
+// result does not depend on n. A device backend sums on the master device and refuses it.
 func WithReduceWorkers(n int) Option { return func(c *config) { c.workers = n } }
+
+// WithBackend runs the replicas on b's devices: cuda/devdp's backend runs them on CUDA
+// devices (dp.WithBackend(devdp.NewBackend(devs...))). Everything else (the split, the
+// weights, the gather, failures, the verbs) is the DataParallel's, the same on every
+// backend. The default is the host's: goroutines over the model's host memory.
+func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
 
 func newConfig(opts []Option) config {
 	c := config{}
 	for _, o := range opts {
 		o(&c)
-	}
-	if c.devices == nil {
-		c.devices = CPUs(runtime.GOMAXPROCS(0))
-	}
-	if c.workers <= 0 {
-		c.workers = runtime.GOMAXPROCS(0)
 	}
 	return c
 }

@@ -2,6 +2,7 @@ package dp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,10 +20,22 @@ type Program struct {
 	res    *Result
 }
 
-// Program returns the train.Program of d for global batches of n samples.
+// Program returns the train.Program of d for global batches of n samples, compiling the
+// replicas' programs for n's chunks (Chunks(n, len(Devices()))) now: an error names the
+// replica that failed to compile.
 func (d *DataParallel) Program(n int) (*Program, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("dp: program for batches of %d samples", n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errors.New("dp: Program of a closed DataParallel")
+	}
+	for i, c := range Chunks(n, len(d.replicas)) {
+		if _, err := d.program(d.replicas[i], c); err != nil {
+			return nil, fmt.Errorf("dp: replica %d (%s): %w", i, d.replicas[i].dev, err)
+		}
 	}
 	return &Program{d: d, n: n, inputs: map[string][]float32{}}, nil
 }
@@ -49,7 +62,7 @@ func (p *Program) checkInput(name string, got int) error {
 	if err != nil {
 		return fmt.Errorf("dp: input %q: %w", name, err)
 	}
-	shape := prog.InputShape(name)
+	shape := prog.Compiled().InputShape(name)
 	if len(shape) == 0 {
 		return fmt.Errorf("dp: the graph declares no input %q", name)
 	}
@@ -67,8 +80,10 @@ func (p *Program) checkInput(name string, got int) error {
 	return nil
 }
 
-// Run runs the replicas on the batch set by SetInput (DataParallel.Run).
+// Run runs the replicas on the batch set by SetInput (DataParallel.Run). After a failed Run,
+// LossValue and Output are errors until a Run succeeds.
 func (p *Program) Run(ctx context.Context) error {
+	p.res = nil
 	res, err := p.d.Run(ctx, Batch{N: p.n, Inputs: p.inputs})
 	if err != nil {
 		return err
@@ -81,7 +96,7 @@ func (p *Program) Run(ctx context.Context) error {
 func (p *Program) Step(ctx context.Context) error { return p.d.Step(ctx) }
 
 // ZeroGrad zeroes the master's gradients.
-func (p *Program) ZeroGrad() error { p.d.ZeroGrad(); return nil }
+func (p *Program) ZeroGrad() error { return p.d.ZeroGrad() }
 
 // LossValue is the global batch's loss in the last Run.
 func (p *Program) LossValue() (float32, error) {

@@ -8,18 +8,17 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 )
 
-// replica is one device's share of the work: its compiled programs (one per chunk size), its
-// gradient buffer, and the state of the current step. All its fields are touched by the
-// caller's goroutine between steps and by the replica's own goroutine during a run.
+// replica is one device's share of the work: its compiled programs (one per chunk size) and
+// the state of the current step. All its fields are touched by the caller's goroutine
+// between steps and by the replica's own goroutine during a run.
 type replica struct {
 	index int
 	dev   Device
-	progs map[int]*nn.Program
-	grad  []float32
+	progs map[int]Executor
 
 	// The current step.
 	lo, n int
-	prog  *nn.Program
+	prog  Executor
 	ctx   context.Context // read by checkStop, on the replica's goroutine
 	loss  float32
 }
@@ -34,22 +33,16 @@ func (r *replica) run(ctx context.Context, b Batch, per map[string]int) (err err
 	}()
 	r.ctx = ctx
 	defer func() { r.ctx = nil }()
-	r.pullParams()
 	for name, k := range per {
-		dst, err := r.prog.Input(name)
-		if err != nil {
+		if err := r.prog.SetInput(name, b.Inputs[name][r.lo*k:(r.lo+r.n)*k]); err != nil {
 			return err
 		}
-		copy(dst, b.Inputs[name][r.lo*k:(r.lo+r.n)*k])
-	}
-	if r.prog.Builder.Training() {
-		clear(r.grad)
 	}
 	if err := r.prog.Run(ctx); err != nil {
 		return err
 	}
 	r.loss = 0
-	if r.prog.Loss != nil {
+	if r.prog.Compiled().Loss != nil {
 		if r.loss, err = r.prog.LossValue(); err != nil {
 			return err
 		}
@@ -65,17 +58,6 @@ func (r *replica) checkStop(*nn.Param) error {
 	}
 	return r.ctx.Err()
 }
-
-// pullParams makes the model's current parameters visible to the replica before it runs.
-// CPU replicas bind the master's flat value buffer directly, so there is nothing to do; a GPU
-// replica would copy (broadcast) the parameters into its device memory here, as PyTorch's
-// replicate() does every step.
-func (r *replica) pullParams() {}
-
-// pushGrads makes the replica's gradients readable by the master's reduction. CPU replicas
-// accumulate in host memory already; a GPU replica would copy its buffer back (or reduce on
-// the device) here.
-func (r *replica) pushGrads() {}
 
 // fail wraps err as the failure of replica r.
 func (r *replica) fail(err error, stopped []int) error {
