@@ -58,7 +58,7 @@ func TestCommHookReachesDDP(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(fmt.Sprintf("%+v", tc.hook), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s rank %d start %d", tc.hook.Name, tc.hook.PowerSGDRank, tc.hook.PowerSGDStartIter), func(t *testing.T) {
 			cfg := tinyConfig(t, t.TempDir())
 			cfg.MaxSteps, cfg.Epochs = steps, 1
 			cfg.CommHook = tc.hook
@@ -94,7 +94,7 @@ func TestCommHookReachesDDP(t *testing.T) {
 	for _, h := range []CommHookConfig{{Name: "int8"}, {Name: "powersgd", PowerSGDRank: 0, PowerSGDStartIter: 1000},
 		{Name: "powersgd", PowerSGDRank: 1, PowerSGDStartIter: 1}} {
 		if err := h.check("ddp"); err == nil {
-			t.Errorf("%+v: accepted", h)
+			t.Errorf("%s rank %d start %d: accepted", h.Name, h.PowerSGDRank, h.PowerSGDStartIter)
 		}
 	}
 	var c runConfig
