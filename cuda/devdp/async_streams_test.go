@@ -12,6 +12,7 @@ func TestAsyncStreamsDataParallel(t *testing.T) {
 	cudatest.RunAsync(t, cudatest.Test{Name: "match CPU", Run: TestTwoDevicesMatchCPU},
 		cudatest.Test{Name: "resnet matches CPU", Run: TestResNetTwoDevicesMatchCPUDataParallel},
 		cudatest.Test{Name: "mlp two devices", Run: TestMLPTwoDevicesMatchOneDevice},
+		cudatest.Test{Name: "matches host DataParallel", Run: TestDeviceMatchesHostDataParallel},
 		cudatest.Test{Name: "replica failure", Run: TestReplicaFailureKeepsMasterGradients},
 		cudatest.Test{Name: "kernel on another device", Run: TestKernelOnAnotherDevicesMemory})
 }
