@@ -9,14 +9,10 @@ import (
 )
 
 // Open opens the CUDA devices of a device list in package dp's vocabulary (dp.GPUs(0, 1):
-// PyTorch's device_ids, the first the master), for New. Every device must be a GPU, listed
-// once; opts are passed to every cuda.Open. On error the devices opened so far are closed and
-// the error names the device that failed. The caller closes the devices after the
+// PyTorch's device_ids, the first the master), for NewBackend. Every device must be a GPU,
+// listed once; opts are passed to every cuda.Open. On error the devices opened so far are
+// closed and the error names the device that failed. The caller closes the devices after the
 // DataParallel.
-//
-// Package dp runs CPU replicas and refuses GPU devices (dp.ErrDeviceUnsupported): its
-// replicas share the master's host memory, which devices do not, and it must build without
-// cgo; this package is its device counterpart.
 func Open(devs []dp.Device, opts ...cuda.Option) ([]*cuda.Device, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("devdp: empty device list")

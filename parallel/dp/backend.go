@@ -2,7 +2,6 @@ package dp
 
 import (
 	"context"
-	"errors"
 	"runtime"
 
 	"github.com/gorgonia-parallel/gp/nn"
@@ -123,10 +122,8 @@ func (h *hostBackend) Reduce(_ context.Context, execs []Executor, ws []float32) 
 // Abort has nothing to put back: the replicas accumulate in their own buffers.
 func (h *hostBackend) Abort() error { return nil }
 
+// Step runs after a training Run (DataParallel.Step checks), so master is set.
 func (h *hostBackend) Step(context.Context) error {
-	if h.master == nil {
-		return errors.New("no training Run reduced onto the host's master")
-	}
 	if err := h.master.Update(); err != nil {
 		return err
 	}

@@ -36,13 +36,16 @@
 //
 // # Parameters and devices
 //
-// On CPU devices every replica's graph binds its parameter leaves to the model's flat value
-// buffer (no copy, read-only during a step), so there is no per-step replication; PyTorch
-// broadcasts parameters to every GPU each step. GPU devices run in package cuda/devdp, which
-// does so (the parameters copied from the master's device to each replica's, the gradients
-// added back onto the master's weighted by chunk size, one optimizer step on the master's
-// device; BatchNorm as here); this package stays free of cgo, and [New] refuses GPU devices
-// with [ErrDeviceUnsupported].
+// Where replicas run is a [Backend]'s business; everything above is the DataParallel's, the
+// same on every backend. The host backend (the default) runs CPU replicas: every replica's
+// graph binds its parameter leaves to the model's flat value buffer (no copy, read-only
+// during a step), so there is no per-step replication. PyTorch broadcasts parameters to every
+// GPU each step, and so does cuda/devdp's backend ([WithBackend] with devdp.NewBackend(devs...)):
+// the parameters copied from the master's device to each replica's, the gradients added back
+// onto the master's, one optimizer step on the master's device. The optimizer is given once,
+// for every backend, as nn.WithOptimizer in [WithBuildOptions]; a backend refuses at [New],
+// naming it, an option it cannot honour. This package stays free of cgo; without a backend,
+// [New] refuses GPU devices with [ErrDeviceUnsupported].
 //
 // # Why a direct sum and not comm's in-process all-reduce
 //

@@ -160,10 +160,11 @@ func Chunks(n, r int) []int {
 }
 
 // Run scatters b over the replicas, runs them concurrently, gathers outputs and losses, and
-// adds the gradient of the global batch's mean loss to the model's gradient buffer (the
-// verb Run of package train: forward, backward and reduction; Step updates). A replica's
-// failure is returned as a *ReplicaError; ctx cancels the run (replicas stop at their next
-// gradient).
+// adds the gradient of the global batch's mean loss to the master's gradients (the model's
+// gradient buffer on the host; the master device's on cuda/devdp's backend): the verb Run of
+// package train, forward, backward and reduction; Step updates. A replica's failure is
+// returned as a *ReplicaError, and the master's gradients are then as they were; ctx cancels
+// the run (replicas stop at their next gradient).
 func (d *DataParallel) Run(ctx context.Context, b Batch) (*Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -242,7 +243,7 @@ func (d *DataParallel) Run(ctx context.Context, b Batch) (*Result, error) {
 }
 
 // Step applies the optimizer or gorgonia solver given in WithBuildOptions (nn.WithOptimizer,
-// nn.WithSolver) once, on the master, to the reduced gradients, then zeroes them.
+// nn.WithSolver on the host) once, on the master, to the reduced gradients, then zeroes them.
 func (d *DataParallel) Step(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
