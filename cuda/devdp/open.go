@@ -1,7 +1,6 @@
 package devdp
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -14,18 +13,8 @@ import (
 // closed and the error names the device that failed. The caller closes the devices after the
 // DataParallel.
 func Open(devs []dp.Device, opts ...cuda.Option) ([]*cuda.Device, error) {
-	if len(devs) == 0 {
-		return nil, errors.New("devdp: empty device list")
-	}
-	seen := map[int]bool{}
-	for i, d := range devs {
-		if d.Kind != dp.GPU {
-			return nil, fmt.Errorf("devdp: replica %d on %s: %w (devdp runs replicas on CUDA devices; package dp runs them on CPUs)", i, d, dp.ErrDeviceUnsupported)
-		}
-		if seen[d.Index] {
-			return nil, fmt.Errorf("devdp: device %s listed twice", d)
-		}
-		seen[d.Index] = true
+	if err := dp.CheckDevices(devs, dp.GPU); err != nil {
+		return nil, fmt.Errorf("devdp: %w", err)
 	}
 	out := make([]*cuda.Device, 0, len(devs))
 	for i, d := range devs {

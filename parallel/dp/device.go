@@ -55,18 +55,24 @@ func GPUs(ordinals ...int) []Device {
 // runs CPUs; cuda/devdp's backend runs GPUs), and by devdp.Open for a CPU device.
 var ErrDeviceUnsupported = errors.New("dp: device not supported")
 
-// checkDevices validates a device list.
-func checkDevices(devs []Device) error {
+// CheckDevices validates the device list of a backend whose replicas run on devices of kind
+// k: not empty, every device of kind k (else an error wrapping ErrDeviceUnsupported), none
+// listed twice. The error names the replica and its device.
+func CheckDevices(devs []Device, k Kind) error {
 	if len(devs) == 0 {
-		return errors.New("dp: empty device list")
+		return errors.New("empty device list")
 	}
 	seen := map[Device]bool{}
 	for i, d := range devs {
-		if d.Kind != CPU {
-			return fmt.Errorf("dp: replica %d on %s: %w by the host backend (it runs replicas on CPUs; for CUDA devices pass WithBackend(devdp.NewBackend(devs...)) with devs from devdp.Open)", i, d, ErrDeviceUnsupported)
+		if d.Kind != k {
+			want := "CPU"
+			if k == GPU {
+				want = "CUDA"
+			}
+			return fmt.Errorf("replica %d on %s: %w by a backend of %s devices", i, d, ErrDeviceUnsupported, want)
 		}
 		if seen[d] {
-			return fmt.Errorf("dp: device %s listed twice", d)
+			return fmt.Errorf("device %s listed twice", d)
 		}
 		seen[d] = true
 	}

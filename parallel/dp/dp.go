@@ -114,8 +114,8 @@ func New(m *nn.Model, build ChunkFunc, opts ...Option) (*DataParallel, error) {
 		if cfg.devices == nil {
 			cfg.devices = CPUs(runtime.GOMAXPROCS(0))
 		}
-		if err := checkDevices(cfg.devices); err != nil {
-			return nil, err
+		if err := CheckDevices(cfg.devices, CPU); err != nil {
+			return nil, fmt.Errorf("dp: host backend: %w (for CUDA devices pass WithBackend(devdp.NewBackend(devs...)) with devs from devdp.Open)", err)
 		}
 		be = &hostBackend{devs: cfg.devices}
 	case cfg.devices != nil && !slices.Equal(cfg.devices, be.Devices()):
