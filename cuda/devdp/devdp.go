@@ -198,8 +198,9 @@ type DataParallel struct {
 }
 
 // New is dp.New(m, build, dp.WithBackend(NewBackend(devs...)),
-// dp.WithBuildOptions(append(opts, nn.WithOptimizer(opt))...)), with Master at hand: the
-// one-call form of what the package documentation shows.
+// dp.WithBuildOptions(append(opts, nn.WithOptimizer(opt))...)), with Master at hand, for
+// callers that hold the optimizer apart from the build options. dp.New, as the package
+// documentation shows, is the constructor: it takes every option of package dp.
 func New(devs []*cuda.Device, m *nn.Model, build dp.ChunkFunc, opt optim.Optimizer, opts ...nn.BuildOption) (*DataParallel, error) {
 	be := NewBackend(devs...)
 	d, err := dp.New(m, build, dp.WithBackend(be), dp.WithBuildOptions(append(opts, nn.WithOptimizer(opt))...))
