@@ -20,6 +20,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/dp"
 	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
 )
@@ -196,8 +197,11 @@ func compileDataParallel(cfg *settings, m *nn.Model, opt optim.Optimizer, buildN
 		}
 		devs = append(devs, d)
 	}
-	rep, err := devdp.New(devs, m, func(b *nn.Builder, n int) (*G.Node, error) { return buildN(n)(b) }, opt, opts...)
+	be := devdp.NewBackend(devs...)
+	rep, err := dp.New(m, func(b *nn.Builder, n int) (*G.Node, error) { return buildN(n)(b) },
+		dp.WithBackend(be), dp.WithBuildOptions(append(opts, nn.WithOptimizer(opt))...))
 	if err != nil {
+		_ = be.Close()
 		closeExtra()
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
@@ -207,7 +211,7 @@ func compileDataParallel(cfg *settings, m *nn.Model, opt optim.Optimizer, buildN
 		closeExtra()
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
-	return p, rep.Master(), nil
+	return p, be.Master(), nil
 }
 
 // updateDevice is stepper.update on the device gradients of s.dev (the State's buffer, after
