@@ -180,9 +180,17 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 	unsigned sh, void* st, void** params, void** extra) {
 	if (!f || gx == 0 || bx == 0 || bx * by * bz > 1024 || !params) return 1;
 	__sync_fetch_and_add(&launches, 1);
-	/* The Go binding (driver.Context.Launch) ends kernelParams with NULL; each slot is 8 bytes. */
-	if (nspans)
+	/* The Go binding (driver.Context.Launch) ends kernelParams with NULL; each slot is 8 bytes.
+	 * Only the kernel's pointer parameters are addresses: a value parameter's bits (a float's
+	 * 0x3dcccccd) can fall inside a live allocation once the heap has grown that far, so with
+	 * the emulator loaded its table says which slots to check; without it every slot is. */
+	emuLoad();
+	if (emuFailed) return 1;
+	if (nspans) {
+		const char* mode = emuAccess ? emuAccess((const char*)f) : 0;
 		for (void** a = params; *a; a++) {
+			int i = (int)(a - params);
+			if (mode && ((int)strlen(mode) <= i || (mode[i] != 'r' && mode[i] != 'w'))) continue;
 			int d = fakeForeign(*(uintptr_t*)*a);
 			if (d >= 0) {
 				fprintf(stderr, "fakecuda: kernel %s launched on device %d: argument %d points into device %d's memory (no peer access)\n",
@@ -190,8 +198,7 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 				return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
 			}
 		}
-	emuLoad();
-	if (emuFailed) return 1;
+	}
 	return launchOp((fstream*)st, (const char*)f, gx, gy, gz, bx, by, bz, sh, params); }
 long fakeLaunches(void) { return launches; }
 int cuGetErrorString(int r, const char** s) {
