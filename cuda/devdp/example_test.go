@@ -73,13 +73,16 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rep, err := devdp.New(devs, m, perceptron, sgd)
+	// dp's DataParallel with its replicas on the devices: the optimizer goes in as for every
+	// backend, and steps on the master's device.
+	be := devdp.NewBackend(devs...)
+	d, err := dp.New(m, perceptron, dp.WithBackend(be), dp.WithBuildOptions(nn.WithOptimizer(sgd)))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer rep.Close()
+	defer d.Close()
 	const batch = 32
-	p, err := rep.Program(batch)
+	p, err := d.Program(batch)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -112,7 +115,7 @@ func Example() {
 		}
 	}
 	// The parameters live on GPU 0; copy them to m for a checkpoint or an eval on the CPU.
-	if err := rep.Master().ToHost(ctx); err != nil {
+	if err := be.Master().ToHost(ctx); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("loss fell tenfold in 100 steps: %v\n", last < first/10)
