@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -205,7 +206,8 @@ func parent(levels []simd.Level, threadList, archs, out string) error {
 		return err
 	}
 	var rows []Row
-	fmt.Printf("BLAS: %s (%s kernels); PyTorch: its own (oneDNN convolutions)\n", blasimpl.Name(), blasimpl.Core())
+	fmt.Printf("BLAS: %s (%s kernels; PyTorch's OpenBLAS given OPENBLAS_CORETYPE=%s); PyTorch: oneDNN convolutions\n", blasimpl.Name(), blasimpl.Core(),
+		cmp.Or(os.Getenv("OPENBLAS_CORETYPE"), blasimpl.Core()))
 	fmt.Printf("CPU: %s\n", simd.Features())
 	for _, lv := range levels {
 		r, err := measureLevel(lv, tmp, self, threadList, archs)
@@ -267,7 +269,7 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 					continue
 				}
 				var tv, tCPU float64
-				tv, tCPU, terr = runChild(env, "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
+				tv, tCPU, terr = runChild(benchutil.TorchEnv(env, blasimpl.Core()), "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
 					fmt.Sprint(w.warmup), fmt.Sprint(w.steps), fmt.Sprint(minSeconds))
 				if terr == nil {
 					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)

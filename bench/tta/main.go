@@ -32,6 +32,7 @@ import (
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/internal/npyfile"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -214,7 +215,7 @@ func runOurs(work, dataDir, weights string, epochs int, target float64) (side, e
 func runTorch(work, dataDir, weights string, epochs int, target float64) (side, error) {
 	cmd := exec.Command(python, "bench/tta/torch_tta.py", "train", "--weights", weights, "--data", dataDir,
 		"--epochs", strconv.Itoa(epochs), "--port", strconv.Itoa(29500+os.Getpid()%400))
-	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+	cmd.Env = benchutil.TorchEnv(append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"), blasimpl.Core())
 	outp, err := cmd.Output()
 	if err != nil {
 		return side{}, fmt.Errorf("torch_tta.py train: %w\n%s", err, tail(outp))

@@ -78,3 +78,26 @@ func TestCPUSeconds(t *testing.T) {
 		t.Errorf("CPU time did not grow over a busy loop: %g -> %g", c0, c1)
 	}
 }
+
+// A machine's OPENBLAS_CORETYPE is PyTorch's too; otherwise PyTorch is given ours.
+func TestTorchEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		core string
+		want string
+	}{
+		{[]string{"A=1"}, "SkylakeX", "SkylakeX"},
+		{[]string{"OPENBLAS_CORETYPE=Haswell"}, "SkylakeX", "Haswell"},
+		{[]string{"A=1"}, "", ""},
+	} {
+		got := ""
+		for _, kv := range TorchEnv(c.env, c.core) {
+			if v, ok := strings.CutPrefix(kv, "OPENBLAS_CORETYPE="); ok {
+				got = v
+			}
+		}
+		if got != c.want {
+			t.Errorf("TorchEnv(%v, %q): OPENBLAS_CORETYPE %q, want %q", c.env, c.core, got, c.want)
+		}
+	}
+}

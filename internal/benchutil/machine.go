@@ -3,6 +3,7 @@ package benchutil
 import (
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -64,3 +65,20 @@ func (m Machine) String() string {
 
 func itoa(n int) string     { return strconv.Itoa(n) }
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+// TorchEnv returns env (os.Environ's form) for a PyTorch process of a benchmark: where env
+// does not set OPENBLAS_CORETYPE, it is set to the kernels this process's OpenBLAS runs
+// (core, blasimpl.Core()), so that PyTorch's OpenBLAS (Debian's torch links the same
+// library) runs them too rather than its own choice, which is its generic kernels on a CPU
+// it does not know. A machine's own OPENBLAS_CORETYPE stays, for both.
+func TorchEnv(env []string, core string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "OPENBLAS_CORETYPE=") {
+			return env
+		}
+	}
+	if core == "" {
+		return env
+	}
+	return append(slices.Clone(env), "OPENBLAS_CORETYPE="+core)
+}
