@@ -274,7 +274,7 @@ func softmaxAxis(desc, prefix string, x *G.Node) error {
 		return errNoKernel
 	}
 	if f[1] != "false" {
-		return fmt.Errorf("log-softmax has no device kernel yet")
+		return fmt.Errorf("log-softmax has no device kernel: use softmax followed by a log, or train this model on the CPU")
 	}
 	if r := len(dims(x)); axis != r-1 && axis != -1 {
 		return fmt.Errorf("softmax over axis %d of %v: the device kernel takes the last axis", axis, x.Shape())

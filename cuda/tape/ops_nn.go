@@ -171,7 +171,7 @@ func (p *Program) lowerNN(n *G.Node, d ops.Desc, in []*G.Node) (*kernel, error) 
 		}}, nil
 	case ops.KindSoftmax, ops.KindSoftmaxGrad:
 		if d.Log || d.Inner2 != 1 {
-			return nil, fmt.Errorf("softmax over a middle axis or log-softmax (%v, axis of %d, inner %d) has no device kernel yet", d.In, d.Axis, d.Inner2)
+			return nil, fmt.Errorf("softmax over a middle axis or log-softmax (%v, axis of %d, inner %d) has no device kernel: softmax runs on the device over the last axis (move the axis last), or train this model on the CPU", d.In, d.Axis, d.Inner2)
 		}
 		if d.Kind == ops.KindSoftmax {
 			return &kernel{kernels: []string{"softmax_rows_f32"}, run: func(dev *cuda.Device, out *cuda.Tensor, x []*cuda.Tensor) error {
@@ -236,7 +236,7 @@ func lowerBiasGrad(n, c, inner int) *kernel {
 func lowerConv(d ops.Desc) (*kernel, error) {
 	g := d.Conv
 	if g.Groups != 1 {
-		return nil, fmt.Errorf("a grouped convolution (groups %d) has no device kernel yet", g.Groups)
+		return nil, fmt.Errorf("a grouped convolution (groups %d) has no device kernel: use groups 1 (or a convolution per group), or train this model on the CPU", g.Groups)
 	}
 	cp := cuda.Conv2dParams{StrideH: g.SH, StrideW: g.SW, PadH: g.PH, PadW: g.PW, DilH: g.DH, DilW: g.DW}
 	switch d.Kind {
