@@ -1,9 +1,14 @@
+//go:build cgo
+
 package devzero_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"os"
+	"slices"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
@@ -15,56 +20,91 @@ import (
 	"github.com/gorgonia-parallel/gp/train"
 )
 
-// One rank of a ZeRO-3 job on GPUs, launched by gprun or torchrun (the rendezvous store and
-// LOCAL_RANK come from the environment): AdamW on the rank's shard, on the device, or with
-// zero.WithOffload(zero.OffloadCPU, 0) on the CPU; a checkpoint in parallel/zero's format
-// every 5 steps, which either engine resumes. It needs a GPU and cgo, so it is compiled but not
-// run by go test; TestTwoRanksMatchCPU runs the same calls on the emulator.
+// ZeRO-3 on a GPU: AdamW on the rank's shard on the device, checkpoints in parallel/zero's
+// format, and a second engine resuming from the first one's checkpoint bit for bit. Under
+// gprun or torchrun each rank would take comm.EnvFromOS's LOCAL_RANK as its device and
+// nccl.InitFromEnv's group; here one rank makes a group of one over a store on loopback.
+// go test runs it on the fake driver and the kernel emulator (a cgo build: without cgo the
+// CUDA libraries cannot load, and an Example cannot skip).
 func Example() {
 	ctx := context.Background()
-	env, err := comm.EnvFromOS()
+	dev, err := cuda.Open(0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	dev, err := cuda.Open(env.LocalRank)
-	if err != nil {
-		log.Fatal(err) // e.g. "cuda: NVIDIA driver library libcuda.so.1 ...: built without cgo"
-	}
 	defer dev.Close()
-	g, err := nccl.InitFromEnv(ctx, nccl.WithDevice(env.LocalRank))
+	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	store, err := comm.DialStore(ctx, srv.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	g, err := nccl.New(ctx, store, 0, 1, nccl.WithDevice(0))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer g.Close(ctx)
+	dir, err := os.MkdirTemp("", "devzero-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
 	build := gormlp.Fixed(1, 32)
-	m, err := nn.NewGraphModel(build)
-	if err != nil {
-		log.Fatal(err)
-	}
-	// New broadcasts rank 0's parameters; e.Optimizer() is the AdamW a scheduler sets.
-	e, err := devzero.New(ctx, dev, m, g, zero.WithOptimizer(zero.AdamW(1e-3)), zero.WithWeightDecay(0.01))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer e.Close()
-	p, err := e.Compile(build)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer p.Close()
 	x, y := make([]float32, 32*gormlp.In), make([]float32, 32*gormlp.Out)
-	for step := range 10 {
-		gormlp.Data(x, y, (step*g.Size()+g.Rank())*32, 32)
-		_ = p.SetInput("x", x)
-		_ = p.SetInput("y", y)
-		if err := train.RunStep(ctx, p); err != nil {
+	// train runs steps [from, to) of a fresh engine (resumed from dir when from > 0) and
+	// returns its last loss and parameters.
+	train1 := func(from, to int) (float32, []float32) {
+		m, err := nn.NewGraphModel(build)
+		if err != nil {
 			log.Fatal(err)
 		}
-		if step%5 == 4 { // collective: every rank calls it
-			if err := e.Save(ctx, "ckpt", fmt.Sprintf("step%d", step+1)); err != nil {
+		e, err := devzero.New(ctx, dev, m, g, zero.WithOptimizer(zero.AdamW(1e-2)), zero.WithWeightDecay(0.01))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer e.Close()
+		if from > 0 {
+			if err := e.Load(dir); err != nil {
 				log.Fatal(err)
 			}
 		}
+		p, err := e.Compile(build)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer p.Close()
+		var loss float32
+		for step := from; step < to; step++ {
+			gormlp.Data(x, y, step*32, 32)
+			if err := errors.Join(p.SetInput("x", x), p.SetInput("y", y), train.RunStep(ctx, p)); err != nil {
+				log.Fatal(err)
+			}
+			if loss, err = p.LossValue(); err != nil {
+				log.Fatal(err)
+			}
+			if step == 4 { // a collective: every rank saves
+				if err := e.Save(ctx, dir, "step5"); err != nil {
+					log.Fatal(err)
+				}
+			}
+		}
+		params, err := e.GatherParams(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return loss, params
 	}
-	fmt.Printf("%+v\n", e.Memory())
+	first, _ := train1(0, 1)
+	last, straight := train1(0, 10)
+	_, resumed := train1(5, 10)
+	fmt.Println("loss fell:", last < first)
+	fmt.Println("resumed from step 5, parameters equal a straight run's:", slices.Equal(resumed, straight))
+	// Output:
+	// loss fell: true
+	// resumed from step 5, parameters equal a straight run's: true
 }
