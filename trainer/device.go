@@ -214,6 +214,17 @@ func compileDataParallel(cfg *settings, m *nn.Model, opt optim.Optimizer, buildN
 	return p, be.Master(), nil
 }
 
+// tellScaler hands sc a device's inf/NaN check: the scaler records one through Unscale, so
+// one value, +Inf when the device found one, gives it the device's verdict (the value itself
+// is discarded).
+func tellScaler(sc *amp.GradScaler, inf bool) {
+	flag := []float32{0}
+	if inf {
+		flag[0] = float32(math.Inf(1))
+	}
+	sc.Unscale(flag)
+}
+
 // updateDevice is stepper.update on the device gradients of s.dev (the State's buffer, after
 // the program's reduction), in the host's order: unscale with the inf/NaN check in one
 // kernel pass, 1/A for gradient accumulation, clip to -clip-grad's global norm, then Step,
@@ -228,13 +239,7 @@ func (s *stepper) updateDevice(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("trainer: loss scale: %w", err)
 		}
-		// The scaler records an inf/NaN check through Unscale: one value, +Inf when the
-		// device found one, gives it the device's verdict (the value itself is discarded).
-		flag := []float32{0}
-		if inf {
-			flag[0] = float32(math.Inf(1))
-		}
-		s.scaler.Unscale(flag)
+		tellScaler(s.scaler, inf)
 	}
 	if s.accum > 1 {
 		if err := st.ScaleGrads(1 / float32(s.accum)); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 
@@ -110,12 +109,7 @@ func (s *devSharded) update(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("trainer: loss scale: %w", err)
 		}
-		// As updateDevice: +Inf hands the scaler this rank's verdict (the value is discarded).
-		flag := []float32{0}
-		if inf {
-			flag[0] = float32(math.Inf(1))
-		}
-		s.scaler.Unscale(flag)
+		tellScaler(s.scaler, inf)
 	}
 	if s.accum > 1 {
 		if err := s.e.ScaleGrads(ctx, 1/float32(s.accum)); err != nil {
