@@ -1,15 +1,7 @@
 package trainer
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"math"
-	"os"
 	"testing"
-	"time"
-
-	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
 // -device cuda -strategy ddp at world size 2, as two processes launched as gprun launches
@@ -26,37 +18,11 @@ func TestDeviceDDPWorld2MatchesCPU(t *testing.T) {
 	base := tinyConfig(t, t.TempDir())
 	base.Arch, base.Epochs, base.MaxSteps, base.Strategy, base.LR, base.PrintFreq = "resnet8", 1, 3, "ddp", 0.005, 1
 	runWorld(t, 2, base)
-	cpu := metricsByStep(t, base.Out)
-
 	dev := base
 	dev.Out, dev.Device = t.TempDir(), "cuda"
-	js, err := json.Marshal(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	err = launch.Run(ctx, launch.Config{
-		NProcPerNode: 2, Program: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0"},
-		Stdout: &out, Stderr: &out,
-	})
-	if err != nil {
-		t.Fatalf("device job failed: %v\n%s", err, out.String())
-	}
-	gpu := metricsByStep(t, dev.Out)
-	if len(gpu) != len(cpu) || len(cpu) == 0 {
-		t.Fatalf("%d losses on the device, %d on the CPU", len(gpu), len(cpu))
-	}
-	var worst float64
-	for i, want := range cpu {
-		rel := math.Abs(gpu[i]-want) / math.Abs(want)
-		worst = max(worst, rel)
-		if rel > deviceTol {
-			t.Fatalf("step %d: loss %.7f on the devices, %.7f on the CPU (devices %v, CPU %v)", i+1, gpu[i], want, gpu, cpu)
-		}
-	}
+	runDeviceWorld(t, 2, dev)
+	worst := compareSteps(t, base.Out, dev.Out, deviceTol)
+	cpu, gpu := metricsByStep(t, base.Out), metricsByStep(t, dev.Out)
 	t.Logf("world 2, device DDP over NCCL: losses of %d steps within %.1e of the CPU's DDP (devices %v, CPU %v)", len(cpu), worst, gpu, cpu)
 }
 
@@ -80,17 +46,7 @@ func TestDeviceDPMatchesCPU(t *testing.T) {
 	if n32 == b32 {
 		t.Fatal("no GEMM or convolution ran on the devices")
 	}
+	worst := compareSteps(t, base.Out, dev.Out, deviceTol)
 	gpu := metricsByStep(t, dev.Out)
-	if len(gpu) != len(cpu) || len(cpu) == 0 {
-		t.Fatalf("%d losses on the devices, %d on the CPU", len(gpu), len(cpu))
-	}
-	var worst float64
-	for i, want := range cpu {
-		rel := math.Abs(gpu[i]-want) / math.Abs(want)
-		worst = max(worst, rel)
-		if rel > deviceTol {
-			t.Fatalf("step %d: loss %.7f on the devices, %.7f on the CPU (devices %v, CPU %v)", i+1, gpu[i], want, gpu, cpu)
-		}
-	}
 	t.Logf("DataParallel over 2 devices: losses of %d steps within %.1e of the CPU's DataParallel (devices %v, CPU %v)", len(cpu), worst, gpu, cpu)
 }

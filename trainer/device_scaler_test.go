@@ -1,16 +1,9 @@
 package trainer
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
 // stepRecords are a run's per-step losses and loss scales (0 without -amp fp16), from its
@@ -37,20 +30,8 @@ func runDeviceWorld(t *testing.T, world int, cfg runConfig) {
 		runWorld(t, 1, cfg)
 		return
 	}
-	js, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	err = launch.Run(ctx, launch.Config{
-		NProcPerNode: world, Program: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0"},
-		Stdout: &out, Stderr: &out,
-	})
-	if err != nil {
-		t.Fatalf("device job failed: %v\n%s", err, out.String())
+	if out, err := launchJob(world, cfg); err != nil {
+		t.Fatalf("device job failed: %v\n%s", err, out)
 	}
 }
 
