@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -73,7 +74,7 @@ func profileAll(archs, out string) error {
 		"command":  "go run ./bench/models -profile " + out,
 		"machine":  machine,
 		"openblas": blasimpl.Core(),
-		"go":       strings.TrimPrefix(strings.Fields(goVersion())[2], "go"),
+		"go":       runtime.Version(),
 		"profiles": profs,
 	}
 	b, err := json.MarshalIndent(res, "", "  ")
@@ -110,15 +111,6 @@ func profileWorkloads(archs string) ([]workload, error) {
 		}
 	}
 	return out, nil
-}
-
-// goVersion is `go version`'s line ("go version goX.Y.Z os/arch"), or a placeholder.
-func goVersion() string {
-	out, err := exec.Command("go", "version").Output()
-	if f := strings.Fields(string(out)); err != nil || len(f) < 3 {
-		return "go version unknown"
-	}
-	return string(out)
 }
 
 // opMethod matches an op's Do method in a frame: pkg.(*type).Do or pkg.type.Do.
