@@ -190,25 +190,3 @@ func (x exec) Run(ctx context.Context) error {
 	}
 	return x.Program.Run(ctx)
 }
-
-// DataParallel is a dp.DataParallel over devices with its master's State at hand.
-type DataParallel struct {
-	*dp.DataParallel
-	be *Backend
-}
-
-// New is dp.New(m, build, dp.WithBackend(NewBackend(devs...)),
-// dp.WithBuildOptions(append(opts, nn.WithOptimizer(opt))...)), with Master at hand, for
-// callers that hold the optimizer apart from the build options. dp.New, as the package
-// documentation shows, is the constructor: it takes every option of package dp.
-func New(devs []*cuda.Device, m *nn.Model, build dp.ChunkFunc, opt optim.Optimizer, opts ...nn.BuildOption) (*DataParallel, error) {
-	be := NewBackend(devs...)
-	d, err := dp.New(m, build, dp.WithBackend(be), dp.WithBuildOptions(append(opts, nn.WithOptimizer(opt))...))
-	if err != nil {
-		return nil, err
-	}
-	return &DataParallel{DataParallel: d, be: be}, nil
-}
-
-// Master is the master's device state (Backend.Master).
-func (x *DataParallel) Master() *tape.State { return x.be.Master() }

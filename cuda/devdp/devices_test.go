@@ -314,13 +314,14 @@ func TestReplicaOutOfMemory(t *testing.T) {
 	sgd := func(s []optim.Segment) (optim.Optimizer, error) {
 		return optim.NewSGD(s, 0.05, optim.WithMomentum(0.9))
 	}
-	newDP := func() (*devdp.DataParallel, error) { // the one-call form trainer uses
+	newDP := func() (*dp.DataParallel, error) { // as the trainer makes it
 		m := model(t, build)
-		return devdp.New(devs, m, gormlp.Build(1), opt(t, m, sgd))
+		return dp.New(m, gormlp.Build(1), dp.WithBackend(devdp.NewBackend(devs...)),
+			dp.WithBuildOptions(nn.WithOptimizer(opt(t, m, sgd))))
 	}
 	_, err = newDP()
 	if err == nil {
-		t.Fatal("devdp.New with device 1 full: no error")
+		t.Fatal("dp.New with device 1 full: no error")
 	}
 	t.Log(err)
 	for _, want := range []string{"replica 1 on device 1", "cuda:1: alloc", "out of memory"} {
@@ -333,7 +334,7 @@ func TestReplicaOutOfMemory(t *testing.T) {
 	filler.Free()
 	rep, err := newDP()
 	if err != nil {
-		t.Fatalf("devdp.New after freeing device 1: %v", err)
+		t.Fatalf("dp.New after freeing device 1: %v", err)
 	}
 	rep.Close()
 }
