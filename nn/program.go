@@ -94,6 +94,11 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 		roots = append(roots, b.outputs[name])
 	}
 	roots = append(roots, p.grads...)
+	keeps, err := keepOutputs(b.Graph, b.outputs)
+	if err != nil {
+		return nil, err
+	}
+	roots = append(roots, keeps...)
 	g := b.Graph
 	if len(roots) > 0 {
 		g = g.ExactSubgraphRoots(roots...)
