@@ -3,6 +3,7 @@ package devdp_test
 import (
 	"context"
 	"errors"
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"math"
 	"os"
 	"testing"
@@ -126,14 +127,5 @@ func opt(t *testing.T, m *nn.Model, f func([]optim.Segment) (optim.Optimizer, er
 	return o
 }
 
-func maxRel(a, b []float32) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
-		den = math.Max(den, math.Abs(float64(b[i])))
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
-}
+// maxRel is max|a-b| / max|b|, the comparison every strategy's tests share.
+var maxRel = testnet.MaxRel

@@ -2,6 +2,7 @@ package tape_test
 
 import (
 	"context"
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"math"
 	"os"
 	"os/exec"
@@ -55,18 +56,8 @@ func device(t *testing.T) *cuda.Device {
 	return shared
 }
 
-// maxRel is max|a-b| / max|b|: the difference relative to the values' scale.
-func maxRel(a, b []float32) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
-		den = math.Max(den, math.Abs(float64(b[i])))
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
-}
+// maxRel is max|a-b| / max|b|, the comparison every strategy's tests share.
+var maxRel = testnet.MaxRel
 
 // mlpTol bounds the difference from the CPU after the steps below. The device sums in other
 // orders than gorgonia's CPU kernels (cuBLAS's GEMM, the reductions), each float32 sum then

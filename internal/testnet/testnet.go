@@ -4,6 +4,7 @@
 package testnet
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
 )
 
 // Side is the images' height and width (3×Side×Side); Classes the number of classes.
@@ -76,6 +78,70 @@ func Batch(step, micro, lo, hi int) (x, y []float32) {
 		y = append(y, float32(rng.Intn(Classes)))
 	}
 	return x, y
+}
+
+// Inputs is what Feed fills: any program with named inputs.
+type Inputs interface {
+	SetInput(name string, data []float32) error
+}
+
+// Feed sets Classify's inputs ("images", "labels") to Batch(step, micro, lo, hi).
+func Feed(p Inputs, step, micro, lo, hi int) error {
+	x, y := Batch(step, micro, lo, hi)
+	if err := p.SetInput("images", x); err != nil {
+		return fmt.Errorf("testnet: images of step %d: %w", step, err)
+	}
+	if err := p.SetInput("labels", y); err != nil {
+		return fmt.Errorf("testnet: labels of step %d: %w", step, err)
+	}
+	return nil
+}
+
+// Reference is what every strategy must reproduce: one process trains ConvNet(bn) (seed 1)
+// for steps steps on the global batch, samples [0, batch) of Batch, accumulating micro
+// micro-batches per step before the optimizer newOpt makes for the model steps.
+func Reference(bn bool, batch, steps, micro int, newOpt func(*nn.ParamSet) (optim.Optimizer, error)) (*nn.Model, error) {
+	m, err := nn.NewModel(ConvNet(bn), nn.WithSeed(1))
+	if err != nil {
+		return nil, err
+	}
+	p, err := nn.Compile(m, Classify(batch))
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	opt, err := newOpt(m.Params)
+	if err != nil {
+		return nil, err
+	}
+	for s := range steps {
+		m.Params.ZeroGrad()
+		for k := range micro {
+			if err := Feed(p, s, k, 0, batch); err != nil {
+				return nil, err
+			}
+			if err := p.Run(context.Background()); err != nil {
+				return nil, fmt.Errorf("testnet: reference step %d: %w", s, err)
+			}
+		}
+		if err := opt.Step(); err != nil {
+			return nil, fmt.Errorf("testnet: reference step %d: %w", s, err)
+		}
+	}
+	return m, nil
+}
+
+// MaxRel is the element-wise relative difference max|a-b| / max|b| (max|a-b| when b is zero).
+func MaxRel(a, b []float32) float64 {
+	var num, den float64
+	for i := range b {
+		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
+		den = math.Max(den, math.Abs(float64(b[i])))
+	}
+	if den == 0 {
+		return num
+	}
+	return num / den
 }
 
 // Rel is the norm-wise relative difference ||a-b|| / ||b|| (||a-b|| when b is zero).

@@ -25,18 +25,13 @@ var (
 	rel      = testnet.Rel
 )
 
-func feed(p interface {
-	SetInput(string, []float32) error
-}, step, micro, lo, hi int) error {
-	x, y := testnet.Batch(step, micro, lo, hi)
-	if err := p.SetInput("images", x); err != nil {
-		return err
-	}
-	return p.SetInput("labels", y)
-}
+// feed sets the network's inputs to samples [lo, hi) of micro-batch micro of step.
+var feed = testnet.Feed
 
-func newOpt(m *nn.Model) (optim.Optimizer, error) {
-	segs, err := optim.Segments(m.Params, 1e-4)
+func newOpt(m *nn.Model) (optim.Optimizer, error) { return sgd(m.Params) }
+
+func sgd(ps *nn.ParamSet) (optim.Optimizer, error) {
+	segs, err := optim.Segments(ps, 1e-4)
 	if err != nil {
 		return nil, err
 	}
@@ -46,36 +41,8 @@ func newOpt(m *nn.Model) (optim.Optimizer, error) {
 // reference trains one process on the concatenated global batch (world·per samples per
 // micro-batch, micro micro-batches accumulated per step).
 func reference(bn bool, world, per, steps, micro int) (*nn.Model, error) {
-	m, err := nn.NewModel(convNet(bn), nn.WithSeed(1))
-	if err != nil {
-		return nil, err
-	}
-	p, err := nn.Compile(m, classify(world*per))
-	if err != nil {
-		return nil, err
-	}
-	opt, err := newOpt(m)
-	if err != nil {
-		return nil, err
-	}
-	for s := range steps {
-		m.Params.ZeroGrad()
-		for k := range micro {
-			if err := feed(p, s, k, 0, world*per); err != nil {
-				return nil, err
-			}
-			if err := p.Run(context.Background()); err != nil {
-				return nil, err
-			}
-		}
-		if err := opt.Step(); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return testnet.Reference(bn, world*per, steps, micro, sgd)
 }
-
-// rel is ‖a−b‖/‖b‖.
 
 // compareModels checks every parameter and float buffer of got against want.
 func compareModels(got, want *nn.Model, tol float64) error {
