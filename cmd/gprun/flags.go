@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // canonical is the name a flag's PET_ variable is made from: aliases ("nproc_per_node",
@@ -145,8 +145,8 @@ func slurmTasks() (slurmRole, bool, error) {
 		return slurmRole{}, false, nil
 	}
 	// comm reads srun's variables the same way for a worker; gprun's node is that worker.
-	env, err := comm.EnvFromOS()
-	if err != nil || env.Launcher != comm.LauncherSLURM {
+	env, err := launchenv.FromOS()
+	if err != nil || env.Launcher != launchenv.SLURM {
 		return slurmRole{}, false, err
 	}
 	if env.WorldSize < 2 {

@@ -36,7 +36,7 @@
 // torchrun does (which has no backoff: only its --monitor-interval spaces restarts). The
 // workers die with gprun, even a SIGKILLed one: on Linux through the parent-death signal,
 // elsewhere through a pipe the workers inherit (comm.InitFromEnv watches it; see
-// comm.LauncherPipeEnv).
+// launchenv.PipeEnv).
 //
 // On a single node the master port is picked free and the rendezvous secret
 // (GP_RDZV_SECRET) generated; with the static backend several nodes need --master-port and a

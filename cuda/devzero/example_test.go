@@ -15,6 +15,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
@@ -22,7 +23,7 @@ import (
 
 // ZeRO-3 on a GPU: AdamW on the rank's shard on the device, checkpoints in parallel/zero's
 // format, and a second engine resuming from the first one's checkpoint bit for bit. Under
-// gprun or torchrun each rank would take comm.EnvFromOS's LOCAL_RANK as its device and
+// gprun or torchrun each rank would take launchenv.FromOS's LOCAL_RANK as its device and
 // nccl.InitFromEnv's group; here one rank makes a group of one over a store on loopback.
 // go test runs it on the fake driver and the kernel emulator (a cgo build: without cgo the
 // CUDA libraries cannot load, and an Example cannot skip).
@@ -63,7 +64,8 @@ func Example() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		e, err := devzero.New(ctx, dev, m, g, zero.WithOptimizer(zero.AdamW(1e-2)), zero.WithWeightDecay(0.01))
+		e, err := zero.New(ctx, m, g, zero.WithBackend(devzero.NewBackend(dev)),
+			zero.WithOptimizer(zero.AdamW(1e-2)), zero.WithWeightDecay(0.01))
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // Aborter is implemented by groups that can be aborted: Abort fails the group on this rank
@@ -24,14 +26,14 @@ type Aborter interface {
 // one does not answer, or sooner when ctx ends. Call it
 // instead of Close when a rank gives up; Close is for a rank that finished.
 //
-// Under a launcher that asks for it (ErrorFileEnv), Abort also records the failure for the
+// Under a launcher that asks for it (launchenv.ErrorFileEnv), Abort also records the failure for the
 // launcher's report. For a group that does not implement Aborter, Abort is Close bounded by
 // the same linger.
 func Abort(ctx context.Context, g Group, reason error) error {
 	if reason == nil {
 		reason = errors.New("no reason given")
 	}
-	recordFailure(g.Rank(), reason)
+	launchenv.RecordFailure(launchenv.FailureRecord{Rank: g.Rank(), Time: time.Now(), Message: reason.Error(), CauseRank: causeRank(reason)})
 	if a, ok := g.(Aborter); ok {
 		return a.Abort(ctx, reason)
 	}
@@ -98,4 +100,23 @@ func peerAbortError(peer int, notice []byte) error {
 		return &AbortError{Rank: peer, Reason: errors.New(string(notice[1:])), Remote: true}
 	}
 	return &RemoteError{Rank: peer, Msg: string(notice[1:]), code: notice[0]}
+}
+
+// causeRank returns the peer whose failure err reports (an *AbortError from a peer, a
+// *RemoteError or a *PeerGoneError), or -1: the launcher's report blames that peer's own
+// failure rather than this one, which it caused.
+func causeRank(err error) int {
+	var ae *AbortError
+	if errors.As(err, &ae) && ae.Remote {
+		return ae.Rank
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.Rank
+	}
+	var pg *PeerGoneError
+	if errors.As(err, &pg) {
+		return pg.Rank
+	}
+	return -1
 }

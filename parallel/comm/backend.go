@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // BackendEnv names the environment variable that chooses the backend InitFromEnv and
@@ -24,7 +26,7 @@ const BackendEnv = "GP_COMM_BACKEND"
 // job and the settings resolved from the environment (TimeoutEnv, WarnAfterEnv,
 // RendezvousTimeoutEnv) and the options.
 type BackendConfig struct {
-	Env            Env
+	Env            launchenv.Env
 	Timeout        time.Duration // one operation's bound (WithTimeout)
 	WarnAfter      time.Duration // when a waiting collective logs a warning; 0: never
 	ConnectTimeout time.Duration // the bound on joining the job (WithConnectTimeout)
@@ -43,7 +45,7 @@ type Backend struct {
 	// Auto, when not nil, reports whether InitFromConfig should choose this backend for env
 	// when BackendEnv is unset or "auto" (the MPI backend: under mpirun, when libmpi loads).
 	// Every rank of a job must answer alike.
-	Auto func(env Env) bool
+	Auto func(env launchenv.Env) bool
 }
 
 var (
@@ -86,7 +88,7 @@ func Backends() []string {
 // chooseBackend returns the registered backend BackendEnv (or, when unset, Backend.Auto) asks
 // for, with its name, or ok false for this package's transports (setting *transport to the
 // built-in name asked for when WithTransport did not choose one).
-func chooseBackend(env Env, transport *string) (name string, b Backend, ok bool, err error) {
+func chooseBackend(env launchenv.Env, transport *string) (name string, b Backend, ok bool, err error) {
 	name = strings.ToLower(strings.TrimSpace(os.Getenv(BackendEnv)))
 	backendsMu.RLock()
 	defer backendsMu.RUnlock()
@@ -121,7 +123,7 @@ func chooseBackend(env Env, transport *string) (name string, b Backend, ok bool,
 }
 
 // initBackend builds the group of the registered backend b.
-func initBackend(ctx context.Context, name string, b Backend, env Env, cfg config) (Group, error) {
+func initBackend(ctx context.Context, name string, b Backend, env launchenv.Env, cfg config) (Group, error) {
 	g, err := b.New(ctx, BackendConfig{Env: env, Timeout: cfg.timeout, WarnAfter: cfg.warnAfter,
 		ConnectTimeout: cfg.connectTimeout, CloseTimeout: cfg.closeTimeout, Logger: cfg.logger, Debug: cfg.debug})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // A registered backend is built by InitFromConfig when GP_COMM_BACKEND names it, or by
@@ -18,7 +20,7 @@ func TestRegisterBackend(t *testing.T) {
 			got = cfg
 			return NewLocalGroups(1)[0], nil
 		},
-		Auto: func(env Env) bool { return env.Launcher == "fake-launcher" },
+		Auto: func(env launchenv.Env) bool { return env.Launcher == "fake-launcher" },
 	}
 	if err := RegisterBackend("fake-test", fake); err != nil {
 		t.Fatal(err)
@@ -40,7 +42,7 @@ func TestRegisterBackend(t *testing.T) {
 		t.Errorf("Backends() = %v", b)
 	}
 	ctx := context.Background()
-	env := Env{Rank: 0, WorldSize: 1, LocalWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 1}
+	env := launchenv.Env{Rank: 0, WorldSize: 1, LocalWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 1}
 
 	t.Setenv(BackendEnv, "fake-test")
 	g, err := InitFromConfig(ctx, env, WithTimeout(7e9))

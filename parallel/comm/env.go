@@ -10,62 +10,14 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/sysmon"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
-
-// Env is the process's place in the job, as torchrun (and gprun) describe it in environment
-// variables.
-type Env struct {
-	Rank           int    // RANK: global rank
-	WorldSize      int    // WORLD_SIZE
-	LocalRank      int    // LOCAL_RANK: rank on this node
-	LocalWorldSize int    // LOCAL_WORLD_SIZE: ranks on this node
-	GroupRank      int    // GROUP_RANK: the node's rank
-	MasterAddr     string // MASTER_ADDR: host of rank 0's store
-	MasterPort     int    // MASTER_PORT
-	RestartCount   int    // TORCHELASTIC_RESTART_COUNT
-	RunID          string // TORCHELASTIC_RUN_ID
-
-	// Launcher names whose variables these are (LauncherTorchrun, LauncherSLURM, ...), From
-	// the variables Rank and WorldSize came from ("SLURM_PROCID, SLURM_NTASKS"), for error
-	// messages. Both are empty in an Env built by hand.
-	Launcher, From string
-}
-
-// ErrNoLauncher is wrapped by EnvFromOS's error when no launcher's variables are set at all:
-// the process was started by hand, as one process.
-var ErrNoLauncher = errors.New("no launcher's environment")
-
-// Launched returns this process's rank and the world size as its launcher's environment
-// gives them (see EnvFromOS): 0 and 1 when no launcher started it, or when the variables are
-// malformed (InitFromEnv then reports what is wrong). It reads the environment only; it
-// connects nothing, so a program can size its share of the batch before it builds its graph.
-func Launched() (rank, world int) {
-	env, err := EnvFromOS()
-	if err != nil || env.WorldSize < 1 {
-		return 0, 1
-	}
-	return env.Rank, env.WorldSize
-}
-
-// EnvFromOS reads Env from the environment of the launcher that started this process:
-// gprun or torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT required; LOCAL_RANK and
-// LOCAL_WORLD_SIZE default to a single node), SLURM's srun (SLURM_PROCID, SLURM_NTASKS,
-// SLURM_LOCALID, SLURM_NODEID; the master is the first host of the node list, its port
-// MASTER_PORT or SLURMPortBase plus the job id's last four digits), OpenMPI's mpirun
-// (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK; MASTER_ADDR is needed across nodes) or a
-// Kubeflow PyTorchJob pod (RANK, WORLD_SIZE, MASTER_ADDR or PET_*). MASTER_ADDR and
-// MASTER_PORT, when set, win over what a launcher implies. See Note [Which launcher's
-// variables] for the order when several are present; an error names the launcher detected
-// and what is missing, or both values of a conflict and where each came from.
-func EnvFromOS() (Env, error) {
-	return envFrom(os.LookupEnv)
-}
 
 // Rendezvous connects to the store for env: rank 0 hosts it on MASTER_ADDR:MASTER_PORT, every
 // rank (rank 0 included) connects and joins, which fails on a duplicate rank or a WORLD_SIZE
 // that differs from rank 0's. Connections must carry the secret (WithSecret, default
 // GP_RDZV_SECRET). WithConnectTimeout bounds the wait for an unreachable master.
-func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
+func Rendezvous(ctx context.Context, env launchenv.Env, opts ...Option) (*Store, error) {
 	cfg := newConfig(opts)
 	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
@@ -101,10 +53,10 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 }
 
 // InitFromEnv builds the process group described by the torchrun environment variables
-// (see EnvFromOS and Rendezvous), over shared memory when every rank is on this host and
+// (see launchenv.FromOS and Rendezvous), over shared memory when every rank is on this host and
 // over TCP otherwise (see WithTransport). The group's Close also closes the store; StoreOf returns it.
-// Under a launcher that passes LauncherPipeEnv (gprun does), it also makes the process exit
-// when the launcher dies (see WatchLauncher). The timeouts come from GP_COMM_TIMEOUT,
+// Under a launcher that passes launchenv.PipeEnv (gprun does), it also makes the process
+// exit when the launcher dies (see launchenv.WatchLauncher). The timeouts come from GP_COMM_TIMEOUT,
 // GP_COMM_WARN_AFTER and GP_RDZV_TIMEOUT when set (see TimeoutEnv); opts override them.
 //
 // On Linux it also lowers the Go runtime's monitor thread to SCHED_IDLE, so that its
@@ -112,23 +64,23 @@ func Rendezvous(ctx context.Context, env Env, opts ...Option) (*Store, error) {
 // GP_SYSMON=default leaves it alone, GP_SYSMON=nice makes it nice 19 instead (Note [The
 // monitor thread and cgo] in internal/sysmon: bench/ddp's images/s 6-10% higher on 2 cores).
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
-	WatchLauncher()
+	launchenv.WatchLauncher()
 	if _, err := sysmon.Lower(); err != nil {
 		return nil, fmt.Errorf("comm: %w", err)
 	}
-	env, err := EnvFromOS()
+	env, err := launchenv.FromOS()
 	if err != nil {
 		return nil, err
 	}
 	return InitFromConfig(ctx, env, opts...)
 }
 
-// InitFromConfig is InitFromEnv with an explicit Env. Both read the timeouts from the
+// InitFromConfig is InitFromEnv with an explicit launchenv.Env. Both read the timeouts from the
 // environment (see TimeoutEnv, WarnAfterEnv and RendezvousTimeoutEnv); options passed
 // explicitly take precedence. Both build the backend BackendEnv (GP_COMM_BACKEND) names, or
 // a registered backend that asks for this job (the MPI one under mpirun), with no
 // rendezvous of this package's own; see RegisterBackend.
-func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error) {
+func InitFromConfig(ctx context.Context, env launchenv.Env, opts ...Option) (Group, error) {
 	envOpts, err := timeoutsFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
@@ -173,7 +125,7 @@ func InitFromConfig(ctx context.Context, env Env, opts ...Option) (Group, error)
 // shared memory when every rank is on this host and can map the others' rings, else TCP,
 // run hierarchically (first not nil, local the transport among this host's ranks) when
 // HierarchyEnv asks for it or, by default, when some host runs several ranks.
-func dialHost(ctx context.Context, st *Store, env Env, cfg config) (t, local Transport, first []int, err error) {
+func dialHost(ctx context.Context, st *Store, env launchenv.Env, cfg config) (t, local Transport, first []int, err error) {
 	mode := cfg.transport
 	if mode == "" {
 		mode = os.Getenv("GP_COMM_TRANSPORT")

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // hierMaker builds in-process hierarchical groups: hosts[h] ranks on fake host h, the hosts'
@@ -138,7 +140,7 @@ func TestHierLayoutChoice(t *testing.T) {
 		{nil, "on", false, true},
 		{[]int{0, 1, 2}, "on", true, false},
 	} {
-		use, err := useHierarchy(c.mode, c.first, Env{})
+		use, err := useHierarchy(c.mode, c.first, launchenv.Env{})
 		if use != c.use || (err != nil) != c.fail {
 			t.Errorf("useHierarchy(%s, %v) = %v, %v", c.mode, c.first, use, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // HierarchyEnv chooses hierarchical collectives (see Note [Hierarchical collectives]) for
@@ -32,7 +34,7 @@ func hierarchyMode() (string, error) {
 // hostLayout tells every rank's host (its GROUP_RANK) to the others through the store and
 // returns first (first[h] is the lowest rank of host h, hosts numbered in rank order;
 // first[hosts] = world size), or nil when some host's ranks are not contiguous.
-func hostLayout(ctx context.Context, st *Store, env Env, cfg config) ([]int, error) {
+func hostLayout(ctx context.Context, st *Store, env launchenv.Env, cfg config) ([]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	gen, err := st.Add(ctx, "comm/hostgen/"+strconv.Itoa(env.Rank), 1)
@@ -64,7 +66,7 @@ func hostLayout(ctx context.Context, st *Store, env Env, cfg config) ([]int, err
 
 // useHierarchy decides, identically on every rank, whether a job of layout first runs its
 // collectives hierarchically.
-func useHierarchy(mode string, first []int, env Env) (bool, error) {
+func useHierarchy(mode string, first []int, env launchenv.Env) (bool, error) {
 	if mode == "on" {
 		if first == nil {
 			return false, fmt.Errorf("%w: %s=1 needs the ranks of each host (GROUP_RANK) to be contiguous", ErrInvalid, HierarchyEnv)
@@ -85,7 +87,7 @@ func useHierarchy(mode string, first []int, env Env) (bool, error) {
 // dialHier connects a hierarchical group: shared-memory rings among this host's ranks (TCP
 // among them when those cannot be mapped) and TCP between every pair of ranks, which carries
 // the leaders' traffic, barriers, messages and the control plane.
-func dialHier(ctx context.Context, st *Store, env Env, cfg config, first []int) (Transport, Transport, error) {
+func dialHier(ctx context.Context, st *Store, env launchenv.Env, cfg config, first []int) (Transport, Transport, error) {
 	h := hostOf(first, env.Rank)
 	lo, hi := first[h], first[h+1]
 	var local Transport

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // stallLog keeps the records a group logs, with their times.
@@ -255,7 +257,7 @@ func TestTimeoutsFromEnv(t *testing.T) {
 					t.Fatalf("want %q, got %v", tc.wantErr, err)
 				}
 				// InitFromConfig refuses it before it dials anything.
-				_, err = InitFromConfig(context.Background(), Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1})
+				_, err = InitFromConfig(context.Background(), launchenv.Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1})
 				if !strings.Contains(fmt.Sprint(err), "rank 1: comm: invalid argument: "+tc.wantErr) {
 					t.Errorf("InitFromConfig: %v", err)
 				}

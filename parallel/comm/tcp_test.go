@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // tcpMaker builds a world of n TCP ranks inside this process over 127.0.0.1.
@@ -191,7 +193,7 @@ func TestRendezvousErrors(t *testing.T) {
 	// Unreachable master: a port nobody listens on.
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err = Rendezvous(cctx, Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1})
+	_, err = Rendezvous(cctx, launchenv.Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1})
 	if err == nil || !strings.Contains(err.Error(), "cannot reach the store (master) at 127.0.0.1:1") {
 		t.Errorf("unreachable master: %v", err)
 	}

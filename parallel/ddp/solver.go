@@ -10,6 +10,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -26,7 +27,7 @@ var ErrNonFiniteGrad = errors.New("non-finite gradient")
 // weights and the averaging, all three done by NewSolver and Step, plus each rank's share of
 // the data:
 //
-//	rank, world := comm.Launched()
+//	rank, world := launchenv.Launched()
 //	n := batch / world // this rank's samples per step
 //	... build the graph for n samples, G.Grad, G.NewTapeMachine as before ...
 //	solver, err := ddp.NewSolver(ctx, G.NewAdamSolver(G.WithLearnRate(0.01)), g)
@@ -133,7 +134,7 @@ func NewSolver(ctx context.Context, inner G.Solver, g *G.ExprGraph, opts ...Opti
 	if s.g == nil {
 		grp, err := comm.InitFromEnv(ctx)
 		switch {
-		case errors.Is(err, comm.ErrNoLauncher):
+		case errors.Is(err, launchenv.ErrNoLauncher):
 		case err != nil:
 			return nil, fmt.Errorf("ddp: NewSolver: starting the process group: %w", err)
 		default:

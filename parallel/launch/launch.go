@@ -3,7 +3,7 @@
 // signals and restarts the group when a worker fails. When one worker exits non-zero the
 // others are stopped at once (SIGTERM, then SIGKILL after Config.StopGrace), and the
 // failure is reported as a *WorkerError naming the root cause: the rank whose own failure
-// the others followed (see comm.ErrorFileEnv), with its status, reason and last stderr
+// the others followed (see launchenv.ErrorFileEnv), with its status, reason and last stderr
 // lines. Workers die with the launcher, even a SIGKILLed one (runOnce). cmd/gprun is its
 // command line.
 package launch
@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // Config describes one node's share of a job.
@@ -87,7 +87,7 @@ type WorkerError struct {
 	ExitCode int
 	// Restarts is the number of restarts that preceded the final failure.
 	Restarts int
-	// Reason is the failure the worker recorded (comm.Abort's reason, see comm.ErrorFileEnv),
+	// Reason is the failure the worker recorded (comm.Abort's reason, see launchenv.ErrorFileEnv),
 	// or "" when it recorded none.
 	Reason string
 	// Stderr holds the last lines the worker wrote to its standard error (at most
@@ -221,7 +221,7 @@ type worker struct {
 	done            chan struct{}
 	err             error
 	stderr          tail
-	errFile         string // where it records its failure (comm.ErrorFileEnv)
+	errFile         string // where it records its failure (launchenv.ErrorFileEnv)
 }
 
 // workerError describes w's failure.
@@ -232,7 +232,7 @@ func (w *worker) workerError() *WorkerError {
 	if errors.As(w.err, &ee) {
 		we.ExitCode = ee.ExitCode()
 	}
-	if rec, err := comm.ReadFailureRecord(w.errFile); err == nil {
+	if rec, err := launchenv.ReadFailureRecord(w.errFile); err == nil {
 		we.Reason = rec.Message
 	}
 	return we
@@ -244,7 +244,7 @@ func (w *worker) workerError() *WorkerError {
 func rootCause(first *worker, failedWs []*worker) *worker {
 	best, bestAt := first, time.Time{}
 	for _, w := range failedWs {
-		rec, err := comm.ReadFailureRecord(w.errFile)
+		rec, err := launchenv.ReadFailureRecord(w.errFile)
 		if err != nil || rec.CauseRank >= 0 {
 			continue
 		}
@@ -264,7 +264,7 @@ func rootCause(first *worker, failedWs []*worker) *worker {
 // The workers die with the launcher: on Linux through the parent-death signal, which the
 // kernel sends when the thread that started a worker exits, so runOnce keeps one OS thread
 // locked from the first start to the last exit; everywhere the workers also inherit the
-// read end of a pipe whose write end only this process holds (comm.LauncherPipeEnv), which
+// read end of a pipe whose write end only this process holds (launchenv.PipeEnv), which
 // reports end of file to them when the launcher is gone.
 func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}) (*WorkerError, error) {
 	runtime.LockOSThread()
@@ -319,10 +319,10 @@ func runOnce(ctx context.Context, cfg *Config, restart int, stop <-chan struct{}
 		// forwards it; death with the launcher (Linux).
 		ownProcessGroup(cmd)
 		if fd, ok := inheritPipe(cmd, pipeR); ok {
-			cmd.Env = append(cmd.Env, comm.LauncherPipeEnv+"="+fd+","+strconv.Itoa(os.Getpid()))
+			cmd.Env = append(cmd.Env, launchenv.PipeEnv+"="+fd+","+strconv.Itoa(os.Getpid()))
 		}
 		errFile := filepath.Join(errDir, fmt.Sprintf("rank%d.json", rank))
-		cmd.Env = append(cmd.Env, comm.ErrorFileEnv+"="+errFile)
+		cmd.Env = append(cmd.Env, launchenv.ErrorFileEnv+"="+errFile)
 		prefix := fmt.Sprintf("[rank%d]: ", rank)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // The test binary is also the worker: GP_LAUNCH_TEST_WORKER selects what it does.
@@ -82,7 +83,7 @@ func testWorker(scenario string) int {
 		return 0
 	case "orphan":
 		// Blocks until its launcher dies (then the kernel or the launcher pipe ends it).
-		if env("WATCH") != "" && !comm.WatchLauncher() {
+		if env("WATCH") != "" && !launchenv.WatchLauncher() {
 			fmt.Println("no launcher pipe")
 			return 1
 		}

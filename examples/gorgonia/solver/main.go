@@ -18,7 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 
-	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -46,7 +46,7 @@ func main() {
 }
 
 func run(steps int, kind, save string) error {
-	rank, world := comm.Launched()
+	rank, world := launchenv.Launched()
 	n := batch / world // samples per step in this process
 	g := G.NewGraph()
 	x := G.NewMatrix(g, tensor.Float32, G.WithShape(n, in), G.WithName("x"), G.WithInit(G.Zeroes()))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // registerErr is why the backend could not be registered with comm (nil when it was).
@@ -19,7 +20,7 @@ func init() {
 }
 
 // auto chooses MPI under mpirun when libmpi loads.
-func auto(env comm.Env) bool { return env.Launcher == comm.LauncherOpenMPI && Load() == nil }
+func auto(env launchenv.Env) bool { return env.Launcher == launchenv.OpenMPI && Load() == nil }
 
 // RingBytesEnv sets WithRingBytes for the groups comm.InitFromEnv builds (bytes, one
 // threshold for all-reduce, reduce-scatter, all-gather and broadcast; 0 runs OpenMPI's

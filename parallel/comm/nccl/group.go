@@ -30,6 +30,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/driver"
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 // Option configures a Group.
@@ -41,7 +42,7 @@ type config struct {
 	name    string
 }
 
-// WithDevice selects the CUDA device ordinal (default: LOCAL_RANK from comm.EnvFromOS for
+// WithDevice selects the CUDA device ordinal (default: LOCAL_RANK from launchenv.FromOS for
 // InitFromEnv, else 0).
 func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
 
@@ -123,10 +124,10 @@ func New(ctx context.Context, store *comm.Store, rank, size int, opts ...Option)
 	return g, nil
 }
 
-// InitFromEnv builds an NCCL group from the torchrun environment (comm.EnvFromOS and
+// InitFromEnv builds an NCCL group from the torchrun environment (launchenv.FromOS and
 // comm.Rendezvous), on device LOCAL_RANK unless WithDevice says otherwise.
 func InitFromEnv(ctx context.Context, opts ...Option) (*Group, error) {
-	env, err := comm.EnvFromOS()
+	env, err := launchenv.FromOS()
 	if err != nil {
 		return nil, fmt.Errorf("nccl: %w", err)
 	}

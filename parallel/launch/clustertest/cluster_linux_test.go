@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 )
 
 const workerVar = "GP_CLUSTERTEST_WORKER"
@@ -31,7 +32,7 @@ func worker(string) error {
 		return err
 	}
 	defer g.Close(ctx)
-	env, _ := comm.EnvFromOS()
+	env, _ := launchenv.FromOS()
 	params := make(comm.F32, 1000)
 	grad := make(comm.F32, 1000)
 	for i := range params {

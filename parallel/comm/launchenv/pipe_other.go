@@ -1,7 +1,7 @@
 //go:build !unix
 
-package comm
+package launchenv
 
-// isPipe cannot check the descriptor's kind here; the pid in LauncherPipeEnv, which must be
+// isPipe cannot check the descriptor's kind here; the pid in PipeEnv, which must be
 // this process's parent, guards against a stale variable.
 func isPipe(fd uintptr) bool { return fd != 0 }

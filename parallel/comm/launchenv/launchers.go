@@ -1,4 +1,4 @@
-package comm
+package launchenv
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Launchers whose environment EnvFromOS understands (Env.Launcher).
+// Launchers whose environment FromOS understands (Env.Launcher).
 //
 // Note [Which launcher's variables]: a worker can inherit the variables of several launchers
 // at once: gprun under srun sees gprun's RANK and the srun task's SLURM_PROCID; mpirun inside
@@ -27,10 +27,10 @@ import (
 // MASTER_PORT, LOCAL_RANK...); a RANK or WORLD_SIZE that disagrees with the launcher's is an
 // error naming both, since one of them is stale (an exported RANK in a batch script).
 const (
-	LauncherTorchrun = "torchrun" // RANK, WORLD_SIZE, ... from gprun, torchrun or by hand
-	LauncherSLURM    = "slurm"    // srun: SLURM_PROCID, SLURM_NTASKS, ...
-	LauncherOpenMPI  = "openmpi"  // mpirun: OMPI_COMM_WORLD_RANK, ...
-	LauncherKubeflow = "kubeflow" // a PyTorchJob pod: PET_NODE_RANK, PET_NNODES, ...
+	Torchrun = "torchrun" // RANK, WORLD_SIZE, ... from gprun, torchrun or by hand
+	SLURM    = "slurm"    // srun: SLURM_PROCID, SLURM_NTASKS, ...
+	OpenMPI  = "openmpi"  // mpirun: OMPI_COMM_WORLD_RANK, ...
+	Kubeflow = "kubeflow" // a PyTorchJob pod: PET_NODE_RANK, PET_NNODES, ...
 )
 
 // SLURMPortBase is where the master port of a SLURM job without MASTER_PORT starts: the port
@@ -43,7 +43,7 @@ const SLURMPortBase = 15000
 // without a job id to derive one from (torch's default port).
 const DefaultMasterPort = 29500
 
-// lookupFunc reads one environment variable (os.LookupEnv in EnvFromOS).
+// lookupFunc reads one environment variable (os.LookupEnv in FromOS).
 type lookupFunc func(string) (string, bool)
 
 // envReader reads integers and strings from a lookupFunc, collecting the errors.
@@ -78,13 +78,13 @@ func (r *envReader) num(name string, def int, required bool) int {
 
 func (r *envReader) err() error { return errors.Join(r.errs...) }
 
-// envFrom is EnvFromOS over look; see Note [Which launcher's variables].
+// envFrom is FromOS over look; see Note [Which launcher's variables].
 func envFrom(look lookupFunc) (Env, error) {
 	r := &envReader{look: look}
 	torch := r.has("RANK") || r.has("WORLD_SIZE")
 	switch {
 	case torch && r.has("TORCHELASTIC_RUN_ID"):
-		return torchrunEnv(r, LauncherTorchrun)
+		return torchrunEnv(r, Torchrun)
 	case r.has("OMPI_COMM_WORLD_RANK"):
 		e, err := openMPIEnv(r)
 		return checkAgainstTorchrun(r, e, err)
@@ -96,7 +96,7 @@ func envFrom(look lookupFunc) (Env, error) {
 	case r.has("PET_NODE_RANK") || r.has("PET_NNODES"):
 		return kubeflowEnv(r)
 	}
-	return Env{}, fmt.Errorf("comm: %w: RANK is not set (nor SLURM_PROCID, "+
+	return Env{}, fmt.Errorf("launchenv: %w: RANK is not set (nor SLURM_PROCID, "+
 		"OMPI_COMM_WORLD_RANK or PET_NODE_RANK); start the workers with gprun, torchrun, srun or mpirun", ErrNoLauncher)
 }
 
@@ -126,7 +126,7 @@ func (e Env) finish(r *envReader, what string) (Env, error) {
 		r.errs = append(r.errs, fmt.Errorf("rank %d (from %s) is outside the world of %d", e.Rank, e.From, e.WorldSize))
 	}
 	if err := r.err(); err != nil {
-		return e, fmt.Errorf("comm: %s: %w", what, err)
+		return e, fmt.Errorf("launchenv: %s: %w", what, err)
 	}
 	return e, nil
 }
@@ -135,7 +135,7 @@ func (e Env) finish(r *envReader, what string) (Env, error) {
 // host of the step's (or job's) node list; the port MASTER_PORT or SLURMPortBase plus the job
 // id's last four digits.
 func slurmEnv(r *envReader) (Env, error) {
-	e := Env{Launcher: LauncherSLURM, From: "SLURM_PROCID, SLURM_NTASKS"}
+	e := Env{Launcher: SLURM, From: "SLURM_PROCID, SLURM_NTASKS"}
 	e.Rank = r.num("SLURM_PROCID", 0, true)
 	e.WorldSize = r.num("SLURM_NTASKS", 1, true)
 	e.LocalRank = r.num("SLURM_LOCALID", 0, true)
@@ -285,7 +285,7 @@ func checkHost(list, host string, depth int) (string, error) {
 // node (every rank local) 127.0.0.1. The port is MASTER_PORT, else one derived from the job's
 // id (the same on every rank), else DefaultMasterPort.
 func openMPIEnv(r *envReader) (Env, error) {
-	e := Env{Launcher: LauncherOpenMPI, From: "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE"}
+	e := Env{Launcher: OpenMPI, From: "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE"}
 	e.Rank = r.num("OMPI_COMM_WORLD_RANK", 0, true)
 	e.WorldSize = r.num("OMPI_COMM_WORLD_SIZE", 1, true)
 	e.LocalRank = r.num("OMPI_COMM_WORLD_LOCAL_RANK", 0, true)
@@ -335,13 +335,13 @@ func mpiJobID(r *envReader) string {
 func kubeflowEnv(r *envReader) (Env, error) {
 	pet := r.has("PET_NODE_RANK") || r.has("PET_NNODES") || r.has("PET_NPROC_PER_NODE")
 	if !pet {
-		return torchrunEnv(r, LauncherTorchrun)
+		return torchrunEnv(r, Torchrun)
 	}
 	if n := r.str("PET_NPROC_PER_NODE"); n != "" && n != "1" && !r.has("LOCAL_RANK") {
-		return Env{Launcher: LauncherKubeflow}, fmt.Errorf("comm: Kubeflow PyTorchJob environment: PET_NPROC_PER_NODE=%s asks for %s workers per pod, "+
+		return Env{Launcher: Kubeflow}, fmt.Errorf("launchenv: Kubeflow PyTorchJob environment: PET_NPROC_PER_NODE=%s asks for %s workers per pod, "+
 			"and RANK=%q is the pod's rank, not a worker's: start the workers with gprun in the pod (it reads PET_*)", n, n, r.str("RANK"))
 	}
-	e := Env{Launcher: LauncherKubeflow, From: "PET_NODE_RANK, PET_NNODES"}
+	e := Env{Launcher: Kubeflow, From: "PET_NODE_RANK, PET_NNODES"}
 	e.Rank = r.num("PET_NODE_RANK", 0, !r.has("RANK"))
 	e.WorldSize = petNodes(r)
 	if r.has("RANK") {
@@ -420,7 +420,7 @@ func checkAgainstTorchrun(r *envReader, e Env, err error) (Env, error) {
 		}
 	}
 	if len(bad) > 0 {
-		return e, fmt.Errorf("comm: conflicting launcher environments: %s; unset RANK and WORLD_SIZE, or start the workers through gprun",
+		return e, fmt.Errorf("launchenv: conflicting launcher environments: %s; unset RANK and WORLD_SIZE, or start the workers through gprun",
 			strings.Join(bad, "; "))
 	}
 	e.LocalRank = r.num("LOCAL_RANK", e.LocalRank, false)

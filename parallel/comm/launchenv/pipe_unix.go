@@ -1,10 +1,10 @@
 //go:build unix
 
-package comm
+package launchenv
 
 import "syscall"
 
-// isPipe reports whether fd is an open pipe (so that a stale LauncherPipeEnv never makes
+// isPipe reports whether fd is an open pipe (so that a stale PipeEnv never makes
 // WatchLauncher read from an unrelated descriptor).
 func isPipe(fd uintptr) bool {
 	var st syscall.Stat_t
