@@ -19,6 +19,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/dp"
 	"github.com/gorgonia-parallel/gp/train"
@@ -153,26 +154,26 @@ func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *
 // made (NCCL reads the store only to start). The group lives as long as the process: the
 // trainer's Run is the process's run, and NCCL's (and the fake's) state is released at exit.
 func deviceGroup(ctx context.Context, cfg *settings, g comm.Group, name string) (*nccl.Group, error) {
-	store := comm.StoreOf(g)
-	if store == nil {
+	st := comm.StoreOf(g)
+	if st == nil {
 		if g.Size() != 1 {
 			return nil, fmt.Errorf("trainer: -device %s at world size %d needs the rendezvous store of a launched job (gprun or torchrun) to make its NCCL group", cfg.Device, g.Size())
 		}
-		srv, err := comm.ListenStore("127.0.0.1:0", 1)
+		srv, err := store.Listen("127.0.0.1:0", 1)
 		if err != nil {
 			return nil, fmt.Errorf("trainer: -device %s: the NCCL group's store of one: %w", cfg.Device, err)
 		}
 		defer srv.Close()
-		if store, err = comm.DialStore(ctx, srv.Addr()); err != nil {
+		if st, err = store.Dial(ctx, srv.Addr()); err != nil {
 			return nil, fmt.Errorf("trainer: -device %s: the NCCL group's store of one: %w", cfg.Device, err)
 		}
-		defer store.Close()
+		defer st.Close()
 	}
 	nopts := []nccl.Option{nccl.WithDevice(cfg.dev.Ordinal()), nccl.WithName(name)}
 	if cfg.Timeout > 0 {
 		nopts = append(nopts, nccl.WithTimeout(cfg.Timeout))
 	}
-	ng, err := nccl.New(ctx, store, g.Rank(), g.Size(), nopts...)
+	ng, err := nccl.New(ctx, st, g.Rank(), g.Size(), nopts...)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: -device %s: NCCL group: %w", cfg.Device, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/train"
 )
@@ -262,7 +263,7 @@ func (k *rank) feed(s int) {
 func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error), net *netSpec, dopts []ddp.Option, nopts []nccl.Option, fn func(ctx context.Context, r int, k *rank) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	srv, err := store.Listen("127.0.0.1:0", world)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)
 		go func() {
 			defer wg.Done()
 			errs[r] = func() error {
-				store, err := comm.DialStore(ctx, srv.Addr())
+				store, err := store.Dial(ctx, srv.Addr())
 				if err != nil {
 					return err
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 )
@@ -85,7 +86,7 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	srv, err := store.Listen("127.0.0.1:0", world)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 		t.Cleanup(func() { devs[r].Close() })
 	}
 	return startJob(t, ctx, md, world, opts, func(ctx context.Context, r int, m *nn.Model, opts []zero.Option) (rankEngine, func(), error) {
-		store, err := comm.DialStore(ctx, srv.Addr())
+		store, err := store.Dial(ctx, srv.Addr())
 		if err != nil {
 			return nil, nil, err
 		}

@@ -18,8 +18,8 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
@@ -236,7 +236,7 @@ func adamW(t *testing.T, m *nn.Model) optim.Optimizer {
 func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, []float32, devzero.Memory, [][2]int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	srv, err := store.Listen("127.0.0.1:0", world)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 		go func() {
 			defer wg.Done()
 			errs[r] = func() error {
-				store, err := comm.DialStore(ctx, srv.Addr())
+				store, err := store.Dial(ctx, srv.Addr())
 				if err != nil {
 					return err
 				}
@@ -375,12 +375,12 @@ func oneRank(t *testing.T) (*cuda.Device, *nccl.Group) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	srv, err := store.Listen("127.0.0.1:0", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	store, err := comm.DialStore(ctx, srv.Addr())
+	store, err := store.Dial(ctx, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,8 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 )
@@ -34,12 +33,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	srv, err := store.Listen("127.0.0.1:0", 1)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	store, err := comm.DialStore(ctx, srv.Addr())
+	store, err := store.Dial(ctx, srv.Addr())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // NCCL collectives at world 1 on the real library: the backend's staging, streams and id
@@ -20,12 +21,12 @@ func TestNCCLWorld1(t *testing.T) {
 	t.Logf("NCCL %d from %s", v, libnccl.LibraryPath())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	srv, err := store.Listen("127.0.0.1:0", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	st, err := comm.DialStore(ctx, srv.Addr())
+	st, err := store.Dial(ctx, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

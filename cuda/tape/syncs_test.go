@@ -22,6 +22,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/train"
 )
@@ -254,12 +255,12 @@ func countChild(t *testing.T) {
 // ddpOfOne is device DDP over an NCCL group of one on st's device (as the trainer's
 // -strategy ddp at world size 1) compiled with build; done releases it.
 func ddpOfOne(t *testing.T, ctx context.Context, m *nn.Model, st *tape.State, build nn.BuildFunc) (train.Program, func()) {
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	srv, err := store.Listen("127.0.0.1:0", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	store, err := comm.DialStore(ctx, srv.Addr())
+	store, err := store.Dial(ctx, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

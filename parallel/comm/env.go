@@ -4,56 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/sysmon"
 	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
-// Rendezvous connects to the store for env: rank 0 hosts it on MASTER_ADDR:MASTER_PORT, every
-// rank (rank 0 included) connects and joins, which fails on a duplicate rank or a WORLD_SIZE
-// that differs from rank 0's. Connections must carry the secret (WithSecret, default
-// GP_RDZV_SECRET). WithConnectTimeout bounds the wait for an unreachable master.
-func Rendezvous(ctx context.Context, env launchenv.Env, opts ...Option) (*Store, error) {
-	cfg := newConfig(opts)
-	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
-	defer cancel()
-	addr := net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort))
-	var srv *StoreServer
-	if env.Rank == 0 {
-		listen := net.JoinHostPort("", strconv.Itoa(env.MasterPort))
-		if ip := net.ParseIP(env.MasterAddr); (ip != nil && ip.IsLoopback()) || env.MasterAddr == "localhost" {
-			listen = addr
-		}
-		var err error
-		if srv, err = ListenStore(listen, env.WorldSize, opts...); err != nil {
-			return nil, fmt.Errorf("rank 0: rendezvous: %w (is another rank 0 or job using port %d?)", err, env.MasterPort)
-		}
-	}
-	st, err := DialStore(ctx, addr, opts...)
-	if err != nil {
-		if srv != nil {
-			srv.Close()
-		}
-		return nil, fmt.Errorf("rank %d: rendezvous: %w", env.Rank, err)
-	}
-	st.server = srv
-	if err := st.join(ctx, env.Rank, env.WorldSize); err != nil {
-		st.Close()
-		if env.From != "" {
-			// The master's message names its own values; say where this rank's came from.
-			return nil, fmt.Errorf("rank %d (RANK and WORLD_SIZE=%d from %s, %s): %w", env.Rank, env.WorldSize, env.From, env.Launcher, err)
-		}
-		return nil, fmt.Errorf("rank %d: %w", env.Rank, err)
-	}
-	return st, nil
-}
-
 // InitFromEnv builds the process group described by the torchrun environment variables
-// (see launchenv.FromOS and Rendezvous), over shared memory when every rank is on this host and
+// (see launchenv.FromOS and store.Rendezvous), over shared memory when every rank is on this host and
 // over TCP otherwise (see WithTransport). The group's Close also closes the store; StoreOf returns it.
 // Under a launcher that passes launchenv.PipeEnv (gprun does), it also makes the process
 // exit when the launcher dies (see launchenv.WatchLauncher). The timeouts come from GP_COMM_TIMEOUT,
@@ -95,11 +55,12 @@ func InitFromConfig(ctx context.Context, env launchenv.Env, opts ...Option) (Gro
 		return initBackend(ctx, name, b, env, bcfg)
 	}
 	opts = append(opts, WithTransport(bcfg.transport))
-	st, err := Rendezvous(ctx, env, opts...)
+	cfg := newConfig(opts)
+	st, err := store.Rendezvous(ctx, env, store.WithSecret(cfg.secretValue()), store.WithTimeout(cfg.timeout),
+		store.WithJoinTimeout(cfg.connectTimeout), store.WithLogger(cfg.logger))
 	if err != nil {
 		return nil, err
 	}
-	cfg := newConfig(opts)
 	t, local, first, err := dialHost(ctx, st, env, cfg)
 	if err != nil {
 		st.Close()
@@ -125,7 +86,7 @@ func InitFromConfig(ctx context.Context, env launchenv.Env, opts ...Option) (Gro
 // shared memory when every rank is on this host and can map the others' rings, else TCP,
 // run hierarchically (first not nil, local the transport among this host's ranks) when
 // HierarchyEnv asks for it or, by default, when some host runs several ranks.
-func dialHost(ctx context.Context, st *Store, env launchenv.Env, cfg config) (t, local Transport, first []int, err error) {
+func dialHost(ctx context.Context, st *store.Store, env launchenv.Env, cfg config) (t, local Transport, first []int, err error) {
 	mode := cfg.transport
 	if mode == "" {
 		mode = os.Getenv("GP_COMM_TRANSPORT")
@@ -214,7 +175,7 @@ func timeoutsFromEnv() ([]Option, error) {
 }
 
 // StoreOf returns the store a group built by InitFromEnv uses, or nil.
-func StoreOf(g Group) *Store {
+func StoreOf(g Group) *store.Store {
 	if gr, ok := g.(*group); ok {
 		return gr.store
 	}

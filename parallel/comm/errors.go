@@ -19,8 +19,6 @@ var (
 	// ErrAborted: the operation was cancelled through its context, or a rank aborted the
 	// group (Abort; the error is then an *AbortError naming the rank and its reason).
 	ErrAborted = errors.New("comm: aborted")
-	// ErrAuth: a peer presented the wrong rendezvous secret.
-	ErrAuth = errors.New("comm: authentication failed")
 	// ErrInvalid: the arguments of a call are invalid (for example a length that does not match).
 	ErrInvalid = errors.New("comm: invalid argument")
 )

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/auth"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // Group is a process group: Size ranks that run the same collectives in the same order.
@@ -173,14 +176,15 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // WithDebug logs every collective (also enabled by GP_COMM_DEBUG=1).
 func WithDebug(on bool) Option { return func(c *config) { c.debug = on } }
 
-// WithSecret sets the rendezvous secret (default: the GP_RDZV_SECRET environment variable).
+// WithSecret sets the rendezvous secret that the store's and the transports' connections
+// present (default: the GP_RDZV_SECRET environment variable, auth.SecretEnv).
 func WithSecret(s string) Option { return func(c *config) { c.secret = &s } }
 
 func (c *config) secretValue() string {
 	if c.secret != nil {
 		return *c.secret
 	}
-	return os.Getenv("GP_RDZV_SECRET")
+	return auth.Secret()
 }
 
 type kind uint8
@@ -320,7 +324,7 @@ type group struct {
 	tmp     [][]byte
 	p2p     sync.WaitGroup
 	onClose []func() error
-	store   *Store
+	store   *store.Store
 
 	hier   *hierarchy                 // set when collectives run hierarchically (hier.go)
 	parent *group                     // a hierarchy's sub-group: failures belong to parent

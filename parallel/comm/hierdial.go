@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // HierarchyEnv chooses hierarchical collectives (see Note [Hierarchical collectives]) for
@@ -34,7 +35,7 @@ func hierarchyMode() (string, error) {
 // hostLayout tells every rank's host (its GROUP_RANK) to the others through the store and
 // returns first (first[h] is the lowest rank of host h, hosts numbered in rank order;
 // first[hosts] = world size), or nil when some host's ranks are not contiguous.
-func hostLayout(ctx context.Context, st *Store, env launchenv.Env, cfg config) ([]int, error) {
+func hostLayout(ctx context.Context, st *store.Store, env launchenv.Env, cfg config) ([]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	gen, err := st.Add(ctx, "comm/hostgen/"+strconv.Itoa(env.Rank), 1)
@@ -87,7 +88,7 @@ func useHierarchy(mode string, first []int, env launchenv.Env) (bool, error) {
 // dialHier connects a hierarchical group: shared-memory rings among this host's ranks (TCP
 // among them when those cannot be mapped) and TCP between every pair of ranks, which carries
 // the leaders' traffic, barriers, messages and the control plane.
-func dialHier(ctx context.Context, st *Store, env launchenv.Env, cfg config, first []int) (Transport, Transport, error) {
+func dialHier(ctx context.Context, st *store.Store, env launchenv.Env, cfg config, first []int) (Transport, Transport, error) {
 	h := hostOf(first, env.Rank)
 	lo, hi := first[h], first[h+1]
 	var local Transport

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/proctest"
+	"github.com/gorgonia-parallel/gp/parallel/comm/auth"
 )
 
 // The test binary doubles as the worker of the multi-process tests: with GP_COMM_TEST_WORKER
@@ -31,8 +32,8 @@ func worker(scenario string) error {
 	}
 	g, err := InitFromEnv(ctx, opts...)
 	if scenario == "secret" {
-		if os.Getenv("RANK") == "1" && !errors.Is(err, ErrAuth) {
-			return fmt.Errorf("want ErrAuth, got %v", err)
+		if os.Getenv("RANK") == "1" && !errors.Is(err, auth.ErrFailed) {
+			return fmt.Errorf("want auth.ErrFailed, got %v", err)
 		}
 		if os.Getenv("RANK") == "0" && (err == nil || !strings.Contains(err.Error(), "ranks [1] did not connect")) {
 			return fmt.Errorf("rank 0: want 'ranks [1] did not connect', got %v", err)

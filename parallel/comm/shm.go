@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // NewSHMGroup connects rank to the other size-1 ranks, which must run on the same host: data
@@ -23,7 +25,7 @@ import (
 // unlinked as soon as every rank has mapped them, so nothing is left behind when a process
 // is killed. All ranks must pass the same options. InitFromEnv selects this transport by
 // itself when all ranks share the host (see WithTransport).
-func NewSHMGroup(ctx context.Context, st *Store, rank, size int, opts ...Option) (Group, error) {
+func NewSHMGroup(ctx context.Context, st *store.Store, rank, size int, opts ...Option) (Group, error) {
 	cfg := newConfig(opts)
 	t, err := dialSHM(ctx, st, rank, size, cfg, true)
 	if err != nil {
@@ -308,7 +310,7 @@ func (t *shmTransport) unmap() {
 // every rank created and mapped everything. Otherwise, with required, it is an error naming
 // the rank and the reason; without, the ranks fall back to TCP together (returned as a
 // *tcpTransport).
-func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, required bool) (Transport, error) {
+func dialSHM(ctx context.Context, st *store.Store, rank, size int, cfg config, required bool) (Transport, error) {
 	if size == 1 {
 		return dialTCP(ctx, st, rank, size, cfg)
 	}
@@ -339,7 +341,7 @@ func dialSHM(ctx context.Context, st *Store, rank, size int, cfg config, require
 // under ns (several groups of ranks, one per host, share one store in a hierarchical group).
 // problem, when not nil, is why shared memory cannot be used; every rank gets the same
 // verdict. The transport returned has no control plane yet (tcpTransport is nil).
-func shmRings(ctx context.Context, st *Store, ns string, rank, size int, cfg config) (_ *shmTransport, problem, _ error) {
+func shmRings(ctx context.Context, st *store.Store, ns string, rank, size int, cfg config) (_ *shmTransport, problem, _ error) {
 	cctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	k := cfg.streams
@@ -543,7 +545,7 @@ var (
 // (store keys under ns). Its control plane is the whole group's: the transport returned has
 // none of its own and fails only when aborted (by the group, or by the TCP transport's
 // abort hook). problem says why shared memory cannot be used (the host's ranks agree).
-func dialLocalSHM(ctx context.Context, st *Store, ns string, rank, size int, cfg config) (_ Transport, problem, _ error) {
+func dialLocalSHM(ctx context.Context, st *store.Store, ns string, rank, size int, cfg config) (_ Transport, problem, _ error) {
 	t, problem, err := shmRings(ctx, st, ns, rank, size, cfg)
 	if err != nil || problem != nil {
 		return nil, problem, err

@@ -13,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/auth"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // NewTCPGroup connects rank to the other size-1 ranks over TCP, exchanging listening
@@ -20,7 +23,7 @@ import (
 // connection (point-to-point messages, aborts, leave notices) and WithStreams data
 // connections. Connections are authenticated with the rendezvous secret. All ranks must pass
 // the same options.
-func NewTCPGroup(ctx context.Context, st *Store, rank, size int, opts ...Option) (Group, error) {
+func NewTCPGroup(ctx context.Context, st *store.Store, rank, size int, opts ...Option) (Group, error) {
 	cfg := newConfig(opts)
 	t, err := dialTCP(ctx, st, rank, size, cfg)
 	if err != nil {
@@ -71,7 +74,7 @@ type dataConn struct {
 
 type hello struct{ rank, size, idx int }
 
-func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTransport, error) {
+func dialTCP(ctx context.Context, st *store.Store, rank, size int, cfg config) (*tcpTransport, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	k := cfg.streams
@@ -83,12 +86,10 @@ func dialTCP(ctx context.Context, st *Store, rank, size int, cfg config) (*tcpTr
 	prefix := fmt.Sprintf("comm/g%d/", gen)
 	purpose := "gp-comm-v1/" + prefix
 
-	host := "127.0.0.1"
-	st.mu.Lock()
-	if st.conn != nil {
-		host, _, _ = net.SplitHostPort(st.conn.LocalAddr().String())
+	host := st.LocalHost()
+	if host == "" {
+		host = "127.0.0.1"
 	}
-	st.mu.Unlock()
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
@@ -209,7 +210,7 @@ func dialPeer(ctx context.Context, addr, secret, purpose string, h hello) (*net.
 	}
 	c := nc.(*net.TCPConn)
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := authDial(c, secret, purpose); err != nil {
+	if err := auth.Respond(c, secret, purpose); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -237,7 +238,7 @@ func acceptPeer(ctx context.Context, c *net.TCPConn, secret, purpose string, ran
 	defer c.SetDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	if err := authAccept(c, secret, purpose); err != nil {
+	if err := auth.Challenge(c, secret, purpose); err != nil {
 		return hello{}, err
 	}
 	var b [12]byte

@@ -5,12 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // tcpMaker builds a world of n TCP ranks inside this process over 127.0.0.1.
@@ -47,10 +46,17 @@ func hostMaker(t testing.TB, kind string, n int, opts ...Option) []Group {
 	return gs
 }
 
+// storeOptions are the options of a test's store that match the group options opts: the
+// same secret and logger, as InitFromConfig gives its store.
+func storeOptions(opts []Option) []store.Option {
+	c := newConfig(opts)
+	return []store.Option{store.WithSecret(c.secretValue()), store.WithLogger(c.logger)}
+}
+
 func hostWorld(kind string, n int, opts ...Option) ([]Group, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := ListenStore("127.0.0.1:0", n, opts...)
+	srv, err := store.Listen("127.0.0.1:0", n, storeOptions(opts)...)
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +67,7 @@ func hostWorld(kind string, n int, opts ...Option) ([]Group, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := DialStore(ctx, srv.Addr(), opts...)
-			if err == nil {
-				err = st.join(ctx, r, n)
-			}
+			st, err := store.Dial(ctx, srv.Addr(), storeOptions(opts)...)
 			if err == nil {
 				if kind == "shm" {
 					gs[r], err = NewSHMGroup(ctx, st, r, n, opts...)
@@ -140,67 +143,6 @@ func checkLarge(t *testing.T, gs []Group) {
 	}
 }
 
-func TestTCPWrongSecretRefused(t *testing.T) {
-	srv, err := ListenStore("127.0.0.1:0", 2, WithSecret("right"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = DialStore(ctx, srv.Addr(), WithSecret("wrong"))
-	if !errors.Is(err, ErrAuth) {
-		t.Fatalf("dial with wrong secret: %v, want ErrAuth", err)
-	}
-	st, err := DialStore(ctx, srv.Addr(), WithSecret("right"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-}
-
-func TestRendezvousErrors(t *testing.T) {
-	srv, err := ListenStore("127.0.0.1:0", 3, WithSecret("s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx := context.Background()
-	dial := func() *Store {
-		st, err := DialStore(ctx, srv.Addr(), WithSecret("s"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	if err := dial().join(ctx, 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		rank, world int
-		want        string
-	}{
-		{1, 3, "duplicate rank 1"},
-		{2, 4, "WORLD_SIZE=4 but the master (rank 0) has 3"},
-		{5, 3, "rank 5 (127.0.0.1"},
-	} {
-		err := dial().join(ctx, tc.rank, tc.world)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("join(%d, %d) = %v, want it to say %q", tc.rank, tc.world, err, tc.want)
-		}
-	}
-	// Unreachable master: a port nobody listens on.
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	_, err = Rendezvous(cctx, launchenv.Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1})
-	if err == nil || !strings.Contains(err.Error(), "cannot reach the store (master) at 127.0.0.1:1") {
-		t.Errorf("unreachable master: %v", err)
-	}
-}
-
-// RecvView hands a frame's payload on in order, in pieces of at most tcpViewBytes that tile
-// it exactly, and refuses a frame of another length before reading its payload.
 func TestTCPRecvView(t *testing.T) {
 	gs := tcpMaker(t, 2, WithStreams(2))
 	a, b := gs[0].(*group).t.(*tcpTransport), gs[1].(*group).t.(*tcpTransport)

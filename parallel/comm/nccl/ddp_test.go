@@ -17,6 +17,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 )
@@ -121,7 +122,7 @@ func TestDDPAndShardedScalerOnNCCL(t *testing.T) {
 	cudatest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	srv, err := store.Listen("127.0.0.1:0", world)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestDDPAndShardedScalerOnNCCL(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := comm.DialStore(ctx, srv.Addr())
+			st, err := store.Dial(ctx, srv.Addr())
 			if err != nil {
 				errs[r] = err
 				return

@@ -3,7 +3,7 @@
 // unchanged. It lives apart from comm so that comm stays free of CUDA.
 //
 // Ranks meet through the rendezvous store: rank 0 makes the NCCL unique id and sets it in the
-// store (comm.Rendezvous or comm.StoreOf of a TCP group), the others get it and every rank
+// store (store.Rendezvous or comm.StoreOf of a TCP group), the others get it and every rank
 // joins with ncclCommInitRank on its device (LOCAL_RANK by default).
 //
 // comm.Group's buffers are host slices ([]float32, []float64, []int64): each operation copies
@@ -31,6 +31,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // Option configures a Group.
@@ -69,18 +70,18 @@ var _ comm.Group = (*Group)(nil)
 
 var (
 	idMu  sync.Mutex
-	idSeq = map[*comm.Store]int{}
+	idSeq = map[*store.Store]int{}
 )
 
 // New joins rank of size to an NCCL group, exchanging unique ids through store. It blocks
 // until every rank has joined (NCCL's init is collective) or ctx ends.
-func New(ctx context.Context, store *comm.Store, rank, size int, opts ...Option) (*Group, error) {
+func New(ctx context.Context, st *store.Store, rank, size int, opts ...Option) (*Group, error) {
 	cfg := config{timeout: 30 * time.Minute, name: "default"}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if store == nil || size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("nccl: rank %d of %d with store %v: %w", rank, size, store != nil, comm.ErrInvalid)
+	if st == nil || size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("nccl: rank %d of %d with store %v: %w", rank, size, st != nil, comm.ErrInvalid)
 	}
 	if err := driver.Load(); err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", rank, err)
@@ -97,14 +98,14 @@ func New(ctx context.Context, store *comm.Store, rank, size int, opts ...Option)
 		return nil, fmt.Errorf("nccl: rank %d: %w", rank, err)
 	}
 	idMu.Lock()
-	seq := idSeq[store]
-	idSeq[store]++
+	seq := idSeq[st]
+	idSeq[st]++
 	idMu.Unlock()
 	g := &Group{rank: rank, size: size, dev: dev, ctx: cctx}
 	slots := []**worker{&g.coll, &g.up, &g.down}
 	for i, kind := range []string{"coll", "up", "down"} {
 		key := "nccl/" + cfg.name + "/" + strconv.Itoa(seq) + "/" + kind
-		id, err := exchangeID(ctx, store, key, rank)
+		id, err := exchangeID(ctx, st, key, rank)
 		if err == nil {
 			var w *worker
 			w, err = newWorker(ctx, g, id, cfg.timeout, kind)
@@ -125,13 +126,13 @@ func New(ctx context.Context, store *comm.Store, rank, size int, opts ...Option)
 }
 
 // InitFromEnv builds an NCCL group from the torchrun environment (launchenv.FromOS and
-// comm.Rendezvous), on device LOCAL_RANK unless WithDevice says otherwise.
+// store.Rendezvous), on device LOCAL_RANK unless WithDevice says otherwise.
 func InitFromEnv(ctx context.Context, opts ...Option) (*Group, error) {
 	env, err := launchenv.FromOS()
 	if err != nil {
 		return nil, fmt.Errorf("nccl: %w", err)
 	}
-	st, err := comm.Rendezvous(ctx, env)
+	st, err := store.Rendezvous(ctx, env)
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: rendezvous: %w", env.Rank, err)
 	}
@@ -143,19 +144,19 @@ func InitFromEnv(ctx context.Context, opts ...Option) (*Group, error) {
 	return g, nil
 }
 
-func exchangeID(ctx context.Context, store *comm.Store, key string, rank int) (libnccl.UniqueID, error) {
+func exchangeID(ctx context.Context, st *store.Store, key string, rank int) (libnccl.UniqueID, error) {
 	var id libnccl.UniqueID
 	if rank == 0 {
 		var err error
 		if id, err = libnccl.GetUniqueID(); err != nil {
 			return id, err
 		}
-		if err := store.Set(ctx, key, []byte(hex.EncodeToString(id[:]))); err != nil {
+		if err := st.Set(ctx, key, []byte(hex.EncodeToString(id[:]))); err != nil {
 			return id, fmt.Errorf("store set %s: %w", key, err)
 		}
 		return id, nil
 	}
-	v, err := store.Get(ctx, key)
+	v, err := st.Get(ctx, key)
 	if err != nil {
 		return id, fmt.Errorf("store get %s: %w", key, err)
 	}

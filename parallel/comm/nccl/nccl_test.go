@@ -13,6 +13,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +29,7 @@ func groups(t *testing.T, world int, opts ...Option) []*Group {
 	cudatest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", world)
+	srv, err := store.Listen("127.0.0.1:0", world)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func groups(t *testing.T, world int, opts ...Option) []*Group {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := comm.DialStore(ctx, srv.Addr())
+			st, err := store.Dial(ctx, srv.Addr())
 			if err != nil {
 				errs[r] = err
 				return
@@ -205,12 +206,12 @@ func TestNewWithoutLibraries(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv, err := comm.ListenStore("127.0.0.1:0", 1)
+	srv, err := store.Listen("127.0.0.1:0", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	st, err := comm.DialStore(ctx, srv.Addr())
+	st, err := store.Dial(ctx, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package c10drdzv is gprun's multi-node rendezvous without etcd (launch.Rendezvous), after
-// torchrun's c10d backend: the node whose address is the endpoint hosts a store (comm's
+// torchrun's c10d backend: the node whose address is the endpoint hosts a store (package store's
 // StoreServer) there, and every node, that one included, joins numbered rounds through it.
 // Rounds are elastic between MinNodes and MaxNodes.
 //
@@ -42,7 +42,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/auth"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
@@ -85,8 +86,8 @@ const DefaultPort = 29400
 // Rendezvous is a node's handle on the run's rounds. Close it to leave.
 type Rendezvous struct {
 	cfg    Config
-	st     *comm.Store
-	server *comm.StoreServer // on the hosting node
+	st     *store.Store
+	server *store.Server // on the hosting node
 	prefix string
 	id     string
 
@@ -110,13 +111,13 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	r := &Rendezvous{cfg: cfg, prefix: "c10d/" + cfg.RunID + "/", last: -1}
 	hn, _ := os.Hostname()
 	r.id = fmt.Sprintf("%s-%d-%s", hn, os.Getpid(), launch.RandomHex(3))
-	opts := []comm.Option{comm.WithSecret(cfg.Secret), comm.WithTimeout(cfg.JoinTimeout)}
+	opts := []store.Option{store.WithSecret(cfg.Secret), store.WithTimeout(cfg.JoinTimeout)}
 	if cfg.Host == "true" || cfg.Host == "" && isLocal(host) {
 		listen := cfg.Endpoint
 		if ip := net.ParseIP(host); ip == nil && host != "localhost" {
 			listen = net.JoinHostPort("", portOf(cfg.Endpoint))
 		}
-		srv, err := comm.ListenStore(listen, 0, opts...)
+		srv, err := store.Listen(listen, 0, opts...)
 		switch {
 		case err == nil:
 			r.server = srv
@@ -128,12 +129,12 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
-	st, err := comm.DialStore(dctx, cfg.Endpoint, opts...)
+	st, err := store.Dial(dctx, cfg.Endpoint, opts...)
 	if err != nil {
 		if r.server != nil {
 			r.server.Close()
 		}
-		if errors.Is(err, comm.ErrAuth) {
+		if errors.Is(err, auth.ErrFailed) {
 			return nil, fmt.Errorf("c10drdzv: the store at %s refused this node's secret (from %s, fingerprint %s): every node of run %s needs the hosting node's secret (its fingerprint is in its log): %w",
 				cfg.Endpoint, cfg.SecretFrom, Fingerprint(cfg.Secret), cfg.RunID, err)
 		}
@@ -143,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	cctx, ccancel := context.WithCancel(context.Background())
 	r.ctx, r.cancel = cctx, ccancel
 	if r.server != nil {
-		co, err := comm.DialStore(dctx, cfg.Endpoint, opts...)
+		co, err := store.Dial(dctx, cfg.Endpoint, opts...)
 		if err != nil {
 			st.Close()
 			r.server.Close()

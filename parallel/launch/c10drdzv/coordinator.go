@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
@@ -15,7 +15,7 @@ import (
 // rounds]). All it knows it reads from the store, so nothing is lost between its polls.
 type coordinator struct {
 	cfg    Config
-	st     *comm.Store
+	st     *store.Store
 	prefix string
 	secret string // the workers' secret, the same in every round
 }

@@ -1,4 +1,4 @@
-package comm
+package store
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/parallel/comm/auth"
 )
 
 // Store is a client of the key-value store that rank 0 hosts (the role of torch's TCPStore).
@@ -22,7 +24,7 @@ type Store struct {
 	addr    string
 	secret  string
 	timeout time.Duration
-	server  *StoreServer // set on the rank that hosts the store
+	server  *Server // set on the rank that hosts the store (Rendezvous)
 
 	mu   sync.Mutex
 	conn net.Conn
@@ -42,12 +44,13 @@ const (
 	stTimeout
 )
 
-const storePurpose = "gp-store-v1"
+// purpose is the store's purpose in the authentication handshake (see package auth).
+const purpose = "gp-store-v1"
 
-// MaxStoreValue bounds a value (and a reply) the store accepts: the store carries addresses,
+// MaxValue bounds a value (and a reply) the store accepts: the store carries addresses,
 // ids and counters, and a stranger on the port (any client when no secret is set) must not be
 // able to make the server allocate what a length field claims.
-const MaxStoreValue = 64 << 20
+const MaxValue = 64 << 20
 
 // readLen reads n bytes, n at most limit, with memory growing as the bytes arrive (in 64 KiB
 // steps) rather than with what the length field claims.
@@ -69,9 +72,10 @@ func readLen(r io.Reader, n uint64, limit int, what string) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// DialStore connects to the store at addr (host:port), retrying until ctx ends (the host may
-// not be up yet). Options: WithSecret, WithTimeout (the default wait of Get).
-func DialStore(ctx context.Context, addr string, opts ...Option) (*Store, error) {
+// Dial connects to the store at addr (host:port), retrying until ctx ends (the host may not
+// be up yet); a server that refuses this process's secret ends the retries at once with an
+// error wrapping auth.ErrFailed. Options: WithSecret, WithTimeout (the default wait of Get).
+func Dial(ctx context.Context, addr string, opts ...Option) (*Store, error) {
 	cfg := newConfig(opts)
 	s := &Store{addr: addr, secret: cfg.secretValue(), timeout: cfg.timeout}
 	var last error
@@ -80,7 +84,7 @@ func DialStore(ctx context.Context, addr string, opts ...Option) (*Store, error)
 		if err == nil {
 			return s, nil
 		}
-		if errors.Is(err, ErrAuth) {
+		if errors.Is(err, auth.ErrFailed) {
 			return nil, err
 		}
 		last = err
@@ -99,7 +103,7 @@ func (s *Store) connect(ctx context.Context) error {
 		return err
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := authDial(c, s.secret, storePurpose); err != nil {
+	if err := auth.Respond(c, s.secret, purpose); err != nil {
 		c.Close()
 		return fmt.Errorf("store %s: %w", s.addr, err)
 	}
@@ -110,6 +114,23 @@ func (s *Store) connect(ctx context.Context) error {
 
 // Addr is the store's address.
 func (s *Store) Addr() string { return s.addr }
+
+// LocalHost returns the host of this client's end of its connection to the store: the
+// address of the interface through which this process reaches the master, which is the one
+// its peers can reach it through too. It is "" while the client is not connected (after a
+// failed call, until the next one reconnects).
+func (s *Store) LocalHost() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(s.conn.LocalAddr().String())
+	if err != nil {
+		return ""
+	}
+	return host
+}
 
 // Set stores value under key and wakes the Gets waiting for it.
 func (s *Store) Set(ctx context.Context, key string, value []byte) error {
@@ -172,8 +193,8 @@ func (s *Store) call(ctx context.Context, op byte, key string, value []byte) ([]
 			return nil, fmt.Errorf("store %s: %w", s.addr, err)
 		}
 	}
-	if len(value) > MaxStoreValue {
-		return nil, fmt.Errorf("store %s %q: value of %d bytes is over the limit of %d", s.addr, key, len(value), MaxStoreValue)
+	if len(value) > MaxValue {
+		return nil, fmt.Errorf("store %s %q: value of %d bytes is over the limit of %d", s.addr, key, len(value), MaxValue)
 	}
 	c := s.conn
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
@@ -191,7 +212,7 @@ func (s *Store) call(ctx context.Context, op byte, key string, value []byte) ([]
 	}
 	var reply []byte
 	if err == nil {
-		reply, err = readLen(s.rd, uint64(binary.LittleEndian.Uint32(hdr[1:])), MaxStoreValue, "reply")
+		reply, err = readLen(s.rd, uint64(binary.LittleEndian.Uint32(hdr[1:])), MaxValue, "reply")
 	}
 	if err != nil {
 		// The connection is in an unknown state; the next call reconnects.
@@ -211,8 +232,8 @@ func (s *Store) call(ctx context.Context, op byte, key string, value []byte) ([]
 	return nil, fmt.Errorf("store %s: %s", s.addr, reply)
 }
 
-// StoreServer hosts a Store. Rank 0 runs it during rendezvous.
-type StoreServer struct {
+// Server hosts the store that Stores connect to. Rank 0 runs it during the rendezvous.
+type Server struct {
 	ln     net.Listener
 	secret string
 	world  int
@@ -228,15 +249,16 @@ type StoreServer struct {
 	wg      sync.WaitGroup
 }
 
-// ListenStore starts a store server on addr (host:port; port 0 picks one) for a world of the
-// given size (0 disables the rendezvous checks). Options: WithSecret, WithLogger.
-func ListenStore(addr string, world int, opts ...Option) (*StoreServer, error) {
+// Listen starts a store server on addr (host:port; port 0 picks one) for a world of the given
+// size (0 disables the rendezvous checks: any rank may join, any number of times). Clients
+// must present the same secret. Options: WithSecret, WithLogger.
+func Listen(addr string, world int, opts ...Option) (*Server, error) {
 	cfg := newConfig(opts)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("hosting the store on %s: %w", addr, err)
 	}
-	s := &StoreServer{ln: ln, secret: cfg.secretValue(), world: world, logger: cfg.logger,
+	s := &Server{ln: ln, secret: cfg.secretValue(), world: world, logger: cfg.logger,
 		data: map[string][]byte{}, waiters: map[string]chan struct{}{}, joined: map[int]string{},
 		conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	s.wg.Add(1)
@@ -245,10 +267,10 @@ func ListenStore(addr string, world int, opts ...Option) (*StoreServer, error) {
 }
 
 // Addr is the address the server listens on.
-func (s *StoreServer) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Close stops the server and drops its clients.
-func (s *StoreServer) Close() error {
+func (s *Server) Close() error {
 	s.mu.Lock()
 	if !s.closed {
 		close(s.done)
@@ -263,7 +285,7 @@ func (s *StoreServer) Close() error {
 	return err
 }
 
-func (s *StoreServer) accept() {
+func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
 		c, err := s.ln.Accept()
@@ -288,8 +310,8 @@ func (s *StoreServer) accept() {
 				c.Close()
 			}()
 			c.SetDeadline(time.Now().Add(10 * time.Second))
-			if err := authAccept(c, s.secret, storePurpose); err != nil {
-				s.logger.Warn("comm: store refused a connection", "remote", c.RemoteAddr().String(), "err", err)
+			if err := auth.Challenge(c, s.secret, purpose); err != nil {
+				s.logger.Warn("store: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
 				return
 			}
 			c.SetDeadline(time.Time{})
@@ -298,7 +320,7 @@ func (s *StoreServer) accept() {
 	}
 }
 
-func (s *StoreServer) serve(c net.Conn) {
+func (s *Server) serve(c net.Conn) {
 	rd := bufio.NewReader(c)
 	for {
 		var h [3]byte
@@ -313,10 +335,10 @@ func (s *StoreServer) serve(c net.Conn) {
 		if _, err := io.ReadFull(rd, vl[:]); err != nil {
 			return
 		}
-		val, err := readLen(rd, uint64(binary.LittleEndian.Uint32(vl[:])), MaxStoreValue, "value")
+		val, err := readLen(rd, uint64(binary.LittleEndian.Uint32(vl[:])), MaxValue, "value")
 		if err != nil {
 			// Past a refused length the stream cannot be followed: answer, then hang up.
-			s.logger.Warn("comm: store dropped a client", "remote", c.RemoteAddr().String(), "err", err)
+			s.logger.Warn("store: dropped a client", "remote", c.RemoteAddr().String(), "err", err)
 			c.Write(append([]byte{stErr}, binary.LittleEndian.AppendUint32(nil, uint32(len(err.Error())))...))
 			c.Write([]byte(err.Error()))
 			return
@@ -329,7 +351,7 @@ func (s *StoreServer) serve(c net.Conn) {
 	}
 }
 
-func (s *StoreServer) handle(op byte, key string, val []byte, c net.Conn) (byte, []byte) {
+func (s *Server) handle(op byte, key string, val []byte, c net.Conn) (byte, []byte) {
 	switch op {
 	case opSet:
 		s.mu.Lock()
