@@ -37,6 +37,23 @@ static inline __attribute__((always_inline)) __m256d gp2v_ldd(const double *p, i
 	return full ? _mm256_loadu_pd(p) : _mm256_maskload_pd(p, gp2v_w(m));
 }
 
+// gp2v_bits is the lane mask of the low eight bits of b (bit t keeps lane t): the
+// broadcast bits and'ed with each lane's own bit equal it exactly where that bit is set.
+static inline __m256i gp2v_bits(unsigned b) {
+	const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+	return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(b & 0xff)), bit), bit);
+}
+
+// gp2v_bits16 is the two lane masks of the 16 bits of b (bit t keeps pixel t; lo: pixels
+// 0-7, hi: 8-15), from one broadcast.
+static inline void gp2v_bits16(unsigned b, __m256i *lo, __m256i *hi) {
+	const __m256i bl = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+	const __m256i bh = _mm256_setr_epi32(256, 512, 1024, 2048, 4096, 8192, 16384, 32768);
+	__m256i v = _mm256_set1_epi32((int)b);
+	*lo = _mm256_cmpeq_epi32(_mm256_and_si256(v, bl), bl);
+	*hi = _mm256_cmpeq_epi32(_mm256_and_si256(v, bh), bh);
+}
+
 // gp2v_stp stores the first r (0 to 7) floats of v in at most three plain stores.
 static inline void gp2v_stp(float *p, __m256 v, long r) {
 	__m128 h = _mm256_castps256_ps128(v);

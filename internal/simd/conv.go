@@ -12,3 +12,27 @@ type ConvGeom struct {
 // (and in builds without the C kernels), when the caller runs its Go code. Each kernel's
 // doc names the nn/ops or models/swin function it mirrors; slices are checked against the
 // geometry before any C code reads them.
+
+// ShiftTables returns the tables of Im2colShift and the implicit convolution (ConvShiftFwd,
+// ConvShiftWGrad) for a geometry of stride 1 with OW == W: shift[q] is kernel offset q's
+// (q = i·KW + j) offset of output pixel k's input from k, and bit k%16 of
+// mask[q·ceil(P/16) + k/16] says that pixel's input is in the image (P = OH·OW; the bits of
+// pixels past P are 0).
+func ShiftTables(g *ConvGeom) (shift []int32, mask []uint16) {
+	P, kk := g.OH*g.OW, g.KH*g.KW
+	nch := (P + 15) / 16
+	shift, mask = make([]int32, kk), make([]uint16, kk*nch)
+	for i := 0; i < g.KH; i++ {
+		for j := 0; j < g.KW; j++ {
+			q := i*g.KW + j
+			shift[q] = int32((i*g.DH-g.PH)*g.W + j*g.DW - g.PW)
+			for k := 0; k < P; k++ {
+				ih, iw := k/g.OW-g.PH+i*g.DH, k%g.OW-g.PW+j*g.DW
+				if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
+					mask[q*nch+k/16] |= 1 << (k % 16)
+				}
+			}
+		}
+	}
+	return shift, mask
+}

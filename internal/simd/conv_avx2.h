@@ -33,23 +33,6 @@ static inline __m256i gp2c_range(long lo, long hi) {
 	                        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), t));
 }
 
-// gp2c_bits is the lane mask of the low eight bits of b (bit t keeps lane t): the
-// broadcast bits and'ed with each lane's own bit equal it exactly where that bit is set.
-static inline __m256i gp2c_bits(unsigned b) {
-	const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-	return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(b & 0xff)), bit), bit);
-}
-
-// gp2c_bits16 is the two lane masks of the 16 bits of b (bit t keeps pixel t; lo: pixels
-// 0-7, hi: 8-15), from one broadcast.
-static inline void gp2c_bits16(unsigned b, __m256i *lo, __m256i *hi) {
-	const __m256i bl = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-	const __m256i bh = _mm256_setr_epi32(256, 512, 1024, 2048, 4096, 8192, 16384, 32768);
-	__m256i v = _mm256_set1_epi32((int)b);
-	*lo = _mm256_cmpeq_epi32(_mm256_and_si256(v, bl), bl);
-	*hi = _mm256_cmpeq_epi32(_mm256_and_si256(v, bh), bh);
-}
-
 // gp2c_store_parti is gp2v_stp for int32 lanes.
 static inline void gp2c_store_parti(int *d, __m256i v, long n) {
 	gp2v_stp((float *)d, _mm256_castsi256_ps(v), n);
@@ -185,7 +168,7 @@ static void gp2_im2col_shift(const float *x, float *col, long ld, int lo, int hi
 			long k = 0;
 			for (; k + 16 <= P; k += 16) {
 				__m256i ml, mh;
-				gp2c_bits16(m[k / 16], &ml, &mh);
+				gp2v_bits16(m[k / 16], &ml, &mh);
 				_mm256_storeu_ps(d + k, _mm256_maskload_ps(sp + k, ml));
 				_mm256_storeu_ps(d + k + 8, _mm256_maskload_ps(sp + k + 8, mh));
 			}
@@ -193,11 +176,11 @@ static void gp2_im2col_shift(const float *x, float *col, long ld, int lo, int hi
 				// The mask's bits past P are 0 (shiftTable sets only pixels' bits).
 				unsigned mk = m[k / 16];
 				if (k + 8 <= P) {
-					_mm256_storeu_ps(d + k, _mm256_maskload_ps(sp + k, gp2c_bits(mk)));
+					_mm256_storeu_ps(d + k, _mm256_maskload_ps(sp + k, gp2v_bits(mk)));
 					k += 8;
 					mk >>= 8;
 				}
-				if (k < P) gp2v_stp(d + k, _mm256_maskload_ps(sp + k, gp2c_bits(mk)), P - k);
+				if (k < P) gp2v_stp(d + k, _mm256_maskload_ps(sp + k, gp2v_bits(mk)), P - k);
 			}
 		}
 	}
@@ -243,13 +226,13 @@ static void gp2_col2im_shift(const float *col, float *dx, long ld, int lo, int h
 			long k = 0;
 			for (; k < P && (k < k0 || k > k1); k += 16) {
 				__m256i ml, mh;
-				gp2c_bits16(m[k / 16], &ml, &mh);
+				gp2v_bits16(m[k / 16], &ml, &mh);
 				gp2c_shift_half(d + k, sp + k, ml, P - k, off + k, hw);
 				if (k + 8 < P) gp2c_shift_half(d + k + 8, sp + k + 8, mh, P - k - 8, off + k + 8, hw);
 			}
 			for (; k <= k1; k += 16) {
 				__m256i ml, mh;
-				gp2c_bits16(m[k / 16], &ml, &mh);
+				gp2v_bits16(m[k / 16], &ml, &mh);
 				__m256 a = _mm256_and_ps(_mm256_loadu_ps(sp + k), _mm256_castsi256_ps(ml));
 				__m256 b = _mm256_and_ps(_mm256_loadu_ps(sp + k + 8), _mm256_castsi256_ps(mh));
 				_mm256_storeu_ps(d + k, _mm256_add_ps(_mm256_loadu_ps(d + k), a));
@@ -257,7 +240,7 @@ static void gp2_col2im_shift(const float *col, float *dx, long ld, int lo, int h
 			}
 			for (; k < P; k += 16) {
 				__m256i ml, mh;
-				gp2c_bits16(m[k / 16], &ml, &mh);
+				gp2v_bits16(m[k / 16], &ml, &mh);
 				gp2c_shift_half(d + k, sp + k, ml, P - k, off + k, hw);
 				if (k + 8 < P) gp2c_shift_half(d + k + 8, sp + k + 8, mh, P - k - 8, off + k + 8, hw);
 			}

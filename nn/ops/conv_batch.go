@@ -1,6 +1,10 @@
 package ops
 
-import "math"
+import (
+	"math"
+
+	"github.com/gorgonia-parallel/gp/internal/simd"
+)
 
 // The batched path of Conv2d and its gradients, for small outputs. One GEMM per image
 // multiplies [O, C*kh*kw] by [C*kh*kw, Ho*Wo]; when Ho*Wo is a handful of pixels (ResNet's
@@ -33,6 +37,7 @@ type convScratch struct {
 	keepX any           // the x ([]T) whose columns keep holds; nil when none (conv_keep.go)
 	mat   gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
 	tr    gemmScratch   // the filter gradient's transposed product (gemmABt)
+	pack  gemmScratch   // an implicit convolution's packed weights (conv_shift.go)
 	idx   []int32       // the gather and scatter table of colIndex
 	// im2col's gather by kernel offset q = (i, j), built with idx: gat[q*P+k] is the offset
 	// in a channel plane of output pixel k's input (0 where it falls in the padding), and
@@ -64,19 +69,7 @@ func (sc *convScratch) shiftTable(g *convGeom) {
 	if !convShiftable(g) || (len(sc.shift) == kk && len(sc.shiftMask) == kk*nch) {
 		return
 	}
-	sc.shift, sc.shiftMask = make([]int32, kk), make([]uint16, kk*nch)
-	for i := 0; i < g.KH; i++ {
-		for j := 0; j < g.KW; j++ {
-			q := i*g.KW + j
-			sc.shift[q] = int32((i*g.DH-g.PH)*g.W + j*g.DW - g.PW)
-			for k := 0; k < P; k++ {
-				ih, iw := k/g.OW-g.PH+i*g.DH, k%g.OW-g.PW+j*g.DW
-				if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
-					sc.shiftMask[q*nch+k/16] |= 1 << (k % 16)
-				}
-			}
-		}
-	}
+	sc.shift, sc.shiftMask = simd.ShiftTables(sGeom(g))
 }
 
 // colIndex returns the table, built on first use, that maps each element of one image's

@@ -64,6 +64,10 @@ func convDataGrad[T Float](op *convDataGradOp, in []G.Value, dx []T) error {
 	if err != nil {
 		return err
 	}
+	if w32, ok := any(w).([]float32); ok && convImplicit(g) &&
+		convShiftDataGrad(op, w32, any(dy).([]float32), any(dx).([]float32)) {
+		return nil
+	}
 	if nb := g.batchChunk(op.n, elemSize[T]()); nb > 0 {
 		convDataGradBatched(op, nb, w, dy, dx)
 		return nil
@@ -144,6 +148,10 @@ func convFilterGrad[T Float](op *convFilterGradOp, in []G.Value, dw []T) error {
 	dy, err := kernData[T](op.name, in[1], "dy", op.n*g.Out*P)
 	if err != nil {
 		return err
+	}
+	if x32, ok := any(x).([]float32); ok && convImplicit(g) &&
+		convShiftFilterGrad(op, x32, any(dy).([]float32), any(dw).([]float32)) {
+		return nil
 	}
 	if nb := g.batchChunk(op.n, elemSize[T]()); nb > 0 {
 		convFilterGradBatched(op, nb, x, dy, dw)

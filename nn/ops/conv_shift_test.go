@@ -1,0 +1,109 @@
+package ops
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/nn/gradcheck"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// gemmPathOnly turns the implicit convolution off until the test ends, for the tests of the
+// GEMM path's variants.
+func gemmPathOnly(t *testing.T) {
+	t.Helper()
+	prev := implicitOff.Swap(true)
+	t.Cleanup(func() { implicitOff.Store(prev) })
+}
+
+// TestConv2dImplicitMatchesGEMM runs float32 convolutions that take the implicit path (Note
+// [Implicit convolution]) through it and through the GEMM path, and compares y, dx and dw:
+// the same products summed in other orders, so within 1e-5 relative in the max norm (the
+// bound between the GEMM path's own variants). It also runs the implicit path at 2 threads,
+// which must give the same bits as at 1 (each output is computed by one worker, in one
+// order). The cases are the demo model resnet8_s2's stride-1 convolutions (14x14, 7x7 and
+// 4x4), odd sizes and channel counts that leave partial tiles, a 5x5 kernel and a dilated
+// one, with and without a bias.
+func TestConv2dImplicitMatchesGEMM(t *testing.T) {
+	if !simdOK() {
+		t.Skip("the implicit convolution needs the C kernels (SIMD level off)")
+	}
+	const tol = 1e-5
+	cases := []convCase{
+		{name: "resnet8_s2 14x14", x: []int{16, 16, 14, 14}, w: []int{16, 16, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "resnet8_s2 7x7", x: []int{16, 32, 7, 7}, w: []int{32, 32, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "resnet8_s2 4x4", x: []int{16, 64, 4, 4}, w: []int{64, 64, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "odd 3x3 bias", x: []int{3, 5, 9, 6}, w: []int{13, 5, 3, 3}, bias: true, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "5x5 bias", x: []int{2, 3, 11, 5}, w: []int{7, 3, 5, 5}, bias: true, o: ConvOpts{Padding: [2]int{2, 2}}},
+		{name: "dilated", x: []int{2, 4, 8, 11}, w: []int{9, 4, 3, 3}, o: ConvOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
+		{name: "1x1 line", x: []int{4, 6, 1, 1}, w: []int{19, 6, 3, 3}, bias: true, o: ConvOpts{Padding: [2]int{1, 1}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewSource(11))
+			g := G.NewGraph()
+			dt := tensor.Float32
+			x := gradcheck.Input(g, dt, rng, "x", c.x...)
+			w := gradcheck.Input(g, dt, rng, "w", c.w...)
+			var b *G.Node
+			arity := 2
+			if c.bias {
+				b, arity = gradcheck.Input(g, dt, rng, "b", c.w[0]), 3
+			}
+			y, err := Conv2d(x, w, b, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gm := y.Op().(*conv2dOp).g
+			if !convImplicit(&gm) {
+				t.Fatalf("%+v does not take the implicit path", gm)
+			}
+			dy := gradcheck.Rand(rng, dt, y.Shape()...)
+			n := c.x[0]
+			fwdIn := []G.Value{x.Value(), w.Value()}
+			if c.bias {
+				fwdIn = append(fwdIn, b.Value())
+			}
+			run := func(off bool, threads int) [][]float64 {
+				implicitOff.Store(off)
+				defer implicitOff.Store(false)
+				if threads > 1 {
+					setTestThreads(t, threads)
+					defer testThreads.Store(0)
+				}
+				sc := new(convScratch)
+				ops := []kernOp{
+					&conv2dOp{kernBase: newKernBase("y", arity), g: gm, n: n, sc: sc},
+					&convDataGradOp{kernBase: newKernBase("dx", 2), g: gm, n: n, sc: sc},
+					&convFilterGradOp{kernBase: newKernBase("dw", 2), g: gm, n: n, sc: sc},
+				}
+				ins := [][]G.Value{fwdIn, {w.Value(), dy}, {x.Value(), dy}}
+				var got [][]float64
+				for i, op := range ops {
+					v, err := op.Do(ins[i]...)
+					if err != nil {
+						t.Fatalf("%v: %v", op, err)
+					}
+					got = append(got, cvF64s(v))
+				}
+				return got
+			}
+			ref := run(true, 1)
+			got := run(false, 1)
+			two := run(false, 2)
+			for i, name := range []string{"y", "dx", "dw"} {
+				if e := maxRelDiff(got[i], ref[i]); !(e <= tol) {
+					t.Errorf("%s differs from the GEMM path's by %.3g (max-norm relative, bound %g)", name, e, tol)
+				}
+				for k := range got[i] {
+					if math.Float64bits(two[i][k]) != math.Float64bits(got[i][k]) {
+						t.Errorf("%s[%d] = %g at 2 threads, %g at 1", name, k, two[i][k], got[i][k])
+						break
+					}
+				}
+			}
+		})
+	}
+}
