@@ -38,7 +38,7 @@ func TestConv2dImplicitMatchesGEMM(t *testing.T) {
 		{name: "odd 3x3 bias", x: []int{3, 5, 9, 6}, w: []int{13, 5, 3, 3}, bias: true, o: ConvOpts{Padding: [2]int{1, 1}}},
 		{name: "5x5 bias", x: []int{2, 3, 11, 5}, w: []int{7, 3, 5, 5}, bias: true, o: ConvOpts{Padding: [2]int{2, 2}}},
 		{name: "dilated", x: []int{2, 4, 8, 11}, w: []int{9, 4, 3, 3}, o: ConvOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
-		{name: "1x1 line", x: []int{4, 6, 1, 1}, w: []int{19, 6, 3, 3}, bias: true, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "one line", x: []int{4, 6, 1, 17}, w: []int{19, 6, 3, 3}, bias: true, o: ConvOpts{Padding: [2]int{1, 1}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,5 +105,37 @@ func TestConv2dImplicitMatchesGEMM(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConvImplicitChoice checks which float32 convolutions take the implicit path.
+func TestConvImplicitChoice(t *testing.T) {
+	if !simdOK() {
+		t.Skip("the implicit convolution needs the C kernels (SIMD level off)")
+	}
+	pad1 := ConvOpts{Padding: [2]int{1, 1}}
+	for _, c := range []struct {
+		name string
+		x, w []int
+		o    ConvOpts
+		want bool
+	}{
+		{"resnet8_s2 14x14", []int{64, 16, 14, 14}, []int{16, 16, 3, 3}, pad1, true},
+		{"resnet8_s2 4x4", []int{64, 64, 4, 4}, []int{64, 64, 3, 3}, pad1, true},
+		{"resnet18 layer1 at 64x64", []int{16, 64, 16, 16}, []int{64, 64, 3, 3}, pad1, true},
+		{"resnet18 layer2: weights past the bound", []int{16, 128, 8, 8}, []int{128, 128, 3, 3}, pad1, false},
+		{"2x2: fewer pixels than lanes", []int{16, 8, 2, 2}, []int{8, 8, 3, 3}, pad1, false},
+		{"stride 2", []int{4, 16, 14, 14}, []int{32, 16, 3, 3}, ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, false},
+		{"no padding: smaller output", []int{4, 16, 14, 14}, []int{16, 16, 3, 3}, ConvOpts{}, false},
+		{"1x1 without padding: the GEMM reads x", []int{4, 16, 14, 14}, []int{16, 16, 1, 1}, ConvOpts{}, false},
+		{"groups", []int{4, 16, 14, 14}, []int{16, 8, 3, 3}, ConvOpts{Padding: [2]int{1, 1}, Groups: 2}, false},
+	} {
+		g, err := newConvGeom(tensor.Shape(c.x), tensor.Shape(c.w), c.o)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := convImplicit(&g); got != c.want {
+			t.Errorf("%s: convImplicit = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
