@@ -17,8 +17,8 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// devSharded is -strategy zero3 -device cuda: cuda/devzero on this rank's GPU, with
-// parallel/zero's options, the units all-gathered and the gradients reduce-scattered by NCCL
+// devSharded is -strategy zero3 -device cuda: parallel/zero's engine with cuda/devzero's
+// backend on this rank's GPU (zero.WithBackend), with the CPU zero3's options, the units all-gathered and the gradients reduce-scattered by NCCL
 // on the device, AdamW on the rank's shard on the device or, with -offload cpu, the
 // optimizer (-opt adamw or sgd) on the CPU. At world size 1 without a launcher the NCCL
 // group is one rank's (deviceGroup). -amp is autocast in the graph; -amp fp16's unscale and
@@ -32,7 +32,8 @@ type devSharded struct {
 	cfg     *settings
 	g       comm.Group
 	model   *nn.Model
-	e       *devzero.Engine
+	e       *zero.Engine
+	be      *devzero.Backend // e's: the gradient shard's unscale, scaling and clipping
 	evals   map[int]evalProgram
 	evalOpt []nn.BuildOption
 	shape   [3]int
@@ -45,7 +46,8 @@ func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, mo
 	case cfg.Optimizer != "adamw" && cfg.Offload != "cpu":
 		return nil, fmt.Errorf("trainer: -opt %s with -strategy zero3 -device %s is not supported on the device (it steps AdamW on each rank's shard): pass -opt adamw, -offload cpu to step -opt %s on the CPU, or -strategy ddp", cfg.Optimizer, dev, cfg.Optimizer)
 	}
-	zopts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
+	be := devzero.NewBackend(cfg.dev)
+	zopts := []zero.Option{zero.WithBackend(be), zero.WithWeightDecay(cfg.WeightDecay)}
 	if cfg.SyncBN {
 		zopts = append(zopts, zero.SyncBatchNorm())
 	}
@@ -64,7 +66,7 @@ func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, mo
 		return nil, err
 	}
 	// New checks the ranks' models and broadcasts rank 0's parameters over the NCCL group.
-	e, err := devzero.New(ctx, cfg.dev, model, ng, zopts...)
+	e, err := zero.New(ctx, model, ng, zopts...)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: -device %s: %w", dev, err)
 	}
@@ -85,7 +87,7 @@ func newDeviceShardedEngine(ctx context.Context, cfg *settings, g comm.Group, mo
 	return &devSharded{
 		stepper: stepper{prog: prog, grads: func() []float32 { return nil }, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg: cfg, g: g, model: model, e: e, evals: map[int]evalProgram{},
+		cfg: cfg, g: g, model: model, e: e, be: be, evals: map[int]evalProgram{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
 		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}}, nil
 }
@@ -94,7 +96,7 @@ func (s *devSharded) trainStep(ctx context.Context, b *data.Batch, at micro) (fl
 	return s.run(ctx, b, at)
 }
 
-// update is stepper.update on the rank's gradient shard (devzero.Engine's UnscaleGrads,
+// update is stepper.update on the rank's gradient shard (devzero.Backend's UnscaleGrads,
 // ScaleGrads, ClipGradNorm: kernels over the device shard, or the pinned host copy under
 // -offload cpu), in the host's order: unscale with the inf/NaN check, 1/A for gradient
 // accumulation (every Run reduce-scatters and the shard accumulates, as the CPU zero3's),
@@ -105,14 +107,14 @@ func (s *devSharded) update(ctx context.Context) error {
 		return nil
 	}
 	if s.scaler != nil {
-		inf, err := s.e.UnscaleGrads(ctx, s.scaler.Scale())
+		inf, err := s.be.UnscaleGrads(ctx, s.scaler.Scale())
 		if err != nil {
 			return fmt.Errorf("trainer: loss scale: %w", err)
 		}
 		tellScaler(s.scaler, inf)
 	}
 	if s.accum > 1 {
-		if err := s.e.ScaleGrads(ctx, 1/float32(s.accum)); err != nil {
+		if err := s.be.ScaleGrads(ctx, 1/float32(s.accum)); err != nil {
 			return fmt.Errorf("trainer: gradient accumulation: %w", err)
 		}
 	}
@@ -128,7 +130,7 @@ func (s *devSharded) update(ctx context.Context) error {
 			}
 			return buf[0], nil
 		}
-		if _, err := s.e.ClipGradNorm(ctx, s.clip, sum); err != nil {
+		if _, err := s.be.ClipGradNorm(ctx, s.clip, sum); err != nil {
 			return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", s.clip, err)
 		}
 	}
@@ -164,7 +166,7 @@ func (s *devSharded) resume(ctx context.Context, path string, meta *checkpoint.S
 // saveShards writes a ZeRO-3 checkpoint under ck (OUT/zero/step-N/): rank 0's trainer.npz
 // with the trainer's state (and the loss scaler's), then every rank's shard with e.Save,
 // whose manifest and LATEST are written only when all are in place; rank 0 then prunes.
-func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.GradScaler, e zero.Sharded, meta *checkpoint.State) (string, error) {
+func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.GradScaler, e *zero.Engine, meta *checkpoint.State) (string, error) {
 	dir := ck.path(meta.Step)
 	if g.Rank() == 0 {
 		st := *meta
@@ -189,7 +191,7 @@ func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.
 
 // resumeShards loads a ZeRO-3 checkpoint written by saveShards ("auto": the newest readable
 // one under ck; "none" or "": nothing) into e and meta.
-func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e zero.Sharded, path string, meta *checkpoint.State) (string, error) {
+func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e *zero.Engine, path string, meta *checkpoint.State) (string, error) {
 	st := *meta
 	if scaler != nil {
 		st.Scaler = scaler
@@ -220,7 +222,6 @@ func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e zero.Sharded, path 
 }
 
 func (s *devSharded) report(ctx context.Context, cfg *settings, res *Result) error {
-	m := s.e.Memory()
-	res.ModelStateBytes = int64(m.ShardParams + m.ShardGrads + m.OptimizerDevice + m.OptimizerHost)
+	res.ModelStateBytes = s.e.Memory().ModelStateBytes()
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 // dir/tag in parallel/zero's format, as zero.Engine.Save: rank 0 writes the manifest and
 // points dir/LATEST at tag once every rank's shard is in place. Every rank calls it; it
 // waits for the device.
-func (e *Engine) Save(ctx context.Context, dir, tag string) error {
+func (e *Backend) Save(ctx context.Context, dir, tag string) error {
 	if e.closed {
 		return zero.ErrClosed
 	}
@@ -33,7 +33,7 @@ func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 // checkpoint of either engine written at any world size (a directory as zero.ReadManifest
 // resolves it), or from a consolidated .npz file, as zero.Engine.Load. It reads every shard
 // file (no communication) and waits for the device.
-func (e *Engine) Load(path string) error {
+func (e *Backend) Load(path string) error {
 	if e.closed {
 		return zero.ErrClosed
 	}
@@ -50,7 +50,7 @@ func (e *Engine) Load(path string) error {
 }
 
 // LoadEntries is Load from entries already read.
-func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
+func (e *Backend) LoadEntries(entries []nn.StateEntry) error {
 	if e.closed {
 		return zero.ErrClosed
 	}
@@ -66,7 +66,7 @@ func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
 	return nil
 }
 
-func (e *Engine) shard() zero.Shard {
+func (e *Backend) shard() zero.Shard {
 	return zero.Shard{Group: e.coll, Params: e.model.Params, Segments: e.opt.segs, Optimizer: e.opt.host}
 }
 

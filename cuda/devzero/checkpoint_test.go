@@ -14,7 +14,6 @@ import (
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
-	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -26,9 +25,9 @@ import (
 	"github.com/gorgonia-parallel/gp/train"
 )
 
-// rankEngine is what the checkpoint tests drive on either engine: zero.Engine on the host,
-// devzero.Engine on the (emulated) device, built with the same zero options.
-type rankEngine = zero.Sharded
+// rankEngine is what the checkpoint tests drive on the host and on the (emulated) device:
+// zero.Engine, with devzero's backend on the device, built with the same zero options.
+type rankEngine = *zero.Engine
 
 // job is world in-process ranks of one engine kind, each with its model and program.
 type job struct {
@@ -108,7 +107,7 @@ func deviceJob(t *testing.T, md model, world int, opts ...zero.Option) *job {
 			store.Close()
 			return nil, nil, err
 		}
-		e, err := devzero.New(ctx, devs[r], m, g, opts...)
+		e, _, err := newEngine(ctx, devs[r], m, g, opts...)
 		if err != nil {
 			g.Close(context.Background())
 			store.Close()
@@ -133,13 +132,7 @@ func startJob(t *testing.T, ctx context.Context, md model, world int, opts []zer
 		if err != nil {
 			return err
 		}
-		var p train.Program
-		switch e := e.(type) {
-		case *devzero.Engine:
-			p, err = e.Compile(build)
-		case *zero.Engine:
-			p, err = e.Compile(build)
-		}
+		p, err := e.Compile(build)
 		mu.Lock()
 		t.Cleanup(func() {
 			if p != nil {

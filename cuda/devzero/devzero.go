@@ -1,44 +1,47 @@
-// Package devzero is ZeRO-3 on CUDA devices (docs/DESIGN.md §9, "ZeRO-3 on the device"): each
-// rank keeps 1/N of the parameters, of the gradients and of the optimizer state on its
-// device, all-gathers the parameter units with NCCL before they are read and reduce-scatters
-// each unit's gradients as soon as the backward has produced them.
+// Package devzero is ZeRO-3's device backend (docs/DESIGN.md §9, "ZeRO-3 on the device"):
+// parallel/zero's engine with each rank's 1/N of the parameters, of the gradients and of the
+// optimizer state on its CUDA device, the parameter units all-gathered with NCCL before
+// they are read and each unit's gradients reduce-scattered as soon as the backward has
+// produced them.
 //
-//	e, err := devzero.New(ctx, dev, model, group,        // group: an nccl.Group on dev
-//		zero.WithOptimizer(zero.AdamW(lr)), zero.WithWeightDecay(wd))
+//	be := devzero.NewBackend(dev)
+//	e, err := zero.New(ctx, model, group,               // group: an nccl.Group on dev
+//		zero.WithBackend(be), zero.WithOptimizer(zero.AdamW(lr)), zero.WithWeightDecay(wd))
 //	p, err := e.Compile(build)
 //	for each batch { p.SetInput(...); err = train.RunStep(ctx, p) }
 //	err = e.Save(ctx, dir, tag)                          // collective: parallel/zero's format
 //
-// The engine is parallel/zero's on the device: it takes zero's options (zero.Option) and
-// has zero.Engine's names and contracts (New checks that the ranks' models agree and
-// broadcasts rank 0's parameters and buffers; Rank, World, Units, Optimizer, ShardGrad,
-// ShardParams, GatherParams, Save, Load, Close). The units and the shards are zero's
-// (zero.Layout): the flat parameter buffer is cut into units by a key of the parameters'
-// names (zero.DepthKey(1) by default), each unit padded to a multiple of the world size N,
-// and rank r owns elements [r·Shard, (r+1)·Shard) of every unit, which is what NCCL's
-// equal-count all-gather and reduce-scatter move. Checkpoints are zero's (zero.Shard,
-// checkpoint.go): the device shard and the optimizer's moments are copied to host memory
-// and written as the host engine writes them, so a checkpoint resumes bit-identically on
-// either engine and, resharded, at another world size.
+// The engine is zero.New's, with its options, names and contracts (New checks that the
+// ranks' models agree, broadcasts rank 0's parameters and buffers and cuts the units and
+// shards, zero.Layout: the flat parameter buffer is cut into units by a key of the
+// parameters' names, zero.DepthKey(1) by default, each unit padded to a multiple of the world
+// size N, and rank r owns elements [r·Shard, (r+1)·Shard) of every unit, which is what
+// NCCL's equal-count all-gather and reduce-scatter move). The Backend keeps the shards and
+// runs the programs; what exists only on the device is the Backend's (ShardGrad and
+// ShardParams copied to the host, UnscaleGrads, ScaleGrads, GradSumSquares, ClipGradNorm,
+// the device's Memory, SetTrace, State). Checkpoints are zero's (zero.Shard, checkpoint.go):
+// the device shard and the optimizer's moments are copied to host memory and written as the
+// host engine writes them, so a checkpoint resumes bit-identically on either backend and,
+// resharded, at another world size.
 //
 // A training Run gathers a unit just before its first reader, ahead of use: cuda/tape's unit
-// hooks (tape.NewUnitState) call the engine right before the first step that reads a unit's
-// parameters and right after the last, in forward and again in backward. At "need unit u"
-// the engine issues the all-gathers of the next zero.WithPrefetch units of the program's
-// schedule (tape.Program.UnitSchedule) into blocks from the device's caching allocator, on
-// the group's stream after an event of the compute stream, and makes the compute stream
-// wait for u's; at "done with unit u" u's block is freed (the cache orders its reuse after
-// the kernels that read it). As parallel/zero on the CPU, a unit is freed after its last
-// forward reader and gathered again before its first backward reader (a unit needed again
-// within the prefetch window stays, as the last unit between forward and backward).
-// Gradients are added into a zeroed per-unit block; when the backward has handed over a
-// unit's last gradient, the compute stream records an event and the unit's reduce-scatter
-// (sum) is issued on the group's stream into a shard-sized block while the backward goes
-// on; at the next unit's reduction (or after the backward) the compute stream waits for
-// it, frees the gradient block and adds the result divided by N into the rank's gradient
-// shard (gradients accumulate there until Step or ZeroGrad). RunStep (train.Overlapped)
-// steps each unit's shard with the device AdamW right after, while later units still
-// reduce.
+// hooks (tape.NewUnitState) call the backend right before the first step that reads a
+// unit's parameters and right after the last, in forward and again in backward. At "need
+// unit u" the backend issues the all-gathers of the next zero.WithPrefetch units of the
+// program's schedule (tape.Program.UnitSchedule) into blocks from the device's caching
+// allocator, on the group's stream after an event of the compute stream, and makes the
+// compute stream wait for u's; at "done with unit u" u's block is freed (the cache orders
+// its reuse after the kernels that read it). As parallel/zero on the CPU, a unit is freed
+// after its last forward reader and gathered again before its first backward reader (a
+// unit needed again within the prefetch window stays, as the last unit between forward and
+// backward). Gradients are added into a zeroed per-unit block; when the backward has handed
+// over a unit's last gradient, the compute stream records an event and the unit's
+// reduce-scatter (sum) is issued on the group's stream into a shard-sized block while the
+// backward goes on; at the next unit's reduction (or after the backward) the compute stream
+// waits for it, frees the gradient block and adds the result divided by N into the rank's
+// gradient shard (gradients accumulate there until Step or ZeroGrad). RunStep
+// (train.Overlapped) steps each unit's shard with the device AdamW right after, while later
+// units still reduce.
 //
 // Memory: the persistent device state is the parameter shard, the gradient shard and the
 // optimizer's moments, 1/N each (plus under N elements of padding per unit); during a Run
@@ -56,8 +59,9 @@
 // its reduction has ended (while later units still reduce), Step runs the optimizer on the
 // CPU and copies the updated master shard back to the device asynchronously, ahead of the
 // next Run's gathers. zero.SyncBatchNorm sums the BatchNorm statistics over the group on the
-// host (cuda/tape's Note [SyncBatchNorm on the device]). zero.OffloadDisk and
-// zero.DiskMaster are the host engine's: New refuses them naming the option.
+// host (cuda/tape's Note [SyncBatchNorm on the device]). zero.OffloadDisk, zero.WithOffloadDir
+// and zero.DiskMaster are the host engine's: zero.New refuses them, naming the option and
+// this backend.
 package devzero
 
 import (
@@ -88,7 +92,7 @@ type Collectives interface {
 	ReduceScatterDeviceAfter(dst, src driver.DevPtr, count int, dt libnccl.DataType, op comm.Op, wait, done driver.Event) nccl.DeviceWork
 }
 
-var _ zero.Sharded = (*Engine)(nil)
+var _ zero.Backend = (*Backend)(nil)
 
 // TraceEvent is what SetTrace reports: Kind is "gather" (a unit's all-gather issued),
 // "need" (the tape is about to run the unit's first reader of the phase), "done" (its last
@@ -101,12 +105,13 @@ type TraceEvent struct {
 
 // SetTrace makes every later Run call f, on the Run's goroutine, at every gather, need,
 // done and reduce (tests, diagnostics); nil stops it.
-func (e *Engine) SetTrace(f func(TraceEvent)) { e.trace = f }
+func (e *Backend) SetTrace(f func(TraceEvent)) { e.trace = f }
 
-// Engine is one rank's device ZeRO-3 state. It is driven from one goroutine, as the
-// device's stream is; every rank calls the same methods in the same order (New, Run, Step,
-// GatherParams and Save are collective).
-type Engine struct {
+// Backend is zero.Backend on a CUDA device: one rank's shards, optimizer and programs on
+// the device. Give it to one engine (zero.WithBackend), which drives it from one goroutine,
+// as the device's stream is, and closes it; every rank calls the same methods in the same
+// order (zero.New, Run, Step, GatherParams and Save are collective).
+type Backend struct {
 	dev         *cuda.Device
 	model       *nn.Model
 	coll        Collectives
@@ -147,62 +152,51 @@ type Engine struct {
 	scalars        []int64
 }
 
-// New makes rank coll.Rank()'s device ZeRO-3 state of m on dev with zero's options, as
-// zero.New does on the host: every rank calls it with the same options; it checks that the
-// ranks' models have the same parameters and buffers, broadcasts rank 0's, keeps this rank's
-// shard of the parameters on the device and builds the optimizer (zero.WithOptimizer,
-// required) over the shard. m's ParamSet keeps its full Data, which training does not read
-// or write (GatherParams returns the parameters). coll works on dev's context (an
-// nccl.Group made WithDevice(dev.Ordinal())). Options the device cannot honour are refused
-// with an error naming them.
-func New(ctx context.Context, dev *cuda.Device, m *nn.Model, coll Collectives, opts ...zero.Option) (*Engine, error) {
-	if dev == nil || m == nil || m.Params == nil || coll == nil {
-		return nil, fmt.Errorf("devzero: nil device, model or collectives")
+// NewBackend returns the device backend on dev, for zero.WithBackend. The engine's group
+// must be an nccl.Group on dev's context (made WithDevice(dev.Ordinal())), or another
+// Collectives. The device is the caller's, to close after the engine.
+func NewBackend(dev *cuda.Device) *Backend { return &Backend{dev: dev} }
+
+// Accept takes the engine's group and options (zero.Backend): it refuses a group without
+// device collectives (Collectives), a backend already given to an engine, and, naming
+// them, the options the device does not honour.
+func (e *Backend) Accept(g comm.Group, cfg zero.Config) error {
+	const backend = "the device backend (cuda/devzero)"
+	coll, ok := g.(Collectives)
+	switch {
+	case e.dev == nil:
+		return fmt.Errorf("%s: no device: make it with devzero.NewBackend(dev)", backend)
+	case e.coll != nil:
+		return fmt.Errorf("%s: already given to an engine: make one backend per engine", backend)
+	case !ok:
+		return fmt.Errorf("%s: the group (%T) has no device collectives: give zero.New an nccl.Group made WithDevice(%d)", backend, g, e.dev.Ordinal())
+	case cfg.Offload == zero.OffloadDisk:
+		return fmt.Errorf("zero.WithOffload(zero.OffloadDisk, ...) is not supported by %s: use zero.OffloadCPU, or the host engine (no zero.WithBackend) for disk offload", backend)
+	case cfg.DiskMaster:
+		return fmt.Errorf("zero.DiskMaster is not supported by %s (it keeps nothing on disk): use the host engine (no zero.WithBackend) for disk offload", backend)
+	case cfg.Dir != "":
+		return fmt.Errorf("zero.WithOffloadDir(%q) is not supported by %s (it keeps nothing on disk): leave it out, or use the host engine", cfg.Dir, backend)
 	}
-	cfg := zero.NewConfig(opts...)
-	e := &Engine{dev: dev, model: m, coll: coll, rank: coll.Rank(), world: coll.Size(), prefetch: cfg.Prefetch}
-	if e.world < 1 || e.rank < 0 || e.rank >= e.world {
-		return nil, fmt.Errorf("devzero: rank %d outside world size %d", e.rank, e.world)
-	}
-	if err := refuse(cfg); err != nil {
-		return nil, fmt.Errorf("devzero: rank %d: %w", e.rank, err)
-	}
-	e.checker.Every, e.syncBN = cfg.CheckEvery, cfg.SyncBN
-	if err := replica.CheckModels(ctx, coll, m.Params); err != nil {
-		return nil, fmt.Errorf("devzero: %w", err)
-	}
-	if err := replica.Broadcast(ctx, coll, m.Params, e.who()); err != nil {
-		return nil, err
-	}
-	lay, err := zero.NewLayout(m.Params, e.world, e.rank, cfg.Key)
-	if err != nil {
-		return nil, err
-	}
-	e.lay, e.units, e.shardLen = lay, lay.Units(), lay.ShardLen()
-	if err := e.allocate(cfg); err != nil {
-		return nil, fmt.Errorf("devzero: rank %d: %w", e.rank, errors.Join(err, e.Close()))
-	}
-	return e, nil
+	e.coll = coll
+	return nil
 }
 
-// refuse names the options in cfg that the device backend does not honour, and what to
-// use instead.
-func refuse(cfg zero.Config) error {
-	const backend = "the device backend (cuda/devzero)"
-	switch {
-	case cfg.Optimizer == nil:
-		return errors.New("no optimizer: give zero.WithOptimizer, for example zero.WithOptimizer(zero.AdamW(1e-3))")
-	case cfg.Offload == zero.OffloadDisk:
-		return fmt.Errorf("zero.WithOffload(zero.OffloadDisk, ...) is not supported by %s: use zero.OffloadCPU, or zero.New on the host for disk offload", backend)
-	case cfg.DiskMaster:
-		return fmt.Errorf("zero.DiskMaster is not supported by %s (it keeps nothing on disk): use zero.New on the host for disk offload", backend)
+// Open keeps this rank's shard of m's parameters (rank 0's, zero.New broadcast them) on the
+// device and builds the optimizer over it (zero.Backend). m's ParamSet keeps its full Data,
+// which training does not read or write (GatherParams returns the parameters).
+func (e *Backend) Open(_ context.Context, m *nn.Model, g comm.Group, lay *zero.Layout, cfg zero.Config) error {
+	e.model, e.rank, e.world, e.prefetch = m, g.Rank(), g.Size(), cfg.Prefetch
+	e.checker.Every, e.syncBN = cfg.CheckEvery, cfg.SyncBN
+	e.lay, e.units, e.shardLen = lay, lay.Units(), lay.ShardLen()
+	if err := e.allocate(cfg); err != nil {
+		return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
 	}
 	return nil
 }
 
-func (e *Engine) who() string { return fmt.Sprintf("devzero: rank %d", e.rank) }
+func (e *Backend) who() string { return fmt.Sprintf("devzero: rank %d", e.rank) }
 
-func (e *Engine) allocate(cfg zero.Config) error {
+func (e *Backend) allocate(cfg zero.Config) error {
 	ps := e.model.Params
 	units := make([]tape.Unit, len(e.units))
 	for i, u := range e.units {
@@ -243,24 +237,16 @@ func (e *Engine) allocate(cfg zero.Config) error {
 	return err
 }
 
-// Rank is this rank.
-func (e *Engine) Rank() int { return e.rank }
-
-// World is the world size.
-func (e *Engine) World() int { return e.world }
-
-// Units are the gather units, in flat order.
-func (e *Engine) Units() []*zero.Unit { return e.units }
-
 // Optimizer is the shard's optimizer, the one zero.WithOptimizer built: a scheduler sets
-// its learning rate, and its step count is the device's. Step the engine through a
-// Program (Step, RunStep), not through it.
-func (e *Engine) Optimizer() optim.Optimizer { return e.opt.host }
+// its learning rate, and its step count is the device's. Step the engine (Engine.Step,
+// Program.Step, RunStep), not it.
+func (e *Backend) Optimizer() optim.Optimizer { return e.opt.host }
 
-// State is the unit state (tape.NewUnitState) the engine's programs are compiled on.
-func (e *Engine) State() *tape.State { return e.st }
+// State is the unit state (tape.NewUnitState) the engine's programs are compiled on; nil
+// before zero.New opened the backend.
+func (e *Backend) State() *tape.State { return e.st }
 
-// Memory is the bytes an Engine holds, by what for.
+// Memory is the bytes a Backend holds on the device and in host memory, by what for.
 type Memory struct {
 	// ShardParams and ShardGrads are the rank's shards on the device (4·Σ Shard bytes each).
 	ShardParams, ShardGrads int
@@ -276,21 +262,38 @@ type Memory struct {
 	Gathered, GradBlocks, PeakGathered, PeakGradBlocks int
 }
 
-// Memory reports the bytes the engine holds.
-func (e *Engine) Memory() Memory {
+// Memory reports the bytes the backend holds.
+func (e *Backend) Memory() Memory {
 	m := Memory{ShardParams: 4 * e.shardP.Len(), ShardGrads: 4 * e.shardG.Len(),
 		Gathered: e.live[0], GradBlocks: e.live[1], PeakGathered: e.peak[0], PeakGradBlocks: e.peak[1]}
 	e.opt.memory(&m)
 	return m
 }
 
-// Close frees the engine's device memory and events; programs compiled from it must not
+// CountMemory is zero.Backend's: the shards and the optimizer state on the device and,
+// under OffloadCPU, their pinned host copies; the step's peak adds the most gathered
+// parameter and gradient blocks held at once (Memory).
+func (e *Backend) CountMemory(m *zero.Memory) {
+	d := e.Memory()
+	pinned := int64(0)
+	if e.opt.offload {
+		pinned = 4 * int64(e.shardLen)
+	}
+	m.MasterBytes, m.GradBytes = int64(d.ShardParams)+pinned, int64(d.ShardGrads)+pinned
+	m.StateBytes = int64(d.OptimizerDevice+d.OptimizerHost) - 2*pinned
+	m.PeakStepBytes = m.ModelStateBytes() + int64(d.PeakGathered+d.PeakGradBlocks)
+}
+
+// Close frees the backend's device memory and events; programs compiled from it must not
 // run afterwards. The device and the group are the caller's.
-func (e *Engine) Close() error {
+func (e *Backend) Close() error {
 	if e.closed {
 		return nil
 	}
 	e.closed = true
+	if e.dev == nil {
+		return nil
+	}
 	if e.opt != nil {
 		e.opt.free()
 	}
@@ -324,8 +327,8 @@ func at(t *cuda.Tensor, i int) driver.DevPtr { return t.Ptr() + driver.DevPtr(4*
 
 // GatherParams all-gathers the full parameters, one unit at a time, into a new buffer with
 // nn.ParamSet's layout (parameter p is out[p.Offset:p.Offset+p.Numel()]), as
-// zero.Engine.GatherParams. Every rank must call it.
-func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
+// zero.Engine.GatherParams. Every rank must call it (through the engine).
+func (e *Backend) GatherParams(ctx context.Context) ([]float32, error) {
 	out := make([]float32, e.model.Params.NumParams())
 	for i, u := range e.units {
 		blk, w, err := e.gather(i)
@@ -353,7 +356,8 @@ func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
 }
 
 // ZeroGrad zeroes the gradient shard (the gradient blocks live only within a Run).
-func (e *Engine) ZeroGrad() error {
+// Call it through the engine (Engine.ZeroGrad).
+func (e *Backend) ZeroGrad() error {
 	if err := e.dev.Zero(e.shardG); err != nil {
 		return fmt.Errorf("devzero: rank %d: zeroing the gradient shard: %w", e.rank, err)
 	}
@@ -363,10 +367,14 @@ func (e *Engine) ZeroGrad() error {
 // hostPtr is the address of b's first element.
 func hostPtr(b []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
+// Step applies the optimizer to the whole shard (Engine.Step): the device AdamW or, under
+// OffloadCPU, the optimizer on the CPU.
+func (e *Backend) Step(ctx context.Context) error { return e.opt.step(ctx) }
+
 // ShardGrad copies the rank's gradient shard (Σ Shard floats, unit by unit: unit u's at
 // u.ShardBase, the rank's elements [rank·Shard, (rank+1)·Shard) of the unit, padding
 // included) to the host. It waits for the device.
-func (e *Engine) ShardGrad(ctx context.Context) ([]float32, error) {
+func (e *Backend) ShardGrad(ctx context.Context) ([]float32, error) {
 	g, err := e.shardG.ToHost(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: gradient shard to the host: %w", e.rank, err)
@@ -376,7 +384,7 @@ func (e *Engine) ShardGrad(ctx context.Context) ([]float32, error) {
 
 // ShardParams copies the rank's master shard (ShardGrad's layout) to the host. It waits
 // for the device.
-func (e *Engine) ShardParams(ctx context.Context) ([]float32, error) {
+func (e *Backend) ShardParams(ctx context.Context) ([]float32, error) {
 	p, err := e.shardP.ToHost(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: parameter shard to the host: %w", e.rank, err)
@@ -387,7 +395,7 @@ func (e *Engine) ShardParams(ctx context.Context) ([]float32, error) {
 // checkAgreement is zero.CheckEvery's periodic check on the device engine: the ranks agree
 // on the optimizer's step count and learning rate and, under SyncBatchNorm, the buffers (the
 // parameters are sharded: each exists once).
-func (e *Engine) checkAgreement(ctx context.Context) error {
+func (e *Backend) checkAgreement(ctx context.Context) error {
 	if !e.checker.Due() {
 		return nil
 	}

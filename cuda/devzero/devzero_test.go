@@ -18,6 +18,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
@@ -36,7 +37,14 @@ func TestMain(m *testing.M) {
 	os.Exit(cudatest.MainEmulated(m))
 }
 
-var _ train.Overlapped = (*devzero.Program)(nil)
+var _ train.Overlapped = (*zero.Program)(nil)
+
+// newEngine is zero.New with the device backend on dev: the engine and its backend.
+func newEngine(ctx context.Context, dev *cuda.Device, m *nn.Model, g comm.Group, opts ...zero.Option) (*zero.Engine, *devzero.Backend, error) {
+	be := devzero.NewBackend(dev)
+	e, err := zero.New(ctx, m, g, append([]zero.Option{zero.WithBackend(be)}, opts...)...)
+	return e, be, err
+}
 
 // tol bounds the difference between device ZeRO-3 over 2 ranks and one CPU process on the
 // global batch, relative to each tensor's scale: the device's GEMMs and reductions sum in
@@ -282,7 +290,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 				if offload {
 					opts = append(opts[:len(opts):len(opts)], zero.WithOffload(zero.OffloadCPU, 0))
 				}
-				e, err := devzero.New(ctx, devs[r], m, g, adamOpts(opts...)...)
+				e, be, err := newEngine(ctx, devs[r], m, g, adamOpts(opts...)...)
 				if err != nil {
 					return err
 				}
@@ -307,7 +315,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 						return fmt.Errorf("step %d: %w", s, err)
 					}
 					if s == 0 {
-						sh, err := e.ShardGrad(ctx)
+						sh, err := be.ShardGrad(ctx)
 						if err != nil {
 							return err
 						}
@@ -337,7 +345,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 					return err
 				}
 				if r == 0 {
-					mem = e.Memory()
+					mem = be.Memory()
 					for _, u := range e.Units() {
 						units = append(units, [2]int{u.Lo, u.Hi})
 					}

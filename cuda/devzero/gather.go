@@ -12,7 +12,7 @@ import (
 )
 
 // unitHooks is the engine as cuda/tape's unit hooks: gathers ahead of use, frees after.
-type unitHooks struct{ e *Engine }
+type unitHooks struct{ e *Backend }
 
 // gatherWork is an issued all-gather of a Run, waited for at its end.
 type gatherWork struct {
@@ -80,7 +80,7 @@ func (h unitHooks) Grad(u int) (*cuda.Tensor, error) {
 
 // issueNeed issues the gather of the schedule's j-th Need, unless its unit is gathered now
 // (then the unit is kept until that Need).
-func (e *Engine) issueNeed(j int) error {
+func (e *Backend) issueNeed(j int) error {
 	n := e.needs[j]
 	if e.blocks[n.Unit] != nil {
 		e.keep[n.Unit] = true
@@ -100,7 +100,7 @@ func (e *Engine) issueNeed(j int) error {
 // gather allocates a block for unit i and issues its all-gather into it on the group's
 // stream, after the compute stream's work so far (which includes the kernels of every
 // block freed before: the cache may hand one of them out here).
-func (e *Engine) gather(i int) (*cuda.Tensor, nccl.DeviceWork, error) {
+func (e *Backend) gather(i int) (*cuda.Tensor, nccl.DeviceWork, error) {
 	u := e.units[i]
 	blk, err := e.dev.Alloc(cuda.Float32, u.Padded)
 	if err != nil {
@@ -115,7 +115,7 @@ func (e *Engine) gather(i int) (*cuda.Tensor, nccl.DeviceWork, error) {
 }
 
 // await makes the compute stream wait for unit i's issued gather w.
-func (e *Engine) await(ctx context.Context, i int, w nccl.DeviceWork) error {
+func (e *Backend) await(ctx context.Context, i int, w nccl.DeviceWork) error {
 	select {
 	case <-w.Enqueued():
 	case <-ctx.Done():
@@ -128,7 +128,7 @@ func (e *Engine) await(ctx context.Context, i int, w nccl.DeviceWork) error {
 }
 
 // waitGathers waits for the Run's all-gathers to end and reports their errors.
-func (e *Engine) waitGathers(ctx context.Context) error {
+func (e *Backend) waitGathers(ctx context.Context) error {
 	var errs []error
 	for _, g := range e.gworks {
 		if err := g.w.Wait(ctx); err != nil {
@@ -140,7 +140,7 @@ func (e *Engine) waitGathers(ctx context.Context) error {
 }
 
 // beginRun resets the per-Run gather state for a program's schedule.
-func (e *Engine) beginRun(ctx context.Context, needs []tape.UnitEvent) {
+func (e *Backend) beginRun(ctx context.Context, needs []tape.UnitEvent) {
 	e.ctx, e.needs, e.needPos, e.issue = ctx, needs, 0, 0
 	clear(e.keep)
 	clear(e.pend)
@@ -148,7 +148,7 @@ func (e *Engine) beginRun(ctx context.Context, needs []tape.UnitEvent) {
 }
 
 // freeParams frees unit u's gathered block.
-func (e *Engine) freeParams(u int) {
+func (e *Backend) freeParams(u int) {
 	if b := e.blocks[u]; b != nil {
 		b.Free()
 		e.blocks[u] = nil
@@ -157,7 +157,7 @@ func (e *Engine) freeParams(u int) {
 }
 
 // freeGrad frees unit u's gradient block and reduce-scatter result.
-func (e *Engine) freeGrad(u int) {
+func (e *Backend) freeGrad(u int) {
 	if g := e.gradBlk[u]; g != nil {
 		g.Free()
 		e.gradBlk[u] = nil
@@ -170,7 +170,7 @@ func (e *Engine) freeGrad(u int) {
 }
 
 // freeBlocks frees what a Run left (one that failed); its collectives have ended.
-func (e *Engine) freeBlocks() {
+func (e *Backend) freeBlocks() {
 	for u := range e.blocks {
 		e.freeParams(u)
 		e.freeGrad(u)
@@ -178,12 +178,12 @@ func (e *Engine) freeBlocks() {
 }
 
 // account adds n bytes to kind's (0: parameters, 1: gradients) live count and peak.
-func (e *Engine) account(kind, n int) {
+func (e *Backend) account(kind, n int) {
 	e.live[kind] += n
 	e.peak[kind] = max(e.peak[kind], e.live[kind])
 }
 
-func (e *Engine) emit(kind string, u int, ph tape.Phase) {
+func (e *Backend) emit(kind string, u int, ph tape.Phase) {
 	if e.trace != nil {
 		e.trace(TraceEvent{Kind: kind, Unit: u, Phase: ph})
 	}

@@ -19,7 +19,7 @@ import (
 
 // shardHost waits for the gradient shard's copies to the pinned host shard and returns it
 // (offload only).
-func (e *Engine) shardHost(ctx context.Context) ([]float32, error) {
+func (e *Backend) shardHost(ctx context.Context) ([]float32, error) {
 	if err := e.dev.Synchronize(ctx); err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: waiting for the gradient shard's copy to the host: %w", e.rank, err)
 	}
@@ -29,7 +29,7 @@ func (e *Engine) shardHost(ctx context.Context) ([]float32, error) {
 // UnscaleGrads multiplies the gradient shard by 1/scale (the reciprocal in float64 rounded
 // to float32, as amp.GradScaler.Unscale) and reports whether any unscaled element is inf or
 // NaN, in one pass. It waits for the device.
-func (e *Engine) UnscaleGrads(ctx context.Context, scale float32) (foundInf bool, err error) {
+func (e *Backend) UnscaleGrads(ctx context.Context, scale float32) (foundInf bool, err error) {
 	if !(scale > 0) {
 		return false, fmt.Errorf("devzero: rank %d: unscale: loss scale %g, want > 0", e.rank, scale)
 	}
@@ -57,7 +57,7 @@ func (e *Engine) UnscaleGrads(ctx context.Context, scale float32) (foundInf bool
 
 // GradSumSquares is Σ g² over the rank's gradient shard (padding included: it is zero),
 // accumulated in float64: inf or NaN when an element is. It waits for the device.
-func (e *Engine) GradSumSquares(ctx context.Context) (float64, error) {
+func (e *Backend) GradSumSquares(ctx context.Context) (float64, error) {
 	if e.opt.offload {
 		g, err := e.shardHost(ctx)
 		if err != nil {
@@ -78,7 +78,7 @@ func (e *Engine) GradSumSquares(ctx context.Context) (float64, error) {
 
 // ScaleGrads multiplies the gradient shard by f (on the device's stream, or on the host
 // copy under zero.OffloadCPU).
-func (e *Engine) ScaleGrads(ctx context.Context, f float32) error {
+func (e *Backend) ScaleGrads(ctx context.Context, f float32) error {
 	if e.opt.offload {
 		g, err := e.shardHost(ctx)
 		if err != nil {
@@ -101,7 +101,7 @@ func (e *Engine) ScaleGrads(ctx context.Context, f float32) error {
 // factor is optim's (optim.ClipCoef), as is the error for a norm that is inf or NaN, which
 // leaves the shard as it is. Every rank must call it alike. It returns the global norm
 // before clipping.
-func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float64, sum func(context.Context, float64) (float64, error)) (float64, error) {
+func (e *Backend) ClipGradNorm(ctx context.Context, maxNorm float64, sum func(context.Context, float64) (float64, error)) (float64, error) {
 	sq, err := e.GradSumSquares(ctx)
 	if err != nil {
 		return 0, err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
-	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -41,7 +40,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if offload {
 				opts = append(opts, zero.WithOffload(zero.OffloadCPU, 0))
 			}
-			e, err := devzero.New(ctx, dev, m, g, opts...)
+			e, be, err := newEngine(ctx, dev, m, g, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +58,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if err := p.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
-			g0, err := e.ShardGrad(ctx)
+			g0, err := be.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +74,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			// within 2^-22).
 			sumsqTol := func(what string, want, tol float64) float64 {
 				t.Helper()
-				got, err := e.GradSumSquares(ctx)
+				got, err := be.GradSumSquares(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -86,13 +85,13 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			}
 			sumsq := func(what string, want float64) float64 { t.Helper(); return sumsqTol(what, want, 1e-12) }
 			sq := sumsq("after the Run", want)
-			inf, err := e.UnscaleGrads(ctx, 4)
+			inf, err := be.UnscaleGrads(ctx, 4)
 			if err != nil || inf {
 				t.Fatalf("unscale by 4: inf %v, err %v; want no inf", inf, err)
 			}
 			sq = sumsq("unscaled by 4", sq/16)
 			if !offload {
-				g1, err := e.ShardGrad(ctx)
+				g1, err := be.ShardGrad(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +101,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 					}
 				}
 			}
-			if err := e.ScaleGrads(ctx, 0.5); err != nil {
+			if err := be.ScaleGrads(ctx, 0.5); err != nil {
 				t.Fatal(err)
 			}
 			sq = sumsq("scaled by 0.5", sq/4)
@@ -113,30 +112,30 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if err != nil || c >= 1 {
 				t.Fatalf("optim.ClipCoef(%g, %g) = %g, %v: want a factor below 1", maxNorm, 2*sq, c, err)
 			}
-			got, err := e.ClipGradNorm(ctx, maxNorm, twoRanks)
+			got, err := be.ClipGradNorm(ctx, maxNorm, twoRanks)
 			if err != nil || got != norm {
 				t.Fatalf("clip: norm %.17g, err %v; want optim's %.17g", got, err, norm)
 			}
 			coef := float64(c)
 			sq = sumsqTol("clipped", sq*coef*coef, 0x1p-22)
 			// A norm already within maxNorm leaves the shard as it is.
-			if _, err := e.ClipGradNorm(ctx, 10*norm, twoRanks); err != nil {
+			if _, err := be.ClipGradNorm(ctx, 10*norm, twoRanks); err != nil {
 				t.Fatal(err)
 			}
 			sq = sumsq("not clipped", sq)
-			if inf, err := e.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
+			if inf, err := be.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
 				t.Fatalf("unscale by %g (its reciprocal overflows float32): inf %v, err %v; want inf", math.SmallestNonzeroFloat32, inf, err)
 			}
 			// A non-finite norm is optim's error, and the shard is left as it was.
-			before, err := e.ShardGrad(ctx)
+			before, err := be.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, _, wantErr := optim.ClipCoef(1, math.Inf(1))
-			if _, err := e.ClipGradNorm(ctx, 1, twoRanks); err == nil || !strings.Contains(err.Error(), wantErr.Error()) {
+			if _, err := be.ClipGradNorm(ctx, 1, twoRanks); err == nil || !strings.Contains(err.Error(), wantErr.Error()) {
 				t.Fatalf("clip of an inf gradient: %v, want optim's error %q", err, wantErr)
 			}
-			after, err := e.ShardGrad(ctx)
+			after, err := be.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

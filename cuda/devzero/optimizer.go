@@ -17,7 +17,7 @@ import (
 // counted by its BeginStep), and its host moments and master copy are a checkpoint's
 // staging. Under offload it steps the pinned master shard itself.
 type shardOptimizer struct {
-	e      *Engine
+	e      *Backend
 	host   optim.Optimizer
 	adam   *optim.Adam     // host, on the device
 	segs   []optim.Segment // host's, over master and grad
@@ -42,7 +42,7 @@ type shardRange struct {
 	wd     float64
 }
 
-func newShardOptimizer(e *Engine, cfg zero.Config, shard []float32) (*shardOptimizer, error) {
+func newShardOptimizer(e *Backend, cfg zero.Config, shard []float32) (*shardOptimizer, error) {
 	o := &shardOptimizer{e: e, offload: cfg.Offload == zero.OffloadCPU, state: map[string][]float32{}}
 	if o.offload {
 		var err error

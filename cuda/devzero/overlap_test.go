@@ -62,7 +62,7 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := devzero.New(ctx, dev, m, rec, adamOpts(md.opts...)...)
+	e, _, err := newEngine(ctx, dev, m, rec, adamOpts(md.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +96,10 @@ func TestReduceScatterDuringBackward(t *testing.T) {
 	}
 }
 
-// New refuses what the device backend cannot do, naming the option: an optimizer other than
-// Adam/AdamW on the device, disk offload, DiskMaster, no optimizer; and nil
-// inputs or a rank outside the world.
+// zero.New with the device backend refuses what the backend cannot do, naming the option
+// and the backend: an optimizer other than Adam/AdamW on the device, disk offload, DiskMaster,
+// an offload directory, a group without device collectives, a backend without a device or
+// given to a second engine, no optimizer; and nil inputs or a rank outside the world.
 func TestNewRefuses(t *testing.T) {
 	cudatest.Require(t)
 	ctx := context.Background()
@@ -107,22 +108,35 @@ func TestNewRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	used := devzero.NewBackend(dev)
+	if e, err := zero.New(ctx, m, g, adamOpts(zero.WithBackend(used))...); err != nil {
+		t.Fatal(err)
+	} else {
+		defer e.Close()
+	}
+	host := comm.NewLocalGroups(1)[0]
+	defer host.Close(ctx)
 	sgd := zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(segs, 0.1) }))
 	for _, c := range []struct {
 		name string
-		coll devzero.Collectives
+		be   *devzero.Backend
+		coll comm.Group
 		m    *nn.Model
 		opts []zero.Option
 		want string
 	}{
-		{"sgd on the device", g, m, []zero.Option{sgd}, "optimizer *optim.SGD is not supported on the device"},
-		{"disk offload", g, m, adamOpts(zero.WithOffload(zero.OffloadDisk, 0), zero.WithOffloadDir(t.TempDir())), "zero.WithOffload(zero.OffloadDisk, ...) is not supported by the device backend (cuda/devzero)"},
-		{"disk master", g, m, adamOpts(zero.DiskMaster()), "zero.DiskMaster is not supported by the device backend"},
-		{"no optimizer", g, m, nil, "no optimizer: give zero.WithOptimizer"},
-		{"nil model", g, nil, adamOpts(), "nil device, model"},
-		{"rank outside", &fakeRanks{rank: 2, size: 2}, m, adamOpts(), "rank 2 outside world size 2"},
+		{"sgd on the device", devzero.NewBackend(dev), g, m, []zero.Option{sgd}, "optimizer *optim.SGD is not supported on the device"},
+		{"disk offload", devzero.NewBackend(dev), g, m, adamOpts(zero.WithOffload(zero.OffloadDisk, 0), zero.WithOffloadDir(t.TempDir())), "zero.WithOffload(zero.OffloadDisk, ...) is not supported by the device backend (cuda/devzero)"},
+		{"disk master", devzero.NewBackend(dev), g, m, adamOpts(zero.DiskMaster()), "zero.DiskMaster is not supported by the device backend"},
+		{"offload dir", devzero.NewBackend(dev), g, m, adamOpts(zero.WithOffloadDir(t.TempDir())), ") is not supported by the device backend (cuda/devzero) (it keeps nothing on disk)"},
+		{"host group", devzero.NewBackend(dev), host, m, adamOpts(), "the device backend (cuda/devzero): the group"},
+		{"no device", devzero.NewBackend(nil), g, m, adamOpts(), "the device backend (cuda/devzero): no device"},
+		{"second engine", used, g, m, adamOpts(), "already given to an engine"},
+		{"no optimizer", devzero.NewBackend(dev), g, m, nil, "no optimizer: give WithOptimizer"},
+		{"nil model", devzero.NewBackend(dev), g, nil, adamOpts(), "nil model"},
+		{"rank outside", devzero.NewBackend(dev), &fakeRanks{rank: 2, size: 2}, m, adamOpts(), "rank 2 outside world size 2"},
 	} {
-		e, err := devzero.New(ctx, dev, c.m, c.coll, c.opts...)
+		e, err := zero.New(ctx, c.m, c.coll, append([]zero.Option{zero.WithBackend(c.be)}, c.opts...)...)
 		if err == nil {
 			e.Close()
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
-	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/internal/proctest"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -59,7 +58,7 @@ func worker(string) error {
 	if err != nil {
 		return err
 	}
-	e, err := devzero.New(ctx, dev, m, g, adamOpts(md.opts...)...)
+	e, _, err := newEngine(ctx, dev, m, g, adamOpts(md.opts...)...)
 	if err != nil {
 		return err
 	}

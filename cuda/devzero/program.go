@@ -15,33 +15,31 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// Program is a model compiled for device ZeRO-3: train.Program's verbs. Run runs forward
-// and backward on the device, gathering each unit ahead of its readers and freeing it
-// after, and leaves the rank's shard of the average gradient in the gradient shard; Step
-// is the sharded optimizer (AdamW on the device, or the optimizer on the CPU under zero.OffloadCPU), then the
-// gradients are zeroed. SetInput, Output and LossValue are the tape program's. A program
-// built with nn.Training(false) gathers and runs forward with no reduction (still
-// collective).
-type Program struct {
+// program is a model compiled for device ZeRO-3, zero.Executor: Run runs forward and
+// backward on the device, gathering each unit ahead of its readers and freeing it after,
+// and leaves the rank's shard of the average gradient in the gradient shard. SetInput,
+// Input, Output, LossValue and Close are the tape program's. A program built with
+// nn.Training(false) gathers and runs forward with no reduction (still collective).
+type program struct {
 	*tape.Program
-	e        *Engine
+	e        *Backend
 	needs    []tape.UnitEvent // the tape's Need calls, in order
 	training bool
 }
 
-// Compile builds the model with build on the engine's unit state (tape.State.Compile)
+// Compile builds the model with build on the backend's unit state (tape.State.Compile)
 // with the gradient hook that reduce-scatters each complete unit and, under
-// zero.SyncBatchNorm, the statistics reducer over the engine's group.
-func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
+// zero.SyncBatchNorm, the statistics reducer over the engine's group (zero.Backend).
+func (e *Backend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (zero.Executor, error) {
 	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradHook(e.onGrad))
 	if e.syncBN {
 		all = append(all, nn.WithStatsReducer(replica.StatsReducer{Group: e.coll, Ctx: func() context.Context { return e.ctx }, Who: e.who()}))
 	}
 	tp, err := e.st.Compile(build, all...)
 	if err != nil {
-		return nil, fmt.Errorf("devzero: rank %d: compile: %w", e.rank, err)
+		return nil, err
 	}
-	p := &Program{Program: tp, e: e, training: tp.CPU().Builder.Training() && tp.CPU().Loss != nil}
+	p := &program{Program: tp, e: e, training: tp.CPU().Builder.Training() && tp.CPU().Loss != nil}
 	for _, ev := range tp.UnitSchedule() {
 		if ev.Need {
 			p.needs = append(p.needs, ev)
@@ -50,30 +48,42 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 	return p, nil
 }
 
+// Units are the units the program gathers in forward order.
+func (p *program) Units() []int {
+	var out []int
+	for _, ev := range p.needs {
+		if ev.Phase == tape.Forward {
+			out = append(out, ev.Unit)
+		}
+	}
+	return out
+}
+
 // Run runs one step on this rank: on return the gradient shard holds (in stream order) this
 // rank's shard of the average over the ranks of the gradients accumulated since the last
 // Step or ZeroGrad.
-func (p *Program) Run(ctx context.Context) error {
+func (p *program) Run(ctx context.Context) error {
 	return p.run(ctx, false)
 }
 
-// RunStep is Run then Step, with each unit's shard updated by the device AdamW as soon as
-// the compute stream has its reduced gradient, while later units still reduce (train's
-// Overlapped); under zero.OffloadCPU, and for an evaluation program, it is Run then Step.
-func (p *Program) RunStep(ctx context.Context) error {
-	if !p.training || p.e.opt.offload {
-		if err := p.Run(ctx); err != nil {
-			return err
-		}
-		return p.Step(ctx)
-	}
-	if err := p.run(ctx, true); err != nil {
+// RunStep is Run then Step and ZeroGrad, with each unit's shard updated by the device AdamW
+// as soon as the compute stream has its reduced gradient, while later units still reduce
+// (train's Overlapped); under zero.OffloadCPU, and for an evaluation program, it is Run
+// then Step.
+func (p *program) RunStep(ctx context.Context) error {
+	ranged := p.training && !p.e.opt.offload
+	if err := p.run(ctx, ranged); err != nil {
 		return err
+	}
+	if !ranged {
+		if err := p.e.Step(ctx); err != nil {
+			return fmt.Errorf("devzero: rank %d: optimizer step: %w", p.e.rank, err)
+		}
 	}
 	return p.e.ZeroGrad()
 }
 
-func (p *Program) run(ctx context.Context, ranged bool) error {
+func (p *program) run(ctx context.Context, ranged bool) error {
 	e := p.e
 	if e.closed {
 		return zero.ErrClosed
@@ -97,21 +107,7 @@ func (p *Program) run(ctx context.Context, ranged bool) error {
 	return e.finish(ctx, runErr)
 }
 
-// Step applies the sharded optimizer, then zeroes the gradients.
-func (p *Program) Step(ctx context.Context) error {
-	if p.e.closed {
-		return zero.ErrClosed
-	}
-	if err := p.e.opt.step(ctx); err != nil {
-		return fmt.Errorf("devzero: rank %d: optimizer step: %w", p.e.rank, err)
-	}
-	return p.e.ZeroGrad()
-}
-
-// ZeroGrad zeroes the gradients on the device.
-func (p *Program) ZeroGrad() error { return p.e.ZeroGrad() }
-
-func (e *Engine) begin(ranged bool) {
+func (e *Backend) begin(ranged bool) {
 	n := len(e.model.Params.Params)
 	if len(e.isReady) != n {
 		e.isReady = make([]bool, n)
@@ -128,7 +124,7 @@ func (e *Engine) begin(ranged bool) {
 }
 
 // onGrad is the gradient hook: p's gradient has been added into its unit's block.
-func (e *Engine) onGrad(p *nn.Param) error {
+func (e *Backend) onGrad(p *nn.Param) error {
 	if e.isReady[p.Index] {
 		err := fmt.Errorf("devzero: rank %d: gradient of %s arrived twice in one Run", e.rank, p.Name)
 		if e.hookErr == nil {
@@ -154,7 +150,7 @@ func (e *Engine) onGrad(p *nn.Param) error {
 
 // launch reduce-scatters unit i's gradient block into a shard-sized block on the group's
 // stream, after the compute stream's work so far. A failure is the unit's Work's.
-func (e *Engine) launch(i int) {
+func (e *Backend) launch(i int) {
 	u := e.units[i]
 	e.order = append(e.order, i)
 	e.emit("reduce", i, tape.Backward)
@@ -175,7 +171,7 @@ func (e *Engine) launch(i int) {
 // divided by the world size into the unit's shard (and, under offload, copies it to pinned
 // host memory; when ranged, steps it with the device AdamW). A unit with no reduction (no
 // gradient reached it in this Run) keeps its shard as accumulated.
-func (e *Engine) retireUpTo(n int) error {
+func (e *Backend) retireUpTo(n int) error {
 	c, s := e.dev.Context(), e.dev.Stream()
 	for ; e.retired < n; e.retired++ {
 		i := e.order[e.retired]
@@ -235,7 +231,7 @@ func (e *Engine) retireUpTo(n int) error {
 // finish launches the units whose gradients are incomplete (a parameter that does not
 // reach the loss) and notes those that got none, adds every reduction into the shard, then
 // waits for the collectives, reports their errors and frees what is left.
-func (e *Engine) finish(ctx context.Context, runErr error) error {
+func (e *Backend) finish(ctx context.Context, runErr error) error {
 	errs := []error{runErr, e.hookErr}
 	for i := range e.units {
 		if e.pending[i] == 0 {

@@ -114,11 +114,11 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := devzero.New(ctx, dev, m, lg, adamOpts(zero.WithPrefetch(depth))...)
+	e, be, err := newEngine(ctx, dev, m, lg, adamOpts(zero.WithPrefetch(depth))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetTrace(trace)
+	be.SetTrace(trace)
 	defer e.Close()
 	units := e.Units()
 	if len(units) != deepLayers {
@@ -172,7 +172,7 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 	}
 	unit := 4 * units[0].Padded
 	psi := 4 * len(m.Params.Data)
-	mem := e.Memory()
+	mem := be.Memory()
 	extra := after.PeakInUse - int64(mem.ShardParams+mem.ShardGrads+mem.OptimizerDevice)
 	t.Logf("prefetch %d: %d all-gathers; gathered peak %d B, gradient blocks peak %d B (unit %d B, Ψ %d B); device peak %d B over the sharded state (%d B in use before the Run)",
 		depth, gathers, mem.PeakGathered, mem.PeakGradBlocks, unit, psi, extra, before.InUse)
@@ -189,7 +189,7 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grad, err := e.ShardGrad(ctx)
+	grad, err := be.ShardGrad(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestGatherFailureFreesBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := devzero.New(ctx, dev, m, &failGroup{Group: g, n: fail}, adamOpts()...)
+		e, be, err := newEngine(ctx, dev, m, &failGroup{Group: g, n: fail}, adamOpts()...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func TestGatherFailureFreesBlocks(t *testing.T) {
 				t.Fatalf("Run with a failing all-gather: %v, want the fake's error naming the unit", err)
 			}
 			t.Logf("failed Run: %v", err)
-			if mem := e.Memory(); mem.Gathered != 0 || mem.GradBlocks != 0 {
+			if mem := be.Memory(); mem.Gathered != 0 || mem.GradBlocks != 0 {
 				t.Errorf("after the failed Run %d B gathered and %d B of gradient blocks held, want none", mem.Gathered, mem.GradBlocks)
 			}
 			p.ZeroGrad()

@@ -69,10 +69,14 @@ type Shard struct {
 // Save writes this rank's shard (its master parameter slices, named "<param>[lo:hi]" or
 // "<param>" when whole, and its optimizer state with optim's sliced keys; rank 0 adds the
 // model's buffers) to dir/tag, then rank 0 writes the manifest and points LATEST at tag.
-// Every rank calls it; it returns once the checkpoint is complete on every rank.
+// Every rank calls it; it returns once the checkpoint is complete on every rank. A backend
+// writes the same files (its shard copied to host memory first).
 func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 	if e.closed {
 		return ErrClosed
+	}
+	if e.be != nil {
+		return e.be.Save(ctx, dir, tag)
 	}
 	err := e.shard().Save(ctx, dir, tag)
 	if rerr := e.releaseState(); err == nil && rerr != nil {
@@ -204,12 +208,15 @@ func ReadEntries(dir string) ([]nn.StateEntry, *Manifest, error) {
 }
 
 // Load restores this rank's shard, the optimizer state and the model's buffers from a
-// checkpoint written at any world size, by either engine (dir as for ReadManifest), or
+// checkpoint written at any world size, on any backend (dir as for ReadManifest), or
 // from a consolidated .npz file with whole-parameter keys. It reads every shard file; no
 // communication.
 func (e *Engine) Load(path string) error {
 	if e.closed {
 		return ErrClosed
+	}
+	if e.be != nil {
+		return e.be.Load(path)
 	}
 	return e.finishLoad(e.shard().Load(path))
 }
@@ -218,6 +225,9 @@ func (e *Engine) Load(path string) error {
 func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
 	if e.closed {
 		return ErrClosed
+	}
+	if e.be != nil {
+		return e.be.LoadEntries(entries)
 	}
 	return e.finishLoad(e.shard().LoadEntries(entries))
 }

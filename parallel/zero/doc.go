@@ -31,7 +31,7 @@
 // memory held between steps are counted from the engine's buffers (Memory); the process's
 // VmRSS also counts freed pages the kernel has not taken yet.
 //
-// After New the model's Data and Grad are placeholders of zeros: writing them is harmless
+// On the host, after New the model's Data and Grad are placeholders of zeros: writing them is harmless
 // and does not reach the shards (see Engine.Model).
 //
 // Offload: OffloadCPU keeps everything in host memory (on a CPU-only machine that is where
@@ -46,8 +46,17 @@
 // size, and Consolidate (cmd/zero-consolidate) merges a checkpoint into one .npz with
 // torchvision's keys.
 //
-// The device engine, cuda/devzero, is this package's on GPUs: it takes the same options
-// (Config), cuts the same units and shards (Layout) and writes and reads the same
-// checkpoints (Shard), so a checkpoint moves between the host and the device, and between
-// world sizes, either way.
+// New is the one constructor, on the host and on a device. The host (this package's memory,
+// regions and gather ops) is the default; WithBackend chooses another Backend, and
+// cuda/devzero's puts the shards, the optimizer and the programs on a CUDA device:
+//
+//	e, err := zero.New(ctx, m, ncclGroup, zero.WithBackend(devzero.NewBackend(dev)),
+//		zero.WithOptimizer(zero.AdamW(1e-3)))
+//
+// New checks the models, broadcasts rank 0's and cuts the units and shards (Layout) once for
+// every backend; the engine's methods (but ShardGrad and ShardParams, which are host
+// memory's: the device backend copies its shards with its own), its Program's verbs and the
+// checkpoints (Shard) are the same on both, so a checkpoint moves between the host and the device, and between world
+// sizes, either way. A backend refuses at New, naming the option and itself, an option it
+// cannot honour (the device: disk offload).
 package zero

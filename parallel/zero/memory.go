@@ -55,9 +55,15 @@ func (m Memory) String() string {
 		m.Psi, m.World, m.ModelStateBytes(), m.MasterBytes, m.GradBytes, m.StateBytes, m.FileBytes, m.FileResidentBytes, m.FormulaBytes(), m.PaddingElems, m.TransientResidentBytes, m.PeakStepBytes)
 }
 
-// Memory reports this rank's model-state memory.
+// Memory reports this rank's model-state memory. With a backend, the layout's fields and
+// what the backend counts (Backend.CountMemory); the file and transient fields are the
+// host's.
 func (e *Engine) Memory() Memory {
 	m := Memory{Psi: e.lay.psi, World: e.world, ShardElems: e.lay.shardLen, PaddingElems: e.lay.paddingElems(), PeakStepBytes: e.peak}
+	if e.be != nil {
+		e.be.CountMemory(&m)
+		return m
+	}
 	m.MasterBytes = 4 * int64(len(e.master))
 	m.GradBytes = 4 * int64(len(e.grad))
 	m.StateBytes = stateBytes(e.opt)

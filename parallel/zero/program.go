@@ -17,9 +17,11 @@ import (
 // Program is a model compiled for ZeRO-3: its graph gathers each unit's parameters before
 // use, releases them after the unit's forward and gathers them again before its backward
 // (where the graph's dependencies allow, see schedule), and its gradient sink writes each
-// unit's gradients into the reduce-scatter to their owners.
+// unit's gradients into the reduce-scatter to their owners. With a backend (WithBackend) it
+// runs the backend's program (Executor) with the same verbs.
 type Program struct {
 	e        *Engine
+	x        Executor // the backend's; nil on the host
 	np       *nn.Program
 	training bool
 	order    []int       // units in order of first use (forward order)
@@ -75,6 +77,13 @@ type stepState struct {
 func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
 	if e.closed {
 		return nil, ErrClosed
+	}
+	if e.be != nil {
+		x, err := e.be.Compile(build, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("zero: rank %d: compile: %w", e.rank, err)
+		}
+		return &Program{e: e, x: x}, nil
 	}
 	nu := len(e.lay.units)
 	p := &Program{e: e, pos: make([]int, nu), needed: make([]int, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
@@ -158,40 +167,64 @@ func (p *Program) gatherHook(b *nn.Builder, prm *nn.Param, n *G.Node) (*G.Node, 
 
 // Units lists the units this program gathers, in forward order.
 func (p *Program) Units() []*Unit {
-	out := make([]*Unit, len(p.order))
-	for i, u := range p.order {
+	order := p.order
+	if p.x != nil {
+		order = p.x.Units()
+	}
+	out := make([]*Unit, len(order))
+	for i, u := range order {
 		out[i] = p.e.lay.units[u]
 	}
 	return out
 }
 
-// Stats returns what the last Run measured.
+// Stats returns what the last Run measured on the host (zero with a backend).
 func (p *Program) Stats() StepStats { return p.stats }
 
+// exec is what runs the program's graph: the backend's program, or the host's nn program.
+func (p *Program) exec() interface {
+	SetInput(name string, data []float32) error
+	Input(name string) ([]float32, error)
+	Output(name string) ([]float32, error)
+	LossValue() (float32, error)
+} {
+	if p.x != nil {
+		return p.x
+	}
+	return p.np
+}
+
 // SetInput copies data into the named input (see nn.Program.SetInput).
-func (p *Program) SetInput(name string, data []float32) error { return p.np.SetInput(name, data) }
+func (p *Program) SetInput(name string, data []float32) error {
+	return p.exec().SetInput(name, data)
+}
 
 // Input returns the memory of the named input.
-func (p *Program) Input(name string) ([]float32, error) { return p.np.Input(name) }
+func (p *Program) Input(name string) ([]float32, error) { return p.exec().Input(name) }
 
 // Output returns the named output of the last Run (aliases the program's memory).
-func (p *Program) Output(name string) ([]float32, error) { return p.np.Output(name) }
+func (p *Program) Output(name string) ([]float32, error) { return p.exec().Output(name) }
 
 // LossValue is the loss of the last Run.
-func (p *Program) LossValue() (float32, error) { return p.np.LossValue() }
+func (p *Program) LossValue() (float32, error) { return p.exec().LossValue() }
 
 // GlobalLoss is the mean over the ranks of their losses in the last Run: the global batch's
 // loss. It is a collective (one all-reduce of one value): every rank calls it.
 func (p *Program) GlobalLoss(ctx context.Context) (float32, error) {
-	v, err := p.np.LossValue()
+	v, err := p.LossValue()
 	if err != nil {
 		return 0, err
 	}
 	return replica.Mean(ctx, p.e.g, v, fmt.Sprintf("zero: rank %d", p.e.rank))
 }
 
-// Close releases the tape machine.
-func (p *Program) Close() error { return errors.Join(p.np.Close(), p.zerosR.close()) }
+// Close releases the tape machine (or the backend's program).
+func (p *Program) Close() error {
+	if p.x != nil {
+		return p.x.Close()
+	}
+	return errors.Join(p.np.Close(), p.zerosR.close())
+}
 
 // allocZeros maps the zero gradients the barriers return, one slot each.
 func (p *Program) allocZeros() error {
@@ -227,6 +260,9 @@ func (p *Program) Run(ctx context.Context) error {
 	e := p.e
 	if e.closed {
 		return ErrClosed
+	}
+	if p.x != nil {
+		return p.x.Run(ctx)
 	}
 	if p.training {
 		if err := e.checkAgreement(ctx); err != nil {
@@ -303,10 +339,25 @@ func (p *Program) Step(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := p.e.Step(); err != nil {
+	if err := p.e.Step(ctx); err != nil {
 		return err
 	}
 	return p.e.ZeroGrad()
+}
+
+// RunStep is Run then Step (train.Overlapped). With a backend that can, the update of each
+// unit's shard overlaps the later units' reductions (cuda/devzero); the result is the same.
+func (p *Program) RunStep(ctx context.Context) error {
+	if p.e.closed {
+		return ErrClosed
+	}
+	if p.x != nil {
+		return p.x.RunStep(ctx)
+	}
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	return p.Step(ctx)
 }
 
 // ZeroGrad zeroes the gradients (Engine.ZeroGrad).

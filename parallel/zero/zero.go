@@ -42,7 +42,7 @@ func (o Offload) String() string {
 	return "none"
 }
 
-// Option configures New (and cuda/devzero's New: both engines take the same options).
+// Option configures New, on the host and on every backend alike.
 type Option func(*Config)
 
 // Config is the options resolved (NewConfig): what an engine reads. A backend that cannot
@@ -66,6 +66,8 @@ type Config struct {
 	SyncBN bool
 	// CheckEvery is CheckEvery's.
 	CheckEvery int
+	// Backend is WithBackend's; nil is the host's.
+	Backend Backend
 }
 
 // NewConfig applies opts over the defaults: units by DepthKey(1), prefetch 1, no offload,
@@ -130,35 +132,21 @@ func DiskMaster() Option { return func(c *Config) { c.DiskMaster = true } }
 // that BatchNorm sees the global batch (as DDP's SyncBatchNorm).
 func SyncBatchNorm() Option { return func(c *Config) { c.SyncBN = true } }
 
-// Sharded is the contract both ZeRO-3 engines keep, the host's (Engine) and the device's
-// (cuda/devzero's Engine), with the same meaning on both: what a training loop, a
-// checkpoint or a check needs of either. GatherParams and Save are collective.
-type Sharded interface {
-	Rank() int
-	World() int
-	Units() []*Unit
-	Optimizer() optim.Optimizer
-	GatherParams(ctx context.Context) ([]float32, error)
-	ZeroGrad() error
-	Save(ctx context.Context, dir, tag string) error
-	Load(path string) error
-	LoadEntries(entries []nn.StateEntry) error
-	Close() error
-}
-
-var _ Sharded = (*Engine)(nil)
-
-// Engine is one rank's ZeRO-3 state: the layout, the shards, the optimizer and the regions
-// that hold gathered parameters and full-size gradients during a step. It is driven from one
-// goroutine.
+// Engine is one rank's ZeRO-3 state: the layout, the shards, the optimizer and, on the
+// host, the regions that hold gathered parameters and full-size gradients during a step.
+// With a backend (WithBackend) the shards, the optimizer and the step's memory are the
+// backend's, and the methods below say what they do there. It is driven from one goroutine.
 type Engine struct {
-	// Model is the wrapped model. After New its ParamSet's Data and Grad (and every
-	// Param's) are placeholders: zeros with the right lengths, so that sizes and names still
-	// work, that cost no memory until written. The parameters live in the shards (read them
-	// with GatherParams or a checkpoint; write them with Load). Writing through the
-	// ParamSet is harmless and has no effect on training: m.Params.ZeroGrad() clears zeros,
-	// and values written are ignored (Engine.ZeroGrad gives their pages back).
+	// Model is the wrapped model. On the host, after New its ParamSet's Data and Grad (and
+	// every Param's) are placeholders: zeros with the right lengths, so that sizes and
+	// names still work, that cost no memory until written. The parameters live in the
+	// shards (read them with GatherParams or a checkpoint; write them with Load). Writing
+	// through the ParamSet is harmless and has no effect on training: m.Params.ZeroGrad()
+	// clears zeros, and values written are ignored (Engine.ZeroGrad gives their pages
+	// back). With a backend the ParamSet keeps rank 0's parameters as New broadcast them,
+	// which training neither reads nor writes.
 	Model *nn.Model
+	be    Backend // WithBackend's; nil on the host
 
 	g           comm.Group
 	cfg         Config
@@ -183,22 +171,33 @@ type Engine struct {
 	scalars     []int64
 }
 
-// New shards model over g. Every rank calls it with the same options. It checks that the
-// ranks' models have the same size, broadcasts rank 0's parameters and buffers, keeps this
-// rank's shard, builds the optimizer over it, and drops the model's full parameter and
-// gradient buffers.
+// New shards model over g; it is the one ZeRO-3 constructor. Every rank calls it with the
+// same options. It checks that the ranks' models have the same size, broadcasts rank 0's
+// parameters and buffers and cuts the units and shards (Layout). On the host (the default)
+// it then keeps this rank's shard, builds the optimizer over it, and drops the model's full
+// parameter and gradient buffers. WithBackend puts the shards, the optimizer and the
+// programs elsewhere: zero.WithBackend(devzero.NewBackend(dev)) on a CUDA device, g then
+// being an NCCL group on that device (nccl.Group); a backend refuses, naming the option and
+// itself, an option it cannot honour.
 func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*Engine, error) {
 	if model == nil || model.Params == nil || g == nil {
 		return nil, errors.New("zero: nil model or process group")
 	}
 	cfg := NewConfig(opts...)
-	e := &Engine{Model: model, g: g, cfg: cfg, rank: g.Rank(), world: g.Size()}
+	e := &Engine{Model: model, be: cfg.Backend, g: g, cfg: cfg, rank: g.Rank(), world: g.Size()}
+	if e.world < 1 || e.rank < 0 || e.rank >= e.world {
+		return nil, fmt.Errorf("zero: rank %d outside world size %d", e.rank, e.world)
+	}
 	if cfg.Optimizer == nil {
 		return nil, fmt.Errorf("zero: rank %d: no optimizer: give WithOptimizer, for example zero.WithOptimizer(zero.AdamW(1e-3)) (ZeRO-3 steps each rank's shard with the engine's optimizer; a gorgonia solver or an optimizer given to Compile cannot)", e.rank)
 	}
 	e.checker.Every = cfg.CheckEvery
 	ps := model.Params
-	if cfg.Offload == OffloadDisk && cfg.Dir == "" {
+	if e.be != nil {
+		if err := e.be.Accept(g, cfg); err != nil {
+			return nil, fmt.Errorf("zero: rank %d: %w", e.rank, err)
+		}
+	} else if cfg.Offload == OffloadDisk && cfg.Dir == "" {
 		return nil, fmt.Errorf("zero: rank %d: disk offload needs WithOffloadDir", e.rank)
 	}
 	if err := e.checkAndBroadcast(ctx); err != nil {
@@ -209,6 +208,12 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		return nil, err
 	}
 	e.lay = lay
+	if e.be != nil {
+		if err := e.be.Open(ctx, model, g, lay, cfg); err != nil {
+			return nil, fmt.Errorf("zero: rank %d: %w", e.rank, errors.Join(err, e.be.Close()))
+		}
+		return e, nil
+	}
 	if err := e.allocate(); err != nil {
 		e.Close()
 		return nil, err
@@ -324,19 +329,30 @@ func (e *Engine) World() int { return e.world }
 func (e *Engine) Units() []*Unit { return e.lay.units }
 
 // Optimizer is the shard's optimizer (for an amp.GradScaler's Step, or a scheduler).
-func (e *Engine) Optimizer() optim.Optimizer { return e.opt }
+func (e *Engine) Optimizer() optim.Optimizer {
+	if e.be != nil {
+		return e.be.Optimizer()
+	}
+	return e.opt
+}
 
-// ShardGrad is this rank's gradient shard, valid after a training Run: an
-// amp.GradScaler unscales it (Unscale(e.ShardGrad())) before a sharded Step.
+// ShardGrad is this rank's gradient shard in host memory, valid after a training Run: an
+// amp.GradScaler unscales it (Unscale(e.ShardGrad())) before a sharded Step. It is nil with
+// a backend, which keeps the shard itself (cuda/devzero's Backend has ShardGrad,
+// UnscaleGrads, ScaleGrads and ClipGradNorm over it).
 func (e *Engine) ShardGrad() []float32 { return e.grad }
 
-// ShardParams is this rank's master shard (padded unit layout, see Unit).
+// ShardParams is this rank's master shard in host memory (padded unit layout, see Unit);
+// nil with a backend, as ShardGrad.
 func (e *Engine) ShardParams() []float32 { return e.master }
 
-// ZeroGrad clears the gradient shard, and gives back the pages of anything written
-// through the model's placeholder Data and Grad (they read as zeros again); its error is
-// that of giving the pages back. It has cuda/devzero's signature.
+// ZeroGrad clears the gradient shard and, on the host, gives back the pages of anything
+// written through the model's placeholder Data and Grad (they read as zeros again); its
+// error is that of giving the pages back, or the backend's.
 func (e *Engine) ZeroGrad() error {
+	if e.be != nil {
+		return e.be.ZeroGrad()
+	}
 	clear(e.grad)
 	if e.closed {
 		return nil
@@ -347,10 +363,17 @@ func (e *Engine) ZeroGrad() error {
 	return nil
 }
 
-// Step runs the optimizer on the shard, then drops disk-offloaded state from memory.
-func (e *Engine) Step() error {
+// Step runs the optimizer on the shard, then drops disk-offloaded state from memory. It
+// does not zero the gradients (Program.Step does).
+func (e *Engine) Step(ctx context.Context) error {
 	if e.closed {
 		return ErrClosed
+	}
+	if e.be != nil {
+		if err := e.be.Step(ctx); err != nil {
+			return fmt.Errorf("zero: rank %d: optimizer step: %w", e.rank, err)
+		}
+		return nil
 	}
 	if err := e.opt.Step(); err != nil {
 		return fmt.Errorf("zero: rank %d: optimizer step: %w", e.rank, err)
@@ -387,6 +410,9 @@ func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
 	if e.closed {
 		return nil, ErrClosed
 	}
+	if e.be != nil {
+		return e.be.GatherParams(ctx)
+	}
 	out := make([]float32, e.lay.psi)
 	for _, u := range e.lay.units {
 		tmp := make([]float32, u.Padded)
@@ -398,13 +424,17 @@ func (e *Engine) GatherParams(ctx context.Context) ([]float32, error) {
 	return out, nil
 }
 
-// Close syncs and unmaps the engine's memory and closes its files. Programs compiled from
-// the engine fail with ErrClosed afterwards; the model's parameters stay placeholders.
+// Close syncs and unmaps the engine's memory and closes its files, or closes its backend.
+// Programs compiled from the engine fail with ErrClosed afterwards; on the host the model's
+// parameters stay placeholders.
 func (e *Engine) Close() error {
 	if e.closed {
 		return nil
 	}
 	e.closed = true
+	if e.be != nil {
+		return e.be.Close()
+	}
 	var errs []error
 	if fa, ok := e.alloc.(*fileAlloc); ok {
 		for _, r := range fa.regions {

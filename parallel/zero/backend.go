@@ -1,0 +1,73 @@
+package zero
+
+import (
+	"context"
+
+	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/comm"
+)
+
+// Backend is where an engine keeps its shards and runs its programs. New does what every
+// backend shares, once: it resolves the options, checks that the ranks' models agree,
+// broadcasts rank 0's parameters and buffers and cuts the units and shards (Layout); the
+// Engine then answers Rank, World and Units and hands the rest to its backend. The host
+// backend, this package's, is the default; cuda/devzero's keeps the shards on a CUDA device
+// (WithBackend). Both write and read the same checkpoints (Shard).
+//
+// An engine calls its Backend from the goroutine that drives it, in this order: Accept,
+// then Open, then the rest, then Close once.
+type Backend interface {
+	// Accept is called once, by New, before any communication, with the group and the
+	// options resolved; it returns an error naming the option (or the group) it cannot
+	// honour and the backend.
+	Accept(g comm.Group, cfg Config) error
+	// Open is called once, by New, after the broadcast: m holds rank 0's parameters and
+	// lay is this rank's layout. It keeps the rank's shard and builds the optimizer
+	// (cfg.Optimizer) over it.
+	Open(ctx context.Context, m *nn.Model, g comm.Group, lay *Layout, cfg Config) error
+	// Compile builds the model with build for ZeRO-3 (opts are the caller's: autocast,
+	// nn.Training(false), more hooks).
+	Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Executor, error)
+	// Optimizer is the shard's optimizer, the one cfg.Optimizer built.
+	Optimizer() optim.Optimizer
+	// Step applies the optimizer to the shard once; ZeroGrad zeroes the gradient shard.
+	Step(ctx context.Context) error
+	ZeroGrad() error
+	// GatherParams, Save, Load and LoadEntries are Engine's.
+	GatherParams(ctx context.Context) ([]float32, error)
+	Save(ctx context.Context, dir, tag string) error
+	Load(path string) error
+	LoadEntries(entries []nn.StateEntry) error
+	// CountMemory adds the bytes of the backend's master shard, gradient shard and
+	// optimizer state, and the step's peak, to m (whose layout fields New has filled).
+	CountMemory(m *Memory)
+	// Close releases what Open made. The group and any device are the caller's.
+	Close() error
+}
+
+// Executor is a backend's compiled program: what a Program runs when its engine has a
+// backend (WithBackend).
+type Executor interface {
+	// Run runs one step on this rank, as Program.Run.
+	Run(ctx context.Context) error
+	// RunStep is Run then the engine's Step and ZeroGrad, with the update overlapping the
+	// reduction where the backend can.
+	RunStep(ctx context.Context) error
+	// Units are the indexes in Engine.Units of the units the program gathers, in forward
+	// order.
+	Units() []int
+	// SetInput, Input, Output, LossValue and Close are train.Program's.
+	SetInput(name string, data []float32) error
+	Input(name string) ([]float32, error)
+	Output(name string) ([]float32, error)
+	LossValue() (float32, error)
+	Close() error
+}
+
+// WithBackend makes b the engine's backend: its shards live and its programs run where b
+// says (cuda/devzero.NewBackend(dev): on a CUDA device, over an NCCL group given to New as
+// its group). Without it they are this package's, in host memory. An engine owns its
+// backend: Engine.Close closes it. b refuses, at New and naming them, the options it cannot
+// honour.
+func WithBackend(b Backend) Option { return func(c *Config) { c.Backend = b } }
