@@ -135,12 +135,14 @@ func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *
 		st.Close()
 		return nil, nil, err
 	}
-	dd, err := devddp.New(d, st, ng)
-	if err != nil {
+	// The backend lives as long as the process, as the NCCL group does (deviceGroup).
+	be := devddp.NewBackend(st, ng)
+	if err := d.SetBackend(be); err != nil {
+		be.Close()
 		st.Close()
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
-	p, err := dd.Compile(build, opts...)
+	p, err := d.Compile(build, opts...)
 	if err != nil {
 		st.Close()
 		return nil, nil, err

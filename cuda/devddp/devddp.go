@@ -7,8 +7,10 @@
 //	d, err := ddp.New(ctx, model, group)          // checks the models, broadcasts rank 0's
 //	st, err := tape.NewState(dev, model, tape.WithOptimizer(opt))
 //	nc, err := nccl.New(ctx, store, rank, size, nccl.WithDevice(ordinal))
-//	dd, err := devddp.New(d, st, nc)               // d's backend is now the device
-//	p, err := dd.Compile(build)
+//	be := devddp.NewBackend(st, nc)
+//	err = d.SetBackend(be)                         // d's backend is now the device
+//	defer be.Close()
+//	p, err := d.Compile(build)
 //	for each batch { p.SetInput(...); err = train.RunStep(ctx, p) }
 //
 // The split is PyTorch's c10d one: ddp decides when (the reducer), nccl moves device bytes
@@ -53,53 +55,6 @@ type Reducer interface {
 	Size() int
 }
 
-// DDP is one rank's device replica: a ddp.DDP whose backend is the device (its options,
-// buckets, host group and timeline are the DDP's) and the tape.State holding the
-// parameters and gradients on the device. It is driven from one goroutine.
-type DDP struct {
-	d  *ddp.DDP
-	st *tape.State
-	be *Backend
-}
-
-// Program is a model compiled for device DDP: ddp's Program over the device backend.
-type Program = ddp.Program
-
-// New makes d's backend the device: st (a State of d's model, made after ddp.New
-// broadcast rank 0's parameters) holds the model, and red reduces device memory (an
-// nccl.Group on st's device). d's options apply; an option the device cannot honour is
-// refused, naming it (see Backend.Accept).
-func New(d *ddp.DDP, st *tape.State, red Reducer) (*DDP, error) {
-	if d == nil || st == nil || red == nil {
-		return nil, fmt.Errorf("devddp: nil DDP, state or reducer")
-	}
-	if st.Model() != d.Model {
-		return nil, fmt.Errorf("devddp: rank %d: the device state is not of the DDP's model", d.Rank())
-	}
-	be := NewBackend(st, red)
-	if err := d.SetBackend(be); err != nil {
-		be.Close()
-		return nil, fmt.Errorf("devddp: %w", err)
-	}
-	return &DDP{d: d, st: st, be: be}, nil
-}
-
-// DDP is the DDP whose backend this replica is.
-func (x *DDP) DDP() *ddp.DDP { return x.d }
-
-// State is the device state.
-func (x *DDP) State() *tape.State { return x.st }
-
-// Close releases the backend's events and buffers. The state and the groups are the
-// caller's.
-func (x *DDP) Close() { x.be.Close() }
-
-// Compile builds the model with build on the device state (ddp's DDP.Compile). A program
-// built with nn.Training(false) runs without communication.
-func (x *DDP) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
-	return x.d.Compile(build, opts...)
-}
-
 // Backend is ddp.Backend on a CUDA device: a tape.State's device buffers, reduced by a
 // Reducer. It runs AllReduceHook (the default), FP16CompressHook and BF16CompressHook; for
 // a world that is not a power of two the division multiplies by the float32 reciprocal of
@@ -113,14 +68,19 @@ type Backend struct {
 	ready, reduced []driver.Event // by bucket index
 }
 
-// NewBackend returns the device backend over st and red, for DDP.SetBackend (New does both).
-// Close it after the DDP's last step.
+// NewBackend returns the device backend over st (a State of the DDP's model, made after
+// ddp.New broadcast rank 0's parameters) and red (an nccl.Group on st's device), for
+// ddp.DDP.SetBackend. Close it after the DDP's last step; the state and the groups are the
+// caller's.
 func NewBackend(st *tape.State, red Reducer) *Backend {
-	return &Backend{st: st, red: red, size: red.Size(), wire: comm.Float32}
+	return &Backend{st: st, red: red, wire: comm.Float32}
 }
 
 // Close destroys the bucket events and frees the 16-bit buffer.
 func (b *Backend) Close() {
+	if b.st == nil {
+		return
+	}
 	c := b.st.Device().Context()
 	for _, e := range append(b.ready, b.reduced...) {
 		_ = c.EventDestroy(e)
@@ -132,9 +92,18 @@ func (b *Backend) Close() {
 
 // Accept takes AllReduceHook, FP16CompressHook and BF16CompressHook; it refuses every other
 // hook (PowerSGDHook, a HookFunc: they compute on Bucket.Grad in host memory), naming the
-// option. SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm on the device]),
-// its statistics summed over the DDP's host group.
-func (b *Backend) Accept(h ddp.CommHook, _ bool) error {
+// option, and a state that is not of m, the DDP's model. SyncBatchNorm runs on the device
+// (cuda/tape's Note [SyncBatchNorm on the device]), its statistics summed over the DDP's
+// host group.
+func (b *Backend) Accept(m *nn.Model, s ddp.Settings) error {
+	switch {
+	case b.st == nil || b.red == nil:
+		return fmt.Errorf("devddp: nil state or reducer: make the backend with devddp.NewBackend(st, red)")
+	case b.st.Model() != m:
+		return fmt.Errorf("devddp: the device state is not of the DDP's model: make it with tape.NewState from the model given to ddp.New")
+	}
+	b.size = b.red.Size()
+	h := s.Hook
 	dt, ok := ddp.Wire(h)
 	if !ok {
 		return fmt.Errorf("ddp.WithCommHook(%T): the hook computes on the gradients in host memory and cannot run on the device backend (cuda/devddp): use the default, ddp.FP16CompressHook or ddp.BF16CompressHook", h)

@@ -29,7 +29,7 @@ import (
 // kernels.cu: device results are computed.
 func TestMain(m *testing.M) { os.Exit(cudatest.MainEmulated(m)) }
 
-var _ train.Overlapped = (*devddp.Program)(nil)
+var _ train.Overlapped = (*ddp.Program)(nil)
 
 // tol bounds the difference between device DDP over 2 ranks and one CPU process on the
 // global batch, relative to each tensor's scale. The device's GEMMs and reductions sum in
@@ -242,7 +242,7 @@ type rank struct {
 	m    *nn.Model
 	d    *ddp.DDP
 	st   *tape.State
-	p    *devddp.Program
+	p    *ddp.Program
 	x, y []float32
 	r    int
 }
@@ -316,12 +316,12 @@ func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)
 					return err
 				}
 				defer k.st.Close()
-				dd, err := devddp.New(k.d, k.st, k.g)
-				if err != nil {
+				be := devddp.NewBackend(k.st, k.g)
+				if err := k.d.SetBackend(be); err != nil {
 					return err
 				}
-				defer dd.Close()
-				if k.p, err = dd.Compile(build); err != nil {
+				defer be.Close()
+				if k.p, err = k.d.Compile(build); err != nil {
 					return err
 				}
 				defer k.p.Close()

@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
+	"github.com/gorgonia-parallel/gp/cuda/devddp"
+	"github.com/gorgonia-parallel/gp/cuda/tape"
+	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -254,3 +258,53 @@ func TestDeviceRefusesHostOnlyOptions(t *testing.T) {
 		})
 	}
 }
+
+// SetBackend refuses a device backend whose state holds another model than the DDP's, and
+// a backend made without a state, naming what is wrong.
+func TestSetBackendRefusesAnotherModel(t *testing.T) {
+	cudatest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	host := comm.NewLocalGroups(1)
+	defer host[0].Close(ctx)
+	build := gormlp.Fixed(1, 2)
+	var ms [2]*nn.Model
+	for i := range ms {
+		if ms[i], err = nn.NewGraphModel(build); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := ddp.New(ctx, ms[0], host[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := tape.NewState(dev, ms[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, tc := range []struct {
+		name string
+		be   *devddp.Backend
+		want string
+	}{
+		{"another model", devddp.NewBackend(other, sizeOne{}), "the device state is not of the DDP's model"},
+		{"no state", devddp.NewBackend(nil, sizeOne{}), "nil state or reducer"},
+	} {
+		err := d.SetBackend(tc.be)
+		tc.be.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// sizeOne is a Reducer of one rank that is never asked to reduce.
+type sizeOne struct{ devddp.Reducer }
+
+func (sizeOne) Size() int { return 1 }

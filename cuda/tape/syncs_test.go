@@ -274,17 +274,17 @@ func ddpOfOne(t *testing.T, ctx context.Context, m *nn.Model, st *tape.State, bu
 	if err != nil {
 		t.Fatal(err)
 	}
-	dd, err := devddp.New(d, st, g)
-	if err != nil {
+	be := devddp.NewBackend(st, g)
+	if err := d.SetBackend(be); err != nil {
 		t.Fatal(err)
 	}
-	p, err := dd.Compile(build)
+	p, err := d.Compile(build)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p, func() {
 		p.Close()
-		dd.Close()
+		be.Close()
 		g.Close(context.Background())
 		host[0].Close(context.Background())
 	}

@@ -20,10 +20,10 @@ import (
 // (default reduction only) and Launch as gradients become final, Launch in bucket order;
 // then Land once per bucket, in bucket order.
 type Backend interface {
-	// Accept is called once, when the backend is attached, with the hook given to
-	// WithCommHook (AllReduceHook by default) and whether SyncBatchNorm was given; it
-	// returns an error naming the option it cannot honour.
-	Accept(h CommHook, syncBN bool) error
+	// Accept is called once, when the backend is attached (SetBackend), with the DDP's
+	// model and the options that concern the backend; it returns an error naming the
+	// option it cannot honour, or saying why the model is not the one it holds.
+	Accept(m *nn.Model, s Settings) error
 	// Compile builds the model with build; opts hold the caller's options and DDP's
 	// gradient hook (and, under SyncBatchNorm, its statistics reducer).
 	Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Executor, error)
@@ -50,6 +50,14 @@ type Backend interface {
 	// WriteParams runs fn on ParamSet.Data brought up to date, then makes the backend's
 	// parameters (and any state it keeps beside them) what fn left.
 	WriteParams(ctx context.Context, fn func(data []float32) error) error
+}
+
+// Settings are the options of New that a Backend may not be able to honour.
+type Settings struct {
+	// Hook is WithCommHook's hook (AllReduceHook by default).
+	Hook CommHook
+	// SyncBN is whether SyncBatchNorm was given.
+	SyncBN bool
 }
 
 // Executor is a backend's compiled program: what a Program runs.
@@ -85,9 +93,10 @@ type BucketStepper interface {
 }
 
 // SetBackend makes b the backend of d, a DDP that New made over host memory: the model
-// then runs and its buckets reduce where b says. b's parameters must already be rank 0's
-// (a device state made from the model after New). Call it before Compile; b refuses, naming
-// it, an option it cannot honour.
+// then runs and its buckets reduce where b says (cuda/devddp.NewBackend: on a CUDA device,
+// reduced by NCCL). b's parameters must already be rank 0's (a device state made from the
+// model after New). Call it before Compile; b refuses, naming it, an option it cannot
+// honour. b stays the caller's, to close after the DDP's last step.
 func (d *DDP) SetBackend(b Backend) error {
 	if b == nil {
 		return fmt.Errorf("%s: nil backend", d.who())
@@ -95,7 +104,7 @@ func (d *DDP) SetBackend(b Backend) error {
 	if d.compiled {
 		return fmt.Errorf("%s: SetBackend after Compile: set the backend first", d.who())
 	}
-	if err := b.Accept(d.cfg.hook, d.cfg.syncBN); err != nil {
+	if err := b.Accept(d.Model, Settings{Hook: d.cfg.hook, SyncBN: d.cfg.syncBN}); err != nil {
 		return fmt.Errorf("%s: %w", d.who(), err)
 	}
 	if err := b.Layout(d.buckets); err != nil {
@@ -112,7 +121,7 @@ type hostBackend struct {
 	avg     []bool // by bucket: the default hook all-reduces with comm.Avg (Note [Division in place])
 }
 
-func (h *hostBackend) Accept(CommHook, bool) error { return nil }
+func (h *hostBackend) Accept(*nn.Model, Settings) error { return nil }
 
 func (h *hostBackend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Executor, error) {
 	np, err := nn.Compile(h.d.Model, build, opts...)
