@@ -4,71 +4,29 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// Checkpoints are parallel/zero's (zero.Shard): the device engine copies its parameter shard
-// into the host master copy and its moments into the host optimizer's state buffers (the
-// segments' concatenation, padding left out), then writes them as the host engine does;
-// Load reads them there and copies them to the device. Under OffloadCPU the host copies are
-// the state itself. The device's arithmetic is the host optimizer's (its step count and
-// learning rate are in the checkpoint), so a resumed run continues bit for bit.
+// Checkpoints are parallel/zero's (zero.Shard): the device backend copies its parameter
+// shard into the host master copy and its moments into the host optimizer's state buffers
+// (the segments' concatenation, padding left out), which the engine then writes as the host
+// engine does; a Load reads them there and the backend copies them to the device. Under
+// OffloadCPU the host copies are the state itself. The device's arithmetic is the host
+// optimizer's (its step count and learning rate are in the checkpoint), so a resumed run
+// continues bit for bit.
 
-// Save writes this rank's shard, the optimizer state and (rank 0) the model's buffers to
-// dir/tag in parallel/zero's format, as zero.Engine.Save: rank 0 writes the manifest and
-// points dir/LATEST at tag once every rank's shard is in place. Every rank calls it; it
-// waits for the device.
-func (e *Backend) Save(ctx context.Context, dir, tag string) error {
-	if e.closed {
-		return zero.ErrClosed
+// Checkpoint is zero.Backend's: the shard over the host copies, brought up to date from
+// the device for a Save (save true); for a Load, once the device is done with them.
+func (e *Backend) Checkpoint(ctx context.Context, save bool) (zero.Shard, error) {
+	s := zero.Shard{Group: e.coll, Params: e.model.Params, Segments: e.opt.segs, Optimizer: e.opt.host}
+	if save {
+		return s, e.opt.stageOut(ctx)
 	}
-	if err := e.opt.stageOut(ctx); err != nil {
-		return fmt.Errorf("devzero: rank %d: checkpoint %s: %w", e.rank, tag, err)
-	}
-	return e.shard().Save(ctx, dir, tag)
+	return s, e.dev.Synchronize(ctx)
 }
 
-// Load restores this rank's shard, the optimizer state and the model's buffers from a
-// checkpoint of either engine written at any world size (a directory as zero.ReadManifest
-// resolves it), or from a consolidated .npz file, as zero.Engine.Load. It reads every shard
-// file (no communication) and waits for the device.
-func (e *Backend) Load(path string) error {
-	if e.closed {
-		return zero.ErrClosed
-	}
-	if err := e.dev.Synchronize(context.Background()); err != nil {
-		return fmt.Errorf("devzero: rank %d: load %s: %w", e.rank, path, err)
-	}
-	if err := e.shard().Load(path); err != nil {
-		return err
-	}
-	if err := e.opt.stageIn(); err != nil {
-		return fmt.Errorf("devzero: rank %d: load %s: %w", e.rank, path, err)
-	}
-	return nil
-}
-
-// LoadEntries is Load from entries already read.
-func (e *Backend) LoadEntries(entries []nn.StateEntry) error {
-	if e.closed {
-		return zero.ErrClosed
-	}
-	if err := e.dev.Synchronize(context.Background()); err != nil {
-		return fmt.Errorf("devzero: rank %d: load: %w", e.rank, err)
-	}
-	if err := e.shard().LoadEntries(entries); err != nil {
-		return err
-	}
-	if err := e.opt.stageIn(); err != nil {
-		return fmt.Errorf("devzero: rank %d: load: %w", e.rank, err)
-	}
-	return nil
-}
-
-func (e *Backend) shard() zero.Shard {
-	return zero.Shard{Group: e.coll, Params: e.model.Params, Segments: e.opt.segs, Optimizer: e.opt.host}
-}
+// Loaded is zero.Backend's: it copies what a Load wrote into the host copies to the device.
+func (e *Backend) Loaded() error { return e.opt.stageIn() }
 
 // stageOut copies the device's parameter shard and moments into the host copies a
 // checkpoint writes (nothing under offload: they are the state).

@@ -258,7 +258,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 		}
 		defer devs[r].Close()
 	}
-	losses, params := make([][]float32, world), make([][]float32, world)
+	losses, params, globals := make([][]float32, world), make([][]float32, world), make([]float32, world)
 	var grad0 []float32 // the first step's gradient, from the ranks' shards
 	var mu sync.Mutex
 	var mem devzero.Memory
@@ -341,11 +341,28 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 					}
 					losses[r] = append(losses[r], l)
 				}
+				// The engine's Program on the device: GlobalLoss is the mean of the ranks'
+				// last losses, and Units lists every unit once, in forward order.
+				if globals[r], err = p.GlobalLoss(ctx); err != nil {
+					return err
+				}
+				seen := map[*zero.Unit]bool{}
+				for _, u := range p.Units() {
+					seen[u] = true
+				}
+				if len(seen) != len(e.Units()) || len(p.Units()) != len(e.Units()) {
+					return fmt.Errorf("the program gathers %d units (%d distinct), want the engine's %d", len(p.Units()), len(seen), len(e.Units()))
+				}
 				if params[r], err = e.GatherParams(ctx); err != nil {
 					return err
 				}
 				if r == 0 {
 					mem = be.Memory()
+					// The engine's account (the trainer's report) is the backend's bytes.
+					zm := e.Memory()
+					if want := int64(mem.ShardParams + mem.ShardGrads + mem.OptimizerDevice + mem.OptimizerHost); zm.ModelStateBytes() != want || zm.Psi != len(m.Params.Data) || zm.World != world {
+						return fmt.Errorf("engine memory %v, want model state %d B, Ψ=%d, N=%d", zm, want, len(m.Params.Data), world)
+					}
 					for _, u := range e.Units() {
 						units = append(units, [2]int{u.Lo, u.Hi})
 					}
@@ -360,6 +377,15 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+	var sum float32
+	for r := range world {
+		sum += losses[r][steps-1]
+	}
+	for r, gl := range globals {
+		if want := sum / world; gl != want {
+			t.Errorf("rank %d: GlobalLoss %v, want the ranks' mean %v", r, gl, want)
+		}
 	}
 	return losses, params, grad0, mem, units
 }

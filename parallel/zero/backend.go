@@ -34,11 +34,14 @@ type Backend interface {
 	// Step applies the optimizer to the shard once; ZeroGrad zeroes the gradient shard.
 	Step(ctx context.Context) error
 	ZeroGrad() error
-	// GatherParams, Save, Load and LoadEntries are Engine's.
+	// GatherParams is Engine's.
 	GatherParams(ctx context.Context) ([]float32, error)
-	Save(ctx context.Context, dir, tag string) error
-	Load(path string) error
-	LoadEntries(entries []nn.StateEntry) error
+	// Checkpoint is the rank's part of a checkpoint over host copies of the backend's
+	// state, which Engine.Save writes and Engine.Load reads (Shard). Before a Save (save
+	// true) it brings the copies up to date; before a Load it waits until nothing writes
+	// them, and Loaded then makes the backend's state what the Load left there.
+	Checkpoint(ctx context.Context, save bool) (Shard, error)
+	Loaded() error
 	// CountMemory adds the bytes of the backend's master shard, gradient shard and
 	// optimizer state, and the step's peak, to m (whose layout fields New has filled).
 	CountMemory(m *Memory)

@@ -57,8 +57,9 @@ var saveFault func(rank int, stage string)
 // (its rank and size, and Save's barriers), the model (parameter names and shapes, and the
 // buffers rank 0 saves), the optimizer segments over the rank's master shard (as
 // Layout.Segments makes them) and the optimizer over those segments. Engine.Save and
-// Engine.Load are its Save and Load over the engine's shard; cuda/devzero copies its
-// device shard into one, so both engines write and read the same files.
+// Engine.Load are its Save and Load over the engine's shard; a backend's shard is one over
+// host copies of its state (Backend.Checkpoint), so every backend writes and reads the same
+// files.
 type Shard struct {
 	Group     comm.Group
 	Params    *nn.ParamSet
@@ -76,7 +77,11 @@ func (e *Engine) Save(ctx context.Context, dir, tag string) error {
 		return ErrClosed
 	}
 	if e.be != nil {
-		return e.be.Save(ctx, dir, tag)
+		s, err := e.be.Checkpoint(ctx, true)
+		if err != nil {
+			return fmt.Errorf("zero: rank %d: checkpoint %s: %w", e.rank, tag, err)
+		}
+		return s.Save(ctx, dir, tag)
 	}
 	err := e.shard().Save(ctx, dir, tag)
 	if rerr := e.releaseState(); err == nil && rerr != nil {
@@ -212,32 +217,33 @@ func ReadEntries(dir string) ([]nn.StateEntry, *Manifest, error) {
 // from a consolidated .npz file with whole-parameter keys. It reads every shard file; no
 // communication.
 func (e *Engine) Load(path string) error {
-	if e.closed {
-		return ErrClosed
-	}
-	if e.be != nil {
-		return e.be.Load(path)
-	}
-	return e.finishLoad(e.shard().Load(path))
+	return e.load(path, func(s Shard) error { return s.Load(path) })
 }
 
 // LoadEntries is Load from entries already read.
 func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
+	return e.load("entries", func(s Shard) error { return s.LoadEntries(entries) })
+}
+
+// load runs fn, Shard's Load or LoadEntries of what, on the engine's shard, then drops
+// disk-offloaded state from memory or has the backend take what was loaded.
+func (e *Engine) load(what string, fn func(Shard) error) error {
 	if e.closed {
 		return ErrClosed
 	}
+	s, after := e.shard(), e.releaseState
 	if e.be != nil {
-		return e.be.LoadEntries(entries)
+		var err error
+		if s, err = e.be.Checkpoint(context.Background(), false); err != nil {
+			return fmt.Errorf("zero: rank %d: load %s: %w", e.rank, what, err)
+		}
+		after = e.be.Loaded
 	}
-	return e.finishLoad(e.shard().LoadEntries(entries))
-}
-
-func (e *Engine) finishLoad(err error) error {
-	if err != nil {
+	if err := fn(s); err != nil {
 		return err
 	}
-	if err := e.releaseState(); err != nil {
-		return fmt.Errorf("zero: rank %d: %w", e.rank, err)
+	if err := after(); err != nil {
+		return fmt.Errorf("zero: rank %d: load %s: %w", e.rank, what, err)
 	}
 	return nil
 }
