@@ -452,3 +452,45 @@ func TestOffloadedSGDMatchesHost(t *testing.T) {
 		t.Fatal("no momentum buffer in the host's checkpoint")
 	}
 }
+
+// The engine's periodic agreement check (zero.CheckEvery) runs on the device backend as on
+// the host: a learning rate set on one rank only fails the next checked training run on
+// every rank with zero.ErrDiverged, naming what differs.
+func TestDivergedLearningRateFailsOnDevice(t *testing.T) {
+	cudatest.Require(t)
+	for _, runStep := range []bool{false, true} {
+		j := deviceJob(t, models[0], world, zero.CheckEvery(1))
+		j.steps(t, 0, 2)
+		j.es[1].Optimizer().SetLR(j.es[1].Optimizer().LR() / 2)
+		// Not onRanks: the first rank to see the difference must not cancel the other's
+		// exchange, which sees it too.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		errs := make([]error, world)
+		var wg sync.WaitGroup
+		for r := range world {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				x, y := make([]float32, j.per*gormlp.In), make([]float32, j.per*gormlp.Out)
+				gormlp.Data(x, y, 2*global+r*j.per, j.per)
+				p := j.ps[r]
+				if errs[r] = errors.Join(p.SetInput("x", x), p.SetInput("y", y)); errs[r] != nil {
+					return
+				}
+				if runStep {
+					errs[r] = train.RunStep(ctx, p)
+				} else {
+					errs[r] = p.Run(ctx)
+				}
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			want := "optimizer step count and learning rate differs between rank 0 and rank 1"
+			if !errors.Is(err, zero.ErrDiverged) || !strings.Contains(err.Error(), want) {
+				t.Errorf("RunStep %v, rank %d: %v, want zero.ErrDiverged naming %q", runStep, r, err, want)
+			}
+		}
+	}
+}

@@ -68,7 +68,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -79,7 +78,6 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
-	"github.com/gorgonia-parallel/gp/parallel/replica"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
@@ -119,7 +117,6 @@ type Backend struct {
 	lay         *zero.Layout
 	units       []*zero.Unit // lay.Units()
 	shardLen    int          // lay.ShardLen()
-	checker     replica.Checker
 	syncBN      bool
 	closed      bool
 
@@ -186,7 +183,7 @@ func (e *Backend) Accept(g comm.Group, cfg zero.Config) error {
 // which training does not read or write (GatherParams returns the parameters).
 func (e *Backend) Open(_ context.Context, m *nn.Model, g comm.Group, lay *zero.Layout, cfg zero.Config) error {
 	e.model, e.rank, e.world, e.prefetch = m, g.Rank(), g.Size(), cfg.Prefetch
-	e.checker.Every, e.syncBN = cfg.CheckEvery, cfg.SyncBN
+	e.syncBN = cfg.SyncBN
 	e.lay, e.units, e.shardLen = lay, lay.Units(), lay.ShardLen()
 	if err := e.allocate(cfg); err != nil {
 		return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
@@ -371,6 +368,9 @@ func hostPtr(b []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceDat
 // OffloadCPU, the optimizer on the CPU.
 func (e *Backend) Step(ctx context.Context) error { return e.opt.step(ctx) }
 
+// Steps is the optimizer's step count (zero.Backend).
+func (e *Backend) Steps() int64 { return e.opt.steps() }
+
 // ShardGrad copies the rank's gradient shard (Σ Shard floats, unit by unit: unit u's at
 // u.ShardBase, the rank's elements [rank·Shard, (rank+1)·Shard) of the unit, padding
 // included) to the host. It waits for the device.
@@ -390,18 +390,4 @@ func (e *Backend) ShardParams(ctx context.Context) ([]float32, error) {
 		return nil, fmt.Errorf("devzero: rank %d: parameter shard to the host: %w", e.rank, err)
 	}
 	return p, nil
-}
-
-// checkAgreement is zero.CheckEvery's periodic check on the device engine: the ranks agree
-// on the optimizer's step count and learning rate and, under SyncBatchNorm, the buffers (the
-// parameters are sharded: each exists once).
-func (e *Backend) checkAgreement(ctx context.Context) error {
-	if !e.checker.Due() {
-		return nil
-	}
-	h := e.opt.host
-	e.scalars = append(e.scalars[:0], e.opt.steps(), int64(math.Float64bits(h.LR())))
-	ts := []replica.Tensor{{Kind: "optimizer", Name: "step count and learning rate", I64: e.scalars}}
-	ts = append(ts, replica.Replicated(e.model.Params, false, e.syncBN)...)
-	return e.checker.Check(ctx, e.coll, ts, int(e.opt.steps()), e.who())
 }

@@ -48,6 +48,9 @@ func (e *Backend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (zero.Exec
 	return p, nil
 }
 
+// Training is whether Run reduces gradients (zero.Executor).
+func (p *program) Training() bool { return p.training }
+
 // Units are the units the program gathers in forward order.
 func (p *program) Units() []int {
 	var out []int
@@ -87,11 +90,6 @@ func (p *program) run(ctx context.Context, ranged bool) error {
 	e := p.e
 	if e.closed {
 		return zero.ErrClosed
-	}
-	if p.training {
-		if err := e.checkAgreement(ctx); err != nil {
-			return err
-		}
 	}
 	e.beginRun(ctx, p.needs)
 	e.begin(ranged)

@@ -34,6 +34,9 @@ type Backend interface {
 	// Step applies the optimizer to the shard once; ZeroGrad zeroes the gradient shard.
 	Step(ctx context.Context) error
 	ZeroGrad() error
+	// Steps is the number of optimizer steps the shard has taken (CheckEvery compares it
+	// over the ranks).
+	Steps() int64
 	// GatherParams is Engine's.
 	GatherParams(ctx context.Context) ([]float32, error)
 	// Checkpoint is the rank's part of a checkpoint over host copies of the backend's
@@ -60,6 +63,9 @@ type Executor interface {
 	// Units are the indexes in Engine.Units of the units the program gathers, in forward
 	// order.
 	Units() []int
+	// Training is whether Run reduces gradients (the program has a loss and was built
+	// without nn.Training(false)): the engine runs CheckEvery's check before such a Run.
+	Training() bool
 	// SetInput, Input, Output, LossValue and Close are train.Program's.
 	SetInput(name string, data []float32) error
 	Input(name string) ([]float32, error)

@@ -83,7 +83,7 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 		if err != nil {
 			return nil, fmt.Errorf("zero: rank %d: compile: %w", e.rank, err)
 		}
-		return &Program{e: e, x: x}, nil
+		return &Program{e: e, x: x, training: x.Training()}, nil
 	}
 	nu := len(e.lay.units)
 	p := &Program{e: e, pos: make([]int, nu), needed: make([]int, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
@@ -261,13 +261,13 @@ func (p *Program) Run(ctx context.Context) error {
 	if e.closed {
 		return ErrClosed
 	}
-	if p.x != nil {
-		return p.x.Run(ctx)
-	}
 	if p.training {
 		if err := e.checkAgreement(ctx); err != nil {
 			return err
 		}
+	}
+	if p.x != nil {
+		return p.x.Run(ctx)
 	}
 	start := time.Now()
 	st := &p.st
@@ -352,6 +352,11 @@ func (p *Program) RunStep(ctx context.Context) error {
 		return ErrClosed
 	}
 	if p.x != nil {
+		if p.training {
+			if err := p.e.checkAgreement(ctx); err != nil {
+				return err
+			}
+		}
 		return p.x.RunStep(ctx)
 	}
 	if err := p.Run(ctx); err != nil {

@@ -302,15 +302,20 @@ func (e *Engine) checkAndBroadcast(ctx context.Context) error {
 	return replica.Broadcast(ctx, e.g, e.Model.Params, e.who())
 }
 
-// checkAgreement runs the periodic agreement check (CheckEvery).
+// checkAgreement runs the periodic agreement check (CheckEvery), before a training run on
+// every backend.
 func (e *Engine) checkAgreement(ctx context.Context) error {
 	if !e.checker.Due() {
 		return nil
 	}
-	e.scalars = append(e.scalars[:0], int64(e.steps), int64(math.Float64bits(e.opt.LR())))
+	steps := int64(e.steps)
+	if e.be != nil {
+		steps = e.be.Steps()
+	}
+	e.scalars = append(e.scalars[:0], steps, int64(math.Float64bits(e.Optimizer().LR())))
 	ts := []replica.Tensor{{Kind: "optimizer", Name: "step count and learning rate", I64: e.scalars}}
 	ts = append(ts, replica.Replicated(e.Model.Params, false, e.cfg.SyncBN)...)
-	return e.checker.Check(ctx, e.g, ts, e.steps, e.who())
+	return e.checker.Check(ctx, e.g, ts, int(steps), e.who())
 }
 
 func (e *Engine) who() string { return fmt.Sprintf("zero: rank %d", e.rank) }
