@@ -15,7 +15,11 @@
 //
 // As Lightning's Trainer.fit, the same program runs on one process or on each rank of a
 // job that gprun (or torchrun, or mpirun) launches: Fit joins the group the environment
-// describes. The model is any of
+// describes. Joining a job of several ranks itself (without WithGroup), Fit first lowers the
+// Go runtime's monitor thread (parallel/sysmon's Lower), as the main of a program that joins
+// with comm.InitFromEnv does: the process's set-up belongs to whoever joins the job, and
+// without WithGroup that is Fit. With WithGroup the program joined and set up the process
+// itself, and Fit leaves its threads alone. The model is any of
 //   - Module: an nn.Module (models.New's ResNets and Swins, or a module of one's own);
 //   - Arch: an architecture of the models package by name, sized to the data's classes;
 //   - ModuleFor: a module made once the data's number of classes is known;

@@ -11,6 +11,8 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -112,10 +114,16 @@ func leaveGroup(g comm.Group, err error) {
 }
 
 // joinGroup joins the job's process group, or makes a group of one without WORLD_SIZE (or
-// mpirun's OMPI_COMM_WORLD_SIZE).
+// mpirun's OMPI_COMM_WORLD_SIZE). In a job of several ranks it first lowers the runtime's
+// monitor thread, for the program (see the package doc).
 func joinGroup(ctx context.Context, opts ...comm.Option) (comm.Group, error) {
 	if os.Getenv("WORLD_SIZE") == "" && os.Getenv("OMPI_COMM_WORLD_SIZE") == "" {
 		return comm.NewLocalGroups(1)[0], nil
+	}
+	if _, world := launchenv.Launched(); world > 1 {
+		if _, err := sysmon.Lower(); err != nil {
+			return nil, fmt.Errorf("trainer: %w", err)
+		}
 	}
 	return comm.InitFromEnv(ctx, opts...)
 }

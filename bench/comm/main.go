@@ -25,6 +25,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/launch"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 )
 
 var ops = []string{"all-reduce", "reduce-scatter", "all-gather", "broadcast"}
@@ -255,6 +256,11 @@ func printTable(rows []row) {
 
 func worker() error {
 	ctx := context.Background()
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	g, err := comm.InitFromEnv(ctx, benchOptions()...)
 	if err != nil {
 		return err

@@ -48,6 +48,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 )
 
 var (
@@ -285,6 +286,11 @@ func shapingOf(rows []result) string {
 func worker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 19*time.Minute)
 	defer cancel()
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute), comm.WithConnectTimeout(time.Minute))
 	if err != nil {
 		return err

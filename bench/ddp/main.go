@@ -7,8 +7,8 @@
 // against it. The plain process runs before and after DDP in each repetition, and its
 // throughput is the mean of the two (this machine's speed drifts within a minute).
 //
-// Every process lowers the Go runtime's monitor thread as comm.InitFromEnv does for a rank
-// (GP_SYSMON, internal/sysmon); GP_SYSMON=default measures without it.
+// Every process lowers the Go runtime's monitor thread as the programs a launcher starts as
+// ranks do (GP_SYSMON, parallel/sysmon); GP_SYSMON=default measures without it.
 //
 // "One thread per rank" is GOMAXPROCS=1 by default (-procs): DDP's communication goroutines
 // then share the rank's one P with the compute, where gloo has threads of its own; -procs 2
@@ -35,13 +35,13 @@ import (
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
-	"github.com/gorgonia-parallel/gp/internal/sysmon"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 )
 
 // result is what one benchmark process reports (one JSON line on stdout).
@@ -246,7 +246,7 @@ func numAny(v any, note string) string {
 // child is one benchmark process: "plain" (no DDP) or "ddp" (a rank of the torchrun env).
 func child(role string, p params) error {
 	ctx := context.Background()
-	// Every role, plain ones too, gets what comm.InitFromEnv gives a rank: the runtime's
+	// Every role, plain ones too, gets what a launched rank's main does: the runtime's
 	// monitor thread lowered (GP_SYSMON; Note [The monitor thread and cgo]).
 	if _, err := sysmon.Lower(); err != nil {
 		return err

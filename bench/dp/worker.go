@@ -19,6 +19,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/dp"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -213,6 +214,11 @@ func runDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, me
 }
 
 func runDDP(ctx context.Context, m *nn.Model, opt optim.Optimizer, w workload, meas *measurement) error {
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	g, err := comm.InitFromEnv(ctx)
 	if err != nil {
 		return err

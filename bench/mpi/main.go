@@ -39,6 +39,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/mpi"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 )
 
 var (
@@ -292,6 +293,11 @@ func busFactor(op string, n int) float64 {
 
 func worker(op string) error {
 	ctx := context.Background()
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute))
 	if err != nil {
 		return err

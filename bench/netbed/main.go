@@ -31,6 +31,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/netbed"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 )
 
 var (
@@ -247,6 +248,11 @@ func job(ctx context.Context, bed *netbed.Bed, hosts int, mode string, port int)
 func worker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute), comm.WithConnectTimeout(time.Minute))
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -273,6 +274,11 @@ func child(name, path string, steps, warmup int) error {
 			return s.Step(vgs)
 		}
 	case "build":
+		// One rank of several on this host: the runtime's monitor thread yields the cores to the
+		// compute (parallel/sysmon), as in every program the launcher starts.
+		if _, err := sysmon.Lower(); err != nil {
+			return err
+		}
 		grp, err := comm.InitFromEnv(ctx)
 		if err != nil {
 			return err

@@ -36,6 +36,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
@@ -157,6 +158,11 @@ func build(batch, size int) nn.BuildFunc {
 func child(strategy string, p params) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
 	defer cancel()
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	g, err := comm.InitFromEnv(ctx, comm.WithTimeout(5*time.Minute))
 	if err != nil {
 		return err

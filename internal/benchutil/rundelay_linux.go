@@ -13,7 +13,7 @@ import (
 // for a CPU so far (the second field of each /proc/self/task/*/schedstat), in seconds; 0
 // where the kernel has no schedstat. Threads that have exited no longer count, so take the
 // difference of two calls around work whose threads outlive it. SCHED_IDLE threads (the
-// runtime's monitor once lowered, see internal/sysmon) do not count: they wait by design
+// runtime's monitor once lowered, see parallel/sysmon) do not count: they wait by design
 // whenever the cores are busy.
 func RunDelaySeconds() float64 {
 	files, err := filepath.Glob("/proc/self/task/*/schedstat")

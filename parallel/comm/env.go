@@ -7,27 +7,23 @@ import (
 	"os"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/internal/sysmon"
 	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 	"github.com/gorgonia-parallel/gp/parallel/comm/store"
 )
 
 // InitFromEnv builds the process group described by the torchrun environment variables
-// (see launchenv.FromOS and store.Rendezvous), over shared memory when every rank is on this host and
-// over TCP otherwise (see WithTransport). The group's Close also closes the store; StoreOf returns it.
-// Under a launcher that passes launchenv.PipeEnv (gprun does), it also makes the process
-// exit when the launcher dies (see launchenv.WatchLauncher). The timeouts come from GP_COMM_TIMEOUT,
-// GP_COMM_WARN_AFTER and GP_RDZV_TIMEOUT when set (see TimeoutEnv); opts override them.
+// (see launchenv.FromOS and store.Rendezvous), over shared memory when every rank is on this
+// host and over TCP otherwise (see WithTransport). The group's Close also closes the store;
+// StoreOf returns it. Under a launcher that passes launchenv.PipeEnv (gprun does), it also
+// makes the process exit when the launcher dies (see launchenv.WatchLauncher). The timeouts
+// come from GP_COMM_TIMEOUT, GP_COMM_WARN_AFTER and GP_RDZV_TIMEOUT when set (see
+// TimeoutEnv); opts override them.
 //
-// On Linux it also lowers the Go runtime's monitor thread to SCHED_IDLE, so that its
-// wake-ups around the compute's C calls stop taking cores from the ranks of this host;
-// GP_SYSMON=default leaves it alone, GP_SYSMON=nice makes it nice 19 instead (Note [The
-// monitor thread and cgo] in internal/sysmon: bench/ddp's images/s 6-10% higher on 2 cores).
+// It leaves the process's threads alone: a program that runs as one of several ranks on a
+// host lowers the Go runtime's monitor thread itself, first thing in main (parallel/sysmon's
+// Lower: bench/ddp's images/s 6-10% higher on 2 cores).
 func InitFromEnv(ctx context.Context, opts ...Option) (Group, error) {
 	launchenv.WatchLauncher()
-	if _, err := sysmon.Lower(); err != nil {
-		return nil, fmt.Errorf("comm: %w", err)
-	}
 	env, err := launchenv.FromOS()
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/comm/launchenv"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -108,12 +109,17 @@ type solverBucket struct {
 // NewSolver wraps inner for the ranks of a process group. Without WithGroup it starts the
 // group from the launcher's environment (comm.InitFromEnv: gprun, torchrun, srun, mpirun),
 // and in a process that no launcher started it runs alone (world 1: Step is inner's Step,
-// with BackwardPasses and ClipGradNorm still applied). It then checks that every rank's
-// graph g has the same leaves (nodes without an op that hold a value: the weights and the
-// inputs, with their names, shapes and dtypes) and copies rank 0's values of them to every
-// rank, so that weights initialised from the clock or another seed, learnable or frozen,
-// start equal. Every rank calls NewSolver with the same options; ctx bounds the start and
-// every later Step.
+// with BackwardPasses and ClipGradNorm still applied). When it joins a job of several ranks
+// itself it also first lowers the Go runtime's monitor thread (parallel/sysmon's Lower,
+// which programs otherwise call from main): without WithGroup, NewSolver is the whole of
+// the program's distributed set-up (the five-line path adds nothing to main), so it does
+// what a launched rank's main would do. With WithGroup the program set up the process and
+// NewSolver leaves its threads alone. It then checks that every rank's graph g has the same
+// leaves (nodes without an op that hold a value: the weights and the inputs, with their
+// names, shapes and dtypes) and copies rank 0's values of them to every rank, so that
+// weights initialised from the clock or another seed, learnable or frozen, start equal.
+// Every rank calls NewSolver with the same options; ctx bounds the start and every later
+// Step.
 //
 // Options of New that do not apply to a wrapped solver (FindUnusedParameters, StaticGraph,
 // SyncBatchNorm, BroadcastBuffers, FirstBucketBytes, LastBucketBytes, NoBucketRebuild,
@@ -132,6 +138,11 @@ func NewSolver(ctx context.Context, inner G.Solver, g *G.ExprGraph, opts ...Opti
 	s := &Solver{inner: inner, ctx: ctx, cfg: cfg, g: cfg.group, name: "ddp: solver"}
 	s.checker.Every = cfg.checkEvery
 	if s.g == nil {
+		if _, world := launchenv.Launched(); world > 1 {
+			if _, err := sysmon.Lower(); err != nil {
+				return nil, fmt.Errorf("ddp: NewSolver: %w", err)
+			}
+		}
 		grp, err := comm.InitFromEnv(ctx)
 		switch {
 		case errors.Is(err, launchenv.ErrNoLauncher):

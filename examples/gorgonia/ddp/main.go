@@ -17,6 +17,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -40,6 +41,11 @@ func main() {
 
 func run(steps int) error {
 	ctx := context.Background()
+	// One rank of several on this host: the runtime's monitor thread yields the cores to the
+	// compute (parallel/sysmon), as in every program the launcher starts.
+	if _, err := sysmon.Lower(); err != nil {
+		return err
+	}
 	group, err := comm.InitFromEnv(ctx) // RANK, WORLD_SIZE, ... from gprun
 	if err != nil {
 		return err

@@ -2,6 +2,21 @@
 // in a process that shares the machine's cores with other compute processes: the ranks of
 // a job on one host.
 //
+// A program that a launcher (gprun, torchrun, srun, mpirun) starts as one of several ranks
+// calls [Lower] once, first thing in main, before it builds its process group:
+//
+//	if _, err := sysmon.Lower(); err != nil {
+//		log.Fatal(err) // GP_SYSMON holds no mode
+//	}
+//
+// comm.InitFromEnv does not do it: it is a building block of programs, libraries and tests
+// alike, and the process's threads belong to whoever sets the process up. The two entry
+// points that join a job on a program's behalf, ddp.NewSolver and trainer's Fit without
+// WithGroup, are that set-up, and call Lower when the job has several ranks. A process
+// started alone gains nothing from it: its monitor's wake-ups land on idle cores (bench/ddp
+// lowers its single-process baseline anyway, so that both sides of its comparison run
+// alike).
+//
 // Note [The monitor thread and cgo]: sysmon takes the P of a goroutine that has stayed in a
 // cgo call for one of its ticks, when no other P is idle, and hands it to another thread;
 // having taken one, it polls again after 20 µs. A training step calls C (OpenBLAS, the SIMD
@@ -68,12 +83,15 @@ type Result struct {
 }
 
 // Lower applies the mode Env names to this process's monitor thread, once per process
-// (later calls return the first call's result). It returns an error only when Env holds no
+// (later calls return the first call's result); call it from main, early (see the package
+// doc). It returns an error only when Env holds no
 // Mode. Lowering is a tuning, never a condition of running: when the thread cannot be told
 // apart from the others, /proc cannot be read or the priority cannot be changed, Lower
 // changes nothing and says why in Result.Reason. Only Linux has threads to change:
 // elsewhere Lower does nothing. It takes 30 ms to 1 s: it watches the threads until the
-// monitor stands out.
+// monitor stands out. Once it has lowered the thread, it leaves a goroutine that reads this
+// process's threads in /proc every 100 ms for the life of the process (the watcher of the
+// Notes).
 func Lower() (Result, error) {
 	once.Do(func() {
 		m, err := ModeFromEnv()
