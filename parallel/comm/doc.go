@@ -1,6 +1,8 @@
 // Package comm is the process group: asynchronous collectives (all-reduce, broadcast,
 // all-gather, reduce-scatter, barrier, send/recv) over TCP, shared-memory or in-process
-// transports, and the torchrun-compatible rendezvous that builds a group from the environment.
+// transports. InitFromEnv builds a group from the launcher's environment (torchrun's, srun's,
+// mpirun's variables: package launchenv) through the rendezvous store rank 0 hosts (package
+// store, its connections authenticated by package auth).
 //
 // Every collective is issued in the same order on every rank and returns a [Work]; results
 // are ready once Work.Wait returns nil. A collective that fails (a peer died, a timeout, ranks
