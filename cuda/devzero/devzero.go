@@ -255,7 +255,7 @@ type Memory struct {
 	OptimizerHost int
 	// Gathered and GradBlocks are the bytes of gathered parameter blocks and of gradient
 	// blocks held now (4·Padded per unit; 0 between Runs); PeakGathered and PeakGradBlocks
-	// the most held at once since New.
+	// the most held at once since zero.New.
 	Gathered, GradBlocks, PeakGathered, PeakGradBlocks int
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
 )
 
-// unitHooks is the engine as cuda/tape's unit hooks: gathers ahead of use, frees after.
+// unitHooks is the backend as cuda/tape's unit hooks: gathers ahead of use, frees after.
 type unitHooks struct{ e *Backend }
 
 // gatherWork is an issued all-gather of a Run, waited for at its end.
