@@ -53,8 +53,8 @@ type regression struct {
 // fixes says, for each committed regression input, what it exposed and where it was fixed.
 var fixes = map[string]string{
 	"FuzzTCPHandshake/stalled-stranger": "a client that connected to a rank's transport listener and sent nothing held the sequential accept loop for its 30 s deadline, so rank 1 timed out and the world did not form; parallel/comm/tcp.go runs each handshake on its own goroutine",
-	"FuzzStoreServer/huge-value-length": "a store request claiming a 4 GiB value made the server allocate 4 GiB; parallel/comm/store.go reads with memory growing as bytes arrive and refuses values over 64 MiB",
-	"FuzzEnv/negative-node-id":          "SLURM_NODEID=-1 indexed the task counts at -1 (panic in slurmLocalSize); parallel/comm/envlaunchers.go refuses negative node and local ids",
+	"FuzzStoreServer/huge-value-length": "a store request claiming a 4 GiB value made the server allocate 4 GiB; parallel/comm/store reads with memory growing as bytes arrive and refuses values over 64 MiB",
+	"FuzzEnv/negative-node-id":          "SLURM_NODEID=-1 indexed the task counts at -1 (panic in slurmLocalSize); parallel/comm/launchenv refuses negative node and local ids",
 	"FuzzFirstHost/space-before-comma":  "FirstHost(\"a ,b\") gave \"a \", and bytes no host name has passed through; FirstHost trims the host and checks its characters",
 	"FuzzExpandCounts/over-2e20-nodes":  "SLURM task count lists expanded without a total bound; bounded at 2^20 nodes",
 	"FuzzReadArray/npyio-readheader":    "the header that panics npyio v0.14.0's readHeader (slice bounds out of range [:-1], reader.go:101); internal/npyfile parses and checks every header before npyio sees it",
