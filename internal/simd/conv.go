@@ -36,3 +36,17 @@ func ShiftTables(g *ConvGeom) (shift []int32, mask []uint16) {
 	}
 	return shift, mask
 }
+
+// ConvShift is the layout of an implicit convolution's operands (ConvShiftFwd,
+// ConvShiftWGrad): C input and O output channels, KK taps, P output pixels per plane. Row
+// r = c·KK + q of the im2col matrix, at output pixel k, is x[n·XN + c·XC + Off[q] + k]
+// where bit k%16 of Mask[q·ceil(P/16) + k/16] is set, 0 where it is not (the bits of pixels
+// past P are 0); the forward writes y[n·YN + o·YC + k]. The caller's tables must keep every
+// element a set bit reads inside x. ShiftTables' shift and mask, with XC = P, XN = C·P,
+// YC = P and YN = O·P, are a stride-1 convolution whose output has its input's size.
+type ConvShift struct {
+	C, O, KK, P    int
+	XC, XN, YC, YN int
+	Off            []int32
+	Mask           []uint16
+}

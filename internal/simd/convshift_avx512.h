@@ -1,12 +1,12 @@
-// AVX-512 kernels of the implicit convolution (convshift_cgo.go): a stride-1 convolution whose
-// output has its input's size, computed from the image directly, without the im2col matrix.
-// Row r = c·kk + q of the matrix im2col would build is channel c's plane read from offset
-// shift[q], the pixels in the padding masked off by the 16-lane masks of nn/ops's
-// shiftTable; here each kernel loads those 16 pixels straight from the image where it needs
-// them. Compiled for AVX-512 by the pragma below and called only at level AVX512 (level.go).
-// The sums are the same bits as convshift_avx2.h's.
+// AVX-512 kernels of the implicit convolution (convshift_cgo.go): a convolution computed from
+// its input directly, without the im2col matrix. Row r = c·kk + q of the matrix im2col would
+// build is a plane of the input read at tap q's offset, the pixels in the padding masked off
+// by 16-lane masks (gp_shiftconv, convshift.h); each kernel loads those 16 pixels straight
+// from the input where it needs them. Compiled for AVX-512 by the pragma below and called
+// only at level AVX512 (level.go). The sums are the same bits as convshift_avx2.h's.
 
 #include <immintrin.h>
+#include "convshift.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
@@ -27,10 +27,10 @@ static inline float gp5s_hsum(__m512 v) {
 }
 
 // gp5s_fwd_block computes output channels [o0, o0+NO) of units u[0..NV), a unit being 16
-// pixels of one image (its chunk j of ceil(P/16)): acc = Σ_r wp[r·O + o]·x[c, k + shift[q]]
-// in the order of r, then + bias[o] when bias is not NULL. The accumulators are named
-// variables (a<o><v>), not an array: GCC at -O3 keeps an array of them in registers but
-// also stores it to the stack on every iteration.
+// pixels of one image (its chunk j of ceil(P/16)): acc = Σ_r wp[r·O + o]·x[row r, k] in the
+// order of r, then + bias[o] when bias is not NULL. The accumulators are named variables
+// (a<o><v>), not an array: GCC at -O3 keeps an array of them in registers but also stores
+// it to the stack on every iteration.
 #define GP5S_FMA(o)                                                                     \
 	if (NO > o) {                                                                       \
 		__m512 w = _mm512_set1_ps(wr[o]);                                               \
@@ -42,7 +42,7 @@ static inline float gp5s_hsum(__m512 v) {
 	{                                                                                   \
 		__m512 r = a##o##v;                                                             \
 		if (bias) r = _mm512_add_ps(r, _mm512_set1_ps(bias[o0 + o]));                   \
-		_mm512_mask_storeu_ps(y##v + (long)(o0 + o) * P, t##v, r);                      \
+		_mm512_mask_storeu_ps(y##v + (long)(o0 + o) * yc, t##v, r);                     \
 	}
 #define GP5S_ST(o)                                                                      \
 	if (NO > o) {                                                                       \
@@ -50,58 +50,64 @@ static inline float gp5s_hsum(__m512 v) {
 		if (NV > 1) GP5S_ST1(o, 1)                                                      \
 		if (NV > 2) GP5S_ST1(o, 2)                                                      \
 	}
-static inline __attribute__((always_inline)) void gp5s_fwd_block(int NO, int NV, const long *un, const long *uj,
-                                                                 const float *x, const float *wp, const float *bias,
-                                                                 float *y, int C, int O, int kk, long P,
-                                                                 const int *shift, const unsigned short *mask, int o0) {
-	long nch = (P + 15) / 16;
+static inline __attribute__((always_inline)) void gp5s_fwd_block(int NO, int NV, const gp_shiftconv *g,
+                                                                 const long *un, const long *uj, const float *x,
+                                                                 const float *wp, const float *bias, float *y,
+                                                                 int o0) {
+	const int C = g->C, O = g->O, kk = g->kk;
+	const long P = g->P, xc = g->xc, yc = g->yc, nch = (P + 15) / 16;
+	const int *qoff = g->qoff;
 	const __m512 z = _mm512_setzero_ps();
 	__m512 a00 = z, a01 = z, a02 = z, a10 = z, a11 = z, a12 = z, a20 = z, a21 = z, a22 = z, a30 = z, a31 = z,
 	       a32 = z, a40 = z, a41 = z, a42 = z, a50 = z, a51 = z, a52 = z, a60 = z, a61 = z, a62 = z, a70 = z,
 	       a71 = z, a72 = z;
 	// Unit v's pixels of channel 0 and its masks (mask row q at m<v>[q·nch]).
-	const float *xb0 = x + un[0] * C * P + uj[0] * 16, *xb1 = xb0, *xb2 = xb0;
-	const unsigned short *m0 = mask + uj[0], *m1 = m0, *m2 = m0;
-	if (NV > 1) xb1 = x + un[1] * C * P + uj[1] * 16, m1 = mask + uj[1];
-	if (NV > 2) xb2 = x + un[2] * C * P + uj[2] * 16, m2 = mask + uj[2];
+	const float *xb0 = x + un[0] * g->xn + uj[0] * 16, *xb1 = xb0, *xb2 = xb0;
+	const unsigned short *m0 = g->mask + uj[0], *m1 = m0, *m2 = m0;
+	if (NV > 1) xb1 = x + un[1] * g->xn + uj[1] * 16, m1 = g->mask + uj[1];
+	if (NV > 2) xb2 = x + un[2] * g->xn + uj[2] * 16, m2 = g->mask + uj[2];
 	const float *wr = wp + o0;
 	for (int c = 0; c < C; c++) {
 		for (int q = 0; q < kk; q++, wr += O) {
-			long off = (long)c * P + shift[q], mo = (long)q * nch;
+			long off = (long)c * xc + qoff[q], mo = (long)q * nch;
 			__m512 x0 = _mm512_maskz_loadu_ps(m0[mo], xb0 + off), x1 = x0, x2 = x0;
 			if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1[mo], xb1 + off);
 			if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2[mo], xb2 + off);
 			GP5S_FMA(0) GP5S_FMA(1) GP5S_FMA(2) GP5S_FMA(3) GP5S_FMA(4) GP5S_FMA(5) GP5S_FMA(6) GP5S_FMA(7)
 		}
 	}
-	float *y0 = y + un[0] * O * P + uj[0] * 16, *y1 = y0, *y2 = y0;
+	float *y0 = y + un[0] * g->yn + uj[0] * 16, *y1 = y0, *y2 = y0;
 	__mmask16 t0 = gp5s_tail(P - uj[0] * 16), t1 = t0, t2 = t0;
-	if (NV > 1) y1 = y + un[1] * O * P + uj[1] * 16, t1 = gp5s_tail(P - uj[1] * 16);
-	if (NV > 2) y2 = y + un[2] * O * P + uj[2] * 16, t2 = gp5s_tail(P - uj[2] * 16);
+	if (NV > 1) y1 = y + un[1] * g->yn + uj[1] * 16, t1 = gp5s_tail(P - uj[1] * 16);
+	if (NV > 2) y2 = y + un[2] * g->yn + uj[2] * 16, t2 = gp5s_tail(P - uj[2] * 16);
 	GP5S_ST(0) GP5S_ST(1) GP5S_ST(2) GP5S_ST(3) GP5S_ST(4) GP5S_ST(5) GP5S_ST(6) GP5S_ST(7)
 }
 
-#define GP5S_FWD_O(NV)                                                                                          \
-	do {                                                                                                        \
-		int o0 = 0;                                                                                             \
-		for (; o0 + 8 <= O; o0 += 8) gp5s_fwd_block(8, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); \
-		switch (O - o0) {                                                                                       \
-		case 7: gp5s_fwd_block(7, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		case 6: gp5s_fwd_block(6, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		case 5: gp5s_fwd_block(5, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		case 4: gp5s_fwd_block(4, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		case 3: gp5s_fwd_block(3, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		case 2: gp5s_fwd_block(2, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		case 1: gp5s_fwd_block(1, NV, un, uj, x, wp, bias, y, C, O, kk, P, shift, mask, o0); break;            \
-		}                                                                                                       \
+#define GP5S_FWD_O(NV)                                                                   \
+	do {                                                                                 \
+		int o0 = 0;                                                                      \
+		for (; o0 + 8 <= O; o0 += 8) gp5s_fwd_block(8, NV, g, un, uj, x, wp, bias, y, o0); \
+		switch (O - o0) {                                                                \
+		case 7: gp5s_fwd_block(7, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 6: gp5s_fwd_block(6, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 5: gp5s_fwd_block(5, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 4: gp5s_fwd_block(4, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 3: gp5s_fwd_block(3, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 2: gp5s_fwd_block(2, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 1: gp5s_fwd_block(1, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		}                                                                                \
 	} while (0)
 
 // gp5_conv_shift_fwd is the forward of units [u0, u1) (unit u: image u/nch, pixels
-// 16·(u%nch) on): y (N×O×P) = wpᵀ·cols(x) (+ bias), x N×C×P, wp the weights packed K×O
-// (K = C·kk rows in im2col's order), three units and eight output channels at a time.
-static void gp5_conv_shift_fwd(const float *x, const float *wp, const float *bias, float *y, int C, int O, int kk,
-                               long P, const int *shift, const unsigned short *mask, long u0, long u1) {
-	long nch = (P + 15) / 16;
+// 16·(u%nch) on): y = wpᵀ·cols(x) (+ bias), wp the weights packed K×O (K = C·kk rows in
+// im2col's order), three units and eight output channels at a time.
+static void gp5_conv_shift_fwd(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x, const float *wp, const float *bias, float *y,
+                               long u0, long u1) {
+	gp_shiftconv gs = *g0;
+	gs.qoff = qoff, gs.mask = mask;
+	const gp_shiftconv *g = &gs;
+	const int O = g->O;
+	long nch = (g->P + 15) / 16;
 	long un[3], uj[3];
 	long u = u0;
 	for (; u + 3 <= u1; u += 3) {
@@ -118,9 +124,9 @@ static void gp5_conv_shift_fwd(const float *x, const float *wp, const float *bia
 }
 
 // gp5s_wgrad_block sums output channels [o0, o0+NO) by rows [r0, r0+NR) of the filter
-// gradient over the N images: lane t of accumulator a<o><r> adds dy[n, o, k]·x[n, c,
-// k + shift[q]] for the pixels k ≡ t (mod 16), images and chunks in order; dw[o·K + r] is
-// then the lanes' gp5s_hsum. Named accumulators, as in gp5s_fwd_block.
+// gradient over the N images: lane t of accumulator a<o><r> adds dy[n, o, k]·x[row r, k] for
+// the pixels k ≡ t (mod 16), images and chunks in order; dw[o·K + r] is then the lanes'
+// gp5s_hsum. dy is N×O×P. Named accumulators, as in gp5s_fwd_block.
 #define GP5S_WO(o, r) \
 	if (NO > o) a##o##r = _mm512_fmadd_ps(d##o, xv, a##o##r);
 #define GP5S_WR(r)                                                                            \
@@ -134,24 +140,24 @@ static void gp5_conv_shift_fwd(const float *x, const float *wp, const float *bia
 	if (NR > r) dw[(long)(o0 + o) * K + r0 + r] = gp5s_hsum(a##o##r);
 #define GP5S_WS(o) \
 	if (NO > o) { GP5S_WS1(o, 0) GP5S_WS1(o, 1) GP5S_WS1(o, 2) GP5S_WS1(o, 3) GP5S_WS1(o, 4) GP5S_WS1(o, 5) }
-static inline __attribute__((always_inline)) void gp5s_wgrad_block(int NO, int NR, const float *x, const float *dy,
-                                                                   float *dw, int N, int C, int O, int kk, long P,
-                                                                   const int *shift, const unsigned short *mask,
-                                                                   int o0, int r0) {
-	long nch = (P + 15) / 16;
+#define GP5S_WOFF(r) \
+	if (NR > r) off##r = (long)((r0 + r) / kk) * g->xc + g->qoff[(r0 + r) % kk], mq##r = (r0 + r) % kk;
+static inline __attribute__((always_inline)) void gp5s_wgrad_block(int NO, int NR, const gp_shiftconv *g,
+                                                                   const float *x, const float *dy, float *dw,
+                                                                   int N, int o0, int r0) {
+	const int O = g->O, kk = g->kk;
+	const long P = g->P, nch = (P + 15) / 16, xnst = g->xn;
+	const unsigned short *mask = g->mask;
 	const __m512 z = _mm512_setzero_ps();
 	__m512 a00 = z, a01 = z, a02 = z, a03 = z, a04 = z, a05 = z, a10 = z, a11 = z, a12 = z, a13 = z, a14 = z,
 	       a15 = z, a20 = z, a21 = z, a22 = z, a23 = z, a24 = z, a25 = z, a30 = z, a31 = z, a32 = z, a33 = z,
 	       a34 = z, a35 = z;
-	// Row r's offset in an image (its channel's plane at its shift) and its mask row.
+	// Row r's offset in an image (its channel's plane at its tap's offset) and its mask row.
 	long off0 = 0, off1 = 0, off2 = 0, off3 = 0, off4 = 0, off5 = 0;
 	long mq0 = 0, mq1 = 0, mq2 = 0, mq3 = 0, mq4 = 0, mq5 = 0;
-#define GP5S_WOFF(r) \
-	if (NR > r) off##r = (long)((r0 + r) / kk) * P + shift[(r0 + r) % kk], mq##r = (r0 + r) % kk;
 	GP5S_WOFF(0) GP5S_WOFF(1) GP5S_WOFF(2) GP5S_WOFF(3) GP5S_WOFF(4) GP5S_WOFF(5)
-#undef GP5S_WOFF
 	for (int n = 0; n < N; n++) {
-		const float *xn = x + (long)n * C * P, *dyn = dy + ((long)n * O + o0) * P;
+		const float *xn = x + (long)n * xnst, *dyn = dy + ((long)n * O + o0) * P;
 		for (long j = 0; j < nch; j++) {
 			__mmask16 tm = gp5s_tail(P - j * 16);
 			__m512 d0 = z, d1 = z, d2 = z, d3 = z;
@@ -159,29 +165,32 @@ static inline __attribute__((always_inline)) void gp5s_wgrad_block(int NO, int N
 			GP5S_WR(0) GP5S_WR(1) GP5S_WR(2) GP5S_WR(3) GP5S_WR(4) GP5S_WR(5)
 		}
 	}
-	long K = (long)C * kk;
+	long K = (long)g->C * kk;
 	GP5S_WS(0) GP5S_WS(1) GP5S_WS(2) GP5S_WS(3)
 }
 
-#define GP5S_WGRAD_R(NO)                                                                                          \
-	do {                                                                                                          \
-		int r0 = 0;                                                                                               \
-		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_block(NO, 6, x, dy, dw, N, C, O, kk, P, shift, mask, o0, r0);     \
-		switch (K - r0) {                                                                                         \
-		case 5: gp5s_wgrad_block(NO, 5, x, dy, dw, N, C, O, kk, P, shift, mask, o0, r0); break;                  \
-		case 4: gp5s_wgrad_block(NO, 4, x, dy, dw, N, C, O, kk, P, shift, mask, o0, r0); break;                  \
-		case 3: gp5s_wgrad_block(NO, 3, x, dy, dw, N, C, O, kk, P, shift, mask, o0, r0); break;                  \
-		case 2: gp5s_wgrad_block(NO, 2, x, dy, dw, N, C, O, kk, P, shift, mask, o0, r0); break;                  \
-		case 1: gp5s_wgrad_block(NO, 1, x, dy, dw, N, C, O, kk, P, shift, mask, o0, r0); break;                  \
-		}                                                                                                         \
+#define GP5S_WGRAD_R(NO)                                                              \
+	do {                                                                              \
+		int r0 = 0;                                                                   \
+		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_block(NO, 6, g, x, dy, dw, N, o0, r0); \
+		switch (K - r0) {                                                             \
+		case 5: gp5s_wgrad_block(NO, 5, g, x, dy, dw, N, o0, r0); break;             \
+		case 4: gp5s_wgrad_block(NO, 4, g, x, dy, dw, N, o0, r0); break;             \
+		case 3: gp5s_wgrad_block(NO, 3, g, x, dy, dw, N, o0, r0); break;             \
+		case 2: gp5s_wgrad_block(NO, 2, g, x, dy, dw, N, o0, r0); break;             \
+		case 1: gp5s_wgrad_block(NO, 1, g, x, dy, dw, N, o0, r0); break;             \
+		}                                                                             \
 	} while (0)
 
 // gp5_conv_shift_wgrad is the filter gradient's rows [oa, ob): dw (O×K, K = C·kk) =
-// dy·cols(x)ᵀ summed over the N images, dy N×O×P, x N×C×P; four output channels by six
-// rows at a time.
-static void gp5_conv_shift_wgrad(const float *x, const float *dy, float *dw, int N, int C, int O, int kk, long P,
-                                 const int *shift, const unsigned short *mask, int oa, int ob) {
-	int K = C * kk;
+// dy·cols(x)ᵀ summed over the N images, dy N×O×P; four output channels by six rows at a
+// time.
+static void gp5_conv_shift_wgrad(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x, const float *dy, float *dw, int N, int oa,
+                                 int ob) {
+	gp_shiftconv gs = *g0;
+	gs.qoff = qoff, gs.mask = mask;
+	const gp_shiftconv *g = &gs;
+	int K = g->C * g->kk;
 	int o0 = oa;
 	for (; o0 + 4 <= ob; o0 += 4) GP5S_WGRAD_R(4);
 	switch (ob - o0) {

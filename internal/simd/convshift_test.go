@@ -37,6 +37,7 @@ func TestConvShiftKernels(t *testing.T) {
 			P, kk := tc.h*tc.w, tc.k*tc.k
 			K := tc.c * kk
 			nch := (P + 15) / 16
+			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
 			x, fx := guarded(t, tc.n*tc.c*P, true)
 			defer fx()
 			dy, fdy := guarded(t, tc.n*tc.o*P, false)
@@ -109,12 +110,12 @@ func TestConvShiftKernels(t *testing.T) {
 					// Two calls over a split of the units and of the output channels, as
 					// nn/ops's workers make them.
 					u := tc.n * nch
-					if !ConvShiftFwd(x, wp, bias, y, tc.n, tc.c, tc.o, kk, P, shift, mask, 0, u/2) ||
-						!ConvShiftFwd(x, wp, bias, y, tc.n, tc.c, tc.o, kk, P, shift, mask, u/2, u) {
+					if !ConvShiftFwd(s, x, wp, bias, y, tc.n, 0, u/2) ||
+						!ConvShiftFwd(s, x, wp, bias, y, tc.n, u/2, u) {
 						t.Fatalf("%s: ConvShiftFwd did not run", l)
 					}
-					if !ConvShiftWGrad(x, dy, dw, tc.n, tc.c, tc.o, kk, P, shift, mask, 0, tc.o/2) ||
-						!ConvShiftWGrad(x, dy, dw, tc.n, tc.c, tc.o, kk, P, shift, mask, tc.o/2, tc.o) {
+					if !ConvShiftWGrad(s, x, dy, dw, tc.n, 0, tc.o/2) ||
+						!ConvShiftWGrad(s, x, dy, dw, tc.n, tc.o/2, tc.o) {
 						t.Fatalf("%s: ConvShiftWGrad did not run", l)
 					}
 				})
@@ -154,4 +155,73 @@ func relMax(got []float32, want []float64) float64 {
 		e, m = max(e, d), max(m, math.Abs(w))
 	}
 	return e / m
+}
+
+// TestPhaseSplitMerge checks PhaseSplit against its definition (plane a·s + b holds
+// x[s·i + a, s·j + b], 0 past x's edge; planes not in used untouched) and PhaseMerge against
+// its inverse (every pixel of a used phase back in place, the rest 0), on sizes that divide
+// by the stride and sizes that do not.
+func TestPhaseSplitMerge(t *testing.T) {
+	if Current() == Off {
+		t.Skip("level off: the kernels report false")
+	}
+	for _, tc := range []struct{ nc, h, w, oh, ow, s int }{
+		{3, 14, 14, 7, 7, 2}, {2, 7, 7, 4, 4, 2}, {2, 9, 8, 5, 4, 2}, {1, 10, 12, 4, 4, 3}, {2, 5, 5, 5, 5, 1},
+	} {
+		for _, used := range []uint64{1, 1<<uint(tc.s*tc.s) - 1, 0b1010} {
+			x := make([]float32, tc.nc*tc.h*tc.w)
+			for i := range x {
+				x[i] = float32(i + 1)
+			}
+			ss, P := tc.s*tc.s, tc.oh*tc.ow
+			xp := make([]float32, tc.nc*ss*P)
+			for i := range xp {
+				xp[i] = -1
+			}
+			if !PhaseSplit(x, xp, tc.nc, tc.h, tc.w, tc.oh, tc.ow, tc.s, used) {
+				t.Fatal("PhaseSplit did not run")
+			}
+			dx := make([]float32, len(x))
+			for i := range dx {
+				dx[i] = -2
+			}
+			if !PhaseMerge(xp, dx, tc.nc, tc.h, tc.w, tc.oh, tc.ow, tc.s, used) {
+				t.Fatal("PhaseMerge did not run")
+			}
+			for p := 0; p < tc.nc; p++ {
+				for a := 0; a < tc.s; a++ {
+					for b := 0; b < tc.s; b++ {
+						ph := a*tc.s + b
+						for i := 0; i < tc.oh; i++ {
+							for j := 0; j < tc.ow; j++ {
+								got := xp[(p*ss+ph)*P+i*tc.ow+j]
+								want := float32(-1)
+								if used>>uint(ph)&1 == 1 {
+									want = 0
+									if ih, iw := tc.s*i+a, tc.s*j+b; ih < tc.h && iw < tc.w {
+										want = x[(p*tc.h+ih)*tc.w+iw]
+									}
+								}
+								if got != want {
+									t.Fatalf("%+v used %b: split plane %d [%d,%d] of %d = %g, want %g", tc, used, ph, i, j, p, got, want)
+								}
+							}
+						}
+					}
+				}
+				for ih := 0; ih < tc.h; ih++ {
+					for iw := 0; iw < tc.w; iw++ {
+						i, a, j, b := ih/tc.s, ih%tc.s, iw/tc.s, iw%tc.s
+						want := float32(0)
+						if i < tc.oh && j < tc.ow && used>>uint(a*tc.s+b)&1 == 1 {
+							want = x[(p*tc.h+ih)*tc.w+iw]
+						}
+						if got := dx[(p*tc.h+ih)*tc.w+iw]; got != want {
+							t.Fatalf("%+v used %b: merge [%d,%d] of %d = %g, want %g", tc, used, ih, iw, p, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
 }

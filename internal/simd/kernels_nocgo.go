@@ -89,11 +89,13 @@ func SoftmaxRows32(s []float32, bias []float64, mask []float32, n int) bool { re
 func SoftmaxBwd(p, d []float32, acc []float64, n int) bool { return false }
 
 // ConvShiftFwd is the C kernel's stand-in: it reports false.
-func ConvShiftFwd(x, wp, bias, y []float32, n, c, o, kk, p int, shift []int32, mask []uint16, u0, u1 int) bool {
-	return false
-}
+func ConvShiftFwd(s *ConvShift, x, wp, bias, y []float32, n, u0, u1 int) bool { return false }
 
 // ConvShiftWGrad is the C kernel's stand-in: it reports false.
-func ConvShiftWGrad(x, dy, dw []float32, n, c, o, kk, p int, shift []int32, mask []uint16, oa, ob int) bool {
-	return false
-}
+func ConvShiftWGrad(s *ConvShift, x, dy, dw []float32, n, oa, ob int) bool { return false }
+
+// PhaseSplit is the C kernel's stand-in: it reports false.
+func PhaseSplit(x, xp []float32, nc, h, w, oh, ow, s int, used uint64) bool { return false }
+
+// PhaseMerge is the C kernel's stand-in: it reports false.
+func PhaseMerge(xp, dx []float32, nc, h, w, oh, ow, s int, used uint64) bool { return false }

@@ -30,15 +30,19 @@ const (
 // convScratch is the memory a convolution layer keeps between runs, shared by its forward,
 // data-gradient and filter-gradient ops (which never run at the same time).
 type convScratch struct {
-	col   gemmScratch   // batched: im2col columns [C*kh*kw, nb*Ho*Wo]
-	cols  []gemmScratch // per image: each worker's columns [C*kh*kw, Ho*Wo]
-	dws   []gemmScratch // per image: workers' partial filter gradients (worker 0 writes dw)
-	keep  gemmScratch   // the forward's columns of the whole batch, for the filter gradient
-	keepX any           // the x ([]T) whose columns keep holds; nil when none (conv_keep.go)
-	mat   gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
-	tr    gemmScratch   // the filter gradient's transposed product (gemmABt)
-	pack  gemmScratch   // an implicit convolution's packed weights (conv_shift.go)
-	idx   []int32       // the gather and scatter table of colIndex
+	col     gemmScratch   // batched: im2col columns [C*kh*kw, nb*Ho*Wo]
+	cols    []gemmScratch // per image: each worker's columns [C*kh*kw, Ho*Wo]
+	dws     []gemmScratch // per image: workers' partial filter gradients (worker 0 writes dw)
+	keep    gemmScratch   // the forward's columns of the whole batch, for the filter gradient
+	keepX   any           // the x ([]T) whose columns keep holds; nil when none (conv_keep.go)
+	mat     gemmScratch   // batched only: the output or dy of a chunk, [O, nb*Ho*Wo]
+	tr      gemmScratch   // the filter gradient's transposed product (gemmABt)
+	pack    gemmScratch   // an implicit convolution's packed weights (conv_shift.go)
+	phase   gemmScratch   // ... its phase planes of x at stride > 1
+	phaseX  any           // the x ([]float32) whose planes phase holds; nil when none
+	phaseDx gemmScratch   // ... the data gradient's phase planes
+	plan    *shiftPlan    // ... its tables
+	idx     []int32       // the gather and scatter table of colIndex
 	// im2col's gather by kernel offset q = (i, j), built with idx: gat[q*P+k] is the offset
 	// in a channel plane of output pixel k's input (0 where it falls in the padding), and
 	// padPos[padOff[q]:padOff[q+1]] the pixels k that do.

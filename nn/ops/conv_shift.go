@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
@@ -8,21 +9,28 @@ import (
 
 // Note [Implicit convolution]
 //
-// A float32 convolution of stride 1 whose output has its input's size (ResNet's 3x3
-// convolutions with padding 1) runs its forward, data gradient and filter gradient as
-// implicit GEMMs (internal/simd's ConvShiftFwd and ConvShiftWGrad): the kernels read each
-// row of the im2col matrix straight from the image, a channel's plane at the kernel offset's
-// shift with the padding masked off (shiftTable's tables), instead of materialising the
-// matrix. im2col wrote, and the GEMM read back, nine times the image per layer: on small
-// feature maps (the Fashion-MNIST demo's resnet8_s2: 14x14, 7x7, 4x4) that traffic, the
-// copies between NCHW and the batched path's layout, and OpenBLAS's packing of skinny
-// operands cost more than the multiply-adds.
+// Float32 convolutions of small feature maps (the Fashion-MNIST demo's resnet8_s2: 14x14,
+// 7x7, 4x4) run their forward, data gradient and filter gradient as implicit GEMMs
+// (internal/simd's ConvShiftFwd and ConvShiftWGrad): the kernels read each row of the
+// im2col matrix straight from the input, a plane read at the kernel offset's shift with the
+// padding masked off, instead of materialising the matrix. im2col wrote, and the GEMM read
+// back, nine times the image per layer; that traffic, the copies between NCHW and the
+// batched path's layout, col2im's scatter and OpenBLAS's packing of skinny operands cost
+// more than the multiply-adds.
 //
-// The data gradient of such a convolution is itself one: dx = conv(dy, w'), w'[c, o, q] =
-// w[o, c, kk-1-q] (the kernel flipped, its channels swapped), over the same geometry (the
-// padding that keeps the size is symmetric, so the flipped kernel's shifts are the
-// negated ones and the masks are the same tables), so it runs the forward's kernel with
-// the weights packed the other way, and col2im's scatter is gone too.
+// At stride 1 the output must have the input's size: the planes are x's channels, and
+// output pixel k of kernel offset (i, j) reads pixel k + (i·dh - ph)·W + j·dw - pw of its
+// plane. At stride s, x is first rearranged into s² phase planes per channel, plane (a, b)
+// holding x[s·h + a, s·w + b] for the output's h < Ho, w < Wo (0 past x's edge), and
+// kernel offset (i, j), with i·dh - ph = s·di + a and j·dw - pw = s·dj + b, reads plane (a,
+// b) at di·Wo + dj: a stride-1 read of a plane the output's size. That needs di, dj <= 0
+// (the plane holds no rows or columns past the output's), which 3x3 with padding 1 and 1x1
+// without padding at stride 2 satisfy.
+//
+// The data gradient is, for each phase (a, b) (one at stride 1), a forward over dy: dx's
+// phase plane at pixel k sums w[o, c, i, j]·dy[o, k - (di·Wo + dj)] over the kernel
+// offsets of that phase, masked where k - (di, dj) leaves dy; at stride s the phase planes
+// are then put back in place. No col2im scatter.
 //
 // The sums are the same products in another order than im2col and OpenBLAS's: each output
 // of the forward and the data gradient sums its C·kh·kw products in the order of im2col's
@@ -44,25 +52,161 @@ const (
 	convImplicitPixels  = 16        // the fewest output pixels at which it is taken
 )
 
-// convImplicit reports whether g's convolution runs as an implicit GEMM for float32 (Note
-// [Implicit convolution]): the C kernels, one group, stride 1, the output the input's size,
-// not a 1x1 convolution without padding (whose GEMM reads the image as it is), and within
-// the bounds above.
-func convImplicit(g *convGeom) bool {
-	return simdOK() && !implicitOff.Load() && g.Groups == 1 && !g.directCols && g.SH == 1 && g.SW == 1 &&
-		g.OH == g.H && g.OW == g.W && g.OH*g.OW >= convImplicitPixels && g.Out*g.colRows()*4 <= convImplicitWeights &&
-		convShiftable(g)
-}
-
 // implicitOff turns the implicit convolution off, for the tests that compare it with the
 // GEMM path.
 var implicitOff atomic.Bool
 
+// convImplicit reports whether g's convolution runs as an implicit GEMM for float32 (Note
+// [Implicit convolution]): the C kernels, one group, equal strides, at stride 1 the output
+// the input's size and at stride s > 1 every kernel offset in its phase plane, not a 1x1
+// convolution without padding at stride 1 (whose GEMM reads the image as it is), and within
+// the bounds above.
+func convImplicit(g *convGeom) bool {
+	if !simdOK() || implicitOff.Load() || g.Groups != 1 || g.directCols || g.SH != g.SW ||
+		g.OH*g.OW < convImplicitPixels || g.Out*g.colRows()*4 > convImplicitWeights ||
+		int64(g.C)*int64(g.H)*int64(g.W)*int64(g.SH*g.SH) > math.MaxInt32/4 {
+		return false
+	}
+	if g.SH == 1 {
+		return g.OH == g.H && g.OW == g.W
+	}
+	dh, _ := phaseOf((g.KH-1)*g.DH-g.PH, g.SH)
+	dw, _ := phaseOf((g.KW-1)*g.DW-g.PW, g.SW)
+	return dh <= 0 && dw <= 0
+}
+
+// phaseOf splits an input offset v (from s·output) into s·d + a with 0 <= a < s.
+func phaseOf(v, s int) (d, a int) {
+	d = v / s
+	if v%s < 0 {
+		d--
+	}
+	return d, v - s*d
+}
+
+// shiftPlan is an implicit convolution's tables for one geometry: the forward's (which the
+// filter gradient shares) and, for each phase with kernel offsets, the data gradient's.
+type shiftPlan struct {
+	g    convGeom
+	fwd  simd.ConvShift
+	bwd  []shiftPhase
+	used []bool // by phase plane: whether a kernel offset reads it
+}
+
+// shiftPhase is the data gradient of one phase plane: a forward over dy with the kernel
+// offsets taps (q = i·kw + j) of that phase.
+type shiftPhase struct {
+	ph   int // plane a·s + b
+	taps []int
+	cs   simd.ConvShift
+}
+
+// usedBits is used as a bit set (bit p: phase plane p).
+func (pl *shiftPlan) usedBits() uint64 {
+	var b uint64
+	for p, u := range pl.used {
+		if u {
+			b |= 1 << p
+		}
+	}
+	return b
+}
+
+// tapMask sets bit k%16 of m[k/16] for the pixels k = (h, w) of an oh×ow plane whose
+// (h+dh, w+dw) lies in it.
+func tapMask(m []uint16, oh, ow, dh, dw int) {
+	for h := 0; h < oh; h++ {
+		for w := 0; w < ow; w++ {
+			if h+dh >= 0 && h+dh < oh && w+dw >= 0 && w+dw < ow {
+				k := h*ow + w
+				m[k/16] |= 1 << (k % 16)
+			}
+		}
+	}
+}
+
+// shiftPlanOf returns g's plan, built on first use (call it before goroutines share sc).
+func (sc *convScratch) shiftPlanOf(g *convGeom) *shiftPlan {
+	if sc.plan != nil && sc.plan.g == *g {
+		return sc.plan
+	}
+	s, P, kk := g.SH, g.OH*g.OW, g.KH*g.KW
+	nch := (P + 15) / 16
+	ph := s * s
+	pl := &shiftPlan{g: *g}
+	pl.fwd = simd.ConvShift{C: g.C, O: g.Out, KK: kk, P: P, XC: ph * P, XN: g.C * ph * P, YC: P, YN: g.Out * P,
+		Off: make([]int32, kk), Mask: make([]uint16, kk*nch)}
+	// Each tap's row and column offsets in its phase plane, and its phase.
+	di, dj, tph := make([]int, kk), make([]int, kk), make([]int, kk)
+	for i := 0; i < g.KH; i++ {
+		for j := 0; j < g.KW; j++ {
+			q := i*g.KW + j
+			var a, b int
+			di[q], a = phaseOf(i*g.DH-g.PH, s)
+			dj[q], b = phaseOf(j*g.DW-g.PW, s)
+			tph[q] = a*s + b
+			pl.fwd.Off[q] = int32(tph[q]*P + di[q]*g.OW + dj[q])
+			tapMask(pl.fwd.Mask[q*nch:(q+1)*nch], g.OH, g.OW, di[q], dj[q])
+		}
+	}
+	pl.used = make([]bool, ph)
+	for _, p := range tph {
+		pl.used[p] = true
+	}
+	for p := 0; p < ph; p++ {
+		var taps []int
+		for q := 0; q < kk; q++ {
+			if tph[q] == p {
+				taps = append(taps, q)
+			}
+		}
+		if len(taps) == 0 {
+			continue
+		}
+		cs := simd.ConvShift{C: g.Out, O: g.C, KK: len(taps), P: P, XC: P, XN: g.Out * P, YC: ph * P, YN: g.C * ph * P,
+			Off: make([]int32, len(taps)), Mask: make([]uint16, len(taps)*nch)}
+		for t, q := range taps {
+			cs.Off[t] = int32(-(di[q]*g.OW + dj[q]))
+			tapMask(cs.Mask[t*nch:(t+1)*nch], g.OH, g.OW, -di[q], -dj[q])
+		}
+		pl.bwd = append(pl.bwd, shiftPhase{ph: p, taps: taps, cs: cs})
+	}
+	sc.plan = pl
+	return pl
+}
+
+// phaseIn returns x as the kernels read it: x itself at stride 1, else its phase planes
+// (N×C×s²×Ho·Wo, Note [Implicit convolution]; only those a kernel offset reads) in sc's
+// buffer; false when the C kernels do not run (the caller takes the GEMM path). The forward's planes serve the filter gradient of the same x: within one run of
+// a tape nothing writes x in between (conv_keep.go's reasoning).
+func phaseIn(g *convGeom, sc *convScratch, pl *shiftPlan, n int, x []float32) ([]float32, bool) {
+	s := g.SH
+	if s == 1 {
+		return x, true
+	}
+	P, hw := g.OH*g.OW, g.H*g.W
+	xp := gemmScratchOf[float32](&sc.phase, n*g.C*s*s*P)
+	if prev, ok := sc.phaseX.([]float32); ok && len(prev) == len(x) && len(x) > 0 && &prev[0] == &x[0] {
+		return xp, true
+	}
+	var failed atomic.Bool
+	splitRows(n*g.C, s*s*P, func(lo, hi int) {
+		if !simd.PhaseSplit(x[lo*hw:hi*hw], xp[lo*s*s*P:hi*s*s*P], hi-lo, g.H, g.W, g.OH, g.OW, s, pl.usedBits()) {
+			failed.Store(true)
+		}
+	})
+	if failed.Load() {
+		return nil, false
+	}
+	sc.phaseX = x
+	return xp, true
+}
+
 // convShiftForward is the forward of an implicit convolution: y (N×O×P) = w ⋆ x (+ b).
 func convShiftForward(op *conv2dOp, x, w, b, y []float32) bool {
 	g := &op.g
-	op.sc.keepX = nil
-	op.sc.shiftTable(g)
+	op.sc.keepX, op.sc.phaseX = nil, nil
+	pl := op.sc.shiftPlanOf(g)
 	K := g.colRows()
 	wp := gemmScratchOf[float32](&op.sc.pack, K*g.Out)
 	for o := 0; o < g.Out; o++ {
@@ -70,36 +214,60 @@ func convShiftForward(op *conv2dOp, x, w, b, y []float32) bool {
 			wp[r*g.Out+o] = v
 		}
 	}
-	return convShiftRun(op.sc, op.n, g.C, g.Out, g, x, wp, b, y)
+	xp, ok := phaseIn(g, op.sc, pl, op.n, x)
+	return ok && convShiftRun(&pl.fwd, op.n, xp, wp, b, y)
 }
 
-// convShiftDataGrad is the data gradient of an implicit convolution: dx (N×C×P) = dy ⋆ w',
-// w' the kernel flipped with its channels swapped (Note [Implicit convolution]).
+// convShiftDataGrad is the data gradient of an implicit convolution: for each phase, dx's
+// phase plane = Σ over that phase's kernel offsets of w[o, c, i, j]·dy[o] read back at the
+// offset (Note [Implicit convolution]).
 func convShiftDataGrad(op *convDataGradOp, w, dy, dx []float32) bool {
 	g := &op.g
-	op.sc.shiftTable(g)
-	kk, K := g.KH*g.KW, g.colRows()
-	// Row o·kk + q of the packed weights, column c: w[o, c, kk-1-q].
-	wp := gemmScratchOf[float32](&op.sc.pack, g.Out*kk*g.C)
-	for o := 0; o < g.Out; o++ {
-		for c := 0; c < g.C; c++ {
-			src := w[o*K+c*kk : o*K+(c+1)*kk]
-			for q := 0; q < kk; q++ {
-				wp[(o*kk+q)*g.C+c] = src[kk-1-q]
+	pl := op.sc.shiftPlanOf(g)
+	s, P, kk, K := g.SH, g.OH*g.OW, g.KH*g.KW, g.colRows()
+	out := dx
+	if s > 1 {
+		out = gemmScratchOf[float32](&op.sc.phaseDx, op.n*g.C*s*s*P)
+	}
+	for _, p := range pl.bwd {
+		// Row o·len(taps) + t of the packed weights, column c: w[o, c, taps[t]].
+		nt := len(p.taps)
+		wp := gemmScratchOf[float32](&op.sc.pack, g.Out*nt*g.C)
+		for o := 0; o < g.Out; o++ {
+			for c := 0; c < g.C; c++ {
+				src := w[o*K+c*kk : o*K+(c+1)*kk]
+				for t, q := range p.taps {
+					wp[(o*nt+t)*g.C+c] = src[q]
+				}
 			}
 		}
+		if !convShiftRun(&p.cs, op.n, dy, wp, nil, out[p.ph*P:]) {
+			return false
+		}
 	}
-	return convShiftRun(op.sc, op.n, g.Out, g.C, g, dy, wp, nil, dx)
+	return s == 1 || phaseOut(g, pl, op.n, out, dx)
 }
 
-// convShiftRun runs simd.ConvShiftFwd over the n images' units (16 pixels each), split
-// across Threads(): in channels cin, out channels cout, packed weights wp (cin·kk × cout).
-func convShiftRun(sc *convScratch, n, cin, cout int, g *convGeom, x, wp, b, y []float32) bool {
-	P, kk := g.OH*g.OW, g.KH*g.KW
-	units := n * ((P + 15) / 16)
+// phaseOut puts the data gradient's phase planes xp (N×C×s²×Ho·Wo) back in place in dx
+// (N×C×H×W); pixels of a phase without kernel offsets, or past the planes, get 0.
+func phaseOut(g *convGeom, pl *shiftPlan, n int, xp, dx []float32) bool {
+	s, P, hw := g.SH, g.OH*g.OW, g.H*g.W
 	var failed atomic.Bool
-	splitRows(units, 16*cout*cin*kk/64, func(lo, hi int) {
-		if !simd.ConvShiftFwd(x, wp, b, y, n, cin, cout, kk, P, sc.shift, sc.shiftMask, lo, hi) {
+	splitRows(n*g.C, hw, func(lo, hi int) {
+		if !simd.PhaseMerge(xp[lo*s*s*P:hi*s*s*P], dx[lo*hw:hi*hw], hi-lo, g.H, g.W, g.OH, g.OW, s, pl.usedBits()) {
+			failed.Store(true)
+		}
+	})
+	return !failed.Load()
+}
+
+// convShiftRun runs simd.ConvShiftFwd of cs over the n images' units (16 pixels each),
+// split across Threads(); wp is the packed weights (C·KK × O of cs).
+func convShiftRun(cs *simd.ConvShift, n int, x, wp, b, y []float32) bool {
+	units := n * ((cs.P + 15) / 16)
+	var failed atomic.Bool
+	splitRows(units, 16*cs.O*cs.C*cs.KK/64, func(lo, hi int) {
+		if !simd.ConvShiftFwd(cs, x, wp, b, y, n, lo, hi) {
 			failed.Store(true)
 		}
 	})
@@ -110,15 +278,18 @@ func convShiftRun(sc *convScratch, n, cin, cout int, g *convGeom, x, wp, b, y []
 // Σ over the batch of dy·cols(x)ᵀ, its rows split across Threads().
 func convShiftFilterGrad(op *convFilterGradOp, x, dy, dw []float32) bool {
 	g := &op.g
-	op.sc.shiftTable(g)
-	P, kk := g.OH*g.OW, g.KH*g.KW
-	w := min(threads(), g.Out/4, op.n*P*g.Out*g.colRows()/gemmGrain)
+	pl := op.sc.shiftPlanOf(g)
+	xp, ok := phaseIn(g, op.sc, pl, op.n, x)
+	if !ok {
+		return false
+	}
+	w := min(threads(), g.Out/4, op.n*g.OH*g.OW*g.Out*g.colRows()/gemmGrain)
 	if w <= 1 {
-		return simd.ConvShiftWGrad(x, dy, dw, op.n, g.C, g.Out, kk, P, op.sc.shift, op.sc.shiftMask, 0, g.Out)
+		return simd.ConvShiftWGrad(&pl.fwd, xp, dy, dw, op.n, 0, g.Out)
 	}
 	var failed atomic.Bool
 	splitWorkers(g.Out, w, 4, func(_, lo, hi int) {
-		if !simd.ConvShiftWGrad(x, dy, dw, op.n, g.C, g.Out, kk, P, op.sc.shift, op.sc.shiftMask, lo, hi) {
+		if !simd.ConvShiftWGrad(&pl.fwd, xp, dy, dw, op.n, lo, hi) {
 			failed.Store(true)
 		}
 	})

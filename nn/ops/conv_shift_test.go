@@ -23,14 +23,15 @@ func gemmPathOnly(t *testing.T) {
 // the same products summed in other orders, so within 1e-5 relative in the max norm (the
 // bound between the GEMM path's own variants). It also runs the implicit path at 2 threads,
 // which must give the same bits as at 1 (each output is computed by one worker, in one
-// order). The cases are the demo model resnet8_s2's stride-1 convolutions (14x14, 7x7 and
-// 4x4), odd sizes and channel counts that leave partial tiles, a 5x5 kernel and a dilated
-// one, with and without a bias.
+// order). The cases are the demo model resnet8_s2's convolutions (stride 1 at 14x14, 7x7 and
+// 4x4; stride 2 from 28x28, 14x14 and 7x7, 3x3 and 1x1), odd sizes and channel counts that
+// leave partial tiles, a 5x5 kernel, a dilated one and stride 3, with and without a bias.
 func TestConv2dImplicitMatchesGEMM(t *testing.T) {
 	if !simdOK() {
 		t.Skip("the implicit convolution needs the C kernels (SIMD level off)")
 	}
 	const tol = 1e-5
+	s2p1 := ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}
 	cases := []convCase{
 		{name: "resnet8_s2 14x14", x: []int{16, 16, 14, 14}, w: []int{16, 16, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}},
 		{name: "resnet8_s2 7x7", x: []int{16, 32, 7, 7}, w: []int{32, 32, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}},
@@ -39,6 +40,13 @@ func TestConv2dImplicitMatchesGEMM(t *testing.T) {
 		{name: "5x5 bias", x: []int{2, 3, 11, 5}, w: []int{7, 3, 5, 5}, bias: true, o: ConvOpts{Padding: [2]int{2, 2}}},
 		{name: "dilated", x: []int{2, 4, 8, 11}, w: []int{9, 4, 3, 3}, o: ConvOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
 		{name: "one line", x: []int{4, 6, 1, 17}, w: []int{19, 6, 3, 3}, bias: true, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "resnet8_s2 stem", x: []int{16, 3, 28, 28}, w: []int{16, 3, 3, 3}, o: s2p1},
+		{name: "resnet8_s2 14x14 to 7x7", x: []int{16, 16, 14, 14}, w: []int{32, 16, 3, 3}, o: s2p1},
+		{name: "resnet8_s2 7x7 to 4x4", x: []int{16, 32, 7, 7}, w: []int{64, 32, 3, 3}, o: s2p1},
+		{name: "resnet8_s2 shortcut 14x14", x: []int{16, 16, 14, 14}, w: []int{32, 16, 1, 1}, o: ConvOpts{Stride: [2]int{2, 2}}},
+		{name: "resnet8_s2 shortcut 7x7", x: []int{16, 32, 7, 7}, w: []int{64, 32, 1, 1}, o: ConvOpts{Stride: [2]int{2, 2}}},
+		{name: "stride 2 odd bias", x: []int{3, 5, 9, 8}, w: []int{13, 5, 3, 3}, bias: true, o: s2p1},
+		{name: "stride 3", x: []int{2, 4, 10, 12}, w: []int{6, 4, 3, 3}, o: ConvOpts{Stride: [2]int{3, 3}, Padding: [2]int{1, 1}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -125,7 +133,10 @@ func TestConvImplicitChoice(t *testing.T) {
 		{"resnet18 layer1 at 64x64", []int{16, 64, 16, 16}, []int{64, 64, 3, 3}, pad1, true},
 		{"resnet18 layer2: weights past the bound", []int{16, 128, 8, 8}, []int{128, 128, 3, 3}, pad1, false},
 		{"2x2: fewer pixels than lanes", []int{16, 8, 2, 2}, []int{8, 8, 3, 3}, pad1, false},
-		{"stride 2", []int{4, 16, 14, 14}, []int{32, 16, 3, 3}, ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, false},
+		{"stride 2", []int{4, 16, 14, 14}, []int{32, 16, 3, 3}, ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, true},
+		{"1x1 stride 2", []int{4, 16, 14, 14}, []int{32, 16, 1, 1}, ConvOpts{Stride: [2]int{2, 2}}, true},
+		{"7x7 stride 2: offsets past the phase planes", []int{4, 3, 32, 32}, []int{16, 3, 7, 7}, ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{3, 3}}, false},
+		{"strides differ", []int{4, 16, 14, 14}, []int{16, 16, 3, 3}, ConvOpts{Stride: [2]int{1, 2}, Padding: [2]int{1, 1}}, false},
 		{"no padding: smaller output", []int{4, 16, 14, 14}, []int{16, 16, 3, 3}, ConvOpts{}, false},
 		{"1x1 without padding: the GEMM reads x", []int{4, 16, 14, 14}, []int{16, 16, 1, 1}, ConvOpts{}, false},
 		{"groups", []int{4, 16, 14, 14}, []int{16, 8, 3, 3}, ConvOpts{Padding: [2]int{1, 1}, Groups: 2}, false},
