@@ -14,9 +14,11 @@ typedef struct {
 
 // gp_phase_split writes the phase planes of nc planes of x (h×w each) into xp (s² planes
 // of oh×ow per plane of x): plane a·s + b holds x[s·i + a, s·j + b] (0 past x's edge), only
-// for the phases whose bit is set in used. Plain C: a copy, the same at every level.
-static void gp_phase_split(const float *x, float *xp, long nc, long h, long w, long oh, long ow, long s,
-                           unsigned long long used) {
+// for the phases whose bit is set in used. A copy, the same at every level; stride 2 has
+// its own loop, with the stride a constant the compiler vectorises.
+static inline __attribute__((always_inline)) void gp_phase_split_s(const float *x, float *xp, long nc, long h, long w,
+                                                                   long oh, long ow, const long s,
+                                                                   unsigned long long used) {
 	long P = oh * ow, hw = h * w;
 	for (long p = 0; p < nc; p++) {
 		const float *src = x + p * hw;
@@ -42,29 +44,73 @@ static void gp_phase_split(const float *x, float *xp, long nc, long h, long w, l
 	}
 }
 
-// gp_phase_merge is gp_phase_split's inverse for the data gradient: nc planes of dx (h×w)
-// from xp, pixels of the phases not in used, and past the planes, 0.
-static void gp_phase_merge(const float *xp, float *dx, long nc, long h, long w, long oh, long ow, long s,
-                           unsigned long long used) {
+// gp_merge2 interleaves two phase rows into dr (jn pairs), writing 0 for a phase not used.
+static inline __attribute__((always_inline)) void gp_merge2(float *dr, const float *s0, const float *s1, long jn,
+                                                            const int u0, const int u1) {
+	for (long j = 0; j < jn; j++) {
+		dr[2 * j] = u0 ? s0[j] : 0;
+		dr[2 * j + 1] = u1 ? s1[j] : 0;
+	}
+}
+
+// gp_phase_merge_s is gp_phase_split_s's inverse for the data gradient: nc planes of dx
+// (h×w) from xp, pixels of the phases not in used, and past the planes, 0. Row by row of
+// dx, the s phases of a row interleaved in one pass.
+static inline __attribute__((always_inline)) void gp_phase_merge_s(const float *xp, float *dx, long nc, long h, long w,
+                                                                   long oh, long ow, const long s,
+                                                                   unsigned long long used) {
 	long P = oh * ow, hw = h * w;
 	for (long p = 0; p < nc; p++) {
 		float *dst = dx + p * hw;
-		for (long k = 0; k < hw; k++) dst[k] = 0;
-		for (long a = 0; a < s; a++) {
-			for (long b = 0; b < s; b++) {
-				if (!((used >> (a * s + b)) & 1)) continue;
-				const float *src = xp + (p * s * s + a * s + b) * P;
-				long wv = b < w ? (w - b + s - 1) / s : 0;
-				if (wv > ow) wv = ow;
-				for (long i = 0; i < oh; i++) {
-					long ih = s * i + a;
-					if (ih >= h) break;
-					float *dr = dst + ih * w + b;
-					const float *sr = src + i * ow;
-					for (long j = 0; j < wv; j++) dr[s * j] = sr[j];
+		const float *pl = xp + p * s * s * P;
+		for (long ih = 0; ih < h; ih++) {
+			float *dr = dst + ih * w;
+			long i = ih / s, a = ih % s;
+			if (i >= oh) {
+				for (long k = 0; k < w; k++) dr[k] = 0;
+				continue;
+			}
+			// Whole groups of s pixels with j < ow, then the rest pixel by pixel.
+			long jn = w / s < ow ? w / s : ow;
+			if (s == 2) {
+				const float *s0 = pl + (a * 2) * P + i * ow, *s1 = s0 + P;
+				switch ((used >> (a * 2)) & 3) {
+				case 3: gp_merge2(dr, s0, s1, jn, 1, 1); break;
+				case 2: gp_merge2(dr, s0, s1, jn, 0, 1); break;
+				case 1: gp_merge2(dr, s0, s1, jn, 1, 0); break;
+				default: gp_merge2(dr, s0, s1, jn, 0, 0); break;
 				}
+			} else {
+				for (long b = 0; b < s; b++) {
+				if ((used >> (a * s + b)) & 1) {
+					const float *sr = pl + (a * s + b) * P + i * ow;
+					for (long j = 0; j < jn; j++) dr[s * j + b] = sr[j];
+				} else {
+					for (long j = 0; j < jn; j++) dr[s * j + b] = 0;
+				}
+				}
+			}
+			for (long k = s * jn; k < w; k++) {
+				long j = k / s, b = k % s;
+				dr[k] = j < ow && ((used >> (a * s + b)) & 1) ? pl[(a * s + b) * P + i * ow + j] : 0;
 			}
 		}
 	}
+}
+
+static void gp_phase_split(const float *x, float *xp, long nc, long h, long w, long oh, long ow, long s,
+                           unsigned long long used) {
+	if (s == 2)
+		gp_phase_split_s(x, xp, nc, h, w, oh, ow, 2, used);
+	else
+		gp_phase_split_s(x, xp, nc, h, w, oh, ow, s, used);
+}
+
+static void gp_phase_merge(const float *xp, float *dx, long nc, long h, long w, long oh, long ow, long s,
+                           unsigned long long used) {
+	if (s == 2)
+		gp_phase_merge_s(xp, dx, nc, h, w, oh, ow, 2, used);
+	else
+		gp_phase_merge_s(xp, dx, nc, h, w, oh, ow, s, used);
 }
 #endif
