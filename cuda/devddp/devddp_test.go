@@ -16,6 +16,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/devddp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -78,7 +79,7 @@ func TestTwoRanksMatchCPU(t *testing.T) {
 				mean := (gotLoss[0][s] + gotLoss[1][s]) / 2
 				worstLoss = math.Max(worstLoss, math.Abs(float64(mean-wantLoss[s]))/math.Abs(float64(wantLoss[s])))
 			}
-			w := maxRel(gotParams[0], wantParams)
+			w := testnet.MaxRel(gotParams[0], wantParams)
 			t.Logf("%d buckets, %d steps: losses within %.3g, parameters within %.3g of one CPU process (tolerance %g)", nb, steps, worstLoss, w, tol)
 			if worstLoss > tol || w > tol {
 				t.Fatalf("device DDP differs from the CPU: losses %.3g, parameters %.3g (tolerance %g)\ndevice %v\ncpu    %v", worstLoss, w, tol, gotParams[0], wantParams)
@@ -349,17 +350,4 @@ func mustOpt(t *testing.T, m *nn.Model, f func([]optim.Segment) (optim.Optimizer
 		t.Error(err)
 	}
 	return o
-}
-
-// maxRel is max|a-b| / max|b|.
-func maxRel(a, b []float32) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
-		den = math.Max(den, math.Abs(float64(b[i])))
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
 }

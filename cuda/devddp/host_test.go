@@ -105,7 +105,7 @@ func TestDeviceMatchesHost(t *testing.T) {
 			if fmt.Sprint(dev.buckets) != fmt.Sprint(host.buckets) {
 				t.Fatalf("device buckets %v, host buckets %v", dev.buckets, host.buckets)
 			}
-			w := maxRel(dev.params[0], host.params[0])
+			w := testnet.MaxRel(dev.params[0], host.params[0])
 			t.Logf("buckets %v: device within %.3g of host (tolerance %g)", dev.buckets, w, tol)
 			if w > tol {
 				t.Fatalf("device differs from host by %.3g (tolerance %g)\ndevice %v\nhost   %v", w, tol, dev.params[0], host.params[0])
@@ -114,7 +114,7 @@ func TestDeviceMatchesHost(t *testing.T) {
 				// The option must show at this tolerance, or a device that ignored it (a
 				// hook reducing in float32, BatchNorm on local statistics) would pass.
 				plain := hostRun(t, hostCase{module: c.module, batches: c.batches})
-				if e := maxRel(dev.params[0], plain.params[0]); e <= tol {
+				if e := testnet.MaxRel(dev.params[0], plain.params[0]); e <= tol {
 					t.Fatalf("device within %.3g of the host without the option (tolerance %g): the option had no effect", e, tol)
 				} else {
 					t.Logf("%.3g from the host without the option", e)

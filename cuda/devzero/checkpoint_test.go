@@ -348,7 +348,7 @@ func TestCheckpointMovesBetweenHostAndDevice(t *testing.T) {
 			continue
 		}
 		d.steps(t, 3, 4)
-		if r := maxRel(d.params(t), hostNext); r > tol {
+		if r := testnet.MaxRel(d.params(t), hostNext); r > tol {
 			t.Fatalf("the device's step after the host's checkpoint differs from the host's by %.3g (tolerance %g)", r, tol)
 		} else {
 			t.Logf("the step after the move: device within %.3g of the host", r)
@@ -392,7 +392,7 @@ func TestSyncBatchNormMatchesHost(t *testing.T) {
 	d := deviceJob(t, convNet, world, adam, syncBN)
 	d.steps(t, 0, 3)
 	got := d.state(t)
-	w, far := maxRel(got, want), maxRel(plain.state(t), want)
+	w, far := testnet.MaxRel(got, want), testnet.MaxRel(plain.state(t), want)
 	t.Logf("device SyncBatchNorm within %.3g of the host's (tolerance %g); the host without it %.3g away", w, tol, far)
 	if w > tol {
 		t.Fatalf("device ZeRO-3 with SyncBatchNorm differs from the host's by %.3g (tolerance %g)", w, tol)
@@ -406,8 +406,8 @@ func TestSyncBatchNormMatchesHost(t *testing.T) {
 	he, _ := consolidated(t, hd)
 	de, _ := consolidated(t, dd)
 	for _, b := range d.ms[0].Params.Buffers {
-		if len(b.Data) > 0 && maxRel(de[b.Name].F32, he[b.Name].F32) > tol {
-			t.Fatalf("buffer %s in the device's checkpoint differs from the host's by %.3g", b.Name, maxRel(de[b.Name].F32, he[b.Name].F32))
+		if len(b.Data) > 0 && testnet.MaxRel(de[b.Name].F32, he[b.Name].F32) > tol {
+			t.Fatalf("buffer %s in the device's checkpoint differs from the host's by %.3g", b.Name, testnet.MaxRel(de[b.Name].F32, he[b.Name].F32))
 		}
 	}
 }
@@ -425,7 +425,7 @@ func TestOffloadedSGDMatchesHost(t *testing.T) {
 	h.steps(t, 0, 3)
 	d := deviceJob(t, models[1], world, opts...)
 	d.steps(t, 0, 3)
-	w := maxRel(d.params(t), h.params(t))
+	w := testnet.MaxRel(d.params(t), h.params(t))
 	t.Logf("offloaded SGD: device within %.3g of the host (tolerance %g)", w, tol)
 	if w > tol {
 		t.Fatalf("offloaded SGD on the device differs from the host by %.3g (tolerance %g)", w, tol)
@@ -444,7 +444,7 @@ func TestOffloadedSGDMatchesHost(t *testing.T) {
 			continue
 		}
 		n++
-		if r := maxRel(de[name].F32, e.F32); r > tol {
+		if r := testnet.MaxRel(de[name].F32, e.F32); r > tol {
 			t.Fatalf("%s: device %.3g from the host", name, r)
 		}
 	}
@@ -462,30 +462,22 @@ func TestDivergedLearningRateFailsOnDevice(t *testing.T) {
 		j := deviceJob(t, models[0], world, zero.CheckEvery(1))
 		j.steps(t, 0, 2)
 		j.es[1].Optimizer().SetLR(j.es[1].Optimizer().LR() / 2)
-		// Not onRanks: the first rank to see the difference must not cancel the other's
-		// exchange, which sees it too.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		errs := make([]error, world)
-		var wg sync.WaitGroup
-		for r := range world {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				x, y := make([]float32, j.per*gormlp.In), make([]float32, j.per*gormlp.Out)
-				gormlp.Data(x, y, 2*global+r*j.per, j.per)
-				p := j.ps[r]
-				if errs[r] = errors.Join(p.SetInput("x", x), p.SetInput("y", y)); errs[r] != nil {
-					return
-				}
+		_ = onRanks(context.Background(), world, func(ctx context.Context, r int) error {
+			x, y := make([]float32, j.per*gormlp.In), make([]float32, j.per*gormlp.Out)
+			gormlp.Data(x, y, 2*global+r*j.per, j.per)
+			p := j.ps[r]
+			if errs[r] = errors.Join(p.SetInput("x", x), p.SetInput("y", y)); errs[r] == nil {
 				if runStep {
 					errs[r] = train.RunStep(ctx, p)
 				} else {
 					errs[r] = p.Run(ctx)
 				}
-			}()
-		}
-		wg.Wait()
+			}
+			// nil: the first rank to see the difference must not cancel the other's
+			// exchange (onRanks cancels on an error), which sees it too.
+			return nil
+		})
 		for r, err := range errs {
 			want := "optimizer step count and learning rate differs between rank 0 and rank 1"
 			if !errors.Is(err, zero.ErrDiverged) || !strings.Contains(err.Error(), want) {

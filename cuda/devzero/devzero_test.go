@@ -16,6 +16,7 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/internal/proctest"
+	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -128,7 +129,7 @@ func TestTwoRanksMatchCPU(t *testing.T) {
 		for _, offload := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/offload=%v", md.name, offload), func(t *testing.T) {
 				gotLoss, gotParams, gotGrad, mem, units := deviceRun(t, md, offload)
-				if g := maxRel(gotGrad, wantGrad); g > tol {
+				if g := testnet.MaxRel(gotGrad, wantGrad); g > tol {
 					t.Fatalf("the first step's gradient shards, put together, differ from the CPU's gradient by %.3g (tolerance %g)\ndevice %v\ncpu    %v", g, tol, gotGrad, wantGrad)
 				}
 				if fmt.Sprint(gotParams[1]) != fmt.Sprint(gotParams[0]) {
@@ -139,7 +140,7 @@ func TestTwoRanksMatchCPU(t *testing.T) {
 					mean := (gotLoss[0][s] + gotLoss[1][s]) / 2
 					worstLoss = math.Max(worstLoss, math.Abs(float64(mean-wantLoss[s]))/math.Abs(float64(wantLoss[s])))
 				}
-				w := maxRel(gotParams[0], wantParams)
+				w := testnet.MaxRel(gotParams[0], wantParams)
 				t.Logf("units %v, %d steps: losses within %.3g, parameters within %.3g of one CPU process (tolerance %g); memory %+v", units, steps, worstLoss, w, tol, mem)
 				if worstLoss > tol || w > tol {
 					t.Fatalf("device ZeRO-3 differs from the CPU: losses %.3g, parameters %.3g (tolerance %g)\ndevice %v\ncpu    %v", worstLoss, w, tol, gotParams[0], wantParams)
@@ -388,19 +389,6 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 		}
 	}
 	return losses, params, grad0, mem, units
-}
-
-// maxRel is max|a-b| / max|b|.
-func maxRel(a, b []float32) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
-		den = math.Max(den, math.Abs(float64(b[i])))
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
 }
 
 // oneRank opens device 0 and a world-1 NCCL group on it, over a store of its own; all of it
