@@ -154,3 +154,48 @@ type fakeRanks struct {
 
 func (f *fakeRanks) Rank() int { return f.rank }
 func (f *fakeRanks) Size() int { return f.size }
+
+// After Close a device engine and its programs refuse work with zero.ErrClosed (ZeroGrad has
+// nothing to clear and returns nil), as the host engine's do, without touching the freed
+// device memory.
+func TestClosedEngine(t *testing.T) {
+	cudatest.Require(t)
+	ctx := context.Background()
+	dev, g := oneRank(t)
+	build := gormlp.Fixed(1, 2)
+	m, err := nn.NewGraphModel(build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _, err := newEngine(ctx, dev, m, g, adamOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Compile(build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Run", func() error { return p.Run(ctx) }},
+		{"RunStep", func() error { return p.RunStep(ctx) }},
+		{"Step", func() error { return p.Step(ctx) }},
+		{"GatherParams", func() error { _, err := e.GatherParams(ctx); return err }},
+		{"Save", func() error { return e.Save(ctx, t.TempDir(), "x") }},
+		{"Load", func() error { return e.Load(t.TempDir()) }},
+		{"Compile", func() error { _, err := e.Compile(build); return err }},
+	} {
+		if err := c.call(); !errors.Is(err, zero.ErrClosed) {
+			t.Errorf("%s after Close: %v, want zero.ErrClosed", c.name, err)
+		}
+	}
+	if err := e.ZeroGrad(); err != nil {
+		t.Errorf("ZeroGrad after Close: %v, want nil", err)
+	}
+}

@@ -355,12 +355,12 @@ func (e *Engine) ShardParams() []float32 { return e.master }
 // written through the model's placeholder Data and Grad (they read as zeros again); its
 // error is that of giving the pages back, or the backend's.
 func (e *Engine) ZeroGrad() error {
-	if e.be != nil {
-		return e.be.ZeroGrad()
-	}
 	clear(e.grad)
 	if e.closed {
 		return nil
+	}
+	if e.be != nil {
+		return e.be.ZeroGrad()
 	}
 	if err := errors.Join(e.placeholder.releaseAll(), e.gradHolder.releaseAll()); err != nil {
 		return fmt.Errorf("zero: rank %d: zero grad: %w", e.rank, err)
