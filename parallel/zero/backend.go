@@ -11,9 +11,10 @@ import (
 // Backend is where an engine keeps its shards and runs its programs. New does what every
 // backend shares, once: it resolves the options, checks that the ranks' models agree,
 // broadcasts rank 0's parameters and buffers and cuts the units and shards (Layout); the
-// Engine then answers Rank, World and Units and hands the rest to its backend. The host
-// backend, this package's, is the default; cuda/devzero's keeps the shards on a CUDA device
-// (WithBackend). Both write and read the same checkpoints (Shard).
+// Engine then answers Rank, World and Units and hands the rest to its backend. Without one
+// (the default) the engine keeps the shards itself, in host memory; cuda/devzero's backend
+// keeps them on a CUDA device (WithBackend). Every backend writes and reads the host's
+// checkpoints (Shard).
 //
 // An engine calls its Backend from the goroutine that drives it, in this order: Accept,
 // then Open, then the rest, then Close once.
