@@ -3,6 +3,7 @@ package swin
 import (
 	"math"
 	"math/rand"
+	"runtime"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
@@ -165,4 +166,46 @@ func withGo(t *testing.T, f func()) {
 	}
 	defer restore()
 	f()
+}
+
+// TestSmallGemmSubnormalOperands: a shifted window's masked probabilities are subnormal
+// floats; the small GEMM reads them as zero (see simd.SmallGemm32), which moves each element
+// by at most 2⁻¹²⁶·Σ|a·b|, far inside the bound of TestSmallGemmMatchesReference. The
+// caller's floating-point mode is restored: Go code on the same thread still computes
+// subnormal results afterwards.
+func TestSmallGemmSubnormalOperands(t *testing.T) {
+	simdtest.Each(t, func(t *testing.T, _ simd.Level) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		rng := rand.New(rand.NewSource(21))
+		const m, n, k = 49, 32, 49
+		a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+		for i := range a {
+			a[i] = float32(rng.Float64() / 49)
+			if (i/k < 21) != (i%k < 21) {
+				a[i] = math.Float32frombits(uint32(1 + rng.Intn(1<<20))) // subnormal
+			}
+		}
+		for i := range b {
+			b[i] = float32(rng.NormFloat64())
+		}
+		gemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+		for i := range m {
+			for j := range n {
+				var want, mag float64
+				for p := range k {
+					want += float64(a[i*k+p]) * float64(b[p*n+j])
+					mag += math.Abs(float64(a[i*k+p]) * float64(b[p*n+j]))
+				}
+				tol := (k+2)*math.Ldexp(1, -23)*mag + math.Ldexp(1, -126)*mag
+				if got := float64(c[i*n+j]); math.Abs(got-want) > tol {
+					t.Fatalf("c[%d,%d] = %g, want %g ± %g", i, j, got, want, tol)
+				}
+			}
+		}
+		x := math.Float32frombits(2) // the second smallest subnormal
+		if h := x * float32(rng.Float64()*0.25+0.5); h == 0 {
+			t.Fatal("the small GEMM left subnormals flushed to zero in the caller's floating-point mode")
+		}
+	})
 }
