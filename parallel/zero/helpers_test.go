@@ -29,15 +29,8 @@ const (
 	equivTol = 1e-5
 )
 
-func feed(p interface {
-	SetInput(string, []float32) error
-}, step, lo, hi int) error {
-	x, y := testnet.Batch(step, 0, lo, hi)
-	if err := p.SetInput("images", x); err != nil {
-		return err
-	}
-	return p.SetInput("labels", y)
-}
+// feed sets the network's inputs to samples [lo, hi) of step.
+func feed(p testnet.Inputs, step, lo, hi int) error { return testnet.Feed(p, step, 0, lo, hi) }
 
 func adamW(ps *nn.ParamSet) (optim.Optimizer, error) {
 	segs, err := optim.Segments(ps, wd)
@@ -49,31 +42,7 @@ func adamW(ps *nn.ParamSet) (optim.Optimizer, error) {
 
 // reference trains one process on the global batch (world·per samples) with optim's AdamW.
 func reference(bn bool, world, per, steps int) (*nn.Model, error) {
-	m, err := nn.NewModel(convNet(bn), nn.WithSeed(1))
-	if err != nil {
-		return nil, err
-	}
-	p, err := nn.Compile(m, classify(world*per))
-	if err != nil {
-		return nil, err
-	}
-	opt, err := adamW(m.Params)
-	if err != nil {
-		return nil, err
-	}
-	for s := range steps {
-		m.Params.ZeroGrad()
-		if err := feed(p, s, 0, world*per); err != nil {
-			return nil, err
-		}
-		if err := p.Run(context.Background()); err != nil {
-			return nil, err
-		}
-		if err := opt.Step(); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return testnet.Reference(bn, world*per, steps, 1, adamW)
 }
 
 // each runs fn for every rank concurrently, failing on a hang.

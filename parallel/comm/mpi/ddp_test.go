@@ -70,7 +70,7 @@ func ddpRank() error {
 	if err != nil {
 		return err
 	}
-	opt, err := sgd(m)
+	opt, err := sgd(m.Params)
 	if err != nil {
 		return err
 	}
@@ -116,47 +116,18 @@ func ddpRank() error {
 	return nil
 }
 
-func sgd(m *nn.Model) (optim.Optimizer, error) {
-	segs, err := optim.Segments(m.Params, 1e-4)
+func sgd(ps *nn.ParamSet) (optim.Optimizer, error) {
+	segs, err := optim.Segments(ps, 1e-4)
 	if err != nil {
 		return nil, err
 	}
 	return optim.NewSGD(segs, 0.1, optim.WithMomentum(0.9))
 }
 
-func feed(p interface{ SetInput(string, []float32) error }, step, lo, hi int) error {
-	x, y := testnet.Batch(step, 0, lo, hi)
-	if err := p.SetInput("images", x); err != nil {
-		return err
-	}
-	return p.SetInput("labels", y)
-}
+// feed sets the network's inputs to samples [lo, hi) of step.
+func feed(p testnet.Inputs, step, lo, hi int) error { return testnet.Feed(p, step, 0, lo, hi) }
 
 // reference trains one process on the global batch of each step.
 func reference(bn bool, batch, steps int) (*nn.Model, error) {
-	m, err := nn.NewModel(testnet.ConvNet(bn), nn.WithSeed(1))
-	if err != nil {
-		return nil, err
-	}
-	p, err := nn.Compile(m, testnet.Classify(batch))
-	if err != nil {
-		return nil, err
-	}
-	opt, err := sgd(m)
-	if err != nil {
-		return nil, err
-	}
-	for s := range steps {
-		m.Params.ZeroGrad()
-		if err := feed(p, s, 0, batch); err != nil {
-			return nil, err
-		}
-		if err := p.Run(context.Background()); err != nil {
-			return nil, err
-		}
-		if err := opt.Step(); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return testnet.Reference(bn, batch, steps, 1, sgd)
 }
