@@ -156,13 +156,38 @@ static inline __attribute__((always_inline)) void gp5s_wgrad_block(int NO, int N
 	long off0 = 0, off1 = 0, off2 = 0, off3 = 0, off4 = 0, off5 = 0;
 	long mq0 = 0, mq1 = 0, mq2 = 0, mq3 = 0, mq4 = 0, mq5 = 0;
 	GP5S_WOFF(0) GP5S_WOFF(1) GP5S_WOFF(2) GP5S_WOFF(3) GP5S_WOFF(4) GP5S_WOFF(5)
-	for (int n = 0; n < N; n++) {
-		const float *xn = x + (long)n * xnst, *dyn = dy + ((long)n * O + o0) * P;
-		for (long j = 0; j < nch; j++) {
-			__mmask16 tm = gp5s_tail(P - j * 16);
+	if (nch == 1) {
+		// One chunk per image (4x4 maps): the masks hold for every image, so they stay in
+		// mask registers; the same sums in the same order as the loop below.
+		const long j = 0;
+		const __mmask16 tm = gp5s_tail(P);
+		__mmask16 k0 = mask[mq0], k1 = k0, k2 = k0, k3 = k0, k4 = k0, k5 = k0;
+		if (NR > 1) k1 = mask[mq1];
+		if (NR > 2) k2 = mask[mq2];
+		if (NR > 3) k3 = mask[mq3];
+		if (NR > 4) k4 = mask[mq4];
+		if (NR > 5) k5 = mask[mq5];
+		const float *xn = x, *dyn = dy + (long)o0 * P;
+		for (int n = 0; n < N; n++, xn += xnst, dyn += (long)O * P) {
 			__m512 d0 = z, d1 = z, d2 = z, d3 = z;
 			GP5S_WD(0) GP5S_WD(1) GP5S_WD(2) GP5S_WD(3)
-			GP5S_WR(0) GP5S_WR(1) GP5S_WR(2) GP5S_WR(3) GP5S_WR(4) GP5S_WR(5)
+#define GP5S_WR1(r)                                                                           \
+	if (NR > r) {                                                                             \
+		__m512 xv = _mm512_maskz_loadu_ps(k##r, xn + off##r);                                 \
+		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                               \
+	}
+			GP5S_WR1(0) GP5S_WR1(1) GP5S_WR1(2) GP5S_WR1(3) GP5S_WR1(4) GP5S_WR1(5)
+#undef GP5S_WR1
+		}
+	} else {
+		for (int n = 0; n < N; n++) {
+			const float *xn = x + (long)n * xnst, *dyn = dy + ((long)n * O + o0) * P;
+			for (long j = 0; j < nch; j++) {
+				__mmask16 tm = gp5s_tail(P - j * 16);
+				__m512 d0 = z, d1 = z, d2 = z, d3 = z;
+				GP5S_WD(0) GP5S_WD(1) GP5S_WD(2) GP5S_WD(3)
+				GP5S_WR(0) GP5S_WR(1) GP5S_WR(2) GP5S_WR(3) GP5S_WR(4) GP5S_WR(5)
+			}
 		}
 	}
 	long K = (long)g->C * kk;
