@@ -227,8 +227,21 @@ func ExampleConv2d() {
 // TestConv2dNoBufferAllocs: after the first run, forward and backward reuse the op's output
 // tensors and im2col columns; what is left per call is a few interface headers (tensor's
 // Data() boxes a slice), far below the buffer sizes (32 to 72 KiB here). gonum's pure-Go
-// GEMM (CGO_ENABLED=0) allocates its own goroutine work queue, about 12 KiB per call.
+// GEMM (CGO_ENABLED=0) allocates its own goroutine work queue, about 12 KiB per call. The
+// 3x3 runs once as an implicit convolution (where the C kernels run) and once through the
+// GEMM path.
 func TestConv2dNoBufferAllocs(t *testing.T) {
+	for _, path := range []string{"implicit", "GEMM path"} {
+		t.Run(path, func(t *testing.T) {
+			if path == "GEMM path" {
+				gemmPathOnly(t)
+			}
+			convNoBufferAllocs(t)
+		})
+	}
+}
+
+func convNoBufferAllocs(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	g := G.NewGraph()
 	x := cvIn(g, tensor.Float32, rng, "x", 4, 8, 16, 16)

@@ -12,8 +12,9 @@ import (
 )
 
 // threadNet is a small ResNet-like network whose layers take every multi-threaded path of
-// the kernels (the sizes are the smallest that still split): a 3x3 convolution with kept
-// columns (per-image forward and data gradient, a one-GEMM filter gradient), a 1x1
+// the kernels (the sizes are the smallest that still split): a 3x3 convolution that runs
+// as an implicit convolution (Note [Implicit convolution]; with it off, with kept columns:
+// per-image forward and data gradient, a one-GEMM filter gradient), a 1x1
 // stride-1 convolution on 24x24 (per-image, with the workers' filter-gradient sums added
 // at the end), a strided per-image 3x3 (its filter-gradient GEMM split in blocks), a 3x3
 // and a 1x1 on 3x3 outputs (the batched path, GEMMs split in blocks), BatchNorm+ReLU and
@@ -75,8 +76,20 @@ func runThreadNet(t *testing.T, threads int) [][]float64 {
 // runs must give the same bits: every split is static. Across thread counts only the
 // order of float32 sums changes (the filter gradients of the per-image path add the
 // workers' partial sums), so the loss, logits and every gradient must agree within 1e-5
-// (norm-wise relative); measured at most 2.6e-7.
+// (norm-wise relative); measured at most 2.6e-7. It runs once with the implicit
+// convolution and once with it off, so that both the implicit and the GEMM paths split.
 func TestKernelsAcrossThreadCounts(t *testing.T) {
+	for _, path := range []string{"implicit", "GEMM path"} {
+		t.Run(path, func(t *testing.T) {
+			if path == "GEMM path" {
+				gemmPathOnly(t)
+			}
+			kernelsAcrossThreadCounts(t)
+		})
+	}
+}
+
+func kernelsAcrossThreadCounts(t *testing.T) {
 	names := []string{"loss", "logits", "x", "w1", "gamma", "beta", "w2", "w3", "b3", "w4", "w5", "fw", "fb"}
 	one := runThreadNet(t, 1)
 	for _, threads := range []int{2, 3} {
