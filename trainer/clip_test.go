@@ -23,7 +23,8 @@ func TestClipUsesOptim(t *testing.T) {
 		{"Inf", []float32{float32(math.Inf(1)), 1}, 1, nil},
 	} {
 		g := append([]float32(nil), tc.grads...)
-		err := clipShards(context.Background(), nil, g, tc.maxNorm)
+		s := &stepper{grads: hostGrads(func() []float32 { return g }), clip: tc.maxNorm}
+		err := s.clipGrads(context.Background())
 		if tc.want == nil {
 			if err == nil || !strings.Contains(err.Error(), "-clip-grad") {
 				t.Errorf("%s: err = %v, want an error naming -clip-grad", tc.name, err)

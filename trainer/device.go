@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -30,7 +29,7 @@ import (
 // graphs on a GPU with cuda/tape (docs/DESIGN.md §9), with the parameters, gradients and
 // optimizer on the device and, under -strategy ddp at world size > 1, the buckets reduced
 // there by NCCL; -strategy dp replicates over several devices of the process (compileOn);
-// -strategy zero3 shards them over the ranks' devices (cuda/devzero, engine_devzero.go). The device is opened while the flags are
+// -strategy zero3 shards them over the ranks' devices (cuda/devzero, engine_zero.go). The device is opened while the flags are
 // checked, before the group is joined or any data is read, so that a machine without the
 // driver (or cuBLAS) fails at once, naming the library.
 
@@ -104,11 +103,11 @@ func deviceOrdinal(dev string) (int, error) {
 // GPU, deviceGroup). At world size 1 that is NCCL's event protocol over a group of one, what
 // a one-GPU check exercises; -strategy none and the default skip it. What the stepper does between Run and Step (-amp fp16's unscale and inf/NaN
 // check, -clip-grad, -grad-accum-steps' 1/A) works on the State's device gradients
-// (updateDevice), under every strategy here; -model-ema averages the host's weights, copied
+// (stepper.update over deviceGrads), under every strategy here; -model-ema averages the host's weights, copied
 // from the device after each optimizer step (replicated.update). -strategy dp runs
 // cfg.DPReplicas replicas on the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is
 // the master). build makes the graph for a batch of n images; scaler is -amp fp16's (its
-// scale is in the graph, its unscale in updateDevice).
+// scale is in the graph, its unscale in stepper.update).
 func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
 	world := g.Size()
 	build := buildN(cfg.Batch / world)
@@ -215,50 +214,6 @@ func compileDataParallel(cfg *settings, m *nn.Model, opt optim.Optimizer, buildN
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
 	return p, be.Master(), nil
-}
-
-// tellScaler hands sc a device's inf/NaN check: the scaler records one through Unscale, so
-// one value, +Inf when the device found one, gives it the device's verdict (the value itself
-// is discarded).
-func tellScaler(sc *amp.GradScaler, inf bool) {
-	flag := []float32{0}
-	if inf {
-		flag[0] = float32(math.Inf(1))
-	}
-	sc.Unscale(flag)
-}
-
-// updateDevice is stepper.update on the device gradients of s.dev (the State's buffer, after
-// the program's reduction), in the host's order: unscale with the inf/NaN check in one
-// kernel pass, 1/A for gradient accumulation, clip to -clip-grad's global norm, then Step,
-// or ZeroGrad when the scale overflowed on any rank, and the scale's update. Each check
-// reads one scalar back (the inf/NaN count, the squared norm); the scale stays the host
-// scaler's (amp.GradScaler.Update, with its group's all-reduce of the flag, so every rank
-// skips the same steps).
-func (s *stepper) updateDevice(ctx context.Context) error {
-	st := s.dev
-	if s.scaler != nil {
-		inf, err := st.UnscaleGrads(ctx, s.scaler.Scale())
-		if err != nil {
-			return fmt.Errorf("trainer: loss scale: %w", err)
-		}
-		tellScaler(s.scaler, inf)
-	}
-	if s.accum > 1 {
-		if err := st.ScaleGrads(1 / float32(s.accum)); err != nil {
-			return fmt.Errorf("trainer: gradient accumulation: %w", err)
-		}
-	}
-	skip, err := s.clipSkipped(ctx)
-	if err != nil {
-		return err
-	}
-	if s.clip > 0 && !skip {
-		if _, err := st.ClipGradNorm(ctx, s.clip); err != nil {
-			return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", s.clip, err)
-		}
-	}
-	return stepOrSkip(ctx, s.prog, s.scaler)
 }
 
 // update is the stepper's update and, under -model-ema with the weights on the device, the

@@ -58,24 +58,3 @@ func precision(cfg *settings, g comm.Group) ([]nn.BuildOption, *amp.GradScaler, 
 	}
 	return nil, nil, fmt.Errorf("trainer: unknown -amp %q (bf16 or fp16)", cfg.AMP)
 }
-
-// clipShards scales the gradients so that their global L2 norm is at most maxNorm with
-// optim's clipping (optim.ClipGradNormSq, torch.nn.utils.clip_grad_norm_); each rank holds
-// a disjoint part of them (a ZeRO shard) whose sums of squares are all-reduced over g, or,
-// with g nil, all of them. A non-finite norm is optim's error (the caller skips clipping
-// for a step that fp16's loss scaler skips).
-func clipShards(ctx context.Context, g comm.Group, grads []float32, maxNorm float64) error {
-	segs := []optim.Segment{{Name: "gradients", Grad: grads}}
-	sq := optim.GradNormSq(segs)
-	if g != nil {
-		buf := []float64{sq}
-		if err := g.AllReduce(comm.F64(buf), comm.Sum).Wait(ctx); err != nil {
-			return fmt.Errorf("trainer: gradient norm all-reduce (-clip-grad): %w", err)
-		}
-		sq = buf[0]
-	}
-	if _, err := optim.ClipGradNormSq(segs, maxNorm, sq); err != nil {
-		return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", maxNorm, err)
-	}
-	return nil
-}

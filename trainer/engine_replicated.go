@@ -79,10 +79,13 @@ func newReplicatedEngine(ctx context.Context, cfg *settings, strat strategy, g c
 	if cfg.ModelEMA {
 		ema = newModelEMA(model.Params, cfg.EMADecay)
 	}
+	var grads gradBuffer = hostGrads(func() []float32 { return model.Params.Grad })
+	if dst != nil {
+		grads = deviceGrads{dst}
+	}
 	return &replicated{ema: ema, dst: dst,
-		// Every rank holds the same averaged gradients: no communication for the norm.
-		stepper: stepper{prog: prog, grads: func() []float32 { return model.Params.Grad }, scaler: scaler, clip: cfg.ClipGrad,
-			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank()), dev: dst},
+		stepper: stepper{prog: prog, grads: grads, scaler: scaler, clip: cfg.ClipGrad,
+			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank())},
 		cfg: cfg, g: g, d: d, model: model, opt: opt,
 		evals: map[int]evalProgram{}, evalOpt: append([]nn.BuildOption{nn.Training(false)}, opts...),
 		shape: shape, ck: &checkpoints{dir: cfg.Out, keep: cfg.Keep, log: log}}, nil

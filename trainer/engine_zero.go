@@ -2,11 +2,15 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/cuda/devzero"
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
@@ -17,10 +21,18 @@ import (
 )
 
 // sharded is the ZeRO-3 engine (-strategy zero3): each rank owns 1/N of the parameters,
-// gradients and optimizer state (optionally offloaded, -offload cpu|disk). Checkpoints are
-// sharded: OUT/zero/step-N/ holds one file per rank and a manifest (zero.Engine.Save), plus
-// trainer.npz with the schedule, step, epoch, RNG and loss scale; OUT/zero/LATEST names the
-// newest complete one. They resume at any world size.
+// gradients and optimizer state, in host memory (optionally offloaded, -offload cpu|disk) or,
+// with -device cuda, on this rank's GPU (cuda/devzero's backend, zero.WithBackend: the units
+// all-gathered and the gradients reduce-scattered by NCCL on the device over the group
+// deviceGroup makes, one rank's at world size 1 without a launcher; AdamW on the device or,
+// with -offload cpu, -opt adamw or sgd on the CPU). The engine is zero.New's either way, and
+// so is everything below: -amp fp16's unscale and inf/NaN check, -grad-accum-steps' 1/A and
+// -clip-grad work on each rank's gradient shard (zero.Engine's UnscaleGrads, ScaleGrads,
+// ClipGradNorm: the norm all-reduced over the ranks); -sync-bn sums BatchNorm's statistics
+// over the ranks (zero.SyncBatchNorm). Checkpoints are sharded: OUT/zero/step-N/ holds one
+// file per rank and a manifest (zero.Engine.Save), plus trainer.npz with the schedule, step,
+// epoch, RNG and loss scale; OUT/zero/LATEST names the newest complete one. They resume
+// bit-identically at any world size, on the host or the device.
 type sharded struct {
 	stepper
 	cfg     *settings
@@ -38,9 +50,48 @@ func newShardedEngine(ctx context.Context, cfg *settings, _ strategy, g comm.Gro
 	if cfg.ModelEMA {
 		return nil, fmt.Errorf("trainer: -model-ema needs a replicated strategy (ddp, dp or none): under zero3 no rank holds the whole model")
 	}
-	if cfg.dev != nil {
-		return newDeviceShardedEngine(ctx, cfg, g, model, shape, log)
+	opts, err := shardedOptions(cfg)
+	if err != nil {
+		return nil, err
 	}
+	eg := g // the engine's group: g on the host, an NCCL group on the device
+	if cfg.dev != nil {
+		opts = append(opts, zero.WithBackend(devzero.NewBackend(cfg.dev)))
+		if eg, err = deviceGroup(ctx, cfg, g, "trainer-zero3"); err != nil {
+			return nil, err
+		}
+	}
+	// New checks the ranks' models and broadcasts rank 0's parameters over eg.
+	e, err := zero.New(ctx, model, eg, opts...)
+	if err != nil {
+		if cfg.dev != nil {
+			return nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+		}
+		return nil, err
+	}
+	// -amp is autocast in the graph (on the device, cuda/tape computes its ops in 16 bits);
+	// fp16's loss scale is in the graph too, its scaler amp.NewShardedScaler over g (the
+	// inf/NaN flag all-reduced so that every rank skips alike), its unscale on the shard.
+	bopts, scaler, err := precision(cfg, g)
+	if err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	prog, err := e.Compile(cfg.buildFor(cfg.Batch/g.Size(), shape, scaler), bopts...)
+	if err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	return &sharded{
+		stepper: stepper{prog: prog, grads: e, scaler: scaler, clip: cfg.ClipGrad,
+			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
+		cfg: cfg, g: g, e: e, evals: map[int]evalProgram{},
+		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
+		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
+}
+
+// shardedOptions are zero.New's options for the settings, on the host and the device alike;
+// what the device cannot do is refused here (-opt other than adamw without -offload cpu) or
+// by the settings' check (-offload disk) and by devzero's backend.
+func shardedOptions(cfg *settings) ([]zero.Option, error) {
 	opts := []zero.Option{zero.WithWeightDecay(cfg.WeightDecay)}
 	if cfg.SyncBN {
 		opts = append(opts, zero.SyncBatchNorm())
@@ -54,36 +105,17 @@ func newShardedEngine(ctx context.Context, cfg *settings, _ strategy, g comm.Gro
 	default:
 		return nil, fmt.Errorf("trainer: unknown -offload %q (cpu or disk)", cfg.Offload)
 	}
-	if cfg.Optimizer == "adamw" {
-		opts = append(opts, zero.WithOptimizer(zero.AdamW(cfg.LR)))
-	} else {
-		if cfg.Offload == "disk" {
-			return nil, fmt.Errorf("trainer: -offload disk needs -opt adamw (its state is what goes to disk)")
-		}
-		opts = append(opts, zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) {
-			return optim.NewSGD(segs, cfg.LR, optim.WithMomentum(cfg.Momentum))
-		})))
+	switch {
+	case cfg.Optimizer == "adamw":
+		return append(opts, zero.WithOptimizer(zero.AdamW(cfg.LR))), nil
+	case cfg.dev != nil && cfg.Offload != "cpu":
+		return nil, fmt.Errorf("trainer: -opt %s with -strategy zero3 -device %s is not supported on the device (it steps AdamW on each rank's shard): pass -opt adamw, -offload cpu to step -opt %s on the CPU, or -strategy ddp", cfg.Optimizer, cfg.Device, cfg.Optimizer)
+	case cfg.Offload == "disk":
+		return nil, fmt.Errorf("trainer: -offload disk needs -opt adamw (its state is what goes to disk)")
 	}
-	e, err := zero.New(ctx, model, g, opts...)
-	if err != nil {
-		return nil, err
-	}
-	bopts, scaler, err := precision(cfg, g)
-	if err != nil {
-		return nil, err
-	}
-	local := cfg.Batch / g.Size()
-	prog, err := e.Compile(cfg.buildFor(local, shape, scaler), bopts...)
-	if err != nil {
-		return nil, err
-	}
-	return &sharded{
-		// Each rank holds a disjoint shard: the norm is the all-reduced sum of squares.
-		stepper: stepper{prog: prog, grads: e.ShardGrad, normGroup: g, scaler: scaler, clip: cfg.ClipGrad,
-			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
-		cfg: cfg, g: g, e: e, evals: map[int]evalProgram{},
-		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
-		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
+	return append(opts, zero.WithOptimizer(zero.Optim(func(segs []optim.Segment) (optim.Optimizer, error) {
+		return newOptimizer(cfg, segs)
+	}))), nil
 }
 
 // trainStep and update are the stepper's, with the step on the timeline: one event for
@@ -122,7 +154,64 @@ func (s *sharded) resume(ctx context.Context, path string, meta *checkpoint.Stat
 }
 
 func (s *sharded) report(ctx context.Context, cfg *settings, res *Result) error {
-	m := s.e.Memory()
-	res.ModelStateBytes = m.MasterBytes + m.GradBytes + m.StateBytes
+	res.ModelStateBytes = s.e.Memory().ModelStateBytes()
 	return writeTimelines(ctx, s.g, cfg, s.tl, res)
+}
+
+// saveShards writes a ZeRO-3 checkpoint under ck (OUT/zero/step-N/): rank 0's trainer.npz
+// with the trainer's state (and the loss scaler's), then every rank's shard with e.Save,
+// whose manifest and LATEST are written only when all are in place; rank 0 then prunes.
+func saveShards(ctx context.Context, g comm.Group, ck *checkpoints, scaler *amp.GradScaler, e *zero.Engine, meta *checkpoint.State) (string, error) {
+	dir := ck.path(meta.Step)
+	if g.Rank() == 0 {
+		st := *meta
+		if scaler != nil {
+			st.Scaler = scaler
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("trainer: checkpoint %s: %w", dir, err)
+		}
+		if err := checkpoint.SaveState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
+			return "", err
+		}
+	}
+	if err := e.Save(ctx, ck.dir, filepath.Base(dir)); err != nil {
+		return "", err
+	}
+	if g.Rank() == 0 {
+		ck.prune()
+	}
+	return dir, nil
+}
+
+// resumeShards loads a ZeRO-3 checkpoint written by saveShards ("auto": the newest readable
+// one under ck; "none" or "": nothing) into e and meta.
+func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e *zero.Engine, path string, meta *checkpoint.State) (string, error) {
+	st := *meta
+	if scaler != nil {
+		st.Scaler = scaler
+	}
+	load := func(dir string) error {
+		if _, err := checkpoint.LoadState(filepath.Join(dir, "trainer.npz"), &st); err != nil {
+			return fmt.Errorf("trainer: resume from %s: %w", dir, err)
+		}
+		if err := e.Load(dir); err != nil {
+			return fmt.Errorf("trainer: resume from %s%s: %w", dir, mismatchHint(err), err)
+		}
+		return nil
+	}
+	var err error
+	switch path {
+	case "none", "":
+		return "", nil
+	case "auto":
+		path, err = ck.newest(load)
+	default:
+		err = load(path)
+	}
+	if err != nil || path == "" {
+		return "", err
+	}
+	meta.Step, meta.Epoch = st.Step, st.Epoch
+	return path, nil
 }

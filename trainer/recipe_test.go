@@ -148,7 +148,7 @@ func TestGradAccumStepper(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &fakeProgram{grads: make([]float32, 4)}
-			s := &stepper{prog: p, grads: func() []float32 { return p.grads }, accum: tc.accum}
+			s := &stepper{prog: p, grads: hostGrads(func() []float32 { return p.grads }), accum: tc.accum}
 			if tc.noSync {
 				s.noSync = p.noSync
 			}

@@ -3,11 +3,13 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/data"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/optim"
+	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 )
 
@@ -25,14 +27,13 @@ import (
 // accumulation, the same sum at A times the communication.
 type stepper struct {
 	prog train.Program
-	// grads returns the gradients this rank holds: all of them, or its ZeRO-3 shard.
-	grads func() []float32
-	// normGroup is the group over which the gradient norm is summed when each rank holds a
-	// disjoint part of the gradients (ZeRO-3); nil when every rank holds all of them.
-	normGroup comm.Group
-	scaler    *amp.GradScaler
-	clip      float64
-	labels    []float32
+	// grads are the gradients this rank holds, where update works on them: all of them in
+	// host memory (hostGrads) or on the device (deviceGrads), or its ZeRO-3 shard on any
+	// backend (*zero.Engine).
+	grads  gradBuffer
+	scaler *amp.GradScaler
+	clip   float64
+	labels []float32
 	// accum is the number of batches per optimizer step (1 or less: one).
 	accum int
 	// noSync runs fn with the gradient reduction off (ddp.DDP.NoSync); nil where each Run
@@ -40,10 +41,43 @@ type stepper struct {
 	noSync func(fn func() error) error
 	// mix mixes each batch (mixup, cutmix) and feeds soft targets; nil feeds the labels.
 	mix *mixer
-	// dev holds the gradients on the device (-device cuda): update works there
-	// (updateDevice, device.go) and grads is not read; nil for the host's.
-	dev *tape.State
 }
+
+// gradBuffer is what update does to the gradients between Run and Step, wherever they are:
+// unscale by the loss scale with the inf/NaN check, scale (gradient accumulation's 1/A) and
+// clip to a global norm with optim's rule (optim.ClipCoef), summing the ranks' squares when
+// each holds a disjoint part (zero.Engine.ClipGradNorm, collective). Every rank calls them
+// alike.
+type gradBuffer interface {
+	UnscaleGrads(ctx context.Context, scale float32) (foundInf bool, err error)
+	ScaleGrads(ctx context.Context, f float32) error
+	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
+}
+
+// hostGrads is a gradBuffer over gradients in host memory that every rank holds alike
+// (the replicated strategies' averaged gradients): no communication for the norm. The
+// arithmetic is the host ZeRO-3 shard's (zero.UnscaleShard, zero.ScaleShard) and optim's.
+type hostGrads func() []float32
+
+func (h hostGrads) UnscaleGrads(_ context.Context, scale float32) (bool, error) {
+	return zero.UnscaleShard(h(), scale), nil
+}
+
+func (h hostGrads) ScaleGrads(_ context.Context, f float32) error {
+	zero.ScaleShard(h(), f)
+	return nil
+}
+
+func (h hostGrads) ClipGradNorm(_ context.Context, maxNorm float64) (float64, error) {
+	return optim.ClipGradNorm([]optim.Segment{{Name: "gradients", Grad: h()}}, maxNorm)
+}
+
+// deviceGrads is a gradBuffer over a device's gradient buffer (-device cuda, replicated:
+// the State's buffer after the program's reduction): kernels, each check reading one
+// scalar back.
+type deviceGrads struct{ *tape.State }
+
+func (d deviceGrads) ScaleGrads(_ context.Context, f float32) error { return d.State.ScaleGrads(f) }
 
 // micro says where a batch falls in the run: pos counts batches from the start of training
 // (optimizer step × accumulation + index within the step), last marks the last batch of an
@@ -108,41 +142,61 @@ func (s *stepper) feed(b *data.Batch, pos int64) error {
 	return s.prog.SetInput("labels", y)
 }
 
-// update completes a step that run did not: unscale, clip, and Step (or, when the loss
-// scale overflowed on any rank, ZeroGrad: every rank skips alike), then the scale's update.
+// update completes a step that run did not, on the gradients wherever they are (grads), in
+// one order: unscale with the inf/NaN check, 1/A for gradient accumulation, clip to
+// -clip-grad's global norm, then Step, or ZeroGrad when the scale overflowed on any rank
+// (every rank skips alike), and the scale's update (stepOrSkip). The scale stays the host
+// scaler's (amp.GradScaler.Update, with its group's all-reduce of the flag).
 func (s *stepper) update(ctx context.Context) error {
 	if s.fused() {
 		return nil
 	}
-	if s.dev != nil {
-		return s.updateDevice(ctx)
-	}
-	grads := s.grads()
 	if s.scaler != nil {
-		s.scaler.Unscale(grads)
+		inf, err := s.grads.UnscaleGrads(ctx, s.scaler.Scale())
+		if err != nil {
+			return fmt.Errorf("trainer: loss scale: %w", err)
+		}
+		tellScaler(s.scaler, inf)
 	}
 	if s.accum > 1 {
-		f := 1 / float32(s.accum)
-		for i := range grads {
-			grads[i] *= f
+		if err := s.grads.ScaleGrads(ctx, 1/float32(s.accum)); err != nil {
+			return fmt.Errorf("trainer: gradient accumulation: %w", err)
 		}
 	}
-	if s.clip > 0 {
-		skip := false
-		if s.scaler != nil {
-			// A step whose gradients overflowed is skipped on every rank: nothing to clip.
-			var err error
-			if skip, err = s.scaler.FoundInf(ctx); err != nil {
-				return err
-			}
-		}
-		if !skip {
-			if err := clipShards(ctx, s.normGroup, grads, s.clip); err != nil {
-				return err
-			}
-		}
+	if err := s.clipGrads(ctx); err != nil {
+		return err
 	}
 	return stepOrSkip(ctx, s.prog, s.scaler)
+}
+
+// clipGrads clips the gradients to -clip-grad's global norm, unless there is nothing to
+// clip: no -clip-grad, or under -amp fp16 a step whose gradients overflowed on some rank,
+// which every rank skips (stepOrSkip; optim's clipping refuses the non-finite norm of such
+// gradients).
+func (s *stepper) clipGrads(ctx context.Context) error {
+	if s.clip <= 0 {
+		return nil
+	}
+	if s.scaler != nil {
+		if skip, err := s.scaler.FoundInf(ctx); err != nil || skip {
+			return err
+		}
+	}
+	if _, err := s.grads.ClipGradNorm(ctx, s.clip); err != nil {
+		return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", s.clip, err)
+	}
+	return nil
+}
+
+// tellScaler hands sc the inf/NaN check of gradients unscaled elsewhere (a gradBuffer's):
+// the scaler records one through Unscale, so one value, +Inf when the check found one,
+// gives it the verdict (the value itself is discarded).
+func tellScaler(sc *amp.GradScaler, inf bool) {
+	flag := []float32{0}
+	if inf {
+		flag[0] = float32(math.Inf(1))
+	}
+	sc.Unscale(flag)
 }
 
 // lossScale is the loss scale of -amp fp16 for the next step, after this step's update (a

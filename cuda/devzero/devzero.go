@@ -17,9 +17,10 @@
 // parameters' names, zero.DepthKey(1) by default, each unit padded to a multiple of the world
 // size N, and rank r owns elements [r·Shard, (r+1)·Shard) of every unit, which is what
 // NCCL's equal-count all-gather and reduce-scatter move). The Backend keeps the shards and
-// runs the programs; what exists only on the device is the Backend's (ShardGrad and
-// ShardParams copied to the host, UnscaleGrads, ScaleGrads, GradSumSquares, ClipGradNorm,
-// the device's Memory, SetTrace, State). Checkpoints are zero's (zero.Shard, checkpoint.go):
+// runs the programs, the gradient shard's operations included (the engine's UnscaleGrads,
+// ScaleGrads, GradSumSquares and ClipGradNorm; ShardGrad and ShardParams copy the shards to
+// the host); what exists only on the device is the Backend's (the device's Memory, SetTrace,
+// State). Checkpoints are zero's (zero.Shard, checkpoint.go):
 // the device shard and the optimizer's moments are copied to host memory and written as the
 // host engine writes them, so a checkpoint resumes bit-identically on either backend and,
 // resharded, at another world size.
@@ -68,6 +69,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -371,10 +373,14 @@ func (e *Backend) Step(ctx context.Context) error { return e.opt.step(ctx) }
 // Steps is the optimizer's step count (zero.Backend).
 func (e *Backend) Steps() int64 { return e.opt.steps() }
 
-// ShardGrad copies the rank's gradient shard (Σ Shard floats, unit by unit: unit u's at
-// u.ShardBase, the rank's elements [rank·Shard, (rank+1)·Shard) of the unit, padding
-// included) to the host. It waits for the device.
+// ShardGrad is zero.Engine.ShardGrad: the rank's gradient shard copied to the host (under
+// zero.OffloadCPU, the pinned host copy the optimizer steps from, which the gradient
+// operations change). It waits for the device.
 func (e *Backend) ShardGrad(ctx context.Context) ([]float32, error) {
+	if e.opt.offload {
+		g, err := e.shardHost(ctx)
+		return slices.Clone(g), err
+	}
 	g, err := e.shardG.ToHost(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: gradient shard to the host: %w", e.rank, err)
@@ -382,8 +388,8 @@ func (e *Backend) ShardGrad(ctx context.Context) ([]float32, error) {
 	return g, nil
 }
 
-// ShardParams copies the rank's master shard (ShardGrad's layout) to the host. It waits
-// for the device.
+// ShardParams is zero.Engine.ShardParams: the rank's master shard copied to the host. It
+// waits for the device.
 func (e *Backend) ShardParams(ctx context.Context) ([]float32, error) {
 	p, err := e.shardP.ToHost(ctx)
 	if err != nil {

@@ -316,7 +316,7 @@ func deviceRun(t *testing.T, md model, offload bool) ([][]float32, [][]float32, 
 						return fmt.Errorf("step %d: %w", s, err)
 					}
 					if s == 0 {
-						sh, err := be.ShardGrad(ctx)
+						sh, err := e.ShardGrad(ctx)
 						if err != nil {
 							return err
 						}

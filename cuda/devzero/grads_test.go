@@ -18,10 +18,11 @@ import (
 
 // The gradient shard's unscale, sum of squares, scaling and clip (grads.go), on the device
 // and on the pinned host copy under zero.OffloadCPU, at world 1 after one Run of the
-// perceptron, observed through GradSumSquares (and on the device through ShardGrad):
-// unscaling by 4 divides Σg² by 16 and finds no inf, a scale whose reciprocal overflows
-// float32 finds one, ScaleGrads(0.5) divides Σg² by 4, and ClipGradNorm with a sum standing
-// for a second rank of equal shard returns √(2Σg²) and leaves the shard at its coefficient.
+// perceptron, through the engine (zero.Engine's operations on this backend), observed
+// through GradSumSquares and ShardGrad: unscaling by 4 divides each element by 4 and Σg² by
+// 16 and finds no inf, a scale whose reciprocal overflows float32 finds one,
+// ScaleGrads(0.5) divides Σg² by 4, and ClipGradNorm returns optim's norm √Σg² and leaves the
+// shard at optim's coefficient.
 // AdamW hides a gradient's scale, so the trainer's runs cannot check the unscale itself.
 func TestGradShardUnscaleAndClip(t *testing.T) {
 	cudatest.Require(t)
@@ -40,7 +41,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if offload {
 				opts = append(opts, zero.WithOffload(zero.OffloadCPU, 0))
 			}
-			e, be, err := newEngine(ctx, dev, m, g, opts...)
+			e, _, err := newEngine(ctx, dev, m, g, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +59,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if err := p.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
-			g0, err := be.ShardGrad(ctx)
+			g0, err := e.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +75,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			// within 2^-22).
 			sumsqTol := func(what string, want, tol float64) float64 {
 				t.Helper()
-				got, err := be.GradSumSquares(ctx)
+				got, err := e.GradSumSquares(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -85,57 +86,55 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			}
 			sumsq := func(what string, want float64) float64 { t.Helper(); return sumsqTol(what, want, 1e-12) }
 			sq := sumsq("after the Run", want)
-			inf, err := be.UnscaleGrads(ctx, 4)
+			inf, err := e.UnscaleGrads(ctx, 4)
 			if err != nil || inf {
 				t.Fatalf("unscale by 4: inf %v, err %v; want no inf", inf, err)
 			}
 			sq = sumsq("unscaled by 4", sq/16)
-			if !offload {
-				g1, err := be.ShardGrad(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range g0 {
-					if g1[i] != g0[i]/4 {
-						t.Fatalf("element %d unscaled by 4: %g, want %g", i, g1[i], g0[i]/4)
-					}
+			g1, err := e.ShardGrad(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range g0 {
+				if g1[i] != g0[i]/4 {
+					t.Fatalf("element %d unscaled by 4: %g, want %g", i, g1[i], g0[i]/4)
 				}
 			}
-			if err := be.ScaleGrads(ctx, 0.5); err != nil {
+			if err := e.ScaleGrads(ctx, 0.5); err != nil {
 				t.Fatal(err)
 			}
 			sq = sumsq("scaled by 0.5", sq/4)
-			twoRanks := func(_ context.Context, s float64) (float64, error) { return 2 * s, nil }
-			maxNorm := math.Sqrt(2*sq) / 3
-			// The norm and the factor are optim's (optim.ClipCoef) for the all-reduced Σg².
-			norm, c, err := optim.ClipCoef(maxNorm, 2*sq)
+			maxNorm := math.Sqrt(sq) / 3
+			// The norm and the factor are optim's (optim.ClipCoef) for the all-reduced Σg²
+			// (at world 1, this rank's).
+			norm, c, err := optim.ClipCoef(maxNorm, sq)
 			if err != nil || c >= 1 {
-				t.Fatalf("optim.ClipCoef(%g, %g) = %g, %v: want a factor below 1", maxNorm, 2*sq, c, err)
+				t.Fatalf("optim.ClipCoef(%g, %g) = %g, %v: want a factor below 1", maxNorm, sq, c, err)
 			}
-			got, err := be.ClipGradNorm(ctx, maxNorm, twoRanks)
+			got, err := e.ClipGradNorm(ctx, maxNorm)
 			if err != nil || got != norm {
 				t.Fatalf("clip: norm %.17g, err %v; want optim's %.17g", got, err, norm)
 			}
 			coef := float64(c)
 			sq = sumsqTol("clipped", sq*coef*coef, 0x1p-22)
 			// A norm already within maxNorm leaves the shard as it is.
-			if _, err := be.ClipGradNorm(ctx, 10*norm, twoRanks); err != nil {
+			if _, err := e.ClipGradNorm(ctx, 10*norm); err != nil {
 				t.Fatal(err)
 			}
 			sq = sumsq("not clipped", sq)
-			if inf, err := be.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
+			if inf, err := e.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
 				t.Fatalf("unscale by %g (its reciprocal overflows float32): inf %v, err %v; want inf", math.SmallestNonzeroFloat32, inf, err)
 			}
 			// A non-finite norm is optim's error, and the shard is left as it was.
-			before, err := be.ShardGrad(ctx)
+			before, err := e.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, _, wantErr := optim.ClipCoef(1, math.Inf(1))
-			if _, err := be.ClipGradNorm(ctx, 1, twoRanks); err == nil || !strings.Contains(err.Error(), wantErr.Error()) {
+			if _, err := e.ClipGradNorm(ctx, 1); err == nil || !strings.Contains(err.Error(), wantErr.Error()) {
 				t.Fatalf("clip of an inf gradient: %v, want optim's error %q", err, wantErr)
 			}
-			after, err := be.ShardGrad(ctx)
+			after, err := e.ShardGrad(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

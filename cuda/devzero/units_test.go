@@ -189,7 +189,7 @@ func runDeep(t *testing.T, depth int) (float32, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grad, err := be.ShardGrad(ctx)
+	grad, err := e.ShardGrad(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

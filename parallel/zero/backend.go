@@ -35,6 +35,14 @@ type Backend interface {
 	// Step applies the optimizer to the shard once; ZeroGrad zeroes the gradient shard.
 	Step(ctx context.Context) error
 	ZeroGrad() error
+	// UnscaleGrads, ScaleGrads and GradSumSquares are Engine's, on the backend's gradient
+	// shard (the engine checks the scale and clips, over them, once for every backend).
+	UnscaleGrads(ctx context.Context, scale float32) (foundInf bool, err error)
+	ScaleGrads(ctx context.Context, f float32) error
+	GradSumSquares(ctx context.Context) (float64, error)
+	// ShardGrad and ShardParams are Engine's: copies in host memory of the shards.
+	ShardGrad(ctx context.Context) ([]float32, error)
+	ShardParams(ctx context.Context) ([]float32, error)
 	// Steps is the number of optimizer steps the shard has taken (CheckEvery compares it
 	// over the ranks).
 	Steps() int64

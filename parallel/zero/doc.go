@@ -54,9 +54,9 @@
 //		zero.WithOptimizer(zero.AdamW(1e-3)))
 //
 // New checks the models, broadcasts rank 0's and cuts the units and shards (Layout) once for
-// every backend; the engine's methods (but ShardGrad and ShardParams, which are host
-// memory's: the device backend copies its shards with its own), its Program's verbs and the
-// checkpoints (Shard) are the same on both, so a checkpoint moves between the host and the device, and between world
-// sizes, either way. A backend refuses at New, naming the option and itself, an option it
+// every backend; the engine's methods (the gradient shard's UnscaleGrads, ScaleGrads,
+// GradSumSquares and ClipGradNorm among them; ShardGrad and ShardParams are host copies on
+// both), its Program's verbs and the checkpoints (Shard) are the same on both, so a
+// checkpoint moves between the host and the device, and between world sizes, either way. A backend refuses at New, naming the option and itself, an option it
 // cannot honour (the device: disk offload).
 package zero

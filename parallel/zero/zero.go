@@ -341,16 +341,6 @@ func (e *Engine) Optimizer() optim.Optimizer {
 	return e.opt
 }
 
-// ShardGrad is this rank's gradient shard in host memory, valid after a training Run: an
-// amp.GradScaler unscales it (Unscale(e.ShardGrad())) before a sharded Step. It is nil with
-// a backend, which keeps the shard itself (cuda/devzero's Backend has ShardGrad,
-// UnscaleGrads, ScaleGrads and ClipGradNorm over it).
-func (e *Engine) ShardGrad() []float32 { return e.grad }
-
-// ShardParams is this rank's master shard in host memory (padded unit layout, see Unit);
-// nil with a backend, as ShardGrad.
-func (e *Engine) ShardParams() []float32 { return e.master }
-
 // ZeroGrad clears the gradient shard and, on the host, gives back the pages of anything
 // written through the model's placeholder Data and Grad (they read as zeros again); its
 // error is that of giving the pages back, or the backend's.
