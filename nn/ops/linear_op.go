@@ -5,6 +5,7 @@ import (
 	"hash"
 
 	"github.com/chewxy/hm"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -137,10 +138,15 @@ func linearForward[T Float](op *linearOp, in []G.Value, y []T) error {
 		if err != nil {
 			return err
 		}
+		if gemmRows(true, op.rows, op.out, op.in, x, op.in, w, op.in, b, y, op.out) {
+			return nil
+		}
 		for r := 0; r < op.rows; r++ {
 			copy(y[r*op.out:(r+1)*op.out], b)
 		}
 		beta = 1
+	} else if gemmRows(true, op.rows, op.out, op.in, x, op.in, w, op.in, nil, y, op.out) {
+		return nil
 	}
 	gemmPar(false, true, op.rows, op.out, op.in, 1, x, op.in, w, op.in, beta, y, op.out)
 	return nil
@@ -217,6 +223,37 @@ func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
 	if err != nil {
 		return err
 	}
-	gemmPar(false, false, f.rows, f.in, f.out, 1, dy, f.out, w, f.in, 0, dst, f.in)
+	if !gemmRows(false, f.rows, f.in, f.out, dy, f.out, w, f.in, nil, dst, f.in) {
+		gemmPar(false, false, f.rows, f.in, f.out, 1, dy, f.out, w, f.in, 0, dst, f.in)
+	}
 	return nil
+}
+
+// gemmRows computes c = a·op(b) (+ bias on every row, bias nil for none) with
+// simd.GemmRows32 when it takes the shape (float32 at level AVX512, the tall narrow products
+// of a transformer's first stage; see simd.GemmRowsFits), split into row blocks across
+// Threads() as gemmPar splits them. It reports false, computing nothing, otherwise: the
+// caller then runs gemmPar.
+func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bias, c []T, ldc int) bool {
+	a32, ok := any(a).([]float32)
+	if !ok || !simd.GemmRowsFits(tB, m, n, k) {
+		return false
+	}
+	b32, c32 := any(b).([]float32), any(c).([]float32)
+	var bias32 []float32
+	if bias != nil {
+		bias32 = any(bias).([]float32)
+	}
+	w := max(1, min(threads(), m*n*k/gemmGrain, m/1024))
+	done := make([]bool, w)
+	splitWorkers(m, w, 16, func(wi, lo, hi int) {
+		done[wi] = simd.GemmRows32(tB, hi-lo, n, k, a32[lo*lda:], lda, b32, ldb, bias32, c32[lo*ldc:], ldc)
+	})
+	for _, d := range done {
+		if !d {
+			// A worker's kernel could not allocate its packing buffer: do it all again with the BLAS.
+			return false
+		}
+	}
+	return true
 }
