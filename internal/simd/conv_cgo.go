@@ -293,7 +293,10 @@ func BNSums(x []float32, n, c, hw, lo, hi int, sum, sq []float64) bool {
 }
 
 // BNGradSums is nn/ops's bnGradSums loop for channels [lo, hi): Σ dy and Σ dy·(x - mean).
-func BNGradSums(x, dy []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) bool {
+// With sel (nil or as long as x), dy is read as ReLU's gradient would leave it: dy where
+// sel's bits are positive as an int32, else +0 (ReLUSel's mask), the same bits as masking
+// dy first.
+func BNGradSums(x, dy, sel []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) bool {
 	l := Current()
 	if l == Off {
 		return false
@@ -304,12 +307,15 @@ func BNGradSums(x, dy []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64
 	_, _, _ = mean[hi-1], sdy[hi-1], sdyx[hi-1]
 	if hw > 0 {
 		_, _ = x[n*c*hw-1], dy[n*c*hw-1]
+		if sel != nil {
+			_ = sel[n*c*hw-1]
+		}
 	}
 	if l == AVX512 {
-		C.gp5_bn_grad_sums(f32p(x), f32p(dy), C.long(n), C.long(c), C.long(hw), C.long(lo), C.long(hi),
+		C.gp5_bn_grad_sums(f32p(x), f32p(dy), f32p(sel), C.long(n), C.long(c), C.long(hw), C.long(lo), C.long(hi),
 			f64p(mean), f64p(sdy), f64p(sdyx))
 	} else {
-		C.gp2_bn_grad_sums(f32p(x), f32p(dy), C.long(n), C.long(c), C.long(hw), C.long(lo), C.long(hi),
+		C.gp2_bn_grad_sums(f32p(x), f32p(dy), f32p(sel), C.long(n), C.long(c), C.long(hw), C.long(lo), C.long(hi),
 			f64p(mean), f64p(sdy), f64p(sdyx))
 	}
 	return true
@@ -338,8 +344,9 @@ func BNApply(x, y []float32, c, hw, lo, hi int, mean, istd, gamma, beta []float6
 }
 
 // BNGradApply is nn/ops's bnGradApply loop for rows [lo, hi): dx = k1·dy + k2·x + k3 in
-// float32 per channel; bit-identical.
-func BNGradApply(x, dy, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) bool {
+// float32 per channel; bit-identical. With sel (nil or as long as x), dy is masked as in
+// BNGradSums.
+func BNGradApply(x, dy, sel, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) bool {
 	l := Current()
 	if l == Off {
 		return false
@@ -348,12 +355,15 @@ func BNGradApply(x, dy, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) b
 		return true
 	}
 	_, _, _ = x[hi*hw-1], dy[hi*hw-1], dx[hi*hw-1]
+	if sel != nil {
+		_ = sel[hi*hw-1]
+	}
 	_, _, _ = k1[c-1], k2[c-1], k3[c-1]
 	if l == AVX512 {
-		C.gp5_bn_grad_apply(f32p(x), f32p(dy), f32p(dx), C.long(c), C.long(hw), C.long(lo), C.long(hi),
+		C.gp5_bn_grad_apply(f32p(x), f32p(dy), f32p(sel), f32p(dx), C.long(c), C.long(hw), C.long(lo), C.long(hi),
 			f64p(k1), f64p(k2), f64p(k3))
 	} else {
-		C.gp2_bn_grad_apply(f32p(x), f32p(dy), f32p(dx), C.long(c), C.long(hw), C.long(lo), C.long(hi),
+		C.gp2_bn_grad_apply(f32p(x), f32p(dy), f32p(sel), f32p(dx), C.long(c), C.long(hw), C.long(lo), C.long(hi),
 			f64p(k1), f64p(k2), f64p(k3))
 	}
 	return true

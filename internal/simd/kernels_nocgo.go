@@ -51,7 +51,9 @@ func MaxPoolScatter(arg []int32, dy, dx []float32, lo, hi, P, hw int) bool { ret
 func BNSums(x []float32, n, c, hw, lo, hi int, sum, sq []float64) bool { return false }
 
 // BNGradSums is the C kernel's stand-in: it reports false.
-func BNGradSums(x, dy []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) bool { return false }
+func BNGradSums(x, dy, sel []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) bool {
+	return false
+}
 
 // BNApply is the C kernel's stand-in: it reports false.
 func BNApply(x, y []float32, c, hw, lo, hi int, mean, istd, gamma, beta []float64, relu bool) bool {
@@ -59,7 +61,9 @@ func BNApply(x, y []float32, c, hw, lo, hi int, mean, istd, gamma, beta []float6
 }
 
 // BNGradApply is the C kernel's stand-in: it reports false.
-func BNGradApply(x, dy, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) bool { return false }
+func BNGradApply(x, dy, sel, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) bool {
+	return false
+}
 
 // ReLUSel is the C kernel's stand-in: it reports false.
 func ReLUSel(v, y, sel []float32) bool { return false }

@@ -53,10 +53,21 @@ static inline __attribute__((always_inline)) void gp2n_sq8(const float *p, int f
 	a[3] = _mm256_fmadd_pd(v1, v1, a[3]);
 }
 
-// gp2n_dot8 is one group of eight of gp5_sum_dot: a[0..1] += d, a[2..3] += d·x (fused).
-static inline __attribute__((always_inline)) void gp2n_dot8(const float *d, const float *x, int full, __m128i m0,
-                                                           __m128i m1, __m256d *a) {
-	__m256d g0 = gp2v_ld4(d, full, m0), g1 = gp2v_ld4(d + 4, full, m1);
+// gp2n_ld4s is gp2v_ld4 of d, with sel (not NULL) each float kept only where sel's bits
+// are positive as an int32, else +0 (reluBits32's mask; masked lanes of sel read as 0).
+static inline __attribute__((always_inline)) __m256d gp2n_ld4s(const float *d, const float *sel, int full,
+                                                              __m128i m) {
+	if (!sel) return gp2v_ld4(d, full, m);
+	__m128 v = full ? _mm_loadu_ps(d) : _mm_maskload_ps(d, m);
+	__m128i k = full ? _mm_loadu_si128((const __m128i *)sel) : _mm_castps_si128(_mm_maskload_ps(sel, m));
+	return _mm256_cvtps_pd(_mm_and_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, _mm_setzero_si128())), v));
+}
+
+// gp2n_dot8 is one group of eight of gp5_sum_dot: a[0..1] += d, a[2..3] += d·x (fused), d
+// masked by sel unless NULL.
+static inline __attribute__((always_inline)) void gp2n_dot8(const float *d, const float *x, const float *sel,
+                                                           int full, __m128i m0, __m128i m1, __m256d *a) {
+	__m256d g0 = gp2n_ld4s(d, sel, full, m0), g1 = gp2n_ld4s(d + 4, sel ? sel + 4 : 0, full, m1);
 	a[0] = _mm256_add_pd(a[0], g0);
 	a[1] = _mm256_add_pd(a[1], g1);
 	a[2] = _mm256_fmadd_pd(g0, gp2v_ld4(x, full, m0), a[2]);
@@ -64,21 +75,23 @@ static inline __attribute__((always_inline)) void gp2n_dot8(const float *d, cons
 }
 
 // gp2n_sums2 is gp5_sum_sq (sumSq: Σ x, Σ x²) of the planes x and y when !dot, or
-// gp5_sum_dot (sumDot: Σ d, Σ d·x) of the pairs (d, x) and (e, y) when dot, each n long:
+// gp5_sum_dot (sumDot: Σ d, Σ d·x) of the pairs (d, x) and (e, y) when dot, d and e masked
+// by sd and se unless NULL (gp2n_ld4s), each n long:
 // r[0..1] for the first plane, r[2..3] for the second (when single, only the first: y and
 // e unused). Each lane's sum is a chain of dependent additions, one per group of eight; two
 // independent planes at once keep twice as many in flight without changing either plane's
 // order.
 static inline __attribute__((always_inline)) void gp2n_sums2(int dot, int single, const float *d, const float *x,
-                                                            const float *e, const float *y, long n, double *r) {
+                                                            const float *e, const float *y, const float *sd,
+                                                            const float *se, long n, double *r) {
 	__m256d a[4], b[4];
 	for (int i = 0; i < 4; i++) a[i] = b[i] = _mm256_setzero_pd();
 	__m128i z = _mm_setzero_si128();
 	long i = 0;
 	for (; i + 8 <= n; i += 8) {
 		if (dot) {
-			gp2n_dot8(d + i, x + i, 1, z, z, a);
-			if (!single) gp2n_dot8(e + i, y + i, 1, z, z, b);
+			gp2n_dot8(d + i, x + i, sd ? sd + i : 0, 1, z, z, a);
+			if (!single) gp2n_dot8(e + i, y + i, se ? se + i : 0, 1, z, z, b);
 		} else {
 			gp2n_sq8(x + i, 1, z, z, a);
 			if (!single) gp2n_sq8(y + i, 1, z, z, b);
@@ -87,8 +100,8 @@ static inline __attribute__((always_inline)) void gp2n_sums2(int dot, int single
 	if (i < n) {
 		__m128i m0 = gp2v_m4(n - i), m1 = gp2v_m4(n - i - 4);
 		if (dot) {
-			gp2n_dot8(d + i, x + i, 0, m0, m1, a);
-			if (!single) gp2n_dot8(e + i, y + i, 0, m0, m1, b);
+			gp2n_dot8(d + i, x + i, sd ? sd + i : 0, 0, m0, m1, a);
+			if (!single) gp2n_dot8(e + i, y + i, se ? se + i : 0, 0, m0, m1, b);
 		} else {
 			gp2n_sq8(x + i, 0, m0, m1, a);
 			if (!single) gp2n_sq8(y + i, 0, m0, m1, b);
@@ -109,14 +122,14 @@ static void gp2_bn_sums(const float *x, long n, long c, long hw, long lo, long h
 		double ts = 0, tq = 0, r[4];
 		long i = 0;
 		for (; i + 2 <= n; i += 2) {
-			gp2n_sums2(0, 0, 0, x + (i * c + ch) * hw, 0, x + ((i + 1) * c + ch) * hw, hw, r);
+			gp2n_sums2(0, 0, 0, x + (i * c + ch) * hw, 0, x + ((i + 1) * c + ch) * hw, 0, 0, hw, r);
 			ts += r[0];
 			tq += r[1];
 			ts += r[2];
 			tq += r[3];
 		}
 		if (i < n) {
-			gp2n_sums2(0, 1, 0, x + (i * c + ch) * hw, 0, 0, hw, r);
+			gp2n_sums2(0, 1, 0, x + (i * c + ch) * hw, 0, 0, 0, 0, hw, r);
 			ts += r[0];
 			tq += r[1];
 		}
@@ -125,16 +138,16 @@ static void gp2_bn_sums(const float *x, long n, long c, long hw, long lo, long h
 	}
 }
 
-// gp2_bn_grad_sums is gp5_bn_grad_sums (bnGradSums) for channels [lo, hi), planes in pairs
-// as gp2_bn_sums.
-static void gp2_bn_grad_sums(const float *x, const float *dy, long n, long c, long hw, long lo, long hi,
-                             const double *mean, double *sdy, double *sdyx) {
+// gp2n_bn_grad_sums is gp2_bn_grad_sums's body, sel NULL or not (inlined as each).
+static inline __attribute__((always_inline)) void gp2n_bn_grad_sums(const float *x, const float *dy, const float *sel,
+                                                                   long n, long c, long hw, long lo, long hi,
+                                                                   const double *mean, double *sdy, double *sdyx) {
 	for (long ch = lo; ch < hi; ch++) {
 		double ts = 0, tsx = 0, r[4];
 		long i = 0;
 		for (; i + 2 <= n; i += 2) {
 			long off = (i * c + ch) * hw, off2 = ((i + 1) * c + ch) * hw;
-			gp2n_sums2(1, 0, dy + off, x + off, dy + off2, x + off2, hw, r);
+			gp2n_sums2(1, 0, dy + off, x + off, dy + off2, x + off2, sel ? sel + off : 0, sel ? sel + off2 : 0, hw, r);
 			ts += r[0];
 			tsx += r[1] - mean[ch] * r[0];
 			ts += r[2];
@@ -142,13 +155,23 @@ static void gp2_bn_grad_sums(const float *x, const float *dy, long n, long c, lo
 		}
 		if (i < n) {
 			long off = (i * c + ch) * hw;
-			gp2n_sums2(1, 1, dy + off, x + off, 0, 0, hw, r);
+			gp2n_sums2(1, 1, dy + off, x + off, 0, 0, sel ? sel + off : 0, 0, hw, r);
 			ts += r[0];
 			tsx += r[1] - mean[ch] * r[0];
 		}
 		sdy[ch] = ts;
 		sdyx[ch] = tsx;
 	}
+}
+
+// gp2_bn_grad_sums is gp5_bn_grad_sums (bnGradSums, dy masked by sel unless NULL) for
+// channels [lo, hi), planes in pairs as gp2_bn_sums.
+static void gp2_bn_grad_sums(const float *x, const float *dy, const float *sel, long n, long c, long hw, long lo,
+                             long hi, const double *mean, double *sdy, double *sdyx) {
+	if (sel)
+		gp2n_bn_grad_sums(x, dy, sel, n, c, hw, lo, hi, mean, sdy, sdyx);
+	else
+		gp2n_bn_grad_sums(x, dy, 0, n, c, hw, lo, hi, mean, sdy, sdyx);
 }
 
 // gp2n_relu8 keeps v where the int32 bits of s are positive, else +0.
@@ -230,36 +253,61 @@ static inline __attribute__((always_inline)) __m256 gp2n_bng8(__m256 dy, __m256 
 	return only ? v : _mm256_add_ps(_mm256_add_ps(v, _mm256_mul_ps(b, x)), d);
 }
 
-// gp2n_bng_row is gp5_bn_grad_apply's loop over one row of hw.
-static inline __attribute__((always_inline)) void gp2n_bng_row(const float *x, const float *dy, float *dx, long hw,
-                                                              __m256 a, __m256 b, __m256 d, int only) {
+// gp2n_ld8s loads eight floats of dy (those m selects unless full), with sel (not NULL) each kept only where sel's bits are positive as an
+// int32, else +0 (reluBits32's mask).
+static inline __attribute__((always_inline)) __m256 gp2n_ld8s(const float *dy, const float *sel, int full, __m256i m) {
+	__m256 v = full ? _mm256_loadu_ps(dy) : _mm256_maskload_ps(dy, m);
+	if (!sel) return v;
+	return gp2n_relu8(v, full ? _mm256_loadu_si256((const __m256i *)sel) : _mm256_castps_si256(_mm256_maskload_ps(sel, m)));
+}
+
+// gp2n_bng_row is gp5_bn_grad_apply's loop over one row of hw, dy masked by sel unless NULL.
+static inline __attribute__((always_inline)) void gp2n_bng_row(const float *x, const float *dy, const float *sel,
+                                                              float *dx, long hw, __m256 a, __m256 b, __m256 d,
+                                                              int only) {
 	long j = 0;
+	__m256i z = _mm256_setzero_si256();
 	for (; j + 16 <= hw; j += 16) {
-		__m256 u = gp2n_bng8(_mm256_loadu_ps(dy + j), only ? a : _mm256_loadu_ps(x + j), a, b, d, only);
-		__m256 w = gp2n_bng8(_mm256_loadu_ps(dy + j + 8), only ? a : _mm256_loadu_ps(x + j + 8), a, b, d, only);
+		__m256 u = gp2n_bng8(gp2n_ld8s(dy + j, sel ? sel + j : 0, 1, z), only ? a : _mm256_loadu_ps(x + j), a, b, d, only);
+		__m256 w = gp2n_bng8(gp2n_ld8s(dy + j + 8, sel ? sel + j + 8 : 0, 1, z), only ? a : _mm256_loadu_ps(x + j + 8),
+		                     a, b, d, only);
 		_mm256_storeu_ps(dx + j, u);
 		_mm256_storeu_ps(dx + j + 8, w);
 	}
 	for (; j < hw; j += 8) {
 		__m256i m = gp2v_m8(hw - j);
-		__m256 u = gp2n_bng8(_mm256_maskload_ps(dy + j, m), only ? a : _mm256_maskload_ps(x + j, m), a, b, d, only);
+		__m256 u = gp2n_bng8(gp2n_ld8s(dy + j, sel ? sel + j : 0, 0, m), only ? a : _mm256_maskload_ps(x + j, m), a, b,
+		                     d, only);
 		gp2n_stv(dx + j, u, hw - j);
 	}
 }
 
-// gp2_bn_grad_apply is gp5_bn_grad_apply (bnGradApply) for rows [lo, hi):
-// dx = k1·dy + k2·x + k3; x is not read when k2 and k3 round to 0.
-static void gp2_bn_grad_apply(const float *x, const float *dy, float *dx, long c, long hw, long lo, long hi,
-                              const double *k1, const double *k2, const double *k3) {
+// gp2n_bn_grad_apply is gp2_bn_grad_apply's body, sel NULL or not (inlined as each).
+static inline __attribute__((always_inline)) void gp2n_bn_grad_apply(const float *x, const float *dy, const float *sel,
+                                                                    float *dx, long c, long hw, long lo, long hi,
+                                                                    const double *k1, const double *k2,
+                                                                    const double *k3) {
 	for (long r = lo; r < hi; r++) {
 		long ch = r % c, off = r * hw;
 		float af = (float)k1[ch], bf = (float)k2[ch], df = (float)k3[ch];
 		__m256 a = _mm256_set1_ps(af), b = _mm256_set1_ps(bf), d = _mm256_set1_ps(df);
+		const float *s = sel ? sel + off : 0;
 		if (bf == 0 && df == 0)
-			gp2n_bng_row(x + off, dy + off, dx + off, hw, a, b, d, 1);
+			gp2n_bng_row(x + off, dy + off, s, dx + off, hw, a, b, d, 1);
 		else
-			gp2n_bng_row(x + off, dy + off, dx + off, hw, a, b, d, 0);
+			gp2n_bng_row(x + off, dy + off, s, dx + off, hw, a, b, d, 0);
 	}
+}
+
+// gp2_bn_grad_apply is gp5_bn_grad_apply (bnGradApply) for rows [lo, hi):
+// dx = k1·dy + k2·x + k3, dy masked by sel unless NULL; x is not read when k2 and k3 round
+// to 0.
+static void gp2_bn_grad_apply(const float *x, const float *dy, const float *sel, float *dx, long c, long hw, long lo,
+                              long hi, const double *k1, const double *k2, const double *k3) {
+	if (sel)
+		gp2n_bn_grad_apply(x, dy, sel, dx, c, hw, lo, hi, k1, k2, k3);
+	else
+		gp2n_bn_grad_apply(x, dy, 0, dx, c, hw, lo, hi, k1, k2, k3);
 }
 
 // gp2n_ln_out is one group of eight of gp5_ln_fwd's last loop: y = (x - mu)·istd·gamma +

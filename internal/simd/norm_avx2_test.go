@@ -143,6 +143,7 @@ func TestAVX2NormMatchesAVX512(t *testing.T) {
 				n, c := nc[0], nc[1]
 				name := fmt.Sprintf("n=%d c=%d hw=%d special=%v", n, c, hw, special)
 				x, dy := nxSpecials32(rng, n*c*hw+nxGuard, 2, special), nxSpecials32(rng, n*c*hw+nxGuard, 1, special)
+				sel := nxSpecials32(rng, n*c*hw+nxGuard, 1, true)
 				mean, istd, gamma, beta := nxRand64(rng, c), nxRand64(rng, c), nxRand64(rng, c), nxRand64(rng, c)
 				k1, k2, k3 := nxRand64(rng, c), nxRand64(rng, c), nxRand64(rng, c)
 				k2[0], k3[0] = 0, 0 // the k1·dy-only path
@@ -154,9 +155,10 @@ func TestAVX2NormMatchesAVX512(t *testing.T) {
 						return []any{sum, sq}
 					})
 					nxAtBoth(t, "BNGradSums "+name, func() []any {
-						sdy, sdyx := nxOut64(c, 7), nxOut64(c, 7)
-						BNGradSums(x[:n*c*hw], dy[:n*c*hw], n, c, hw, lo, hi, mean, sdy[:c], sdyx[:c])
-						return []any{sdy, sdyx}
+						sdy, sdyx, mdy, mdyx := nxOut64(c, 7), nxOut64(c, 7), nxOut64(c, 7), nxOut64(c, 7)
+						BNGradSums(x[:n*c*hw], dy[:n*c*hw], nil, n, c, hw, lo, hi, mean, sdy[:c], sdyx[:c])
+						BNGradSums(x[:n*c*hw], dy[:n*c*hw], sel[:n*c*hw], n, c, hw, lo, hi, mean, mdy[:c], mdyx[:c])
+						return []any{sdy, sdyx, mdy, mdyx}
 					})
 					rows := n * c
 					nxAtBoth(t, "BNApply "+name, func() []any {
@@ -166,9 +168,10 @@ func TestAVX2NormMatchesAVX512(t *testing.T) {
 						return []any{y, yr}
 					})
 					nxAtBoth(t, "BNGradApply "+name, func() []any {
-						dx := nxOut32(rows*hw, 5)
-						BNGradApply(x[:rows*hw], dy[:rows*hw], dx[:rows*hw], c, hw, lo*n, hi*n, k1, k2, k3)
-						return []any{dx}
+						dx, mdx := nxOut32(rows*hw, 5), nxOut32(rows*hw, 5)
+						BNGradApply(x[:rows*hw], dy[:rows*hw], nil, dx[:rows*hw], c, hw, lo*n, hi*n, k1, k2, k3)
+						BNGradApply(x[:rows*hw], dy[:rows*hw], sel[:rows*hw], mdx[:rows*hw], c, hw, lo*n, hi*n, k1, k2, k3)
+						return []any{dx, mdx}
 					})
 				}
 			}
@@ -397,9 +400,9 @@ func BenchmarkNormKernels(b *testing.B) {
 		f    func()
 	}{
 		{"BNSums", func() { BNSums(x, n, c, hw, 0, c, s1, s2) }},
-		{"BNGradSums", func() { BNGradSums(x, dy, n, c, hw, 0, c, mean, s1, s2) }},
+		{"BNGradSums", func() { BNGradSums(x, dy, nil, n, c, hw, 0, c, mean, s1, s2) }},
 		{"BNApplyReLU", func() { BNApply(x, y, c, hw, 0, n*c, mean, istd, gamma, beta, true) }},
-		{"BNGradApply", func() { BNGradApply(x, dy, y, c, hw, 0, n*c, mean, istd, gamma) }},
+		{"BNGradApply", func() { BNGradApply(x, dy, nil, y, c, hw, 0, n*c, mean, istd, gamma) }},
 		{"ReLUSel", func() { ReLUSel(x, y, dy) }},
 		{"ScaleTo", func() { ScaleTo(x, y, 1.25) }},
 		{"LNForward96", func() { LNForward(lx, ly, 0, rows, m, lg, lb, 1e-5, lm, ls) }},

@@ -23,12 +23,15 @@ static inline void gp5_sum_sq(const float *x, long n, double *s, double *q) {
 	*q = _mm512_reduce_add_pd(q0);
 }
 
-// gp5_sum_dot is sumDot: *s = Σ d, *sx = Σ d·x.
-static inline void gp5_sum_dot(const float *d, const float *x, long n, double *s, double *sx) {
+// gp5_sum_dot is sumDot: *s = Σ d, *sx = Σ d·x; with sel (not NULL), d is read as +0 where
+// sel's bits are not positive as an int32 (reluBits32's mask, which gives the same +0).
+static inline __attribute__((always_inline)) void gp5_sum_dot(const float *d, const float *x, const float *sel,
+                                                             long n, double *s, double *sx) {
 	__m512d s0 = _mm512_setzero_pd(), p0 = _mm512_setzero_pd();
 	for (long i = 0; i < n; i += 8) {
-		__mmask8 m = gp5_mask8(n - i);
-		__m512d g = gp5_ld8(d + i, m);
+		__mmask8 m = gp5_mask8(n - i), k = m;
+		if (sel) k = _mm256_mask_cmpgt_epi32_mask(m, _mm256_maskz_loadu_epi32(m, sel + i), _mm256_setzero_si256());
+		__m512d g = gp5_ld8(d + i, k);
 		s0 = _mm512_add_pd(s0, g);
 		p0 = _mm512_fmadd_pd(g, gp5_ld8(x + i, m), p0);
 	}
@@ -51,21 +54,32 @@ static void gp5_bn_sums(const float *x, long n, long c, long hw, long lo, long h
 	}
 }
 
-// gp5_bn_grad_sums is bnGradSums for channels [lo, hi).
-static void gp5_bn_grad_sums(const float *x, const float *dy, long n, long c, long hw, long lo, long hi,
-                            const double *mean, double *sdy, double *sdyx) {
+// gp5n_bn_grad_sums is gp5_bn_grad_sums's body, sel NULL or not (inlined as each).
+static inline __attribute__((always_inline)) void gp5n_bn_grad_sums(const float *x, const float *dy, const float *sel,
+                                                                   long n, long c, long hw, long lo, long hi,
+                                                                   const double *mean, double *sdy, double *sdyx) {
 	for (long ch = lo; ch < hi; ch++) {
 		double ts = 0, tsx = 0;
 		for (long i = 0; i < n; i++) {
 			long off = (i * c + ch) * hw;
 			double s, sx;
-			gp5_sum_dot(dy + off, x + off, hw, &s, &sx);
+			gp5_sum_dot(dy + off, x + off, sel ? sel + off : 0, hw, &s, &sx);
 			ts += s;
 			tsx += sx - mean[ch] * s;
 		}
 		sdy[ch] = ts;
 		sdyx[ch] = tsx;
 	}
+}
+
+// gp5_bn_grad_sums is bnGradSums for channels [lo, hi); with sel (not NULL), dy is masked by
+// ReLU's selector as it is read.
+static void gp5_bn_grad_sums(const float *x, const float *dy, const float *sel, long n, long c, long hw, long lo,
+                             long hi, const double *mean, double *sdy, double *sdyx) {
+	if (sel)
+		gp5n_bn_grad_sums(x, dy, sel, n, c, hw, lo, hi, mean, sdy, sdyx);
+	else
+		gp5n_bn_grad_sums(x, dy, 0, n, c, hw, lo, hi, mean, sdy, sdyx);
 }
 
 // gp5_relu_row is reluBits32 with sel = y: keep y where its bits are positive as an int32.
@@ -106,21 +120,34 @@ static void gp5_bn_apply(const float *x, float *y, long c, long hw, long lo, lon
 	}
 }
 
-// gp5_bn_grad_apply is bnGradApply for rows [lo, hi): dx = k1·dy + k2·x + k3.
-static void gp5_bn_grad_apply(const float *x, const float *dy, float *dx, long c, long hw, long lo, long hi,
-                             const double *k1, const double *k2, const double *k3) {
+// gp5n_bn_grad_apply is gp5_bn_grad_apply's body, sel NULL or not (inlined as each).
+static inline __attribute__((always_inline)) void gp5n_bn_grad_apply(const float *x, const float *dy, const float *sel,
+                                                                    float *dx, long c, long hw, long lo, long hi,
+                                                                    const double *k1, const double *k2,
+                                                                    const double *k3) {
 	for (long r = lo; r < hi; r++) {
 		long ch = r % c, off = r * hw;
 		float af = (float)k1[ch], bf = (float)k2[ch], df = (float)k3[ch];
 		__m512 a = _mm512_set1_ps(af), b = _mm512_set1_ps(bf), d = _mm512_set1_ps(df);
 		int only = bf == 0 && df == 0;
 		for (long j = 0; j < hw; j += 16) {
-			__mmask16 m = gp5_mask16(hw - j);
-			__m512 v = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, dy + off + j));
+			__mmask16 m = gp5_mask16(hw - j), k = m;
+			if (sel) k = _mm512_mask_cmpgt_epi32_mask(m, _mm512_maskz_loadu_epi32(m, sel + off + j), _mm512_setzero_si512());
+			__m512 v = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, dy + off + j));
 			if (!only) v = _mm512_add_ps(_mm512_add_ps(v, _mm512_mul_ps(b, _mm512_maskz_loadu_ps(m, x + off + j))), d);
 			_mm512_mask_storeu_ps(dx + off + j, m, v);
 		}
 	}
+}
+
+// gp5_bn_grad_apply is bnGradApply for rows [lo, hi): dx = k1·dy + k2·x + k3; with sel (not
+// NULL), dy is masked by ReLU's selector as it is read.
+static void gp5_bn_grad_apply(const float *x, const float *dy, const float *sel, float *dx, long c, long hw, long lo,
+                              long hi, const double *k1, const double *k2, const double *k3) {
+	if (sel)
+		gp5n_bn_grad_apply(x, dy, sel, dx, c, hw, lo, hi, k1, k2, k3);
+	else
+		gp5n_bn_grad_apply(x, dy, 0, dx, c, hw, lo, hi, k1, k2, k3);
 }
 
 // gp5_ln_fwd is lnForward's loop for rows [lo, hi) of m elements.

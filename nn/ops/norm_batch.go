@@ -307,9 +307,15 @@ func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) {
 	if !x.Shape().Eq(f.shape) || !dy.Shape().Eq(f.shape) || x.Dtype() != dy.Dtype() {
 		return nil, fmt.Errorf("%s: x %v and dy %v, built for %v", op.name, x.Shape(), dy.Shape(), f.shape)
 	}
+	var sel []float32 // ReLU's selector, when the sums and the apply pass mask dy as they read it
 	if f.relu {
-		if dy, err = op.reluMask(in[1], dy); err != nil {
+		if sel, err = op.reluSel(in[1], dy); err != nil {
 			return nil, err
+		}
+		if sel == nil {
+			if dy, err = op.reluMask(in[1], dy); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if f.mean == nil {
@@ -323,9 +329,9 @@ func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) {
 	// Local sums of dy and dy·(x-mean) give dbeta and dgamma; dy's sum lands in dbeta directly.
 	sdy, sdyx := f.dbb, op.sums[c:]
 	if x.Dtype() == tensor.Float32 {
-		bnGradSums(flat[float32](x), flat[float32](dy), n, c, hw, f.mean, sdy, sdyx)
+		bnGradSums(flat[float32](x), flat[float32](dy), sel, n, c, hw, f.mean, sdy, sdyx)
 	} else {
-		bnGradSums(flat[float64](x), flat[float64](dy), n, c, hw, f.mean, sdy, sdyx)
+		bnGradSums(flat[float64](x), flat[float64](dy), nil, n, c, hw, f.mean, sdy, sdyx)
 	}
 	for ch := 0; ch < c; ch++ {
 		f.dgamma[ch] = sdyx[ch] * f.istd[ch]
@@ -354,9 +360,9 @@ func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) {
 	}
 	out := ownedOut(&op.out, x.Dtype(), f.shape)
 	if x.Dtype() == tensor.Float32 {
-		bnGradApply(flat[float32](x), flat[float32](dy), flat[float32](out), n, c, hw, k1, k2, k3)
+		bnGradApply(flat[float32](x), flat[float32](dy), sel, flat[float32](out), n, c, hw, k1, k2, k3)
 	} else {
-		bnGradApply(flat[float64](x), flat[float64](dy), flat[float64](out), n, c, hw, k1, k2, k3)
+		bnGradApply(flat[float64](x), flat[float64](dy), nil, flat[float64](out), n, c, hw, k1, k2, k3)
 	}
 	return out, nil
 }

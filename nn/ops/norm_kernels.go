@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -62,17 +63,24 @@ func reluRow[T Float](y []T) {
 }
 
 // bnGradSums sets sdy[c] = Σ dy and sdyx[c] = Σ dy·(x-mean[c]) over channel c, channels
-// split across threads as in bnSums.
-func bnGradSums[T Float](x, dy []T, n, c, hw int, mean, sdy, sdyx []float64) {
+// split across threads as in bnSums. With sel (float32 only; nil otherwise), dy is read as
+// ReLU's gradient leaves it, dy where sel's bits are positive as an int32 and +0 elsewhere
+// (reluBits32's mask), the same bits as masking dy first.
+func bnGradSums[T Float](x, dy []T, sel []float32, n, c, hw int, mean, sdy, sdyx []float64) {
 	splitRows(c, 2*n*hw, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdBNGradSums(xs, any(dy).([]float32), n, c, hw, lo, hi, mean, sdy, sdyx) {
+		if xs, ok := any(x).([]float32); ok && simdBNGradSums(xs, any(dy).([]float32), sel, n, c, hw, lo, hi, mean, sdy, sdyx) {
 			return
 		}
 		for ch := lo; ch < hi; ch++ {
 			var ts, tsx float64
 			for i := 0; i < n; i++ {
 				off := (i*c + ch) * hw
-				s, sx := sumDot(dy[off:off+hw], x[off:off+hw])
+				var s, sx float64
+				if sel != nil {
+					s, sx = sumDotSel(any(dy).([]float32)[off:off+hw], any(x).([]float32)[off:off+hw], sel[off:off+hw])
+				} else {
+					s, sx = sumDot(dy[off:off+hw], x[off:off+hw])
+				}
 				ts += s
 				tsx += sx - mean[ch]*s
 			}
@@ -81,16 +89,21 @@ func bnGradSums[T Float](x, dy []T, n, c, hw int, mean, sdy, sdyx []float64) {
 	})
 }
 
-// bnGradApply sets dx = k1·dy + k2·x + k3 per channel; rows split across threads.
-func bnGradApply[T Float](x, dy, dx []T, n, c, hw int, k1, k2, k3 []float64) {
+// bnGradApply sets dx = k1·dy + k2·x + k3 per channel, dy masked by sel as in bnGradSums
+// unless nil; rows split across threads.
+func bnGradApply[T Float](x, dy []T, sel []float32, dx []T, n, c, hw int, k1, k2, k3 []float64) {
 	splitRows(n*c, 2*hw, func(lo, hi int) {
-		if xs, ok := any(x).([]float32); ok && simdBNGradApply(xs, any(dy).([]float32), any(dx).([]float32), c, hw, lo, hi, k1, k2, k3) {
+		if xs, ok := any(x).([]float32); ok && simdBNGradApply(xs, any(dy).([]float32), sel, any(dx).([]float32), c, hw, lo, hi, k1, k2, k3) {
 			return
 		}
 		for r := lo; r < hi; r++ {
 			ch := r % c
 			off := r * hw
 			row, g, out := x[off:off+hw], dy[off:off+hw], dx[off:off+hw]
+			if sel != nil {
+				bnGradApplySel(any(row).([]float32), any(g).([]float32), sel[off:off+hw], any(out).([]float32), k1[ch], k2[ch], k3[ch])
+				continue
+			}
 			a, b, d := T(k1[ch]), T(k2[ch]), T(k3[ch])
 			if b == 0 && d == 0 {
 				for j := range out {
@@ -103,6 +116,48 @@ func bnGradApply[T Float](x, dy, dx []T, n, c, hw int, k1, k2, k3 []float64) {
 			}
 		}
 	})
+}
+
+// reluKeep32 is v where s's bits are positive as an int32, else +0: reluBits32's mask.
+func reluKeep32(v, s float32) float32 {
+	b := int32(math.Float32bits(s))
+	return math.Float32frombits(math.Float32bits(v) & uint32(((-b)&^b)>>31))
+}
+
+// sumDotSel is sumDot (same order) of d masked by sel (reluKeep32) and x.
+func sumDotSel(d, x, sel []float32) (s, sx float64) {
+	x, sel = x[:len(d)], sel[:len(d)]
+	var s0, s1, s2, s3, p0, p1, p2, p3 float64
+	i := 0
+	for ; i+4 <= len(d); i += 4 {
+		g, v, m := d[i:i+4:i+4], x[i:i+4:i+4], sel[i:i+4:i+4]
+		d0, d1 := float64(reluKeep32(g[0], m[0])), float64(reluKeep32(g[1], m[1]))
+		d2, d3 := float64(reluKeep32(g[2], m[2])), float64(reluKeep32(g[3], m[3]))
+		s0, s1, s2, s3 = s0+d0, s1+d1, s2+d2, s3+d3
+		p0, p1 = p0+d0*float64(v[0]), p1+d1*float64(v[1])
+		p2, p3 = p2+d2*float64(v[2]), p3+d3*float64(v[3])
+	}
+	for ; i < len(d); i++ {
+		f := float64(reluKeep32(d[i], sel[i]))
+		s0 += f
+		p0 += f * float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3), (p0 + p1) + (p2 + p3)
+}
+
+// bnGradApplySel is one row of bnGradApply with dy masked by sel (reluKeep32).
+func bnGradApplySel(row, g, sel, out []float32, k1, k2, k3 float64) {
+	g, sel, out = g[:len(row)], sel[:len(row)], out[:len(row)]
+	a, b, d := float32(k1), float32(k2), float32(k3)
+	if b == 0 && d == 0 {
+		for j := range out {
+			out[j] = a * reluKeep32(g[j], sel[j])
+		}
+		return
+	}
+	for j, v := range row {
+		out[j] = a*reluKeep32(g[j], sel[j]) + b*v + d
+	}
 }
 
 func widen(src []float32, dst []float64) {

@@ -108,6 +108,23 @@ func addReLU[T Float](a, b, y []T) {
 	})
 }
 
+// reluSel returns the forward's float32 output yv as ReLU's selector for bnGradSums and
+// bnGradApply, which mask dy as they read it (one pass over dy and no masked copy), or nil
+// for float64, whose dy reluMask masks first.
+func (op *bnGradOp) reluSel(yv G.Value, dy *tensor.Dense) ([]float32, error) {
+	if dy.Dtype() != tensor.Float32 {
+		return nil, nil
+	}
+	y, err := denseIn(op.name, yv)
+	if err != nil {
+		return nil, err
+	}
+	if !y.Shape().Eq(op.fwd.shape) || y.Dtype() != dy.Dtype() {
+		return nil, fmt.Errorf("%s: y %v %v, built for %v %v", op.name, y.Shape(), y.Dtype(), op.fwd.shape, dy.Dtype())
+	}
+	return flat[float32](y), nil
+}
+
 // reluMask returns dy where the forward's output yv is positive and 0 elsewhere, in the
 // op's own buffer: BatchNormReLU's backward through its ReLU.
 func (op *bnGradOp) reluMask(yv G.Value, dy *tensor.Dense) (*tensor.Dense, error) {

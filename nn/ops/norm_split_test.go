@@ -31,8 +31,8 @@ func TestNormKernelsThreadCount(t *testing.T) {
 		y, dx := make([]float32, len(x)), make([]float32, len(x))
 		bnSums(x, n, c, hw, sum, sq)
 		bnApply(x, y, n, c, hw, mean, istd, gamma, beta, false)
-		bnGradSums(x, dy, n, c, hw, mean, sdy, sdyx)
-		bnGradApply(x, dy, dx, n, c, hw, gamma, istd, beta)
+		bnGradSums(x, dy, nil, n, c, hw, mean, sdy, sdyx)
+		bnGradApply(x, dy, nil, dx, n, c, hw, gamma, istd, beta)
 		// LayerNorm over rows of 96 (Swin-T's width).
 		const m = 96
 		ln := &lnOp{m: m, rows: len(x) / m, eps: 1e-5, mean: make([]float64, len(x)/m), istd: make([]float64, len(x)/m),

@@ -103,9 +103,9 @@ func simdBNSums(x []float32, n, c, hw, lo, hi int, sum, sq []float64) bool {
 	return simd.BNSums(x, n, c, hw, lo, hi, sum, sq)
 }
 
-// simdBNGradSums is bnGradSums's loop for channels [lo, hi).
-func simdBNGradSums(x, dy []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) bool {
-	return simd.BNGradSums(x, dy, n, c, hw, lo, hi, mean, sdy, sdyx)
+// simdBNGradSums is bnGradSums's loop for channels [lo, hi), dy masked by sel unless nil.
+func simdBNGradSums(x, dy, sel []float32, n, c, hw, lo, hi int, mean, sdy, sdyx []float64) bool {
+	return simd.BNGradSums(x, dy, sel, n, c, hw, lo, hi, mean, sdy, sdyx)
 }
 
 // simdBNApply is bnApply's loop for rows [lo, hi) (row r is channel r % c).
@@ -113,9 +113,9 @@ func simdBNApply(x, y []float32, c, hw, lo, hi int, mean, istd, gamma, beta []fl
 	return simd.BNApply(x, y, c, hw, lo, hi, mean, istd, gamma, beta, relu)
 }
 
-// simdBNGradApply is bnGradApply's loop for rows [lo, hi).
-func simdBNGradApply(x, dy, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) bool {
-	return simd.BNGradApply(x, dy, dx, c, hw, lo, hi, k1, k2, k3)
+// simdBNGradApply is bnGradApply's loop for rows [lo, hi), dy masked by sel unless nil.
+func simdBNGradApply(x, dy, sel, dx []float32, c, hw, lo, hi int, k1, k2, k3 []float64) bool {
+	return simd.BNGradApply(x, dy, sel, dx, c, hw, lo, hi, k1, k2, k3)
 }
 
 // simdLNForward is lnForward's loop for rows [lo, hi) of m elements.

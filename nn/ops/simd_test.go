@@ -256,22 +256,26 @@ func TestSimdNormMatchesGo(t *testing.T) {
 		rng := rand.New(rand.NewSource(5))
 		for _, sz := range [][3]int{{1, 1, 1}, {2, 3, 0}, {3, 5, 1}, {2, 4, 7}, {2, 3, 8}, {3, 2, 15}, {3, 3, 17}, {2, 2, 100}, {1, 1, 257}} {
 			n, c, hw := sz[0], sz[1], sz[2]
-			x, dy := randF32(rng, n*c*hw, 2), randF32(rng, n*c*hw, 1)
+			x, dy, sel := randF32(rng, n*c*hw, 2), randF32(rng, n*c*hw, 1), randF32(rng, n*c*hw, 1)
 			mean, istd, gamma, beta := randF64(rng, c), randF64(rng, c), randF64(rng, c), randF64(rng, c)
 			k1, k2, k3 := randF64(rng, c), randF64(rng, c), randF64(rng, c)
 			k2[0], k3[0] = 0, 0 // the k1·dy-only path
 			type out struct {
-				sum, sq, sdy, sdyx []float64
-				y, yr, dx, relu    []float32
+				sum, sq, sdy, sdyx, msdy, msdyx []float64
+				y, yr, dx, mdx, relu            []float32
 			}
 			run := func() out {
 				o := out{sum: make([]float64, c), sq: make([]float64, c), sdy: make([]float64, c), sdyx: make([]float64, c),
-					y: make([]float32, len(x)), yr: make([]float32, len(x)), dx: make([]float32, len(x)), relu: make([]float32, len(x))}
+					msdy: make([]float64, c), msdyx: make([]float64, c), y: make([]float32, len(x)),
+					yr: make([]float32, len(x)), dx: make([]float32, len(x)), mdx: make([]float32, len(x)),
+					relu: make([]float32, len(x))}
 				bnSums(x, n, c, hw, o.sum, o.sq)
-				bnGradSums(x, dy, n, c, hw, mean, o.sdy, o.sdyx)
+				bnGradSums(x, dy, nil, n, c, hw, mean, o.sdy, o.sdyx)
+				bnGradSums(x, dy, sel, n, c, hw, mean, o.msdy, o.msdyx)
 				bnApply(x, o.y, n, c, hw, mean, istd, gamma, beta, false)
 				bnApply(x, o.yr, n, c, hw, mean, istd, gamma, beta, true)
-				bnGradApply(x, dy, o.dx, n, c, hw, k1, k2, k3)
+				bnGradApply(x, dy, nil, o.dx, n, c, hw, k1, k2, k3)
+				bnGradApply(x, dy, sel, o.mdx, n, c, hw, k1, k2, k3)
 				reluBits32(x, o.relu, dy)
 				return o
 			}
@@ -282,10 +286,13 @@ func TestSimdNormMatchesGo(t *testing.T) {
 			closeF64(t, "bn sq", want.sq, got.sq)
 			closeF64(t, "bn sdy", want.sdy, got.sdy)
 			closeF64(t, "bn sdyx", want.sdyx, got.sdyx)
+			closeF64(t, "bn sdy masked", want.msdy, got.msdy)
+			closeF64(t, "bn sdyx masked", want.msdyx, got.msdyx)
 			// The elementwise kernels round exactly like the Go code: no fused multiply-adds.
 			eqCheck(t, n*100+c*10+hw, "bn apply", want.y, got.y)
 			eqCheck(t, n*100+c*10+hw, "bn apply relu", want.yr, got.yr)
 			eqCheck(t, n*100+c*10+hw, "bn grad apply", want.dx, got.dx)
+			eqCheck(t, n*100+c*10+hw, "bn grad apply masked", want.mdx, got.mdx)
 			eqCheck(t, n*100+c*10+hw, "relu", want.relu, got.relu)
 		}
 		for _, sz := range [][2]int{{1, 1}, {3, 7}, {5, 8}, {4, 9}, {3, 96}, {2, 100}, {7, 385}} {
