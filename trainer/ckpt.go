@@ -172,6 +172,22 @@ func (c *checkpoints) save(st *checkpoint.State) (string, error) {
 	return path, nil
 }
 
+// open applies load to -resume's path: "auto" is the newest checkpoint under c that loads
+// (newest), "none" and "" load nothing, any other path is that checkpoint. It returns the
+// checkpoint loaded, "" for none.
+func (c *checkpoints) open(path string, load func(path string) error) (string, error) {
+	switch path {
+	case "none", "":
+		return "", nil
+	case "auto":
+		return c.newest(load)
+	}
+	if err := load(path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // newest applies load to the complete checkpoints, newest first, and returns the first
 // that loads; "" when there is none. See Note [Checkpoint rotation].
 func (c *checkpoints) newest(load func(path string) error) (string, error) {

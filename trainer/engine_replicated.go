@@ -174,15 +174,7 @@ func (r *replicated) resume(ctx context.Context, path string, meta *checkpoint.S
 		}
 		return nil
 	}
-	var err error
-	switch path {
-	case "none", "":
-		return "", nil
-	case "auto":
-		path, err = r.ck.newest(load)
-	default:
-		err = load(path)
-	}
+	path, err := r.ck.open(path, load)
 	if err != nil || path == "" {
 		return "", err
 	}

@@ -200,15 +200,7 @@ func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e *zero.Engine, path 
 		}
 		return nil
 	}
-	var err error
-	switch path {
-	case "none", "":
-		return "", nil
-	case "auto":
-		path, err = ck.newest(load)
-	default:
-		err = load(path)
-	}
+	path, err := ck.open(path, load)
 	if err != nil || path == "" {
 		return "", err
 	}
