@@ -1,6 +1,7 @@
 // A float32 GEMM for the tall, narrow products of the linear layers of a transformer's early
-// stages (25088 tokens by 96 channels), where OpenBLAS's kernels reach about 100 GFLOP/s at
-// one thread against about 150 on square products: c = a·op(b) (+ bias on every row),
+// stages (25088 tokens by 96 to 768 channels), where OpenBLAS's kernels reach about 100
+// GFLOP/s at one thread against about 150 on square products, and a bias costs a pass over
+// c before the BLAS call: c = a·op(b) (+ bias on every row),
 // row-major, a m×k, op(b) k×n with n a multiple of 16. Each element's products over k are
 // summed in order with fused multiply-adds from zero and the bias added last, as OpenBLAS's
 // kernels do with beta 1 over a bias-filled c. Compiled for AVX-512 and called only at level

@@ -9,22 +9,32 @@ package simd
 import "C"
 
 // GemmRowsFits reports whether GemmRows32 takes this product at the active level: AVX-512
-// only, n a multiple of 16, at least 1024 rows, op(b) at most 384×384, and a shape where the
-// kernel was measured faster than OpenBLAS at one thread (n at most 96, or k at most 96 with
-// b not transposed: swin_t's first-stage linear layers and their data gradients).
-func GemmRowsFits(tB bool, m, n, k int) bool {
-	return Current() == AVX512 && n > 0 && n%16 == 0 && k > 0 && m >= 1024 && k*n <= 384*384 &&
-		(n <= 96 || (!tB && k <= 96))
+// only, n a multiple of 16, at least 4096 rows, op(b) at most 768×768, and k at most 768
+// when b is transposed (a linear layer's forward, y = x·wᵀ + b) or 384 when not (its data
+// gradient, dx = dy·w): the shapes of swin_t's first two stages, where the kernel was
+// measured faster than OpenBLAS at one thread (1.1x to 1.5x per layer, the bias in its
+// epilogue included) and slower beyond those k (0.65x on 6272x192x768 untransposed).
+func GemmRowsFits(tB bool, m, n, k int) bool { return m >= 4096 && rowsShape(tB, n, k) }
+
+// rowsShape is GemmRowsFits without the bound on rows, which applies to a whole product and
+// not to the row blocks it is split into.
+func rowsShape(tB bool, n, k int) bool {
+	maxK := 384
+	if tB {
+		maxK = 768
+	}
+	return Current() == AVX512 && n > 0 && n%16 == 0 && k > 0 && k <= maxK && k*n <= 768*768
 }
 
 // GemmRows32 is c = a·op(b) (+ bias on every row when bias is not nil) for float32,
 // row-major: a m×k (lda), op(b) k×n (b k×n with ldb, or when tB bᵀ with b n×k), c m×n (ldc),
 // bias n or nil. Each element is the sum of its k products in order with fused
 // multiply-adds, then the bias added, as OpenBLAS computes it with beta 1 over a bias-filled
-// c. It returns false, doing nothing, when GemmRowsFits does not hold (or the kernel's
-// packing buffer cannot be allocated): the caller then runs its BLAS.
+// c. It returns false, doing nothing, when the shape is not one GemmRowsFits takes (any
+// m >= 1 is, so that a product that fits can be split into row blocks) or the kernel's
+// packing buffer cannot be allocated: the caller then runs its BLAS.
 func GemmRows32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, bias, c []float32, ldc int) bool {
-	if !GemmRowsFits(tB, m, n, k) || lda < k || ldc < n || (tB && ldb < k) || (!tB && ldb < n) {
+	if m < 1 || !rowsShape(tB, n, k) || lda < k || ldc < n || (tB && ldb < k) || (!tB && ldb < n) {
 		return false
 	}
 	// The kernel reads and writes without bounds checks: check the last element of each.

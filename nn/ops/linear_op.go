@@ -231,7 +231,7 @@ func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
 
 // gemmRows computes c = a·op(b) (+ bias on every row, bias nil for none) with
 // simd.GemmRows32 when it takes the shape (float32 at level AVX512, the tall narrow products
-// of a transformer's first stage; see simd.GemmRowsFits), split into row blocks across
+// of a transformer's first two stages; see simd.GemmRowsFits), split into row blocks across
 // Threads() as gemmPar splits them. It reports false, computing nothing, otherwise: the
 // caller then runs gemmPar.
 func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bias, c []T, ldc int) bool {
@@ -244,7 +244,7 @@ func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bia
 	if bias != nil {
 		bias32 = any(bias).([]float32)
 	}
-	w := max(1, min(threads(), m*n*k/gemmGrain, m/1024))
+	w := max(1, min(threads(), m*n*k/gemmGrain, m/16))
 	done := make([]bool, w)
 	splitWorkers(m, w, 16, func(wi, lo, hi int) {
 		done[wi] = simd.GemmRows32(tB, hi-lo, n, k, a32[lo*lda:], lda, b32, ldb, bias32, c32[lo*ldc:], ldc)
