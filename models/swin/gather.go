@@ -24,7 +24,7 @@ func gatherRows(x *G.Node, idx []int32, rowLen int, out tensor.Shape) (*G.Node, 
 			return nil, fmt.Errorf("gatherRows: index %d is row %d of an input with %d rows (%v)", i, j, rows, in)
 		}
 	}
-	op := &gatherOp{opBase: newOpBase("GatherRows"), idx: idx, row: rowLen, in: in, out: out.Clone()}
+	op := &gatherOp{opBase: newOpBase("GatherRows"), idx: idx, row: rowLen, in: in, out: out.Clone(), unhit: unhitRows(idx, int(rows))}
 	y, err := G.ApplyOp(op, x)
 	if err != nil {
 		return nil, fmt.Errorf("gatherRows %v -> %v: %w", in, out, err)
@@ -40,6 +40,32 @@ type gatherOp struct {
 	in, out tensor.Shape
 	scatter bool
 	buf     outBuf
+	// unhit lists the input rows that no index names, when no row is named twice (Swin's
+	// maps): the scatter then copies rows and zeroes these; nil when some row is named twice,
+	// and the scatter adds.
+	unhit []int32
+}
+
+// unhitRows returns the rows of [0, rows) that idx does not name (an empty, non-nil slice
+// when it names them all), or nil when idx names some row twice.
+func unhitRows(idx []int32, rows int) []int32 {
+	seen := make([]bool, rows)
+	for _, j := range idx {
+		if j < 0 {
+			continue
+		}
+		if seen[j] {
+			return nil
+		}
+		seen[j] = true
+	}
+	unhit := []int32{}
+	for j, ok := range seen {
+		if !ok {
+			unhit = append(unhit, int32(j))
+		}
+	}
+	return unhit
 }
 
 func (op *gatherOp) Arity() int { return 1 }
@@ -93,8 +119,21 @@ func gatherRun[T float](op *gatherOp, x, y []T) {
 		})
 		return
 	}
-	// Scatter-add: rows of y may receive several rows of x (never in Swin, whose maps are
-	// injective, but the op does not rely on it), so it runs serially.
+	if op.unhit != nil {
+		// Each row of y receives at most one row of x: copy, and zero the rows none names.
+		parallel(len(op.idx), func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				if j := int(op.idx[i]); j >= 0 {
+					copy(y[j*r:(j+1)*r], x[i*r:(i+1)*r])
+				}
+			}
+		})
+		for _, j := range op.unhit {
+			clear(y[int(j)*r : (int(j)+1)*r])
+		}
+		return
+	}
+	// Scatter-add: rows of y may receive several rows of x, so it runs serially.
 	clear(y)
 	for i, j := range op.idx {
 		if j < 0 {
@@ -110,7 +149,7 @@ func gatherRun[T float](op *gatherOp, x, y []T) {
 func (op *gatherOp) DiffWRT(int) []bool { return []bool{true} }
 
 func (op *gatherOp) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
-	t := &gatherOp{opBase: newOpBase(op.name + "Grad"), idx: op.idx, row: op.row, in: op.in, out: op.out, scatter: !op.scatter}
+	t := &gatherOp{opBase: newOpBase(op.name + "Grad"), idx: op.idx, row: op.row, in: op.in, out: op.out, scatter: !op.scatter, unhit: op.unhit}
 	dx, err := G.ApplyOp(t, grad)
 	if err != nil {
 		return nil, fmt.Errorf("%s backward: %w", op.name, err)

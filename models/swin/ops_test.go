@@ -31,6 +31,13 @@ func TestOpsGradcheck(t *testing.T) {
 			y, err := gatherRows(x, idx, 2, tensor.Shape{2, 4, 2})
 			return G.Nodes{x}, y, err
 		}},
+		{"gatherRowsRepeated", func(g *G.ExprGraph, dt tensor.Dtype, rng *rand.Rand) (G.Nodes, *G.Node, error) {
+			// Row 4 named twice: the gradient adds (the scatter that copies needs distinct rows).
+			x := gradcheck.Input(g, dt, rng, "x", 2, 3, 3, 2)
+			idx := []int32{4, -1, 4, 8, 17, 3, -1, 5}
+			y, err := gatherRows(x, idx, 2, tensor.Shape{2, 4, 2})
+			return G.Nodes{x}, y, err
+		}},
 		{"windowAttention", func(g *G.ExprGraph, dt tensor.Dtype, rng *rand.Rand) (G.Nodes, *G.Node, error) {
 			qkv := gradcheck.Input(g, dt, rng, "qkv", 4, 4, 18)
 			tab := gradcheck.Input(g, dt, rng, "table", 9, 2)
@@ -119,5 +126,28 @@ func TestExpRow(t *testing.T) {
 	sum := expRow(row, 2)
 	if row[0] != 0 || !math.IsNaN(float64(row[1])) || row[2] != 1 || math.Abs(float64(row[3])-math.Exp(-1.5)) > 1e-7 || !math.IsNaN(sum) {
 		t.Errorf("expRow(-800, NaN, 2, 0.5; max 2) = %v, sum %v", row, sum)
+	}
+}
+
+// TestUnhitRows: the rows no index names, in order, or nil when one is named twice.
+func TestUnhitRows(t *testing.T) {
+	for _, c := range []struct {
+		idx  []int32
+		rows int
+		want []int32
+	}{
+		{[]int32{2, -1, 0}, 4, []int32{1, 3}},
+		{[]int32{1, 0}, 2, []int32{}},
+		{[]int32{1, -1, 1}, 3, nil},
+	} {
+		got := unhitRows(c.idx, c.rows)
+		if (got == nil) != (c.want == nil) || len(got) != len(c.want) {
+			t.Fatalf("unhitRows(%v, %d) = %v, want %v", c.idx, c.rows, got, c.want)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Fatalf("unhitRows(%v, %d) = %v, want %v", c.idx, c.rows, got, c.want)
+			}
+		}
 	}
 }
