@@ -149,10 +149,18 @@ func (s *GradScaler) Unscale(grads []float32) (foundInf bool) {
 		}
 	}
 	foundInf = acc != 0 || acc != acc
+	s.Unscaled(foundInf)
+	return foundInf
+}
+
+// Unscaled tells the scaler that this rank's gradients were unscaled elsewhere (by a device
+// kernel, or over a gradient shard the scaler does not hold) and whether an inf or NaN was
+// found there, as Unscale does for the gradients it is given: FoundInf, Step and Update then
+// act on it. Several calls in one step combine (any inf marks the step).
+func (s *GradScaler) Unscaled(foundInf bool) {
 	s.localInf = s.localInf || foundInf
 	s.checked = true
 	s.synced = false
-	return foundInf
 }
 
 // FoundInf returns whether this step's gradients held an inf or NaN: on any rank of the

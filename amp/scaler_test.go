@@ -290,3 +290,49 @@ func equal32(a, b []float32) bool {
 	}
 	return true
 }
+
+// Unscaled gives the scaler the verdict of an unscale done elsewhere: a clean answer lets the
+// step run and counts toward growth, an inf skips the step and backs the scale off, answers
+// of one step combine, and without any answer Step refuses as it does before Unscale.
+func TestUnscaledElsewhere(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		answers   []bool
+		wantSteps int
+		wantScale float32
+	}{
+		{"clean", []bool{false}, 1, 1024},
+		{"inf", []bool{true}, 0, 512},
+		{"clean then inf", []bool{false, true}, 0, 512},
+		{"inf then clean", []bool{true, false}, 0, 512},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := NewGradScaler(WithInitScale(1024), WithGrowthInterval(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range tc.answers {
+				s.Unscaled(a)
+			}
+			opt := &countingOpt{}
+			skipped, err := s.StepContext(ctx, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.UpdateContext(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if opt.steps != tc.wantSteps || skipped != (tc.wantSteps == 0) || s.Scale() != tc.wantScale {
+				t.Errorf("steps %d, skipped %v, scale %v; want %d steps, scale %v", opt.steps, skipped, s.Scale(), tc.wantSteps, tc.wantScale)
+			}
+		})
+	}
+	s, err := NewGradScaler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StepContext(ctx, &countingOpt{}); err == nil {
+		t.Error("Step without Unscale or Unscaled: no error")
+	}
+}

@@ -3,7 +3,6 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
@@ -156,7 +155,7 @@ func (s *stepper) update(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("trainer: loss scale: %w", err)
 		}
-		tellScaler(s.scaler, inf)
+		s.scaler.Unscaled(inf)
 	}
 	if s.accum > 1 {
 		if err := s.grads.ScaleGrads(ctx, 1/float32(s.accum)); err != nil {
@@ -186,17 +185,6 @@ func (s *stepper) clipGrads(ctx context.Context) error {
 		return fmt.Errorf("trainer: -clip-grad %g: %w (the loss diverged; a lower -lr or -amp fp16's loss scaling skips such steps)", s.clip, err)
 	}
 	return nil
-}
-
-// tellScaler hands sc the inf/NaN check of gradients unscaled elsewhere (a gradBuffer's):
-// the scaler records one through Unscale, so one value, +Inf when the check found one,
-// gives it the verdict (the value itself is discarded).
-func tellScaler(sc *amp.GradScaler, inf bool) {
-	flag := []float32{0}
-	if inf {
-		flag[0] = float32(math.Inf(1))
-	}
-	sc.Unscale(flag)
 }
 
 // lossScale is the loss scale of -amp fp16 for the next step, after this step's update (a
