@@ -215,11 +215,7 @@ func convShiftForward(op *conv2dOp, x, w, b, y []float32) bool {
 	pl := op.sc.shiftPlanOf(g)
 	K := g.colRows()
 	wp := gemmScratchOf[float32](&op.sc.pack, K*g.Out)
-	for o := 0; o < g.Out; o++ {
-		for r, v := range w[o*K : (o+1)*K] {
-			wp[r*g.Out+o] = v
-		}
-	}
+	packShiftFwd(w, wp, g.Out, K)
 	xp, ok := phaseIn(g, op.sc, pl, op.n, x)
 	return ok && convShiftRun(&pl.fwd, op.n, xp, wp, b, y)
 }
@@ -230,28 +226,59 @@ func convShiftForward(op *conv2dOp, x, w, b, y []float32) bool {
 func convShiftDataGrad(op *convDataGradOp, w, dy, dx []float32) bool {
 	g := &op.g
 	pl := op.sc.shiftPlanOf(g)
-	s, P, kk, K := g.SH, g.OH*g.OW, g.KH*g.KW, g.colRows()
+	s, P, kk := g.SH, g.OH*g.OW, g.KH*g.KW
 	out := dx
 	if s > 1 {
 		out = gemmScratchOf[float32](&op.sc.phaseDx, op.n*g.C*s*s*P)
 	}
 	for _, p := range pl.bwd {
 		// Row o·len(taps) + t of the packed weights, column c: w[o, c, taps[t]].
-		nt := len(p.taps)
-		wp := gemmScratchOf[float32](&op.sc.pack, g.Out*nt*g.C)
-		for o := 0; o < g.Out; o++ {
-			for c := 0; c < g.C; c++ {
-				src := w[o*K+c*kk : o*K+(c+1)*kk]
-				for t, q := range p.taps {
-					wp[(o*nt+t)*g.C+c] = src[q]
-				}
-			}
-		}
+		wp := gemmScratchOf[float32](&op.sc.pack, g.Out*len(p.taps)*g.C)
+		packShiftBwd(w, wp, g.Out, g.C, kk, p.taps)
 		if !convShiftRun(&p.cs, op.n, dy, wp, nil, out[p.ph*P:]) {
 			return false
 		}
 	}
 	return s == 1 || phaseOut(g, pl, op.n, out, dx)
+}
+
+// packShiftFwd packs the forward's weights: wp (K×O) is w (O×K) transposed, in blocks of
+// eight rows of w so that each row of wp gets eight consecutive floats at a time (a copy:
+// the same values however it is ordered).
+func packShiftFwd(w, wp []float32, O, K int) {
+	w, wp = w[:O*K], wp[:K*O]
+	const blk = 8
+	o0 := 0
+	for ; o0+blk <= O; o0 += blk {
+		r0, r1, r2, r3 := w[o0*K:(o0+1)*K], w[(o0+1)*K:(o0+2)*K], w[(o0+2)*K:(o0+3)*K], w[(o0+3)*K:(o0+4)*K]
+		r4, r5, r6, r7 := w[(o0+4)*K:(o0+5)*K], w[(o0+5)*K:(o0+6)*K], w[(o0+6)*K:(o0+7)*K], w[(o0+7)*K:(o0+8)*K]
+		for r := range r0 {
+			d := wp[r*O+o0 : r*O+o0+blk : r*O+o0+blk]
+			d[0], d[1], d[2], d[3] = r0[r], r1[r], r2[r], r3[r]
+			d[4], d[5], d[6], d[7] = r4[r], r5[r], r6[r], r7[r]
+		}
+	}
+	for ; o0 < O; o0++ {
+		for r, v := range w[o0*K : (o0+1)*K] {
+			wp[r*O+o0] = v
+		}
+	}
+}
+
+// packShiftBwd packs the data gradient's weights for one phase: row o·len(taps) + t of wp,
+// column c (of C), is w[o, c, taps[t]] (w is O×C·kk), each row written in order.
+func packShiftBwd(w, wp []float32, O, C, kk int, taps []int) {
+	nt, K := len(taps), C*kk
+	for o := 0; o < O; o++ {
+		row := w[o*K : (o+1)*K]
+		for t, q := range taps {
+			d := wp[(o*nt+t)*C : (o*nt+t+1)*C]
+			src := row[q:]
+			for c := range d {
+				d[c] = src[c*kk]
+			}
+		}
+	}
 }
 
 // phaseOut puts the data gradient's phase planes xp (N×C×s²×Ho·Wo) back in place in dx

@@ -150,3 +150,55 @@ func TestConvImplicitChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestPackShift: the implicit convolution's weight packing against its definitions, the
+// forward's wp[r·O + o] = w[o·K + r] and the data gradient's wp[(o·nt + t)·C + c] =
+// w[o·K + c·kk + taps[t]], on output channel counts around the forward's blocks of eight
+// and tap subsets of a stride-2 phase; every element of wp is checked, and nothing past it
+// is written.
+func TestPackShift(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	for _, tc := range []struct {
+		o, c, kk int
+		taps     []int
+	}{
+		{1, 1, 1, []int{0}}, {3, 2, 9, []int{0, 2, 6, 8}}, {8, 3, 9, []int{4}}, {9, 5, 9, []int{1, 7}},
+		{16, 16, 9, []int{3, 5}}, {17, 4, 1, []int{0}}, {64, 32, 9, []int{0, 1, 2, 3, 4, 5, 6, 7, 8}},
+	} {
+		K := tc.c * tc.kk
+		w := make([]float32, tc.o*K)
+		for i := range w {
+			w[i] = rng.Float32()
+		}
+		const guard = float32(-7)
+		wp := make([]float32, K*tc.o+1)
+		wp[K*tc.o] = guard
+		packShiftFwd(w, wp, tc.o, K)
+		for o := 0; o < tc.o; o++ {
+			for r := 0; r < K; r++ {
+				if wp[r*tc.o+o] != w[o*K+r] {
+					t.Fatalf("O=%d K=%d: forward wp[%d·O+%d] = %v, want w[%d·K+%d] = %v", tc.o, K, r, o, wp[r*tc.o+o], o, r, w[o*K+r])
+				}
+			}
+		}
+		if wp[K*tc.o] != guard {
+			t.Fatalf("O=%d K=%d: forward packing wrote past wp", tc.o, K)
+		}
+		nt := len(tc.taps)
+		bp := make([]float32, tc.o*nt*tc.c+1)
+		bp[len(bp)-1] = guard
+		packShiftBwd(w, bp, tc.o, tc.c, tc.kk, tc.taps)
+		for o := 0; o < tc.o; o++ {
+			for ti, q := range tc.taps {
+				for c := 0; c < tc.c; c++ {
+					if got, want := bp[(o*nt+ti)*tc.c+c], w[o*K+c*tc.kk+q]; got != want {
+						t.Fatalf("O=%d C=%d taps %v: data gradient's row %d·%d+%d column %d = %v, want %v", tc.o, tc.c, tc.taps, o, nt, ti, c, got, want)
+					}
+				}
+			}
+		}
+		if bp[len(bp)-1] != guard {
+			t.Fatalf("O=%d C=%d taps %v: data gradient's packing wrote past wp", tc.o, tc.c, tc.taps)
+		}
+	}
+}
