@@ -100,8 +100,10 @@ func addReLU[T Float](a, b, y []T) {
 		for i := lo; i < hi; i += blk {
 			e := min(i+blk, hi)
 			s, t, d := a[i:e], b[i:e], y[i:e]
-			for j := range d {
-				d[j] = s[j] + t[j]
+			if ds, ok := any(d).([]float32); !ok || !simdAdd(any(s).([]float32), any(t).([]float32), ds) {
+				for j := range d {
+					d[j] = s[j] + t[j]
+				}
 			}
 			reluRow(d)
 		}

@@ -89,6 +89,17 @@ func simdReLU(v, y, sel []float32) {
 	}
 }
 
+// simdAdd sets y = a + b (each sum one rounding, as the Go loop) through simd.AddTo when the
+// kernels run and y is long enough for a call, and reports whether it did.
+func simdAdd(a, b, y []float32) bool {
+	if !simdOK() || len(a) < simdMinLen {
+		return false
+	}
+	copy(y[:len(a)], a)
+	simd.AddTo(y, b[:len(a)])
+	return true
+}
+
 // simdMaxPoolSearch is maxPoolSearch for float32 on planes [lo, hi); y may be nil.
 func simdMaxPoolSearch(g *convGeom, x, y []float32, arg []int32, lo, hi int) {
 	if !simd.MaxPoolSearch(sGeom(g), x, y, arg, lo, hi) {
