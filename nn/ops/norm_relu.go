@@ -10,10 +10,11 @@ import (
 
 // BatchNormReLU is ReLU(BatchNorm2d(x, gamma, beta, st)) as one op, with the same results
 // bit for bit as the two ops (the ReLU is ops.ReLU's, applied to each row of the
-// normalised output while it is in the cache; the gradient masks dy by the output's sign
-// before BatchNorm's backward, as ReLU's gradient does). It saves a pass over the activation
-// and its memory in the forward and one in the backward: ResNet applies it after all but the
-// last BatchNorm of every block.
+// normalised output while it is in the cache; the gradient is BatchNorm's backward of dy
+// masked by the output's sign, as ReLU's gradient masks it, the mask applied as the
+// backward's sums and its apply pass read dy for float32, by a masking pass first for
+// float64). It saves a pass over the activation and its memory in the forward and in the
+// backward: ResNet applies it after all but the last BatchNorm of every block.
 func BatchNormReLU(x, gamma, beta *G.Node, st *BNState) (*G.Node, error) {
 	return batchNorm("BatchNormReLU", x, gamma, beta, st, true)
 }
