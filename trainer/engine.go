@@ -34,6 +34,29 @@ type engine interface {
 	resume(ctx context.Context, path string, meta *checkpoint.State) (string, error)
 	// report adds the strategy's end-of-run figures (overlap, timelines) to res.
 	report(ctx context.Context, cfg *settings, res *Result) error
+	// close releases the engine's programs and memory (a ZeRO-3 engine's regions and
+	// offload files, the device's state); the engine is unusable afterwards. It is local:
+	// a rank that failed closes its engine as one that finished does.
+	close() error
+}
+
+// closePrograms closes the training program and the evaluation programs an engine compiled,
+// and returns the first error.
+func closePrograms(train interface{ Close() error }, evals map[int]evalProgram) error {
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	if train != nil {
+		keep(train.Close())
+	}
+	for n, p := range evals {
+		keep(p.Close())
+		delete(evals, n)
+	}
+	return first
 }
 
 // precision sets up autocast (-amp): bf16 as PyTorch's CPU autocast, without loss scaling;

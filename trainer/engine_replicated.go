@@ -136,6 +136,18 @@ type evalProgram interface {
 	Input(name string) ([]float32, error)
 	Run(ctx context.Context) error
 	Output(name string) ([]float32, error)
+	Close() error
+}
+
+// close closes the programs, then frees the device state (the parameters, gradients and
+// optimizer state on the device), if any.
+func (r *replicated) close() error {
+	err := closePrograms(r.prog, r.evals)
+	if r.dst != nil {
+		r.dst.Close()
+		r.dst = nil
+	}
+	return err
 }
 
 func (r *replicated) state(meta *checkpoint.State) *checkpoint.State {

@@ -207,3 +207,12 @@ func resumeShards(ck *checkpoints, scaler *amp.GradScaler, e *zero.Engine, path 
 	meta.Step, meta.Epoch = st.Step, st.Epoch
 	return path, nil
 }
+
+// close closes the programs, then the engine (its memory, offload files or device shards).
+func (s *sharded) close() error {
+	err := closePrograms(s.prog, s.evals)
+	if e := s.e.Close(); err == nil {
+		err = e
+	}
+	return err
+}

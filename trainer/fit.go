@@ -99,6 +99,7 @@ func (t *Trainer) start(ctx context.Context, m Model, src Source, evalOnly bool)
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	if evalOnly {
 		return r.evaluateOnly(ctx)
 	}

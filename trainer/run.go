@@ -48,7 +48,7 @@ type run struct {
 
 // newRun opens the data, builds the model and the strategy's engine, and restores the
 // checkpoint that cfg.Resume names.
-func newRun(ctx context.Context, cfg *settings, strat strategy, g comm.Group, spec Model, src Source) (*run, error) {
+func newRun(ctx context.Context, cfg *settings, strat strategy, g comm.Group, spec Model, src Source) (_ *run, err error) {
 	r := &run{cfg: cfg, spec: spec, strat: strat, g: g, rank: g.Rank(), world: g.Size(), out: cfg.out, res: &Result{},
 		saved: -1, lossBuf: []float64{0, 0}}
 	if cfg.Batch%r.world != 0 {
@@ -59,7 +59,11 @@ func newRun(ctx context.Context, cfg *settings, strat strategy, g comm.Group, sp
 	if r.rank != 0 || r.out == nil {
 		r.out = io.Discard
 	}
-	var err error
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	env := Env{Group: g, Rank: r.rank, World: r.world, Batch: r.local, Seed: cfg.Seed, Classes: cfg.NumClasses, Log: r.log}
 	if r.train, r.val, err = src.Open(ctx, env); err != nil {
 		return nil, err
@@ -204,6 +208,18 @@ func (r *run) openOutputs() error {
 }
 
 // closeOutputs closes what openOutputs opened.
+// close releases the engine, if one was built; a failure to release is logged, since the
+// run's own result (or error) is what the caller needs.
+func (r *run) close() {
+	if r.eng == nil {
+		return
+	}
+	if err := r.eng.close(); err != nil {
+		r.log.Warn("releasing the training engine", "err", err)
+	}
+	r.eng = nil
+}
+
 func (r *run) closeOutputs() {
 	if r.side != nil && r.side.m != nil {
 		if err := r.side.m.Close(); err != nil {
