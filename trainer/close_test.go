@@ -1,16 +1,12 @@
 package trainer
 
 import (
-	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
 // offloadMappings lists the lines of /proc/self/maps that map files under dir.
@@ -68,19 +64,7 @@ func TestRunReleasesItsEngine(t *testing.T) {
 // runWorldFails runs the trainer on world goroutine ranks, each of which must fail.
 func runWorldFails(t *testing.T, world int, cfg runConfig) {
 	t.Helper()
-	groups := comm.NewLocalGroups(world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			c := cfg
-			c.Group = groups[r]
-			_, errs[r] = fitRun(context.Background(), c, io.Discard)
-		}(r)
-	}
-	wg.Wait()
+	_, errs := runConfigs(world, cfg, io.Discard)
 	for r, err := range errs {
 		if err == nil {
 			t.Fatalf("rank %d: the run did not fail", r)

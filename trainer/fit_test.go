@@ -105,21 +105,13 @@ func dense(b *nn.Builder, x *G.Node) (*G.Node, error) {
 // (called once per rank: a gorgonia solver is one rank's).
 func fitWorld(t *testing.T, world int, m Model, src Source, opts func() []Option) []*Result {
 	t.Helper()
-	groups := comm.NewLocalGroups(world)
-	res, errs := make([]*Result, world), make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := New(append(opts(), WithGroup(groups[r]))...)
-			if err == nil {
-				res[r], err = tr.Fit(context.Background(), m, src)
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
+	res, errs := eachRank(world, func(_ int, g comm.Group) (*Result, error) {
+		tr, err := New(append(opts(), WithGroup(g))...)
+		if err != nil {
+			return nil, err
+		}
+		return tr.Fit(context.Background(), m, src)
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

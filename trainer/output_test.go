@@ -2,18 +2,15 @@ package trainer
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
-	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/tensorboard"
 )
 
@@ -200,26 +197,9 @@ func TestMaxStepsEndsWithCheckpoint(t *testing.T) {
 }
 
 // runWorldTo is runWorld with rank 0's console going to out (the other ranks print nothing).
-func runWorldTo(t *testing.T, world int, cfg runConfig, out *bytes.Buffer) []*Result {
+func runWorldTo(t *testing.T, world int, cfg runConfig, out io.Writer) []*Result {
 	t.Helper()
-	groups := comm.NewLocalGroups(world)
-	res := make([]*Result, world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			c := cfg
-			c.Group = groups[r]
-			var w io.Writer = io.Discard
-			if r == 0 {
-				w = out
-			}
-			res[r], errs[r] = fitRun(context.Background(), c, w)
-		}(r)
-	}
-	wg.Wait()
+	res, errs := runConfigs(world, cfg, out)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

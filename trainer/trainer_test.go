@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -52,26 +53,37 @@ func tinyConfig(t *testing.T, out string) runConfig {
 // runWorld runs the trainer on world goroutine ranks over in-process groups.
 func runWorld(t *testing.T, world int, cfg runConfig) []*Result {
 	t.Helper()
+	return runWorldTo(t, world, cfg, os.Stdout)
+}
+
+// eachRank runs fn for world goroutine ranks over in-process groups and returns each rank's
+// result and error.
+func eachRank(world int, fn func(r int, g comm.Group) (*Result, error)) ([]*Result, []error) {
 	groups := comm.NewLocalGroups(world)
-	res := make([]*Result, world)
-	errs := make([]error, world)
+	res, errs := make([]*Result, world), make([]error, world)
 	var wg sync.WaitGroup
-	for r := 0; r < world; r++ {
+	for r := range world {
 		wg.Add(1)
-		go func(r int) {
+		go func() {
 			defer wg.Done()
-			c := cfg
-			c.Group = groups[r]
-			res[r], errs[r] = fitRun(context.Background(), c, os.Stdout)
-		}(r)
+			res[r], errs[r] = fn(r, groups[r])
+		}()
 	}
 	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	return res, errs
+}
+
+// runConfigs runs the trainer with cfg on world ranks, rank 0 writing to out.
+func runConfigs(world int, cfg runConfig, out io.Writer) ([]*Result, []error) {
+	return eachRank(world, func(r int, g comm.Group) (*Result, error) {
+		c := cfg
+		c.Group = g
+		w := io.Discard
+		if r == 0 {
+			w = out
 		}
-	}
-	return res
+		return fitRun(context.Background(), c, w)
+	})
 }
 
 func TestDDPWorld2TrainsAndWritesArtifacts(t *testing.T) {
