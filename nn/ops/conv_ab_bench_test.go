@@ -63,26 +63,7 @@ func BenchmarkImplicitConvAB(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	prev := ops.ImplicitOff.Load()
-	defer ops.ImplicitOff.Store(prev)
-	var gemm, implicit []float64
-	b.ResetTimer()
-	for range b.N {
-		for _, off := range []bool{true, false} {
-			ops.ImplicitOff.Store(off)
-			step() // the path's buffers
-			c0 := cpuSeconds()
-			for range steps {
-				step()
-			}
-			ms := (cpuSeconds() - c0) / steps * 1e3
-			if off {
-				gemm = append(gemm, ms)
-			} else {
-				implicit = append(implicit, ms)
-			}
-		}
-	}
+	gemm, implicit := alternatePaths(b, steps, step)
 	g, i := median(gemm), median(implicit)
 	b.ReportMetric(g, "gemm-cpu-ms/step")
 	b.ReportMetric(i, "implicit-cpu-ms/step")
@@ -138,19 +119,29 @@ func benchConvLayerAB(b *testing.B, n, c, o, hw, k, s int) {
 		}
 		vm.Reset()
 	}
+	gemm, implicit := alternatePaths(b, runs, run)
+	gm, im := median(gemm), median(implicit)
+	b.ReportMetric(gm, "gemm-cpu-ms/run")
+	b.ReportMetric(im, "implicit-cpu-ms/run")
+	b.ReportMetric(gm/im, "gemm/implicit")
+}
+
+// alternatePaths runs fn b.N times on the GEMM path and on the implicit convolution, in
+// turn, each time once untimed (the path's buffers) and then n times timed, and returns the
+// CPU milliseconds per call of each repetition, GEMM path first.
+func alternatePaths(b *testing.B, n int, fn func()) (gemm, implicit []float64) {
 	prev := ops.ImplicitOff.Load()
 	defer ops.ImplicitOff.Store(prev)
-	var gemm, implicit []float64
 	b.ResetTimer()
 	for range b.N {
 		for _, off := range []bool{true, false} {
 			ops.ImplicitOff.Store(off)
-			run()
+			fn()
 			c0 := cpuSeconds()
-			for range runs {
-				run()
+			for range n {
+				fn()
 			}
-			ms := (cpuSeconds() - c0) / runs * 1e3
+			ms := (cpuSeconds() - c0) / float64(n) * 1e3
 			if off {
 				gemm = append(gemm, ms)
 			} else {
@@ -158,10 +149,7 @@ func benchConvLayerAB(b *testing.B, n, c, o, hw, k, s int) {
 			}
 		}
 	}
-	gm, im := median(gemm), median(implicit)
-	b.ReportMetric(gm, "gemm-cpu-ms/run")
-	b.ReportMetric(im, "implicit-cpu-ms/run")
-	b.ReportMetric(gm/im, "gemm/implicit")
+	return gemm, implicit
 }
 
 // median is the median of v (the upper one of an even count).
