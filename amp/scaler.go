@@ -134,7 +134,16 @@ func (s *GradScaler) Enabled() bool { return !s.cfg.disabled }
 // are or-ed until Update. With a process group the result is this rank's alone: Step,
 // Update and FoundInf use the group's.
 func (s *GradScaler) Unscale(grads []float32) (foundInf bool) {
-	inv := float32(1 / float64(s.scale))
+	foundInf = Unscale(grads, s.scale)
+	s.Unscaled(foundInf)
+	return foundInf
+}
+
+// Unscale is GradScaler.Unscale's arithmetic on its own, for gradients unscaled where the
+// scaler is not (a ZeRO-3 shard, a replica's buffer): it multiplies grads in place by
+// float32(1/scale) and reports whether any result is inf or NaN. scale must be > 0.
+func Unscale(grads []float32, scale float32) (foundInf bool) {
+	inv := float32(1 / float64(scale))
 	// x-x is 0 for finite x and NaN for ±inf and NaN: summing it flags both without a branch.
 	var acc float32
 	if inv == 1 {
@@ -148,9 +157,7 @@ func (s *GradScaler) Unscale(grads []float32) (foundInf bool) {
 			acc += g - g
 		}
 	}
-	foundInf = acc != 0 || acc != acc
-	s.Unscaled(foundInf)
-	return foundInf
+	return acc != 0 || acc != acc
 }
 
 // Unscaled tells the scaler that this rank's gradients were unscaled elsewhere (by a device

@@ -55,11 +55,11 @@ type gradBuffer interface {
 
 // hostGrads is a gradBuffer over gradients in host memory that every rank holds alike
 // (the replicated strategies' averaged gradients): no communication for the norm. The
-// arithmetic is the host ZeRO-3 shard's (zero.UnscaleShard, zero.ScaleShard) and optim's.
+// arithmetic is the host ZeRO-3 shard's (amp.Unscale, zero.ScaleShard) and optim's.
 type hostGrads func() []float32
 
 func (h hostGrads) UnscaleGrads(_ context.Context, scale float32) (bool, error) {
-	return zero.UnscaleShard(h(), scale), nil
+	return amp.Unscale(h(), scale), nil
 }
 
 func (h hostGrads) ScaleGrads(_ context.Context, f float32) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
@@ -13,7 +14,7 @@ import (
 // all-reduce are the engine's): on the device they are kernels over the gradient shard, as
 // cuda/tape's State's over a whole device gradient buffer; under zero.OffloadCPU they work on
 // the pinned host copy the CPU optimizer steps from (the device shard is only zeroed after
-// that), with the host engine's arithmetic (zero.UnscaleShard, zero.ScaleShard). None is
+// that), with the host engine's arithmetic (amp.Unscale, zero.ScaleShard). None is
 // collective; each waits for the device.
 
 // shardHost waits for the gradient shard's copies to the pinned host shard and returns it
@@ -33,7 +34,7 @@ func (e *Backend) UnscaleGrads(ctx context.Context, scale float32) (foundInf boo
 		if err != nil {
 			return false, err
 		}
-		return zero.UnscaleShard(g, scale), nil
+		return amp.Unscale(g, scale), nil
 	}
 	n, err := e.dev.UnscaleNonFinite(ctx, e.shardG, float32(1/float64(scale)))
 	if err != nil {

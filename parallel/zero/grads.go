@@ -3,9 +3,9 @@ package zero
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 
+	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
@@ -60,7 +60,7 @@ func (e *Engine) UnscaleGrads(ctx context.Context, scale float32) (foundInf bool
 	if e.be != nil {
 		return e.be.UnscaleGrads(ctx, scale)
 	}
-	return UnscaleShard(e.grad, scale), nil
+	return amp.Unscale(e.grad, scale), nil
 }
 
 // ScaleGrads multiplies the gradient shard by f. It is not collective.
@@ -112,21 +112,6 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, er
 		}
 	}
 	return norm, nil
-}
-
-// UnscaleShard is UnscaleGrads' arithmetic on a gradient shard in host memory (the host
-// engine's, or a backend's host copy): g is multiplied by float32(1/scale), and it reports
-// whether an element of the result is inf or NaN. scale must be > 0.
-func UnscaleShard(g []float32, scale float32) (foundInf bool) {
-	inv := float32(1 / float64(scale))
-	for i, x := range g {
-		x *= inv
-		g[i] = x
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			foundInf = true
-		}
-	}
-	return foundInf
 }
 
 // ScaleShard is ScaleGrads' arithmetic on a gradient shard in host memory: g is multiplied
