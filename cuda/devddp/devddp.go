@@ -26,7 +26,11 @@
 // optimizer updates that bucket's parameters (State.StepRange). Under FP16CompressHook and
 // BF16CompressHook the bucket is rounded, divided and rounded again into a 16-bit device
 // buffer on the compute stream, all-reduced as 16-bit values, and widened back on the
-// compute stream when it lands: the host hooks' arithmetic, in device memory.
+// compute stream when it lands: the host hooks' arithmetic, in device memory. Every other
+// hook (PowerSGDHook, a HookFunc) is ddp's Go code over host memory and runs as it is: the
+// bucket is copied to pinned host memory once its gradients are written, the hook runs on
+// the copy over the DDP's host group where the host path runs it, and its result is copied
+// back into the bucket before it lands (Note [Host hooks on the device]).
 //
 // Host-side collectives keep ddp's order: the buffer broadcast before forward (BatchNorm's
 // running statistics are the host's, Note [Running statistics on the device]), under
@@ -37,6 +41,7 @@ package devddp
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/driver"
@@ -56,9 +61,11 @@ type Reducer interface {
 }
 
 // Backend is ddp.Backend on a CUDA device: a tape.State's device buffers, reduced by a
-// Reducer. It runs AllReduceHook (the default), FP16CompressHook and BF16CompressHook; for
-// a world that is not a power of two the division multiplies by the float32 reciprocal of
-// the world size (within an ulp of the host's division).
+// Reducer. It runs AllReduceHook (the default), FP16CompressHook and BF16CompressHook in
+// device memory; for a world that is not a power of two the division multiplies by the
+// float32 reciprocal of the world size (within an ulp of the host's division). Every other
+// hook (PowerSGDHook, a HookFunc) runs on a pinned host copy of each bucket over the DDP's
+// group (Note [Host hooks on the device]).
 type Backend struct {
 	st             *tape.State
 	red            Reducer
@@ -66,6 +73,12 @@ type Backend struct {
 	wire           comm.DType     // the type buckets are reduced in (ddp.Wire)
 	wires          *cuda.Tensor   // 16-bit copy of the gradient buffer, for compressed hooks
 	ready, reduced []driver.Event // by bucket index
+
+	// A hook that computes in host memory (Note [Host hooks on the device]):
+	group  comm.Group     // the DDP's group, given to the hook
+	onHost bool           // the hook is one (ddp.Wire does not know it)
+	pins   []*cuda.Pinned // by bucket index: the bucket's pinned host copy
+	hosted []*ddp.Bucket  // by bucket index: the bucket over its pinned copy, as the hook sees it
 }
 
 // NewBackend returns the device backend over st (a State of the DDP's model, made after
@@ -76,7 +89,7 @@ func NewBackend(st *tape.State, red Reducer) *Backend {
 	return &Backend{st: st, red: red, wire: comm.Float32}
 }
 
-// Close destroys the bucket events and frees the 16-bit buffer.
+// Close destroys the bucket events and frees the 16-bit buffer and the pinned copies.
 func (b *Backend) Close() {
 	if b.st == nil {
 		return
@@ -88,25 +101,31 @@ func (b *Backend) Close() {
 	b.ready, b.reduced = nil, nil
 	b.wires.Free()
 	b.wires = nil
+	b.freePins()
 }
 
-// Accept takes AllReduceHook, FP16CompressHook and BF16CompressHook; it refuses every other
-// hook (PowerSGDHook, a HookFunc: they compute on Bucket.Grad in host memory), naming the
-// option, and a state that is not of m, the DDP's model. SyncBatchNorm runs on the device
-// (cuda/tape's Note [SyncBatchNorm on the device]), its statistics summed over the DDP's
-// host group.
+// Accept takes every hook: AllReduceHook, FP16CompressHook and BF16CompressHook run in
+// device memory, any other on pinned host copies of the buckets, over s.Group (Note [Host
+// hooks on the device]). It refuses a state that is not of m, the DDP's model, and a group
+// whose size is not the reducer's. SyncBatchNorm runs on the device (cuda/tape's Note
+// [SyncBatchNorm on the device]), its statistics summed over the DDP's host group.
 func (b *Backend) Accept(m *nn.Model, s ddp.Settings) error {
 	switch {
 	case b.st == nil || b.red == nil:
 		return fmt.Errorf("devddp: nil state or reducer: make the backend with devddp.NewBackend(st, red)")
 	case b.st.Model() != m:
 		return fmt.Errorf("devddp: the device state is not of the DDP's model: make it with tape.NewState from the model given to ddp.New")
+	case s.Group == nil:
+		return fmt.Errorf("devddp: ddp.Settings without the DDP's group: attach the backend with ddp.DDP.SetBackend")
+	case s.Group.Size() != b.red.Size():
+		return fmt.Errorf("devddp: the DDP's group has world size %d and the device reducer %d: make the NCCL group over the DDP's ranks", s.Group.Size(), b.red.Size())
 	}
 	b.size = b.red.Size()
 	h := s.Hook
 	dt, ok := ddp.Wire(h)
+	b.group, b.onHost = s.Group, !ok
 	if !ok {
-		return fmt.Errorf("ddp.WithCommHook(%T): the hook computes on the gradients in host memory and cannot run on the device backend (cuda/devddp): use the default, ddp.FP16CompressHook or ddp.BF16CompressHook", h)
+		return nil
 	}
 	b.wire = dt
 	if dt == comm.Float32 {
@@ -132,8 +151,12 @@ func (b *Backend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (ddp.Execu
 	return exec{Program: tp, st: b.st}, nil
 }
 
-// Layout makes the events of buckets it has not seen yet; events are kept across layouts.
+// Layout makes the events of buckets it has not seen yet (events are kept across layouts)
+// and, for a hook run in host memory, each bucket's pinned host copy.
 func (b *Backend) Layout(buckets []*ddp.Bucket) error {
+	if b.onHost {
+		return b.pinLayout(buckets)
+	}
 	c := b.st.Device().Context()
 	for len(b.ready) < len(buckets) {
 		for _, evs := range []*[]driver.Event{&b.ready, &b.reduced} {
@@ -157,8 +180,16 @@ func (b *Backend) Divide(p *nn.Param) error {
 
 // Launch records the bucket's ready event on the compute stream (after compressing it into
 // the 16-bit buffer, for a compressed hook) and all-reduces it on the group's stream after
-// that event.
-func (b *Backend) Launch(bk *ddp.Bucket, _ ddp.CommHook) comm.Work {
+// that event. A hook run in host memory is given the bucket's pinned copy once the device
+// has written it (Note [Host hooks on the device]); ctx bounds that wait.
+func (b *Backend) Launch(ctx context.Context, bk *ddp.Bucket, h ddp.CommHook) comm.Work {
+	if b.onHost {
+		hb, err := b.toHost(ctx, bk)
+		if err != nil {
+			return nccl.FailedDeviceWork(err)
+		}
+		return h.Reduce(b.group, hb)
+	}
 	src, dt, err := b.prepare(bk)
 	dev := b.st.Device()
 	if err == nil {
@@ -206,8 +237,13 @@ func (b *Backend) prepare(bk *ddp.Bucket) (*cuda.Tensor, libnccl.DataType, error
 
 // Land makes the compute stream wait for the bucket's reduced event once the reduction is
 // enqueued (no host wait for the reduction itself) and, for a compressed hook, widens the
-// result back into the gradients on the compute stream.
+// result back into the gradients on the compute stream. For a hook run in host memory it
+// waits for the hook's Work and copies the bucket's pinned copy back into the device
+// gradients on the compute stream.
 func (b *Backend) Land(ctx context.Context, bk *ddp.Bucket, w comm.Work) error {
+	if b.onHost {
+		return b.fromHost(ctx, bk, w)
+	}
 	dw, ok := w.(nccl.DeviceWork)
 	if !ok {
 		return w.Wait(ctx)
@@ -234,6 +270,80 @@ func (b *Backend) Land(ctx context.Context, bk *ddp.Bucket, w comm.Work) error {
 	}
 	if err := dev.Cast(g, wv); err != nil {
 		return fmt.Errorf("widening the reduced 16-bit values: %w", err)
+	}
+	return nil
+}
+
+// Note [Host hooks on the device]
+//
+// A hook that ddp.Wire does not know (PowerSGDHook, a HookFunc) is Go code over Bucket.Grad in
+// host memory; it runs here as it is, with no device copy of its logic. Launch copies the
+// bucket's device range into the bucket's pinned host buffer on the compute stream, so after
+// the bucket's gradients (where the NCCL path records the ready event), waits for the copy
+// and calls the hook with the DDP's group on the goroutine that drives the DDP, at the point
+// of the step where the host path calls it: every rank issues the hook's collectives in the
+// host path's order, SyncBatchNorm's reductions interleaved alike. The hook sees a Bucket
+// with the DDP bucket's Index, Lo, Hi and Params whose Grad is the pinned copy. Land waits for
+// the hook's Work and enqueues the copy of the result back into the device range on the
+// compute stream, before the bucket's optimizer step (StepRange) in stream order; the next
+// step's copy into the same buffer is enqueued after it on the same stream. The cost: the host
+// waits for each bucket's gradients, so the compute stream's queue runs dry at each launch,
+// and every bucket crosses the bus twice.
+
+// pinLayout gives each bucket a pinned host copy of its range, freeing the previous layout's
+// (once the copies from them have run).
+func (b *Backend) pinLayout(buckets []*ddp.Bucket) error {
+	b.freePins()
+	dev := b.st.Device()
+	for _, bk := range buckets {
+		n := bk.Hi - bk.Lo
+		p, err := dev.Pinned(4 * n)
+		if err != nil {
+			return fmt.Errorf("pinned host copy of %s: %w", bk, err)
+		}
+		b.pins = append(b.pins, p)
+		b.hosted = append(b.hosted, &ddp.Bucket{Index: bk.Index, Lo: bk.Lo, Hi: bk.Hi, Grad: p.Float32s()[:n], Params: bk.Params})
+	}
+	return nil
+}
+
+func (b *Backend) freePins() {
+	for _, p := range b.pins {
+		p.Free()
+	}
+	b.pins, b.hosted = nil, nil
+}
+
+// toHost copies bk's device gradients into its pinned copy after the gradients, waits for
+// the copy and returns the bucket over the copy.
+func (b *Backend) toHost(ctx context.Context, bk *ddp.Bucket) (*ddp.Bucket, error) {
+	g, err := b.st.GradRange(bk.Lo, bk.Hi)
+	if err != nil {
+		return nil, err
+	}
+	hb := b.hosted[bk.Index]
+	dev := b.st.Device()
+	if err := dev.Context().CopyDtoHAsync(unsafe.Pointer(unsafe.SliceData(hb.Grad)), g.Ptr(), 4*len(hb.Grad), dev.Stream()); err != nil {
+		return nil, fmt.Errorf("copying %s to the host: %w", bk, err)
+	}
+	if err := dev.Synchronize(ctx); err != nil {
+		return nil, fmt.Errorf("waiting for %s's copy to the host: %w", bk, err)
+	}
+	return hb, nil
+}
+
+// fromHost waits for the hook's Work w and enqueues the copy of bk's reduced pinned copy
+// into the device gradients.
+func (b *Backend) fromHost(ctx context.Context, bk *ddp.Bucket, w comm.Work) error {
+	if err := w.Wait(ctx); err != nil {
+		return err
+	}
+	g, err := b.st.GradRange(bk.Lo, bk.Hi)
+	if err != nil {
+		return err
+	}
+	if err := b.pins[bk.Index].CopyTo(g); err != nil {
+		return fmt.Errorf("copying the reduced %s back to the device: %w", bk, err)
 	}
 	return nil
 }

@@ -80,11 +80,29 @@ func state(m *nn.Model) []float32 {
 // TestRebuildChangesBuckets, and end the same on both paths), StaticGraph (the unused
 // parameters recorded in step 0 and marked ready before backward from step 1 on), Join with uneven inputs (rank 0 has 2 batches, rank 1 has 4: rank 0
 // shadows steps 2-3 with zero gradients), the fp16 and bf16 compression hooks (the rounding
-// and division happen in device memory) and SyncBatchNorm (parameters and running
-// statistics compared). The tolerance is devddp's against the
-// CPU (tol): the device's convolutions and GEMMs sum in other orders, nothing else differs.
+// and division happen in device memory), SyncBatchNorm (parameters and running statistics
+// compared), and the hooks that compute in host memory, run on pinned copies of the device
+// buckets: PowerSGD of rank 1 and 2 (plain averages for steps 0-1, compressed from step 2,
+// every gradient matrix compressed) and a HookFunc (sum, then half the average, in Then).
+// The tolerance is devddp's against the CPU (tol): the device's convolutions and GEMMs sum in
+// other orders, nothing else differs.
 func TestDeviceMatchesHost(t *testing.T) {
 	cudatest.Require(t)
+	psgd := func(r int) ddp.CommHook {
+		h, err := ddp.PowerSGDHook(ddp.PowerSGDRank(r), ddp.PowerSGDStartIter(2), ddp.PowerSGDMinCompressionRate(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	halfAvg := ddp.HookFunc(func(g comm.Group, b *ddp.Bucket) comm.Work {
+		return ddp.Then(g.AllReduce(comm.F32(b.Grad), comm.Sum), func() error {
+			for i := range b.Grad {
+				b.Grad[i] *= 0.5 / float32(g.Size())
+			}
+			return nil
+		})
+	})
 	cases := []hostCase{
 		{name: "rebuild", module: extraNet, opts: rebuildOpts, batches: [world]int{3, 3}},
 		{name: "static graph", module: extraNet, opts: []ddp.Option{ddp.StaticGraph(), ddp.NoBucketRebuild()}, batches: [world]int{3, 3}},
@@ -92,6 +110,9 @@ func TestDeviceMatchesHost(t *testing.T) {
 		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(ddp.FP16CompressHook())}, batches: [world]int{3, 3}, differs: true},
 		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(ddp.BF16CompressHook())}, batches: [world]int{3, 3}, differs: true},
 		{name: "syncbn", module: bnNet, opts: []ddp.Option{ddp.SyncBatchNorm()}, batches: [world]int{3, 3}, differs: true},
+		{name: "powersgd rank 1", opts: []ddp.Option{ddp.WithCommHook(psgd(1))}, batches: [world]int{4, 4}, differs: true},
+		{name: "powersgd rank 2", opts: []ddp.Option{ddp.WithCommHook(psgd(2))}, batches: [world]int{4, 4}, differs: true},
+		{name: "hookfunc", opts: []ddp.Option{ddp.WithCommHook(halfAvg)}, batches: [world]int{3, 3}, differs: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -233,34 +254,9 @@ func devRun(t *testing.T, c hostCase) result {
 	return res
 }
 
-// Options the device cannot honour are refused when the backend is attached, naming the
-// option and the backend.
-func TestDeviceRefusesHostOnlyOptions(t *testing.T) {
-	cudatest.Require(t)
-	psgd, err := ddp.PowerSGDHook(ddp.PowerSGDRank(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		opt  ddp.Option
-		want string
-	}{
-		{"powersgd", ddp.WithCommHook(psgd), "ddp.WithCommHook"},
-		{"hookfunc", ddp.WithCommHook(ddp.HookFunc(func(g comm.Group, b *ddp.Bucket) comm.Work { return nil })), "ddp.WithCommHook"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := onRanks(t, optimizers[0].new, nil, []ddp.Option{tc.opt}, nil, func(context.Context, int, *rank) error { return nil })
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "device backend") {
-				t.Fatalf("%v, want a refusal naming %s and the device backend", err, tc.want)
-			}
-			t.Log(err)
-		})
-	}
-}
-
-// SetBackend refuses a device backend whose state holds another model than the DDP's, and
-// a backend made without a state, naming what is wrong.
+// SetBackend refuses a device backend whose state holds another model than the DDP's, a
+// backend made without a state, and one whose reducer spans another number of ranks than
+// the DDP's group, naming what is wrong.
 func TestSetBackendRefusesAnotherModel(t *testing.T) {
 	cudatest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -283,6 +279,11 @@ func TestSetBackendRefusesAnotherModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	own, err := tape.NewState(dev, ms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
 	other, err := tape.NewState(dev, ms[1])
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +296,7 @@ func TestSetBackendRefusesAnotherModel(t *testing.T) {
 	}{
 		{"another model", devddp.NewBackend(other, sizeOne{}), "the device state is not of the DDP's model"},
 		{"no state", devddp.NewBackend(nil, sizeOne{}), "nil state or reducer"},
+		{"another world", devddp.NewBackend(own, sizeTwo{}), "the DDP's group has world size 1 and the device reducer 2"},
 	} {
 		err := d.SetBackend(tc.be)
 		tc.be.Close()
@@ -308,3 +310,8 @@ func TestSetBackendRefusesAnotherModel(t *testing.T) {
 type sizeOne struct{ devddp.Reducer }
 
 func (sizeOne) Size() int { return 1 }
+
+// sizeTwo is a Reducer of two ranks that is never asked to reduce.
+type sizeTwo struct{ devddp.Reducer }
+
+func (sizeTwo) Size() int { return 2 }

@@ -35,8 +35,10 @@ type Backend interface {
 	// the default reduction (AllReduceHook) divides each gradient as it arrives, then sums.
 	Divide(p *nn.Param) error
 	// Launch starts the reduction of b, every gradient of which is final, with h (the
-	// hook Accept was given) and returns at once. A failure is the Work's.
-	Launch(b *Bucket, h CommHook) comm.Work
+	// hook Accept was given) and returns without waiting for the reduction. A failure is
+	// the Work's. ctx bounds what Launch itself waits for: a device backend running a hook
+	// that computes in host memory waits for b's gradients to reach the host first.
+	Launch(ctx context.Context, b *Bucket, h CommHook) comm.Work
 	// Land makes what the step does next (the optimizer's update of b, the caller's read
 	// of the gradients) see b's reduced gradients: the average over the ranks. w is b's
 	// Work. It may return before w completes where the backend orders the two itself (a
@@ -58,6 +60,9 @@ type Settings struct {
 	Hook CommHook
 	// SyncBN is whether SyncBatchNorm was given.
 	SyncBN bool
+	// Group is the DDP's process group: the one a hook is given on the host path, and so
+	// the one a backend gives a hook that it runs in host memory.
+	Group comm.Group
 }
 
 // Executor is a backend's compiled program: what a Program runs.
@@ -104,7 +109,7 @@ func (d *DDP) SetBackend(b Backend) error {
 	if d.compiled {
 		return fmt.Errorf("%s: SetBackend after Compile: set the backend first", d.who())
 	}
-	if err := b.Accept(d.Model, Settings{Hook: d.cfg.hook, SyncBN: d.cfg.syncBN}); err != nil {
+	if err := b.Accept(d.Model, Settings{Hook: d.cfg.hook, SyncBN: d.cfg.syncBN, Group: d.g}); err != nil {
 		return fmt.Errorf("%s: %w", d.who(), err)
 	}
 	if err := b.Layout(d.buckets); err != nil {
@@ -153,7 +158,7 @@ func (h *hostBackend) Divide(p *nn.Param) error {
 	return nil
 }
 
-func (h *hostBackend) Launch(b *Bucket, hook CommHook) comm.Work {
+func (h *hostBackend) Launch(_ context.Context, b *Bucket, hook CommHook) comm.Work {
 	if _, ok := hook.(allReduceHook); !ok {
 		return hook.Reduce(h.d.g, b)
 	}

@@ -54,7 +54,8 @@ func BF16CompressHook() CommHook { return newCompressHook(comm.BFloat16) }
 // hook's Go code over its memory: comm.Float32 for AllReduceHook (divide, then sum),
 // comm.Float16 and comm.BFloat16 for FP16CompressHook and BF16CompressHook (round, divide in
 // the 16-bit type, sum, widen). ok is false for every other hook (PowerSGDHook, a
-// HookFunc): those read and write Bucket.Grad, which only a host backend holds.
+// HookFunc): those read and write Bucket.Grad in host memory, so a device backend runs them
+// on a host copy of the bucket (cuda/devddp's Note [Host hooks on the device]).
 func Wire(h CommHook) (dt comm.DType, ok bool) {
 	switch h := h.(type) {
 	case allReduceHook:

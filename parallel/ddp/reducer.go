@@ -136,7 +136,7 @@ func (d *DDP) markReady(p *nn.Param) error {
 func (d *DDP) launch(i int) {
 	b := d.buckets[i]
 	start := time.Now()
-	w := d.be.Launch(b, d.cfg.hook)
+	w := d.be.Launch(d.st.ctx, b, d.cfg.hook)
 	if w == nil {
 		w = failed(errors.New("communication hook returned no Work"))
 	}
