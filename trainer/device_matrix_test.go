@@ -51,7 +51,7 @@ func TestDeviceMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the matrix trains resnet8 under 12 configurations")
 	}
-	setupEmulator(t)
+	emulatorEnv(t, 1)
 	start := time.Now()
 	for _, arch := range matrixArchs {
 		t.Run(arch.name, func(t *testing.T) {
@@ -349,26 +349,6 @@ func isModelEntry(name string) bool {
 		}
 	}
 	return true
-}
-
-// setupEmulator builds the emulator and the fake libraries and names them in the
-// environment (which the launched ranks inherit), or skips the test where they cannot be
-// built.
-func setupEmulator(t *testing.T) {
-	dir := t.TempDir()
-	emu, err := cudatest.BuildEmulator(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	libcuda, libnccl, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Setenv("CUDA_DRIVER_LIBRARY", libcuda)
-	t.Setenv("NCCL_LIBRARY", libnccl)
-	t.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-	t.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-	t.Setenv(cudatest.EmulatorVar, emu)
 }
 
 func fileHasTrainRecord(path string) bool {

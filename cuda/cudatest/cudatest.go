@@ -78,30 +78,33 @@ func Build(dir string) (cudaLib, ncclLib string, err error) {
 	return filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "libnccl.so.2"), nil
 }
 
-// Main builds the fakes into a temporary folder, points CUDA_DRIVER_LIBRARY, NCCL_LIBRARY,
-// CUBLAS_LIBRARY and CUDNN_LIBRARY at them and runs the tests. Without a C compiler or without cgo it runs the tests with the
-// variables unset; tests then call Require to skip. A fake that the compiler fails to build
-// fails the test binary (exit status 1, the compiler's output on standard error).
-func Main(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "cudatest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
+// Main installs the fake libraries (Cached: built once per machine for these sources),
+// points CUDA_DRIVER_LIBRARY, NCCL_LIBRARY, CUBLAS_LIBRARY and CUDNN_LIBRARY at them and runs
+// the tests. Without a C compiler or without cgo it runs the tests with the variables unset;
+// tests then call Require to skip. A fake that the compiler fails to build fails the test
+// binary (exit status 1, the compiler's output on standard error).
+func Main(m *testing.M) int { return install(m, false) }
+
+func install(m *testing.M, emulator bool) int {
 	if !dl.Available {
 		reason = dl.ErrNoCgo.Error()
-	} else if c, n, err := Build(dir); err == nil {
-		os.Setenv("CUDA_DRIVER_LIBRARY", c)
-		os.Setenv("NCCL_LIBRARY", n)
-		os.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-		os.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-		os.Setenv(readyVar, "1")
-	} else if brokenSource(err) {
-		return 1
-	} else {
-		reason = err.Error()
+		return m.Run()
 	}
+	libs, temp, err := Cached(emulator)
+	if temp != "" {
+		defer os.RemoveAll(temp)
+	}
+	if err != nil {
+		if brokenSource(err) {
+			return 1
+		}
+		reason = err.Error()
+		return m.Run()
+	}
+	for k, v := range libs.Env() {
+		os.Setenv(k, v)
+	}
+	os.Setenv(readyVar, "1")
 	return m.Run()
 }
 
@@ -119,39 +122,7 @@ func brokenSource(err error) bool {
 // that launches compute on the CPU: for tests that compare device results with the CPU. It
 // needs a C++ compiler as well; without one the tests run with the fakes unset and Require
 // skips them, saying why.
-func MainEmulated(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "cudatest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if !dl.Available {
-		reason = dl.ErrNoCgo.Error()
-		return m.Run()
-	}
-	emu, err := BuildEmulator(dir)
-	if err != nil {
-		if brokenSource(err) {
-			return 1
-		}
-		reason = err.Error()
-		return m.Run()
-	}
-	if c, n, err := Build(dir); err == nil {
-		os.Setenv("CUDA_DRIVER_LIBRARY", c)
-		os.Setenv("NCCL_LIBRARY", n)
-		os.Setenv("CUBLAS_LIBRARY", filepath.Join(dir, "libcublas.so.12"))
-		os.Setenv("CUDNN_LIBRARY", filepath.Join(dir, "libcudnn.so.9"))
-		os.Setenv(EmulatorVar, emu)
-		os.Setenv(readyVar, "1")
-	} else if brokenSource(err) {
-		return 1
-	} else {
-		reason = err.Error()
-	}
-	return m.Run()
-}
+func MainEmulated(m *testing.M) int { return install(m, true) }
 
 const readyVar = "GP_CUDATEST_FAKES"
 

@@ -3,7 +3,6 @@ package gpucheck
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
@@ -30,19 +29,18 @@ func TestOnCPUEmulator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	dir := t.TempDir()
-	cudaLib, ncclLib, err := cudatest.Build(dir)
-	if err != nil {
-		t.Skip(err)
+	libs, temp, err := cudatest.Cached(true)
+	if temp != "" {
+		defer os.RemoveAll(temp)
 	}
-	emu, err := cudatest.BuildEmulator(dir)
 	if err != nil {
 		t.Skip(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.v", "-test.count=1", "-test.timeout=15m")
-	cmd.Env = append(os.Environ(), "CUDA_DRIVER_LIBRARY="+cudaLib, "NCCL_LIBRARY="+ncclLib,
-		"CUBLAS_LIBRARY="+filepath.Join(dir, "libcublas.so.12"),
-		"CUDNN_LIBRARY="+filepath.Join(dir, "libcudnn.so.9"), cudatest.EmulatorVar+"="+emu, "REQUIRE_GPU=1", emulatedVar+"=1")
+	cmd.Env = append(os.Environ(), "REQUIRE_GPU=1", emulatedVar+"=1")
+	for k, v := range libs.Env() {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("emulated run:\n%s", out)
 	if err != nil {
