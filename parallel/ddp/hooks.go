@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
@@ -121,36 +122,64 @@ func (h *compressHook) Reduce(g comm.Group, b *Bucket) comm.Work {
 // goroutine, so it overlaps whatever the caller does meanwhile). fn does not run when w
 // fails; the Work then reports w's error. Hooks use it to decompress a result.
 func Then(w comm.Work, fn func() error) comm.Work {
-	t := &thenWork{inner: w, done: make(chan struct{})}
-	go func() {
-		<-w.Done()
-		t.err = w.Wait(context.Background())
-		if t.err == nil {
-			t.err = fn()
+	return chain(func(t *chainWork) error {
+		if err := t.track(w).Wait(context.Background()); err != nil {
+			return err
 		}
-		close(t.done)
+		return fn()
+	})
+}
+
+// chainWork is the Work of a goroutine that runs collectives one after the other and
+// computes between them (Then's fn, PowerSGD's rounds): it completes when the goroutine
+// returns, with its error.
+type chainWork struct {
+	done chan struct{}
+	err  error
+	mu   sync.Mutex
+	cur  comm.Work // the collective in flight, for Wait to abort
+}
+
+// chain runs fn on a goroutine of its own and returns its Work; fn tracks each collective
+// it issues.
+func chain(fn func(*chainWork) error) *chainWork {
+	w := &chainWork{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.err = fn(w)
 	}()
-	return t
+	return w
 }
 
-type thenWork struct {
-	inner comm.Work
-	done  chan struct{}
-	err   error
+// track makes c the collective Wait aborts, and returns it.
+func (w *chainWork) track(c comm.Work) comm.Work {
+	w.mu.Lock()
+	w.cur = c
+	w.mu.Unlock()
+	return c
 }
 
-func (t *thenWork) Done() <-chan struct{} { return t.done }
+func (w *chainWork) Done() <-chan struct{} { return w.done }
 
-func (t *thenWork) Wait(ctx context.Context) error {
+// Wait waits for the goroutine; when ctx ends first it aborts the collective in flight (the
+// buffers are in use) and waits for the goroutine to stop.
+func (w *chainWork) Wait(ctx context.Context) error {
 	select {
-	case <-t.done:
-		return t.err
+	case <-w.done:
+		return w.err
 	case <-ctx.Done():
 	}
-	// Abort the collective (the buffers are in use) and wait for the goroutine to finish.
-	_ = t.inner.Wait(ctx)
-	<-t.done
-	return t.err
+	w.mu.Lock()
+	c := w.cur
+	w.mu.Unlock()
+	if c != nil {
+		_ = c.Wait(ctx)
+	}
+	<-w.done
+	if w.err == nil {
+		return nil
+	}
+	return errors.Join(w.err, ctx.Err())
 }
 
 // failedWork is a Work that has already failed.

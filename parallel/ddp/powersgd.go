@@ -2,7 +2,6 @@ package ddp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -157,22 +156,20 @@ func (h *powerSGD) Reduce(g comm.Group, b *Bucket) comm.Work {
 	if st.iter < h.cfg.startIter {
 		return allReduceHook{}.Reduce(g, b)
 	}
-	w := &psgdWork{done: make(chan struct{})}
 	prev := st.tail
-	st.tail = w.done
-	go func() {
-		defer close(w.done)
+	w := chain(func(w *chainWork) error {
 		<-prev
-		w.err = h.compress(g, st, b, w)
-		if w.err != nil {
-			w.err = fmt.Errorf("PowerSGD %v: %w", b, w.err)
+		if err := h.compress(g, st, b, w); err != nil {
+			return fmt.Errorf("PowerSGD %v: %w", b, err)
 		}
-	}()
+		return nil
+	})
+	st.tail = w.done
 	return w
 }
 
 // compress runs the algorithm on one bucket (see PowerSGDHook).
-func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *psgdWork) error {
+func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *chainWork) error {
 	n := g.Size()
 	bs := st.buckets[b.Index]
 	if bs == nil || bs.size != len(b.Grad) || bs.lo != b.Lo || len(b.Params) > 0 && bs.first != b.Params[0] {
@@ -432,42 +429,4 @@ func lowRank(m, p, q, qt []float32, rows, cols, r int) {
 			}
 		}
 	}
-}
-
-// psgdWork is one bucket's reduction: it completes when the bucket holds the result.
-type psgdWork struct {
-	done chan struct{}
-	err  error
-	mu   sync.Mutex
-	cur  comm.Work // the collective in flight, for Wait to abort
-}
-
-func (w *psgdWork) track(c comm.Work) comm.Work {
-	w.mu.Lock()
-	w.cur = c
-	w.mu.Unlock()
-	return c
-}
-
-func (w *psgdWork) Done() <-chan struct{} { return w.done }
-
-// Wait waits for the bucket; when ctx ends first it aborts the collective in flight (the
-// bucket's buffers are in use) and waits for the goroutine to stop.
-func (w *psgdWork) Wait(ctx context.Context) error {
-	select {
-	case <-w.done:
-		return w.err
-	case <-ctx.Done():
-	}
-	w.mu.Lock()
-	c := w.cur
-	w.mu.Unlock()
-	if c != nil {
-		_ = c.Wait(ctx)
-	}
-	<-w.done
-	if w.err == nil {
-		return nil
-	}
-	return errors.Join(w.err, ctx.Err())
 }

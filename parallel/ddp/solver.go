@@ -302,32 +302,23 @@ func viewOf(i int, vg G.ValueGrad) (gradView, error) {
 }
 
 // data32 is v's float32 memory (a tensor's backing, or a scalar), nil for anything else.
-func data32(v G.Value) []float32 {
-	switch x := v.(type) {
-	case *G.F32:
-		return unsafe.Slice((*float32)(x), 1)
-	case tensor.Tensor:
-		d, _ := x.Data().([]float32)
-		if d == nil && x.Shape().IsScalar() {
-			if dense, ok := x.(*tensor.Dense); ok {
-				return dense.Float32s()
-			}
-		}
-		return d
-	}
-	return nil
-}
+func data32(v G.Value) []float32 { return valueData[float32, *G.F32](v, (*tensor.Dense).Float32s) }
 
 // data64 is data32 for float64.
-func data64(v G.Value) []float64 {
+func data64(v G.Value) []float64 { return valueData[float64, *G.F64](v, (*tensor.Dense).Float64s) }
+
+// valueData is v's memory of element type T: a tensor's backing (backing's view for a
+// scalar Dense, whose Data is a value), or a scalar of type S (G's boxed T); nil for
+// anything else.
+func valueData[T float32 | float64, S *G.F32 | *G.F64](v G.Value, backing func(*tensor.Dense) []T) []T {
 	switch x := v.(type) {
-	case *G.F64:
-		return unsafe.Slice((*float64)(x), 1)
+	case S:
+		return unsafe.Slice((*T)(unsafe.Pointer(x)), 1)
 	case tensor.Tensor:
-		d, _ := x.Data().([]float64)
+		d, _ := x.Data().([]T)
 		if d == nil && x.Shape().IsScalar() {
 			if dense, ok := x.(*tensor.Dense); ok {
-				return dense.Float64s()
+				return backing(dense)
 			}
 		}
 		return d
