@@ -39,8 +39,9 @@
 // over a unit's last gradient, the compute stream records an event and the unit's
 // reduce-scatter (sum) is issued on the group's stream into a shard-sized block while the
 // backward goes on; at the next unit's reduction (or after the backward) the compute stream
-// waits for it, frees the gradient block and adds the result divided by N into the rank's
-// gradient shard (gradients accumulate there until Step or ZeroGrad). RunStep
+// waits for it, adds the result divided by N into the rank's gradient shard (gradients
+// accumulate there until Step or ZeroGrad) and frees the gradient block; the schedule is
+// parallel/zero's (zero.ReduceSchedule), the same as on the host. RunStep
 // (train.Overlapped) steps each unit's shard with the device AdamW right after, while later
 // units still reduce.
 //
@@ -141,13 +142,8 @@ type Backend struct {
 	gworks         []gatherWork      // this Run's gathers, waited at its end
 	gradBlk, rsDst []*cuda.Tensor    // by unit: gradient block, reduce-scatter result
 	live, peak     [2]int            // bytes of parameter and gradient blocks: now, most
-	pending        []int
-	isReady        []bool
-	order          []int // units in reduce-scatter launch order
-	retired        int   // order[:retired] are added into the shard
-	rworks         []nccl.DeviceWork
-	ranged, began  bool
-	hookErr        error
+	red            *zero.ReduceSchedule[nccl.DeviceWork]
+	ranged, began  bool // a RunStep's update of each unit as it retires; begun
 	scalars        []int64
 }
 
@@ -221,7 +217,8 @@ func (e *Backend) allocate(cfg zero.Config) error {
 	}
 	n := len(e.units)
 	e.blocks, e.pend, e.keep = make([]*cuda.Tensor, n), make([]nccl.DeviceWork, n), make([]bool, n)
-	e.gradBlk, e.rsDst, e.rworks = make([]*cuda.Tensor, n), make([]*cuda.Tensor, n), make([]nccl.DeviceWork, n)
+	e.gradBlk, e.rsDst = make([]*cuda.Tensor, n), make([]*cuda.Tensor, n)
+	e.red = zero.NewReduceSchedule[nccl.DeviceWork](e.lay, e.model.Params.Params, reducer{e}, true)
 	c := e.dev.Context()
 	for range e.units {
 		for _, evs := range []*[]driver.Event{&e.gwait, &e.gathered, &e.ready, &e.reduced} {

@@ -26,10 +26,10 @@ type Program struct {
 	training bool
 	order    []int       // units in order of first use (forward order)
 	pos      []int       // by unit: index in order, -1 when unused
-	needed   []int       // by unit: used parameters whose gradient closes the unit
 	gathers  [][]*G.Node // by unit: its gather nodes
 	links    []*link     // by unit: its forward release point, nil when none
 	sched    *schedule
+	red      *ReduceSchedule[comm.Work]
 	zerosR   *region // the barriers' zero gradients
 	st       stepState
 	stats    StepStats
@@ -60,14 +60,9 @@ type stepState struct {
 	gw       []comm.Work // by unit: all-gather in flight
 	resident []bool      // by unit: gathered memory valid
 	released []bool      // by unit: released once in this run
-	rw       []comm.Work // by unit: reduce-scatter
-	folded   []bool      // by unit: reduce-scatter result added into the gradient shard
-	count    []int
-	pending  []int   // units whose reduce-scatter is in flight, in launch order
-	sunk     []bool  // by Param.Index: gradient written into the reduce-scatter input
-	sent     []int64 // by unit: bytes of its reduce-scatter input written in this run
-	live     int64   // bytes of gathered units and reduce-scatter buffers in use
-	err      error
+	sunk     []bool      // by Param.Index: gradient written into the reduce-scatter input
+	sent     []int64     // by unit: bytes of its reduce-scatter input written in this run
+	live     int64       // bytes of gathered units and reduce-scatter buffers in use
 }
 
 // Compile builds the model with build for ZeRO-3. opts are nn build options (autocast,
@@ -86,7 +81,7 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 		return &Program{e: e, x: x, training: x.Training()}, nil
 	}
 	nu := len(e.lay.units)
-	p := &Program{e: e, pos: make([]int, nu), needed: make([]int, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
+	p := &Program{e: e, pos: make([]int, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
 	for i := range p.pos {
 		p.pos[i] = -1
 	}
@@ -114,10 +109,9 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 	}
 	p.np = np
 	p.training = np.Builder.Training() && np.Loss != nil
+	var used []*nn.Param // the parameters whose gradients a Run reduces
 	if p.training {
-		for _, prm := range np.Builder.UsedParams() {
-			p.needed[e.lay.unitOf[prm.Index]]++
-		}
+		used = np.Builder.UsedParams()
 	}
 	p.sched = p.plan(fwdMax)
 	if err := p.allocZeros(); err != nil {
@@ -125,8 +119,8 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 		return nil, err
 	}
 	p.st = stepState{gw: make([]comm.Work, nu), resident: make([]bool, nu), released: make([]bool, nu),
-		rw: make([]comm.Work, nu), folded: make([]bool, nu), count: make([]int, nu),
 		sunk: make([]bool, len(e.Model.Params.Params)), sent: make([]int64, nu)}
+	p.red = NewReduceSchedule[comm.Work](e.lay, used, hostReducer{p}, false)
 	return p, nil
 }
 
@@ -271,17 +265,14 @@ func (p *Program) Run(ctx context.Context) error {
 	}
 	start := time.Now()
 	st := &p.st
-	st.ctx, st.err = ctx, nil
+	st.ctx = ctx
 	clear(st.gw)
 	clear(st.resident)
 	clear(st.released)
-	clear(st.rw)
-	clear(st.folded)
-	clear(st.count)
 	clear(st.sunk)
 	clear(st.sent)
-	st.pending = st.pending[:0]
 	st.live = 0
+	p.red.Begin(ctx)
 	p.stats = StepStats{}
 	e.peak = 0
 	e.prefetchState()
@@ -289,26 +280,8 @@ func (p *Program) Run(ctx context.Context) error {
 		p.issueFrom(0)
 	}
 	runErr := p.np.Run(ctx)
-	if runErr == nil && st.err != nil {
-		runErr = st.err
-	}
-	if runErr == nil && p.training {
-		// Units with parameters whose gradient never arrived (they do not reach the loss):
-		// reduce what there is, in forward order, so every rank issues the same collectives.
-		for _, u := range p.order {
-			if st.rw[u] == nil && p.needed[u] > 0 {
-				p.launchReduce(u)
-			}
-		}
-	}
-	p.sample()
 	wait := time.Now()
-	errs := []error{runErr}
-	for u, w := range st.rw {
-		if w != nil && !st.folded[u] {
-			errs = append(errs, p.fold(u))
-		}
-	}
+	errs := []error{p.red.Finish(runErr)}
 	p.stats.ReduceWait = time.Since(wait)
 	for u, w := range st.gw {
 		if w != nil {
@@ -493,33 +466,37 @@ func (p *Program) sink(prm *nn.Param, grad []float32) error {
 	return nil
 }
 
-// onGrad is the gradient hook, after the sink: once every used parameter of a unit has its
-// gradient, the unit's reduce-scatter starts; then what the schedule says is done here is
-// released, and the first gradient of a unit starts the re-gather of the unit before it
-// (prefetch), so that it overlaps this unit's backward.
+// onGrad is the gradient hook, after the sink: the gradient schedule counts it (launching
+// the unit's reduce-scatter when it completes the unit); then what the schedule says is done
+// here is released, the first gradient of a unit starts the re-gather of the unit before it
+// (prefetch), so that it overlaps this unit's backward, and the reductions that have
+// completed are folded in, so that their buffers go while backward goes on.
 func (p *Program) onGrad(prm *nn.Param) error {
 	if !p.training {
 		return nil
 	}
-	st := &p.st
-	u := p.e.lay.unitOf[prm.Index]
-	st.count[u]++
-	if st.count[u] == p.needed[u] {
-		p.launchReduce(u)
+	first, err := p.red.Arrive(prm)
+	if err != nil {
+		return err
 	}
 	for _, v := range p.sched.atSink[prm.Index] {
 		if err := p.release(v); err != nil {
 			return err
 		}
 	}
-	if st.count[u] == 1 {
-		p.prefetchBackward(p.pos[u])
+	if first {
+		p.prefetchBackward(p.pos[p.e.lay.unitOf[prm.Index]])
 	}
-	return p.foldDone()
+	return p.red.Sweep()
 }
 
-// launchReduce issues the reduce-scatter of unit u's padded gradients to their owners.
-func (p *Program) launchReduce(u int) {
+// hostReducer is the host's UnitReducer: the program's reduce-scatter buffers (the engine's
+// send and receive regions) over the engine's group.
+type hostReducer struct{ p *Program }
+
+// Launch issues the reduce-scatter of unit u's padded gradients to their owners.
+func (h hostReducer) Launch(u int) comm.Work {
+	p := h.p
 	e, st := p.e, &p.st
 	un := e.lay.units[u]
 	dst := e.sendR.f[un.GatherBase : un.GatherBase+un.Padded]
@@ -536,40 +513,15 @@ func (p *Program) launchReduce(u int) {
 	st.sent[u] += 4 * n
 	st.live += 4*n + 4*int64(un.Shard)
 	p.sample()
-	st.rw[u] = e.g.ReduceScatter(comm.F32(e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
-	st.pending = append(st.pending, u)
+	return e.g.ReduceScatter(comm.F32(e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
 }
 
-// foldDone folds the reduce-scatters that have completed (without blocking), so that
-// their buffers go while backward goes on.
-func (p *Program) foldDone() error {
-	st := &p.st
-	k := 0
-	var errs []error
-	for _, u := range st.pending {
-		select {
-		case <-st.rw[u].Done():
-			errs = append(errs, p.fold(u))
-		default:
-			st.pending[k] = u
-			k++
-		}
-	}
-	st.pending = st.pending[:k]
-	return errors.Join(errs...)
-}
-
-// fold waits for unit u's reduce-scatter, adds the result into the gradient shard and
-// releases the unit's send and receive buffers.
-func (p *Program) fold(u int) error {
-	e, st := p.e, &p.st
-	st.folded[u] = true
-	un := e.lay.units[u]
-	if err := st.rw[u].Wait(st.ctx); err != nil {
-		return fmt.Errorf("zero: rank %d: reduce-scatter of unit %s: %w", e.rank, un.Name, err)
-	}
+// Retire adds unit u's reduce-scatter result into the gradient shard and releases the
+// unit's send and receive buffers.
+func (h hostReducer) Retire(u int, _ comm.Work) error {
+	e, un := h.p.e, h.p.e.lay.units[u]
 	addInto(e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.f[un.ShardBase:un.ShardBase+un.Shard])
-	st.live -= st.sent[u] + 4*int64(un.Shard)
+	h.p.st.live -= h.p.st.sent[u] + 4*int64(un.Shard)
 	return errors.Join(e.sendR.free(un.GatherBase, un.GatherBase+un.Padded), e.recvR.free(un.ShardBase, un.ShardBase+un.Shard))
 }
 
