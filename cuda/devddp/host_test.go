@@ -83,7 +83,8 @@ func state(m *nn.Model) []float32 {
 // and division happen in device memory), SyncBatchNorm (parameters and running statistics
 // compared), and the hooks that compute in host memory, run on pinned copies of the device
 // buckets: PowerSGD of rank 1 and 2 (plain averages for steps 0-1, compressed from step 2,
-// every gradient matrix compressed) and a HookFunc (sum, then half the average, in Then).
+// every gradient matrix compressed), also inside Join (rank 0 shadows compressed steps 3-4),
+// and a HookFunc (sum, then half the average, in Then).
 // The tolerance is devddp's against the CPU (tol): the device's convolutions and GEMMs sum in
 // other orders, nothing else differs.
 func TestDeviceMatchesHost(t *testing.T) {
@@ -112,6 +113,7 @@ func TestDeviceMatchesHost(t *testing.T) {
 		{name: "syncbn", module: bnNet, opts: []ddp.Option{ddp.SyncBatchNorm()}, batches: [world]int{3, 3}, differs: true},
 		{name: "powersgd rank 1", opts: []ddp.Option{ddp.WithCommHook(psgd(1))}, batches: [world]int{4, 4}, differs: true},
 		{name: "powersgd rank 2", opts: []ddp.Option{ddp.WithCommHook(psgd(2))}, batches: [world]int{4, 4}, differs: true},
+		{name: "powersgd join", opts: []ddp.Option{ddp.WithCommHook(psgd(1))}, batches: [world]int{3, 5}, differs: true},
 		{name: "hookfunc", opts: []ddp.Option{ddp.WithCommHook(halfAvg)}, batches: [world]int{3, 3}, differs: true},
 	}
 	for _, c := range cases {
