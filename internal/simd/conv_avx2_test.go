@@ -378,3 +378,36 @@ func nanSame(want, got []float32) {
 		}
 	}
 }
+
+// BenchmarkMaxPool: resnet18's 3x3 stride-2 max pooling of its stem's output on 64x64
+// images at batch 16 (1024 planes of 32x32), the search and the gradient's scatter, at each
+// level the CPU has; ns/op is one pass over every plane.
+func BenchmarkMaxPool(b *testing.B) {
+	g := ConvGeom{C: 1, H: 32, W: 32, KH: 3, KW: 3, SH: 2, SW: 2, PH: 1, PW: 1, DH: 1, DW: 1, OH: 16, OW: 16}
+	const planes, P, hw = 16 * 64, 16 * 16, 32 * 32
+	rng := rand.New(rand.NewSource(1))
+	x, y, dx := make([]float32, planes*hw), make([]float32, planes*P), make([]float32, planes*hw)
+	fillRand(rng, x)
+	arg := make([]int32, planes*P)
+	for _, l := range []Level{AVX2, AVX512} {
+		if Supported(l) != nil {
+			continue
+		}
+		b.Run("search/"+l.String(), func(b *testing.B) {
+			at(b, l, func() {
+				for range b.N {
+					MaxPoolSearch(&g, x, y, arg, 0, planes)
+				}
+			})
+		})
+		b.Run("scatter/"+l.String(), func(b *testing.B) {
+			at(b, l, func() {
+				MaxPoolSearch(&g, x, y, arg, 0, planes)
+				b.ResetTimer()
+				for range b.N {
+					MaxPoolScatter(arg, y, dx, 0, planes, P, hw)
+				}
+			})
+		})
+	}
+}
