@@ -46,11 +46,7 @@ func (c *settings) openDevice() error {
 		return fmt.Errorf("trainer: unknown device %q (cpu, cuda or cuda:N)", dev)
 	}
 	switch c.Strategy {
-	case "", "ddp", "none":
-		if c.CommHook.Name == "powersgd" {
-			return fmt.Errorf("trainer: comm hook powersgd with device %s is not supported on the device (it computes on the gradients in host memory): use fp16, bf16 or none there", dev)
-		}
-	case "dp":
+	case "", "ddp", "none", "dp":
 	case "zero3":
 		if c.Offload == "disk" {
 			return fmt.Errorf("trainer: offload disk with device %s is not supported on the device: use offload cpu, or none, there", dev)

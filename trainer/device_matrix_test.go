@@ -220,8 +220,7 @@ var matrixStrategies = []matrixStrategy{
 // with before training, or "" where the row must train. Every row of the table trains:
 // zero3 on the device runs -amp bf16 and fp16 (the GradScaler over the gradient shards,
 // cuda/devzero/grads.go) and the Swin recipe's -clip-grad. What the device refuses (zero3
-// with -offload disk or an optimizer other than AdamW without -offload cpu, the powersgd
-// comm hook) is outside the table and tested by TestDeviceRefusalsAsCompareClassifiesThem.
+// with -offload disk or an optimizer other than AdamW without -offload cpu) is outside the table and tested by TestDeviceRefusalsAsCompareClassifiesThem.
 func matrixRefused(a matrixArch, s matrixStrategy, mode string) string {
 	return ""
 }

@@ -99,7 +99,6 @@ func TestDeviceRefusalsAsCompareClassifiesThem(t *testing.T) {
 	}{
 		{"zero3-sgd", func(c *runConfig) { c.Strategy, c.Optimizer = "zero3", "sgd" }, "not supported: "},
 		{"zero3-offload-disk", func(c *runConfig) { c.Strategy, c.Offload, c.Optimizer = "zero3", "disk", "adamw" }, "not supported: "},
-		{"ddp-powersgd", func(c *runConfig) { c.Strategy, c.CommHook = "ddp", CommHookConfig{Name: "powersgd", PowerSGDRank: 1} }, "not supported: "},
 		{"bad-device", func(c *runConfig) { c.Device = "cuda:x" }, "FAIL: "},
 	}
 	dir := t.TempDir()
