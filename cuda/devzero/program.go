@@ -113,15 +113,8 @@ func (p *program) run(ctx context.Context, ranged bool) error {
 	return nil
 }
 
-// onGrad is the gradient hook: p's gradient has been added into its unit's block. The
-// reductions launched before the newest are added into the shard now, their blocks freed:
-// one unit's reduction runs beside the backward at a time.
-func (e *Backend) onGrad(p *nn.Param) error {
-	if _, err := e.red.Arrive(p); err != nil {
-		return fmt.Errorf("devzero: rank %d: %w", e.rank, err)
-	}
-	return e.red.Sweep()
-}
+// onGrad is the gradient hook: p's gradient has been added into its unit's block.
+func (e *Backend) onGrad(p *nn.Param) error { _, err := e.red.Arrive(p); return err }
 
 // reducer is the backend as zero.UnitReducer: gradient blocks reduce-scattered over NCCL on
 // the group's stream and added into the shard on the compute stream (in stream order).

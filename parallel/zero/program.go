@@ -60,7 +60,6 @@ type stepState struct {
 	gw       []comm.Work // by unit: all-gather in flight
 	resident []bool      // by unit: gathered memory valid
 	released []bool      // by unit: released once in this run
-	sunk     []bool      // by Param.Index: gradient written into the reduce-scatter input
 	sent     []int64     // by unit: bytes of its reduce-scatter input written in this run
 	live     int64       // bytes of gathered units and reduce-scatter buffers in use
 }
@@ -119,7 +118,7 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 		return nil, err
 	}
 	p.st = stepState{gw: make([]comm.Work, nu), resident: make([]bool, nu), released: make([]bool, nu),
-		sunk: make([]bool, len(e.Model.Params.Params)), sent: make([]int64, nu)}
+		sent: make([]int64, nu)}
 	p.red = NewReduceSchedule[comm.Work](e.lay, used, hostReducer{p}, false)
 	return p, nil
 }
@@ -269,7 +268,6 @@ func (p *Program) Run(ctx context.Context) error {
 	clear(st.gw)
 	clear(st.resident)
 	clear(st.released)
-	clear(st.sunk)
 	clear(st.sent)
 	st.live = 0
 	p.red.Begin(ctx)
@@ -459,7 +457,6 @@ func (p *Program) sink(prm *nn.Param, grad []float32) error {
 	p.sample()
 	at := un.GatherBase + prm.Offset - un.Lo
 	divideInto(e.sendR.f[at:at+len(grad)], grad, e.world)
-	st.sunk[prm.Index] = true
 	if p.sched.dropGrad[prm.Index] {
 		dropPages(grad)
 	}
@@ -467,10 +464,9 @@ func (p *Program) sink(prm *nn.Param, grad []float32) error {
 }
 
 // onGrad is the gradient hook, after the sink: the gradient schedule counts it (launching
-// the unit's reduce-scatter when it completes the unit); then what the schedule says is done
-// here is released, the first gradient of a unit starts the re-gather of the unit before it
-// (prefetch), so that it overlaps this unit's backward, and the reductions that have
-// completed are folded in, so that their buffers go while backward goes on.
+// and retiring reductions); then what the release schedule says is done here is released,
+// and the first gradient of a unit starts the re-gather of the unit before it (prefetch),
+// so that it overlaps this unit's backward.
 func (p *Program) onGrad(prm *nn.Param) error {
 	if !p.training {
 		return nil
@@ -487,7 +483,7 @@ func (p *Program) onGrad(prm *nn.Param) error {
 	if first {
 		p.prefetchBackward(p.pos[p.e.lay.unitOf[prm.Index]])
 	}
-	return p.red.Sweep()
+	return nil
 }
 
 // hostReducer is the host's UnitReducer: the program's reduce-scatter buffers (the engine's
@@ -505,7 +501,7 @@ func (h hostReducer) Launch(u int) comm.Work {
 	clear(dst[un.Hi-un.Lo:])
 	n := int64(un.Padded - (un.Hi - un.Lo))
 	for _, prm := range un.Params {
-		if !st.sunk[prm.Index] {
+		if !p.red.Arrived(prm) {
 			clear(dst[prm.Offset-un.Lo : prm.Offset-un.Lo+prm.Numel()])
 			n += int64(prm.Numel())
 		}

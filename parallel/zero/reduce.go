@@ -9,18 +9,17 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// ReduceSchedule is ZeRO-3's gradient schedule, one for every backend. In backward it counts
-// down each unit's parameters as their gradients arrive (Arrive), launches the unit's
+// ReduceSchedule is ZeRO-3's gradient schedule, one for every backend. In backward (Arrive)
+// it counts down each unit's parameters as their gradients arrive, launches the unit's
 // reduce-scatter when the count reaches zero and retires the launched units in launch order
-// (Sweep: the backend adds each result into the gradient shard and frees the unit's
-// buffers). After the tape, Finish launches the units whose gradients are incomplete
-// (parameters that do not reach the loss; in unit order, so every rank issues the same
-// collectives), retires the rest and waits for the collectives. A UnitReducer moves the
-// bytes (W is its collectives' type): this package's host buffers over comm.Group,
-// cuda/devzero's device blocks over NCCL. On the host a unit is retired once its
-// reduce-scatter has completed; in stream order (the device) once the next unit is launched,
-// with no host wait: Retire makes the stream wait. Begin, Arrive, Sweep and Finish are
-// called in this order from the Run's goroutine.
+// (the backend adds each result into the gradient shard and frees the unit's buffers).
+// After the tape, Finish launches the units whose gradients are incomplete (parameters that
+// do not reach the loss; in unit order, so every rank issues the same collectives), retires
+// the rest and waits for the collectives. A UnitReducer moves the bytes (W is its
+// collectives' type): this package's host buffers over comm.Group, cuda/devzero's device
+// blocks over NCCL. On the host a unit is retired once its reduce-scatter has completed; in
+// stream order (the device) once the next unit is launched, with no host wait: Retire makes
+// the stream wait. Begin, Arrive and Finish are called in this order from the Run's goroutine.
 type ReduceSchedule[W comm.Work] struct {
 	r            UnitReducer[W]
 	units        []*Unit
@@ -67,8 +66,9 @@ func (s *ReduceSchedule[W]) Begin(ctx context.Context) {
 }
 
 // Arrive counts p's gradient, launching its unit's reduce-scatter when it completes the
-// unit, and says whether it is the unit's first. A gradient that arrives twice, or that its
-// unit does not wait for, is an error (and the Run's).
+// unit, retires the launched units that can be without blocking, and says whether p's is
+// the unit's first gradient. A gradient that arrives twice, or that its unit does not wait
+// for, is an error (and the Run's).
 func (s *ReduceSchedule[W]) Arrive(p *nn.Param) (first bool, err error) {
 	u := s.unitOf[p.Index]
 	if s.got[p.Index] || s.left[u] == 0 {
@@ -79,14 +79,12 @@ func (s *ReduceSchedule[W]) Arrive(p *nn.Param) (first bool, err error) {
 		s.order = append(s.order, u)
 		s.works[u] = s.r.Launch(u)
 	}
-	return s.left[u] == s.need[u]-1, nil
+	s.sweep(false)
+	return s.left[u] == s.need[u]-1, s.err
 }
 
-// Sweep retires, in launch order, the launched units that can be retired without blocking.
-func (s *ReduceSchedule[W]) Sweep() error {
-	s.sweep(false)
-	return s.err
-}
+// Arrived is whether p's gradient has arrived in this Run.
+func (s *ReduceSchedule[W]) Arrived(p *nn.Param) bool { return s.got[p.Index] }
 
 // Finish ends the Run whose tape returned runErr: unless the Run failed it launches the
 // incomplete units and retires every launched unit; it waits for the collectives and
