@@ -28,10 +28,12 @@ type program struct {
 }
 
 // Compile builds the model with build on the backend's unit state (tape.State.Compile)
-// with the gradient hook that reduce-scatters each complete unit and, under
-// zero.SyncBatchNorm, the statistics reducer over the engine's group (zero.Backend).
+// with the gradient hook that hands each gradient, added into its unit's block, to the
+// gradient schedule and, under zero.SyncBatchNorm, the statistics reducer over the engine's
+// group (zero.Backend).
 func (e *Backend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (zero.Executor, error) {
-	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradHook(e.onGrad))
+	onGrad := func(p *nn.Param) error { _, err := e.red.Arrive(p); return err }
+	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradHook(onGrad))
 	if e.syncBN {
 		all = append(all, nn.WithStatsReducer(replica.StatsReducer{Group: e.coll, Ctx: func() context.Context { return e.ctx }, Who: e.who()}))
 	}
@@ -112,9 +114,6 @@ func (p *program) run(ctx context.Context, ranged bool) error {
 	}
 	return nil
 }
-
-// onGrad is the gradient hook: p's gradient has been added into its unit's block.
-func (e *Backend) onGrad(p *nn.Param) error { _, err := e.red.Arrive(p); return err }
 
 // reducer is the backend as zero.UnitReducer: gradient blocks reduce-scattered over NCCL on
 // the group's stream and added into the shard on the compute stream (in stream order).
