@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"hash"
+	"sync/atomic"
 
 	"github.com/chewxy/hm"
 	"github.com/gorgonia-parallel/gp/internal/simd"
@@ -216,7 +217,9 @@ func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
 		if err != nil {
 			return err
 		}
-		gemmPar(true, false, f.out, f.in, f.rows, 1, dy, f.out, x, f.in, 0, dst, f.in)
+		if linearDWOff.Load() || !simd.GemmDWFits(f.out, f.in, f.rows) || !gemmDW(f.out, f.in, f.rows, dy, f.out, x, f.in, dst, f.in) {
+			gemmPar(true, false, f.out, f.in, f.rows, 1, dy, f.out, x, f.in, 0, dst, f.in)
+		}
 		return nil
 	}
 	w, err := kernData[T](op.name, in[0], "w", f.out*f.in)
@@ -252,6 +255,35 @@ func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bia
 	for _, d := range done {
 		if !d {
 			// A worker's kernel could not allocate its packing buffer: do it all again with the BLAS.
+			return false
+		}
+	}
+	return true
+}
+
+// linearDWOff, when true, sends every weight gradient to gemmPar: for the benchmarks that
+// compare simd.GemmDW32 with the BLAS in one process.
+var linearDWOff atomic.Bool
+
+// gemmDW computes a linear layer's weight gradient c (m×n) = aᵀ·b (a k×m, b k×n, float32)
+// with simd.GemmDW32, c's columns split into blocks of multiples of 16 across Threads() (the
+// kernel's sums do not depend on the split, so the bits do not depend on the threads). It
+// reports false, computing nothing, for float64 or a shape or level the kernel does not
+// take: the caller then runs gemmPar.
+func gemmDW[T Float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) bool {
+	a32, ok := any(a).([]float32)
+	if !ok {
+		return false
+	}
+	b32, c32 := any(b).([]float32), any(c).([]float32)
+	w := max(1, min(threads(), m*n*k/gemmGrain, n/16))
+	done := make([]bool, w)
+	splitWorkers(n, w, 16, func(wi, lo, hi int) {
+		done[wi] = simd.GemmDW32(m, hi-lo, k, a32, lda, b32[lo:], ldb, c32[lo:], ldc)
+	})
+	for _, d := range done {
+		if !d {
+			// A worker's kernel refused (its packing buffer, or the level): do it all again with the BLAS.
 			return false
 		}
 	}

@@ -1,0 +1,78 @@
+//go:build unix
+
+package ops_test
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/nn/ops"
+)
+
+// swinLinears are swin_t's linear layers at batch 8 and 224x224 (rows = tokens of the
+// batch, in and out channels): each stage's qkv, proj, fc1 and fc2, and the patch merging
+// into stages 2 to 4.
+var swinLinears = []struct {
+	name          string
+	rows, in, out int
+}{
+	{"s1_qkv", 25088, 96, 288}, {"s1_proj", 25088, 96, 96}, {"s1_fc1", 25088, 96, 384}, {"s1_fc2", 25088, 384, 96},
+	{"s2_merge", 6272, 384, 192},
+	{"s2_qkv", 6272, 192, 576}, {"s2_proj", 6272, 192, 192}, {"s2_fc1", 6272, 192, 768}, {"s2_fc2", 6272, 768, 192},
+	{"s3_merge", 1568, 768, 384},
+	{"s3_qkv", 1568, 384, 1152}, {"s3_proj", 1568, 384, 384}, {"s3_fc1", 1568, 384, 1536}, {"s3_fc2", 1568, 1536, 384},
+	{"s4_merge", 392, 1536, 768},
+	{"s4_qkv", 392, 768, 2304}, {"s4_proj", 392, 768, 768}, {"s4_fc1", 392, 768, 3072}, {"s4_fc2", 392, 3072, 768},
+}
+
+// BenchmarkLinearWeightGradAB times the weight gradient (dw = dyᵀ·x) of each of swin_t's
+// linear layers with the BLAS (gemmPar) and with simd.GemmDW32 at the active SIMD level,
+// alternating the two in one process so that other load on a shared machine hits both
+// alike: each of b.N iterations times 3 calls of each after one untimed call. It reports
+// the medians of the CPU time per call (ms), each path's GFLOP/s (2·rows·in·out per call)
+// and the ratio BLAS/kernel:
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench LinearWeightGradAB -benchtime 5x
+func BenchmarkLinearWeightGradAB(b *testing.B) {
+	for _, l := range swinLinears {
+		b.Run(fmt.Sprintf("%s_%dx%dx%d", l.name, l.out, l.in, l.rows), func(b *testing.B) {
+			const runs = 3
+			rng := rand.New(rand.NewSource(1))
+			dy := make([]float32, l.rows*l.out)
+			x := make([]float32, l.rows*l.in)
+			for _, v := range [][]float32{dy, x} {
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
+				}
+			}
+			dw := make([]float32, l.out*l.in)
+			var blas, kern []float64
+			b.ResetTimer()
+			for range b.N {
+				for _, kernel := range []bool{false, true} {
+					if !ops.LinearWeightGrad(kernel, l.rows, l.in, l.out, dy, x, dw) {
+						b.Skip("the kernel does not run at this SIMD level")
+					}
+					c0 := cpuSeconds()
+					for range runs {
+						ops.LinearWeightGrad(kernel, l.rows, l.in, l.out, dy, x, dw)
+					}
+					ms := (cpuSeconds() - c0) / runs * 1e3
+					if kernel {
+						kern = append(kern, ms)
+					} else {
+						blas = append(blas, ms)
+					}
+				}
+			}
+			bm, km := median(blas), median(kern)
+			mflop := 2 * float64(l.rows) * float64(l.in) * float64(l.out) / 1e6
+			b.ReportMetric(bm, "blas-cpu-ms")
+			b.ReportMetric(km, "kernel-cpu-ms")
+			b.ReportMetric(mflop/bm, "blas-GFLOP/s")
+			b.ReportMetric(mflop/km, "kernel-GFLOP/s")
+			b.ReportMetric(bm/km, "blas/kernel")
+		})
+	}
+}
