@@ -25,11 +25,12 @@
 // gathered byte, twice a step, cost more than the rest of ZeRO's overhead). Gradients are
 // handed over by nn's gradient sink: divided by N into the unit's padded reduce-scatter
 // input; once a unit is complete its reduce-scatter to the owners is issued while backward
-// goes on, and its result is added into the gradient shard as soon as it has arrived. The
-// tape's register that held a gradient loses its pages (lazily, the same way) after the
-// sink has copied it, where the graph shows nothing else reads it. The step's peak and the
-// memory held between steps are counted from the engine's buffers (Memory); the process's
-// VmRSS also counts freed pages the kernel has not taken yet.
+// goes on, and the results are added into the gradient shard in launch order as they arrive
+// (ReduceSchedule, the schedule of every backend). The tape's register that held a gradient
+// loses its pages (lazily, the same way) after the sink has copied it, where the graph shows
+// nothing else reads it. The step's peak and the memory held between steps are counted from
+// the engine's buffers (Memory); the process's VmRSS also counts freed pages the kernel has
+// not taken yet.
 //
 // On the host, after New the model's Data and Grad are placeholders of zeros: writing them is harmless
 // and does not reach the shards (see Engine.Model).
