@@ -329,7 +329,7 @@ func (e *Backend) GatherParams(ctx context.Context) ([]float32, error) {
 	for i, u := range e.units {
 		blk, w, err := e.gather(i)
 		if err == nil {
-			err = e.await(ctx, i, w)
+			err = e.streamWait(ctx, w, e.gathered[i], "all-gather")
 		}
 		var v *cuda.Tensor
 		if err == nil {

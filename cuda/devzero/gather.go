@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/driver"
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
@@ -38,7 +39,7 @@ func (h unitHooks) Need(u int, ph tape.Phase) (*cuda.Tensor, error) {
 	e.emit("need", u, ph)
 	if w := e.pend[u]; w != nil {
 		e.pend[u] = nil
-		if err := e.await(e.ctx, u, w); err != nil {
+		if err := e.streamWait(e.ctx, w, e.gathered[u], "all-gather"); err != nil {
 			return nil, fmt.Errorf("devzero: rank %d: unit %s: %w", e.rank, e.units[u].Name, err)
 		}
 	}
@@ -114,15 +115,16 @@ func (e *Backend) gather(i int) (*cuda.Tensor, nccl.DeviceWork, error) {
 	return blk, w, nil
 }
 
-// await makes the compute stream wait for unit i's issued gather w.
-func (e *Backend) await(ctx context.Context, i int, w nccl.DeviceWork) error {
+// streamWait makes the compute stream wait for w, a collective (what) on the group's
+// stream that records done when it ends.
+func (e *Backend) streamWait(ctx context.Context, w nccl.DeviceWork, done driver.Event, what string) error {
 	select {
 	case <-w.Enqueued():
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for the all-gather to be enqueued: %w", ctx.Err())
+		return fmt.Errorf("waiting for the %s to be enqueued: %w", what, ctx.Err())
 	}
-	if err := e.dev.Context().StreamWaitEvent(e.dev.Stream(), e.gathered[i]); err != nil {
-		return fmt.Errorf("waiting for the all-gather: %w", err)
+	if err := e.dev.Context().StreamWaitEvent(e.dev.Stream(), done); err != nil {
+		return fmt.Errorf("waiting for the %s: %w", what, err)
 	}
 	return nil
 }

@@ -146,13 +146,8 @@ func (r reducer) Launch(i int) nccl.DeviceWork {
 func (r reducer) Retire(i int, w nccl.DeviceWork) error {
 	e, u := r.e, r.e.units[i]
 	if w != nil {
-		select {
-		case <-w.Enqueued():
-		case <-e.ctx.Done():
-			return fmt.Errorf("waiting for the reduce-scatter to be enqueued: %w", e.ctx.Err())
-		}
-		if err := e.dev.Context().StreamWaitEvent(e.dev.Stream(), e.reduced[i]); err != nil {
-			return fmt.Errorf("waiting for the reduce-scatter: %w", err)
+		if err := e.streamWait(e.ctx, w, e.reduced[i], "reduce-scatter"); err != nil {
+			return err
 		}
 		g, err := e.shardG.View(u.ShardBase, u.Shard)
 		if err == nil && e.world > 1 {
