@@ -10,7 +10,9 @@
 // Blocking: op(b) is packed once per call into 48-column panels ([k][48], in a per-thread
 // buffer); rows go in chunks of 64 (a's chunk in L2, c's in L1), k in blocks of 128 (a
 // panel's block, 24 KiB, in L1); the micro-kernel keeps 8 rows by 3 vectors of 16 columns
-// in 24 registers, with the partial sums of earlier k blocks kept in c.
+// in 24 registers, with the partial sums of earlier k blocks kept in c. Where 48 does not
+// divide n and 64 does (a convolution's forward over 64 output pixels), the panels are 64
+// columns wide and the micro-kernel 6 rows by 4 vectors: the same sums.
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -25,11 +27,11 @@ enum { GP5R_MB = 64, GP5R_KC = 128, GP5R_NB = 48 };
 static inline __attribute__((always_inline)) void gp5r_micro(int MR, int NV, int nb, int kc, const float *a, long lda,
                                                             const float *bp, float *c, long ldc, int load,
                                                             const float *bias) {
-	__m512 acc[8][3];
+	__m512 acc[8][4];
 	for (int r = 0; r < MR; r++)
 		for (int v = 0; v < NV; v++) acc[r][v] = load ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
 	for (int k = 0; k < kc; k++) {
-		__m512 bv[3];
+		__m512 bv[4];
 		for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(bp + (long)k * nb + 16 * v);
 		for (int r = 0; r < MR; r++) {
 			__m512 ab = _mm512_set1_ps(a[r * lda + k]);
@@ -61,9 +63,11 @@ static int gp5_sgemm_rows(int tb, int m, int n, int k, const float *a, long lda,
 		gp5r_cap = need;
 	}
 	float *bp = gp5r_buf;
+	// Panels of 64 columns (6 rows by 4 vectors) where 48 does not divide n and 64 does.
+	const int NB = n % GP5R_NB != 0 && n % 64 == 0 ? 64 : GP5R_NB;
 	// Panel j0 (nb columns) at bp + j0·k, laid out [k][nb].
-	for (int j0 = 0; j0 < n; j0 += GP5R_NB) {
-		int nb = n - j0 < GP5R_NB ? n - j0 : GP5R_NB;
+	for (int j0 = 0; j0 < n; j0 += NB) {
+		int nb = n - j0 < NB ? n - j0 : NB;
 		float *d = bp + (long)j0 * k;
 		if (tb)
 			for (int j = 0; j < nb; j++)
@@ -74,8 +78,8 @@ static int gp5_sgemm_rows(int tb, int m, int n, int k, const float *a, long lda,
 	}
 	for (int i0 = 0; i0 < m; i0 += GP5R_MB) {
 		int ie = m - i0 < GP5R_MB ? m : i0 + GP5R_MB;
-		for (int j0 = 0; j0 < n; j0 += GP5R_NB) {
-			int nb = n - j0 < GP5R_NB ? n - j0 : GP5R_NB, nv = nb / 16;
+		for (int j0 = 0; j0 < n; j0 += NB) {
+			int nb = n - j0 < NB ? n - j0 : NB, nv = nb / 16;
 			for (int k0 = 0; k0 < k; k0 += GP5R_KC) {
 				int kc = k - k0 < GP5R_KC ? k - k0 : GP5R_KC;
 				const float *bpk = bp + (long)j0 * k + (long)k0 * nb;
@@ -83,6 +87,10 @@ static int gp5_sgemm_rows(int tb, int m, int n, int k, const float *a, long lda,
 				int load = k0 > 0, i = i0;
 #define GP5R(MR, NV) gp5r_micro(MR, NV, nb, kc, a + (long)i * lda + k0, lda, bpk, c + (long)i * ldc + j0, ldc, load, bj)
 				switch (nv) {
+				case 4:
+					for (; i + 6 <= ie; i += 6) GP5R(6, 4);
+					for (; i < ie; i++) GP5R(1, 4);
+					break;
 				case 3:
 					for (; i + 8 <= ie; i += 8) GP5R(8, 3);
 					for (; i < ie; i++) GP5R(1, 3);

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/models"
@@ -27,8 +28,17 @@ import (
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ImplicitConvAB -benchtime 7x
 func BenchmarkImplicitConvAB(b *testing.B) {
-	const batch, size, steps = 64, 28, 10
-	mod, err := models.New("resnet8_s2", 10)
+	g, i := benchStepAB(b, "resnet8_s2", 64, 28, 10, ops.ImplicitOff)
+	b.ReportMetric(g, "gemm-cpu-ms/step")
+	b.ReportMetric(i, "implicit-cpu-ms/step")
+	b.ReportMetric(g/i, "gemm/implicit")
+}
+
+// benchStepAB times arch's training step on random size×size images at batch, steps
+// steps a measurement, with off set and cleared in turn (alternatePaths), and returns the
+// medians of the CPU milliseconds per step with off set and with it clear.
+func benchStepAB(b *testing.B, arch string, batch, size, steps int, off *atomic.Bool) (float64, float64) {
+	mod, err := models.New(arch, 10)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,12 +73,10 @@ func BenchmarkImplicitConvAB(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	gemm, implicit := alternatePaths(b, steps, step)
-	g, i := median(gemm), median(implicit)
-	b.ReportMetric(g, "gemm-cpu-ms/step")
-	b.ReportMetric(i, "implicit-cpu-ms/step")
-	b.ReportMetric(g/i, "gemm/implicit")
-	b.Logf("resnet8_s2 batch %d %dx%d, %d pairs of %d steps: GEMM path %.2f ms CPU per step, implicit %.2f (medians)", batch, size, size, len(gemm), steps, g, i)
+	with, without := alternatePaths(b, off, steps, step)
+	w, wo := median(with), median(without)
+	b.Logf("%s batch %d %dx%d, %d pairs of %d steps: %.2f ms CPU per step with the switch set, %.2f without (medians)", arch, batch, size, size, len(with), steps, w, wo)
+	return w, wo
 }
 
 // BenchmarkImplicitConvLayersAB times each convolution of resnet8_s2 at batch 64 alone
@@ -85,6 +93,60 @@ func BenchmarkImplicitConvLayersAB(b *testing.B) {
 	} {
 		b.Run(fmt.Sprintf("%dto%d_%dx%d_k%d_s%d", l.c, l.o, l.hw, l.hw, l.k, l.s), func(b *testing.B) {
 			benchConvLayerAB(b, 64, l.c, l.o, l.hw, l.k, l.s)
+		})
+	}
+}
+
+// BenchmarkImplicitConvResNet18AB times each convolution of resnet18 on 64x64 images at
+// batch 16 (bench/models' workload) as BenchmarkImplicitConvLayersAB does, the implicit
+// convolution taken past its size bounds, and reports besides the CPU times the GFLOP/s of
+// each path (forward, data and filter gradient: 3 × 2·N·O·C·kh·kw·Ho·Wo):
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ImplicitConvResNet18AB -benchtime 3x
+func BenchmarkImplicitConvResNet18AB(b *testing.B) {
+	prev := ops.ImplicitWide.Load()
+	defer ops.ImplicitWide.Store(prev)
+	ops.ImplicitWide.Store(true)
+	for _, l := range []struct{ c, o, hw, k, s int }{
+		{64, 64, 16, 3, 1}, {64, 128, 16, 3, 2}, {64, 128, 16, 1, 2}, {128, 128, 8, 3, 1},
+		{128, 256, 8, 3, 2}, {128, 256, 8, 1, 2}, {256, 256, 4, 3, 1},
+		{256, 512, 4, 3, 2}, {256, 512, 4, 1, 2}, {512, 512, 2, 3, 1},
+	} {
+		b.Run(fmt.Sprintf("%dto%d_%dx%d_k%d_s%d", l.c, l.o, l.hw, l.hw, l.k, l.s), func(b *testing.B) {
+			benchConvLayerAB(b, 16, l.c, l.o, l.hw, l.k, l.s)
+		})
+	}
+}
+
+// BenchmarkConvRowsAB times the forward alone of resnet18's convolutions whose products
+// simd.GemmRows32 takes (64 output pixels: layer2 per image, layer4 at batch 16 batched) on
+// 64x64 images at batch 16, with the kernel and with the BLAS, alternating the two in one
+// process (alternatePaths), and reports the medians of the CPU time per run (ms) and their
+// ratio:
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ConvRowsAB -benchtime 9x
+func BenchmarkConvRowsAB(b *testing.B) {
+	for _, l := range []struct{ c, o, hw, s int }{{128, 128, 8, 1}, {64, 128, 16, 2}, {512, 512, 2, 1}, {256, 512, 4, 2}} {
+		b.Run(fmt.Sprintf("%dto%d_%dx%d_k3_s%d", l.c, l.o, l.hw, l.hw, l.s), func(b *testing.B) {
+			rng := rand.New(rand.NewSource(1))
+			g := G.NewGraph()
+			x := gradcheck.Input(g, tensor.Float32, rng, "x", 16, l.c, l.hw, l.hw)
+			w := gradcheck.Input(g, tensor.Float32, rng, "w", l.o, l.c, 3, 3)
+			if _, err := ops.Conv2d(x, w, nil, ops.ConvOpts{Stride: [2]int{l.s, l.s}, Padding: [2]int{1, 1}}); err != nil {
+				b.Fatal(err)
+			}
+			vm := G.NewTapeMachine(g)
+			defer vm.Close()
+			blas, rows := alternatePaths(b, ops.ConvRowsOff, 10, func() {
+				if err := vm.RunAll(); err != nil {
+					b.Fatal(err)
+				}
+				vm.Reset()
+			})
+			bm, rm := median(blas), median(rows)
+			b.ReportMetric(bm, "blas-cpu-ms/run")
+			b.ReportMetric(rm, "rows-cpu-ms/run")
+			b.ReportMetric(bm/rm, "blas/rows")
 		})
 	}
 }
@@ -119,37 +181,42 @@ func benchConvLayerAB(b *testing.B, n, c, o, hw, k, s int) {
 		}
 		vm.Reset()
 	}
-	gemm, implicit := alternatePaths(b, runs, run)
+	gemm, implicit := alternatePaths(b, ops.ImplicitOff, runs, run)
 	gm, im := median(gemm), median(implicit)
 	b.ReportMetric(gm, "gemm-cpu-ms/run")
 	b.ReportMetric(im, "implicit-cpu-ms/run")
 	b.ReportMetric(gm/im, "gemm/implicit")
+	oh := (hw+2*(k/2)-k)/s + 1
+	gf := 3 * 2 * float64(n*o*c*k*k*oh*oh) / 1e6 // MFLOP per run: GFLOP/s at ms
+	b.ReportMetric(gf/gm, "gemm-GFLOP/s")
+	b.ReportMetric(gf/im, "implicit-GFLOP/s")
 }
 
-// alternatePaths runs fn b.N times on the GEMM path and on the implicit convolution, in
-// turn, each time once untimed (the path's buffers) and then n times timed, and returns the
-// CPU milliseconds per call of each repetition, GEMM path first.
-func alternatePaths(b *testing.B, n int, fn func()) (gemm, implicit []float64) {
-	prev := ops.ImplicitOff.Load()
-	defer ops.ImplicitOff.Store(prev)
+// alternatePaths runs fn b.N times with off set (the old path: the GEMM path for
+// ops.ImplicitOff) and cleared, in turn, each time once untimed (the path's buffers) and
+// then n times timed, and returns the CPU milliseconds per call of each repetition, with off
+// set first.
+func alternatePaths(b *testing.B, off *atomic.Bool, n int, fn func()) (set, clear []float64) {
+	prev := off.Load()
+	defer off.Store(prev)
 	b.ResetTimer()
 	for range b.N {
-		for _, off := range []bool{true, false} {
-			ops.ImplicitOff.Store(off)
+		for _, o := range []bool{true, false} {
+			off.Store(o)
 			fn()
 			c0 := cpuSeconds()
 			for range n {
 				fn()
 			}
 			ms := (cpuSeconds() - c0) / float64(n) * 1e3
-			if off {
-				gemm = append(gemm, ms)
+			if o {
+				set = append(set, ms)
 			} else {
-				implicit = append(implicit, ms)
+				clear = append(clear, ms)
 			}
 		}
 	}
-	return gemm, implicit
+	return set, clear
 }
 
 // median is the median of v (the upper one of an even count).

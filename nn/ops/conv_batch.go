@@ -320,7 +320,9 @@ func convForwardBatched[T Float](op *conv2dOp, nb int, x, w, b, y []T) {
 		ld := m * P
 		batchIm2col(g, op.sc, x[n0*chw:(n0+m)*chw], col, m, ld)
 		for gr := 0; gr < g.Groups; gr++ {
-			gemmPar(false, false, Og, ld, Kg, 1, w[gr*Og*Kg:], Kg, col[gr*Kg*ld:], ld, 0, mat[gr*Og*ld:], ld)
+			if !gemmRowsIf(convRows(Og, ld, Kg), false, Og, ld, Kg, w[gr*Og*Kg:], Kg, col[gr*Kg*ld:], ld, nil, mat[gr*Og*ld:], ld) {
+				gemmPar(false, false, Og, ld, Kg, 1, w[gr*Og*Kg:], Kg, col[gr*Kg*ld:], ld, 0, mat[gr*Og*ld:], ld)
+			}
 		}
 		splitRows(m, g.Out*P, func(lo, hi int) {
 			for i := lo; i < hi; i++ {

@@ -3,8 +3,10 @@ package ops
 import (
 	"fmt"
 	"hash"
+	"sync/atomic"
 
 	"github.com/chewxy/hm"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -178,6 +180,23 @@ func (op *conv2dOp) exec(dt tensor.Dtype, in []G.Value, out *tensor.Dense) error
 	return convForward(op, in, out.Data().([]float64))
 }
 
+// convRowsOff, when true, sends every convolution forward product to the BLAS: for the
+// benchmarks that compare simd.GemmRows32 with it in one process.
+var convRowsOff atomic.Bool
+
+// convRows reports whether a float32 convolution forward's product w (m×k)·cols (k×n) runs
+// on simd.GemmRows32 (simd.GemmRowsConvFits: 64 output pixels per product, at least 512
+// rows of cols) rather than the BLAS.
+func convRows(m, n, k int) bool { return !convRowsOff.Load() && simd.GemmRowsConvFits(m, n, k) }
+
+// convRowsGemm computes c (m×n) = a (m×k)·b (k×n) on one thread with simd.GemmRows32 when
+// T is float32 and convRows takes the shape, and reports whether it did.
+func convRowsGemm[T Float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) bool {
+	a32, ok := any(a).([]float32)
+	return ok && convRows(m, n, k) &&
+		simd.GemmRows32(false, m, n, k, a32, lda, any(b).([]float32), ldb, nil, any(c).([]float32), ldc)
+}
+
 func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 	g := &op.g
 	x, err := kernData[T](op.name, in[0], "x", op.n*g.C*g.H*g.W)
@@ -231,6 +250,9 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 				src = col
 			}
 			for gr := 0; gr < g.Groups; gr++ {
+				if beta == 0 && convRowsGemm(Og, P, Kg, w[gr*Og*Kg:], Kg, src[gr*Kg*ld:], ld, yn[gr*Og*P:], P) {
+					continue
+				}
 				gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*ld:], ld, beta, yn[gr*Og*P:], P)
 			}
 		}

@@ -59,6 +59,10 @@ const (
 // GEMM path.
 var implicitOff atomic.Bool
 
+// implicitWide takes the implicit convolution past the weight and pixel bounds above, for
+// the benchmarks that measure where it pays.
+var implicitWide atomic.Bool
+
 // convImplicit reports whether g's convolution runs as an implicit GEMM for float32 (Note
 // [Implicit convolution]): the C kernels, one group, equal strides, at stride 1 the output
 // the input's size and at stride 2 every kernel offset in its phase plane, not a 1x1
@@ -66,7 +70,7 @@ var implicitOff atomic.Bool
 // the bounds above.
 func convImplicit(g *convGeom) bool {
 	if !simdOK() || implicitOff.Load() || g.Groups != 1 || g.directCols || g.SH != g.SW ||
-		g.OH*g.OW < convImplicitPixels || g.Out*g.colRows()*4 > convImplicitWeights ||
+		(!implicitWide.Load() && (g.OH*g.OW < convImplicitPixels || g.Out*g.colRows()*4 > convImplicitWeights)) ||
 		int64(g.C)*int64(g.H)*int64(g.W)*int64(g.SH*g.SH) > math.MaxInt32/4 {
 		return false
 	}

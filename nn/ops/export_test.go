@@ -3,3 +3,10 @@ package ops
 // ImplicitOff is implicitOff, for the external test package's benchmarks: true runs every
 // convolution through the GEMM path (Note [Implicit convolution]).
 var ImplicitOff = &implicitOff
+
+// ImplicitWide is implicitWide: true takes the implicit convolution past its size bounds,
+// for the benchmarks that measure where it pays.
+var ImplicitWide = &implicitWide
+
+// ConvRowsOff is convRowsOff: true sends every convolution forward product to the BLAS.
+var ConvRowsOff = &convRowsOff

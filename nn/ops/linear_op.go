@@ -238,8 +238,14 @@ func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
 // Threads() as gemmPar splits them. It reports false, computing nothing, otherwise: the
 // caller then runs gemmPar.
 func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bias, c []T, ldc int) bool {
+	return gemmRowsIf(simd.GemmRowsFits(tB, m, n, k), tB, m, n, k, a, lda, b, ldb, bias, c, ldc)
+}
+
+// gemmRowsIf is gemmRows for a shape whose fit the caller has asked simd for (fits: a
+// convolution's forward asks simd.GemmRowsConvFits).
+func gemmRowsIf[T Float](fits, tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bias, c []T, ldc int) bool {
 	a32, ok := any(a).([]float32)
-	if !ok || !simd.GemmRowsFits(tB, m, n, k) {
+	if !ok || !fits {
 		return false
 	}
 	b32, c32 := any(b).([]float32), any(c).([]float32)
