@@ -28,16 +28,15 @@ var swinLinears = []struct {
 
 // BenchmarkLinearWeightGradAB times the weight gradient (dw = dyᵀ·x) of each of swin_t's
 // linear layers with the BLAS (gemmPar) and with simd.GemmDW32 at the active SIMD level,
-// alternating the two in one process so that other load on a shared machine hits both
-// alike: each of b.N iterations times 3 calls of each after one untimed call. It reports
-// the medians of the CPU time per call (ms), each path's GFLOP/s (2·rows·in·out per call)
-// and the ratio BLAS/kernel:
+// whether or not GemmDWFits takes the shape, alternating the two in one process
+// (alternatePaths, 3 calls a measurement) so that other load on a shared machine hits both
+// alike. It reports the medians of the CPU time per call (ms), each path's GFLOP/s
+// (2·rows·in·out per call) and the ratio BLAS/kernel:
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench LinearWeightGradAB -benchtime 5x
 func BenchmarkLinearWeightGradAB(b *testing.B) {
 	for _, l := range swinLinears {
 		b.Run(fmt.Sprintf("%s_%dx%dx%d", l.name, l.out, l.in, l.rows), func(b *testing.B) {
-			const runs = 3
 			rng := rand.New(rand.NewSource(1))
 			dy := make([]float32, l.rows*l.out)
 			x := make([]float32, l.rows*l.in)
@@ -47,25 +46,10 @@ func BenchmarkLinearWeightGradAB(b *testing.B) {
 				}
 			}
 			dw := make([]float32, l.out*l.in)
-			var blas, kern []float64
-			b.ResetTimer()
-			for range b.N {
-				for _, kernel := range []bool{false, true} {
-					if !ops.LinearWeightGrad(kernel, l.rows, l.in, l.out, dy, x, dw) {
-						b.Skip("the kernel does not run at this SIMD level")
-					}
-					c0 := cpuSeconds()
-					for range runs {
-						ops.LinearWeightGrad(kernel, l.rows, l.in, l.out, dy, x, dw)
-					}
-					ms := (cpuSeconds() - c0) / runs * 1e3
-					if kernel {
-						kern = append(kern, ms)
-					} else {
-						blas = append(blas, ms)
-					}
-				}
+			if !ops.LinearWeightGrad(l.rows, l.in, l.out, dy, x, dw) {
+				b.Skip("the kernel does not run at this SIMD level")
 			}
+			blas, kern := alternatePaths(b, ops.LinearDWOff, 3, func() { ops.LinearWeightGrad(l.rows, l.in, l.out, dy, x, dw) })
 			bm, km := median(blas), median(kern)
 			mflop := 2 * float64(l.rows) * float64(l.in) * float64(l.out) / 1e6
 			b.ReportMetric(bm, "blas-cpu-ms")
@@ -75,4 +59,18 @@ func BenchmarkLinearWeightGradAB(b *testing.B) {
 			b.ReportMetric(bm/km, "blas/kernel")
 		})
 	}
+}
+
+// BenchmarkSwinLinearDWAB times swin_t's training step (batch 8, 224x224, forward, backward,
+// gradients into the model's buffer; no optimiser) with every weight gradient on the BLAS
+// and with the weight gradients simd.GemmDWFits takes on simd.GemmDW32, alternating the two
+// in one process (benchStepAB, one step a measurement), and reports the medians of the CPU
+// time per step and their ratio:
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench SwinLinearDWAB -benchtime 5x
+func BenchmarkSwinLinearDWAB(b *testing.B) {
+	blas, kern := benchStepAB(b, "swin_t", 8, 224, 1, ops.LinearDWOff)
+	b.ReportMetric(blas, "blas-cpu-ms/step")
+	b.ReportMetric(kern, "kernel-cpu-ms/step")
+	b.ReportMetric(blas/kern, "blas/kernel")
 }
