@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -91,19 +92,21 @@ func deviceOrdinal(dev string) (int, error) {
 	return v, nil
 }
 
-// compileOn compiles a replicated engine's training program on the device (the engine calls
-// it for -device cuda instead of the strategy's compile): the parameters, gradients and
-// optimizer live on the device (tape.State) and, at world size > 1 or under an explicit
-// -strategy ddp, DDP's buckets are all-reduced there by NCCL while backward runs, each bucket
-// stepped on the device after its reduction (cuda/devddp over an NCCL group on this rank's
-// GPU, deviceGroup). At world size 1 that is NCCL's event protocol over a group of one, what
-// a one-GPU check exercises; -strategy none and the default skip it. What the stepper does between Run and Step (-amp fp16's unscale and inf/NaN
-// check, -clip-grad, -grad-accum-steps' 1/A) works on the State's device gradients
-// (stepper.update over deviceGrads), under every strategy here; -model-ema averages the host's weights, copied
-// from the device after each optimizer step (replicated.update). -strategy dp runs
-// cfg.DPReplicas replicas on the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is
-// the master). build makes the graph for a batch of n images; scaler is -amp fp16's (its
-// scale is in the graph, its unscale in stepper.update).
+// compileOn compiles a replicated engine's training program on the device (the engine calls it
+// for -device cuda instead of the strategy's compile): the parameters, gradients and optimizer
+// live on the device (tape.State) and, at world size > 1 or under an explicit -strategy ddp,
+// DDP's buckets are all-reduced there by NCCL while backward runs, each bucket stepped on the
+// device after its reduction (the device backend newDDP gave d: cuda/devddp over an NCCL group
+// on this rank's GPU, deviceGroup). The optimizer is the build options' nn.WithOptimizer on
+// every path, as on the host. At world size 1 that is NCCL's event protocol over a group of
+// one, what a one-GPU check exercises; -strategy none and the default skip it. What the stepper
+// does between Run and Step (-amp fp16's unscale and inf/NaN check, -clip-grad,
+// -grad-accum-steps' 1/A) works on the State's device gradients (stepper.update over
+// deviceGrads), under every strategy here; -model-ema averages the host's weights, copied from
+// the device after each optimizer step (replicated.update). -strategy dp runs cfg.DPReplicas
+// replicas on the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is the master). build
+// makes the graph for a batch of n images; scaler is -amp fp16's (its scale is in the graph,
+// its unscale in stepper.update).
 func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
 	world := g.Size()
 	build := buildN(cfg.Batch / world)
@@ -113,36 +116,53 @@ func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *
 		}
 		return compileDataParallel(cfg, m, opt, buildN, opts)
 	}
-	st, err := tape.NewState(cfg.dev, m, tape.WithOptimizer(opt))
-	if err != nil {
-		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
-	}
-	if world == 1 && cfg.Strategy != "ddp" {
-		p, err := st.Compile(build, opts...)
+	// The optimizer is the build options' on every path, as on the host.
+	all := append(slices.Clone(opts), nn.WithOptimizer(opt))
+	if be, ok := d.Backend().(*devddp.Backend); ok { // newDDP's, for deviceDDP
+		p, err := d.Compile(build, all...)
 		if err != nil {
-			st.Close()
 			return nil, nil, err
 		}
-		return p, st, nil
+		return p, be.State(), nil
 	}
-	ng, err := deviceGroup(ctx, cfg, g, "trainer-ddp")
+	st, err := tape.NewState(cfg.dev, m)
 	if err != nil {
-		st.Close()
-		return nil, nil, err
-	}
-	// The backend lives as long as the process, as the NCCL group does (deviceGroup).
-	be := devddp.NewBackend(st, ng)
-	if err := d.SetBackend(be); err != nil {
-		be.Close()
-		st.Close()
 		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
-	p, err := d.Compile(build, opts...)
+	p, err := st.Compile(build, all...)
 	if err != nil {
 		st.Close()
 		return nil, nil, err
 	}
 	return p, st, nil
+}
+
+// deviceDDP reports whether DDP runs on the device (compileOn): -device cuda at world size
+// > 1 or under an explicit -strategy ddp, and not -strategy dp.
+func deviceDDP(cfg *settings, g comm.Group) bool {
+	return cfg.dev != nil && cfg.Strategy != "dp" && (g.Size() > 1 || cfg.Strategy == "ddp")
+}
+
+// newDDP is the replicated engine's ddp.New: for deviceDDP with the device backend
+// (ddp.WithBackend of cuda/devddp over an NCCL group on this rank's GPU, deviceGroup), which
+// ddp.New gives the device state of the model once rank 0's parameters are broadcast;
+// otherwise over host memory.
+func newDDP(ctx context.Context, cfg *settings, g comm.Group, m *nn.Model, opts []ddp.Option) (*ddp.DDP, error) {
+	if !deviceDDP(cfg, g) {
+		return ddp.New(ctx, m, g, opts...)
+	}
+	ng, err := deviceGroup(ctx, cfg, g, "trainer-ddp")
+	if err != nil {
+		return nil, err
+	}
+	// The backend lives as long as the process, as the NCCL group does (deviceGroup).
+	be := devddp.NewBackend(cfg.dev, ng)
+	d, err := ddp.New(ctx, m, g, append(slices.Clone(opts), ddp.WithBackend(be))...)
+	if err != nil {
+		be.Close()
+		return nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+	}
+	return d, nil
 }
 
 // deviceGroup makes the NCCL group of g's ranks on this rank's GPU, named name, exchanging

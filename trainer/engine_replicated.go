@@ -42,7 +42,7 @@ func newReplicatedEngine(ctx context.Context, cfg *settings, strat strategy, g c
 	if cfg.SyncBN {
 		dopts = append(dopts, ddp.SyncBatchNorm())
 	}
-	d, err := ddp.New(ctx, model, g, dopts...)
+	d, err := newDDP(ctx, cfg, g, model, dopts)
 	if err != nil {
 		return nil, err
 	}

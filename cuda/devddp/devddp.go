@@ -2,15 +2,14 @@
 // static graph, unused parameters, timeline) over a model whose parameters, gradients and
 // optimizer live on a CUDA device (tape.State), its buckets reduced by NCCL over device
 // memory, ordered by CUDA events, while the device's backward goes on (docs/DESIGN.md §9,
-// "DDP on the device").
+// "DDP on the device"). The device is chosen by one option at ddp.New, and the optimizer is
+// Compile's nn.WithOptimizer, as on the host:
 //
-//	d, err := ddp.New(ctx, model, group)          // checks the models, broadcasts rank 0's
-//	st, err := tape.NewState(dev, model, tape.WithOptimizer(opt))
 //	nc, err := nccl.New(ctx, store, rank, size, nccl.WithDevice(ordinal))
-//	be := devddp.NewBackend(st, nc)
-//	err = d.SetBackend(be)                         // d's backend is now the device
+//	be := devddp.NewBackend(dev, nc)
 //	defer be.Close()
-//	p, err := d.Compile(build)
+//	d, err := ddp.New(ctx, model, group, ddp.WithBackend(be)) // checks the models, broadcasts rank 0's, then the device state
+//	p, err := d.Compile(build, nn.WithOptimizer(opt))        // optim's SGD, Adam or AdamW, stepped on the device
 //	for each batch { p.SetInput(...); err = train.RunStep(ctx, p) }
 //
 // The split is PyTorch's c10d one: ddp decides when (the reducer), nccl moves device bytes
@@ -67,7 +66,8 @@ type Reducer interface {
 // hook (PowerSGDHook, a HookFunc) runs on a pinned host copy of each bucket over the DDP's
 // group (Note [Host hooks on the device]).
 type Backend struct {
-	st             *tape.State
+	dev            *cuda.Device
+	st             *tape.State // the DDP model's, made by Accept
 	red            Reducer
 	size           int
 	wire           comm.DType     // the type buckets are reduced in (ddp.Wire)
@@ -81,20 +81,27 @@ type Backend struct {
 	hosted []*ddp.Bucket  // by bucket index: the bucket over its pinned copy, as the hook sees it
 }
 
-// NewBackend returns the device backend over st (a State of the DDP's model, made after
-// ddp.New broadcast rank 0's parameters) and red (an nccl.Group on st's device), for
-// ddp.DDP.SetBackend. Close it after the DDP's last step; the state and the groups are the
-// caller's.
-func NewBackend(st *tape.State, red Reducer) *Backend {
-	return &Backend{st: st, red: red, wire: comm.Float32}
+// NewBackend returns the device backend on dev, its buckets reduced by red (an nccl.Group on
+// dev over the DDP's ranks), for ddp.WithBackend: ddp.New accepts it once it has checked the
+// models and broadcast rank 0's parameters, and the backend then copies the model to dev as
+// a tape.State (State). The optimizer is Compile's nn.WithOptimizer, copied to the device by
+// the state (tape.State.Compile). Close it after the DDP's last step, or after ddp.New
+// failed; the device and the groups are the caller's.
+func NewBackend(dev *cuda.Device, red Reducer) *Backend {
+	return &Backend{dev: dev, red: red, wire: comm.Float32}
 }
 
-// Close destroys the bucket events and frees the 16-bit buffer and the pinned copies.
+// State is the device state of the DDP's model (its parameters, gradients and optimizer on
+// the device): nil until ddp.New accepted the backend.
+func (b *Backend) State() *tape.State { return b.st }
+
+// Close destroys the bucket events, frees the 16-bit buffer and the pinned copies, and
+// closes the device state.
 func (b *Backend) Close() {
 	if b.st == nil {
 		return
 	}
-	c := b.st.Device().Context()
+	c := b.dev.Context()
 	for _, e := range append(b.ready, b.reduced...) {
 		_ = c.EventDestroy(e)
 	}
@@ -102,25 +109,35 @@ func (b *Backend) Close() {
 	b.wires.Free()
 	b.wires = nil
 	b.freePins()
+	b.st.Close()
+	b.st = nil
 }
 
-// Accept takes every hook: AllReduceHook, FP16CompressHook and BF16CompressHook run in
+// Accept makes the device state of m, the DDP's model, whose parameters are rank 0's by
+// then, and takes every hook: AllReduceHook, FP16CompressHook and BF16CompressHook run in
 // device memory, any other on pinned host copies of the buckets, over s.Group (Note [Host
-// hooks on the device]). It refuses a state that is not of m, the DDP's model, and a group
-// whose size is not the reducer's. SyncBatchNorm runs on the device (cuda/tape's Note
-// [SyncBatchNorm on the device]), its statistics summed over the DDP's host group.
+// hooks on the device]). SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm
+// on the device]), its statistics summed over the DDP's host group. It refuses a backend
+// made without a device or reducer, one already accepted by a DDP (of another model, or of
+// this one), and a group whose size is not the reducer's.
 func (b *Backend) Accept(m *nn.Model, s ddp.Settings) error {
 	switch {
-	case b.st == nil || b.red == nil:
-		return fmt.Errorf("devddp: nil state or reducer: make the backend with devddp.NewBackend(st, red)")
-	case b.st.Model() != m:
-		return fmt.Errorf("devddp: the device state is not of the DDP's model: make it with tape.NewState from the model given to ddp.New")
+	case b.dev == nil || b.red == nil:
+		return fmt.Errorf("devddp: nil device or reducer: make the backend with devddp.NewBackend(dev, red)")
+	case b.st != nil && b.st.Model() != m:
+		return fmt.Errorf("devddp: the backend already holds the device state of another model: give each ddp.New its own devddp.NewBackend")
+	case b.st != nil:
+		return fmt.Errorf("devddp: the backend was already accepted by a ddp.New of this model: give each ddp.New its own devddp.NewBackend")
 	case s.Group == nil:
-		return fmt.Errorf("devddp: ddp.Settings without the DDP's group: attach the backend with ddp.DDP.SetBackend")
+		return fmt.Errorf("devddp: ddp.Settings without the DDP's group: give the backend to ddp.New (ddp.WithBackend)")
 	case s.Group.Size() != b.red.Size():
 		return fmt.Errorf("devddp: the DDP's group has world size %d and the device reducer %d: make the NCCL group over the DDP's ranks", s.Group.Size(), b.red.Size())
 	}
-	b.size = b.red.Size()
+	st, err := tape.NewState(b.dev, m)
+	if err != nil {
+		return fmt.Errorf("devddp: the model's state on device %d: %w", b.dev.Ordinal(), err)
+	}
+	b.st, b.size = st, b.red.Size()
 	h := s.Hook
 	dt, ok := ddp.Wire(h)
 	b.group, b.onHost = s.Group, !ok
@@ -135,14 +152,16 @@ func (b *Backend) Accept(m *nn.Model, s ddp.Settings) error {
 	if dt == comm.BFloat16 {
 		t = cuda.BFloat16
 	}
-	var err error
-	if b.wires, err = b.st.Device().Alloc(t, b.st.Grads().Len()); err != nil {
-		return fmt.Errorf("%T's 16-bit gradient buffer (%d values) on the device: %w", h, b.st.Grads().Len(), err)
+	n := st.Grads().Len()
+	if b.wires, err = b.dev.Alloc(t, n); err != nil {
+		b.Close()
+		return fmt.Errorf("%T's 16-bit gradient buffer (%d values) on the device: %w", h, n, err)
 	}
 	return nil
 }
 
-// Compile compiles on the device state.
+// Compile compiles on the device state (tape.State.Compile): the options' nn.WithOptimizer
+// (optim's SGD, Adam or AdamW) is the state's device optimizer, stepped bucket by bucket.
 func (b *Backend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (ddp.Executor, error) {
 	tp, err := b.st.Compile(build, opts...)
 	if err != nil {

@@ -309,20 +309,14 @@ func onRanks(t *testing.T, newOpt func([]optim.Segment) (optim.Optimizer, error)
 				if err != nil {
 					return err
 				}
-				all := append(append([]ddp.Option{}, baseOpts...), dopts...)
+				be := devddp.NewBackend(devs[r], k.g)
+				defer be.Close()
+				all := append(append(append([]ddp.Option{}, baseOpts...), dopts...), ddp.WithBackend(be))
 				if k.d, err = ddp.New(ctx, k.m, host[r], all...); err != nil {
 					return err
 				}
-				if k.st, err = tape.NewState(devs[r], k.m, tape.WithOptimizer(mustOpt(t, k.m, newOpt))); err != nil {
-					return err
-				}
-				defer k.st.Close()
-				be := devddp.NewBackend(k.st, k.g)
-				if err := k.d.SetBackend(be); err != nil {
-					return err
-				}
-				defer be.Close()
-				if k.p, err = k.d.Compile(build); err != nil {
+				k.st = be.State()
+				if k.p, err = k.d.Compile(build, nn.WithOptimizer(mustOpt(t, k.m, newOpt))); err != nil {
 					return err
 				}
 				defer k.p.Close()

@@ -11,7 +11,6 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/cuda/devddp"
-	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -256,10 +255,10 @@ func devRun(t *testing.T, c hostCase) result {
 	return res
 }
 
-// SetBackend refuses a device backend whose state holds another model than the DDP's, a
-// backend made without a state, and one whose reducer spans another number of ranks than
-// the DDP's group, naming what is wrong.
-func TestSetBackendRefusesAnotherModel(t *testing.T) {
+// ddp.New refuses, naming ddp.WithBackend and the device backend, a backend made without a
+// device or a reducer, one already accepted by a DDP of another model or of the same model,
+// and one whose reducer spans another number of ranks than the DDP's group.
+func TestWithBackendRefusals(t *testing.T) {
 	cudatest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -277,34 +276,40 @@ func TestSetBackendRefusesAnotherModel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := ddp.New(ctx, ms[0], host[0])
-	if err != nil {
+	held := devddp.NewBackend(dev, sizeOne{}) // accepted by a DDP of ms[1]
+	defer held.Close()
+	if _, err := ddp.New(ctx, ms[1], host[0], ddp.WithBackend(held)); err != nil {
 		t.Fatal(err)
 	}
-	own, err := tape.NewState(dev, ms[0])
-	if err != nil {
-		t.Fatal(err)
+	if held.State() == nil || held.State().Model() != ms[1] {
+		t.Fatal("ddp.New did not give the backend a device state of its model")
 	}
-	defer own.Close()
-	other, err := tape.NewState(dev, ms[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
 	for _, tc := range []struct {
 		name string
+		m    *nn.Model
 		be   *devddp.Backend
 		want string
 	}{
-		{"another model", devddp.NewBackend(other, sizeOne{}), "the device state is not of the DDP's model"},
-		{"no state", devddp.NewBackend(nil, sizeOne{}), "nil state or reducer"},
-		{"another world", devddp.NewBackend(own, sizeTwo{}), "the DDP's group has world size 1 and the device reducer 2"},
+		{"another model", ms[0], held, "the backend already holds the device state of another model"},
+		{"accepted twice", ms[1], held, "the backend was already accepted by a ddp.New of this model"},
+		{"no device", ms[0], devddp.NewBackend(nil, sizeOne{}), "nil device or reducer"},
+		{"no reducer", ms[0], devddp.NewBackend(dev, nil), "nil device or reducer"},
+		{"another world", ms[0], devddp.NewBackend(dev, sizeTwo{}), "the DDP's group has world size 1 and the device reducer 2"},
 	} {
-		err := d.SetBackend(tc.be)
-		tc.be.Close()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ddp.New(ctx, tc.m, host[0], ddp.WithBackend(tc.be))
+			if tc.be != held {
+				if tc.be.State() != nil {
+					t.Error("a refused backend holds a device state")
+				}
+				tc.be.Close()
+			}
+			want := "ddp.WithBackend(*devddp.Backend): devddp: " + tc.want
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("ddp.New: %v, want an error containing %q", err, want)
+			}
+			t.Log(err)
+		})
 	}
 }
 

@@ -23,7 +23,6 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/dp"
 )
 
@@ -60,11 +59,11 @@ func (b *Backend) Devices() []dp.Device {
 	return out
 }
 
-// Accept makes every device's State (parameters and a gradient buffer) and the master's
-// optimizer, which is the build options' nn.WithOptimizer: optim's SGD, Adam or AdamW, run on
-// the master device. It refuses nn.WithSolver (a gorgonia solver steps host memory), another
-// nn.WithOptimizer, and dp.WithReduceWorkers (the sum runs on the master device), naming the
-// option.
+// Accept makes every device's State (parameters and a gradient buffer). The master's State
+// steps with the build options' nn.WithOptimizer (optim's SGD, Adam or AdamW), which it takes
+// at the master's first Compile; Accept refuses, naming the option, what a State cannot step
+// (tape.OptimizerOf: nn.WithSolver, another optimizer) and dp.WithReduceWorkers (the sum
+// runs on the master device).
 func (b *Backend) Accept(m *nn.Model, s dp.Settings) error {
 	const who = "the device backend (cuda/devdp)"
 	if len(b.devs) == 0 || b.states != nil {
@@ -73,20 +72,11 @@ func (b *Backend) Accept(m *nn.Model, s dp.Settings) error {
 	if s.ReduceWorkers != 0 {
 		return fmt.Errorf("dp.WithReduceWorkers(%d): %s sums the gradients on the master device, not with host goroutines: leave it out", s.ReduceWorkers, who)
 	}
-	up, solver := nn.Updates(s.BuildOptions...)
-	if solver != nil {
-		return fmt.Errorf("nn.WithSolver(%T): a gorgonia solver steps the parameters in host memory, which %s does not update: give nn.WithOptimizer an optim.SGD, Adam or AdamW", solver, who)
-	}
-	opt, ok := up.(optim.Optimizer)
-	if up != nil && !ok {
-		return fmt.Errorf("nn.WithOptimizer(%T): %s steps optim's SGD, Adam or AdamW on the device; this optimizer runs in host memory only", up, who)
+	if _, err := tape.OptimizerOf(s.BuildOptions...); err != nil {
+		return fmt.Errorf("%s: %w", who, err)
 	}
 	for i, d := range b.devs {
-		var sopts []tape.Option
-		if i == 0 && opt != nil {
-			sopts = append(sopts, tape.WithOptimizer(opt))
-		}
-		st, err := tape.NewState(d, m, sopts...)
+		st, err := tape.NewState(d, m)
 		if err != nil {
 			b.Close()
 			return fmt.Errorf("devdp: replica %d on device %d: %w", i, d.Ordinal(), err)
@@ -105,10 +95,13 @@ func (b *Backend) Accept(m *nn.Model, s dp.Settings) error {
 	return nil
 }
 
-// Compile compiles replica i on its device's State. The optimizer of the build options is
-// the master State's, so the replicas' programs are compiled without it.
+// Compile compiles replica i on its device's State. The master's (replica 0's) State takes
+// the optimizer of the build options; the other replicas' programs are compiled without it.
 func (b *Backend) Compile(i int, build nn.BuildFunc, opts ...nn.BuildOption) (dp.Executor, error) {
-	tp, err := b.states[i].Compile(build, append(opts, nn.WithOptimizer(nil), nn.WithSolver(nil))...)
+	if i > 0 {
+		opts = append(opts[:len(opts):len(opts)], nn.WithOptimizer(nil), nn.WithSolver(nil))
+	}
+	tp, err := b.states[i].Compile(build, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -244,12 +244,12 @@ func TestMLPTwoDevicesMatchOneDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			st, err := tape.NewState(devs[0], m1, tape.WithOptimizer(opt(t, m1, sgd)))
+			st, err := tape.NewState(devs[0], m1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			one, err := st.Compile(build)
+			one, err := st.Compile(build, nn.WithOptimizer(opt(t, m1, sgd)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -104,10 +104,6 @@ func compile(dev *cuda.Device, m *nn.Model, build nn.BuildFunc, st *State, opts 
 	if err != nil {
 		return nil, err
 	}
-	if st != nil && cpu.HasUpdate() {
-		_ = cpu.Close()
-		return nil, fmt.Errorf("cuda/tape: a program of a device state steps with the state's optimizer (tape.WithOptimizer), not nn.WithOptimizer or nn.WithSolver, which step the host's parameters")
-	}
 	p := &Program{cpu: cpu, dev: dev, loss: -1, nodeOf: map[G.Op]*G.Node{}, inputsOf: map[*G.Node][]*G.Node{}, saved: map[G.Op]*saved{}, st: st, profileEnv: profile}
 	if err := p.lower(); err != nil {
 		_ = p.Close()

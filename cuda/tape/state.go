@@ -2,6 +2,7 @@ package tape
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
@@ -12,9 +13,10 @@ import (
 
 // State is a model's training state on a device: its parameters and gradient buffer as two
 // flat device buffers in nn.ParamSet's layout (so a DDP bucket is a range of Grads, as on
-// the host), and with WithOptimizer the device copy of an optim optimizer. Programs
-// compiled from it (State.Compile) read the parameters where they lie, add each gradient
-// into the device buffer at its GradHook, with no copy to the host, and step on the device.
+// the host), and the device copy of the optim optimizer that the build options of a Compile
+// give (nn.WithOptimizer, where every strategy takes it). Programs compiled from it
+// (State.Compile) read the parameters where they lie, add each gradient into the device
+// buffer at its GradHook, with no copy to the host, and step on the device.
 //
 // The device is the master copy from NewState on. The host's ParamSet.Data and the host
 // optimizer's state are brought up to date by ToHost (before a checkpoint, a state dict, a
@@ -39,32 +41,14 @@ type State struct {
 	unitOf map[*nn.Param]int
 }
 
-// Option configures NewState.
-type Option func(*stateConfig)
-
-type stateConfig struct {
-	opt optim.Optimizer
-}
-
-// WithOptimizer makes the State step on the device as host would on the CPU: host is an
-// optim.SGD or optim.Adam/AdamW over segments of the model's ParamSet (optim.Segments). The
-// device runs the same element loop with the same float32 scalars; host remains the source
-// of the learning rate (read at every step, so schedulers that SetLR on host work) and of
-// the hyperparameters, and receives the step count and state (momentum, moments) at ToHost.
-func WithOptimizer(host optim.Optimizer) Option { return func(c *stateConfig) { c.opt = host } }
-
-// NewState copies m's parameters (and the optimizer's state) to dev and zeroes the device
-// gradient buffer.
-func NewState(dev *cuda.Device, m *nn.Model, opts ...Option) (*State, error) {
+// NewState copies m's parameters to dev and zeroes the device gradient buffer. The state has
+// no optimizer until a Compile gives it one.
+func NewState(dev *cuda.Device, m *nn.Model) (*State, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("cuda/tape: no device (open one with cuda.Open)")
 	}
 	if m == nil || m.Params == nil {
 		return nil, fmt.Errorf("cuda/tape: nil model")
-	}
-	var cfg stateConfig
-	for _, o := range opts {
-		o(&cfg)
 	}
 	ps := m.Params
 	s := &State{dev: dev, model: m, views: map[*nn.Param][2]*cuda.Tensor{}}
@@ -93,12 +77,6 @@ func NewState(dev *cuda.Device, m *nn.Model, opts ...Option) (*State, error) {
 		}
 		s.views[p] = [2]*cuda.Tensor{dv, gv}
 	}
-	if cfg.opt != nil {
-		if s.opt, err = newDeviceOptimizer(dev, ps, cfg.opt); err != nil {
-			s.Close()
-			return nil, err
-		}
-	}
 	return s, nil
 }
 
@@ -114,19 +92,67 @@ func (s *State) Params() *cuda.Tensor { return s.data }
 // Grads is the flat gradient buffer (ParamSet.Grad's layout) on the device.
 func (s *State) Grads() *cuda.Tensor { return s.grad }
 
-// HasOptimizer reports whether the state was made WithOptimizer.
+// HasOptimizer reports whether a Compile gave the state its optimizer.
 func (s *State) HasOptimizer() bool { return s.opt != nil }
 
 // Compile builds m with build and the options as tape.Compile does, but the program reads
 // the parameters from the state's device buffer and adds every gradient into the state's
 // device gradient buffer at its GradHook (no host copy), then runs the options' gradient
 // hooks (nn.WithGradHook: DDP's "this gradient is ready"), in backward order; its Step is
-// the device optimizer's. Do not pass nn.WithGradBuffer, nn.WithGradSink,
-// nn.WithParamBacking, nn.WithOptimizer or nn.WithSolver: the state is the buffer and the
-// optimizer (the last two are an error).
+// the device optimizer's.
+//
+// The optimizer is the options' nn.WithOptimizer, as for every strategy on the host: optim's
+// SGD, Adam or AdamW (OptimizerOf), copied to the device by the first Compile that gives one
+// (the host optimizer stays the source of the learning rate and receives the device's state
+// at ToHost). A later Compile may give the same optimizer or none (an evaluation program);
+// another one is an error naming both, as are nn.WithSolver and an optimizer the device
+// cannot step. Do not pass nn.WithGradBuffer, nn.WithGradSink or nn.WithParamBacking: the
+// state is the buffer.
 func (s *State) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
-	all := append(append([]nn.BuildOption(nil), opts...), nn.WithGradSink(s.sink))
+	if err := s.takeOptimizer(opts); err != nil {
+		return nil, err
+	}
+	// The program's Step is the state's: nn compiles no host update.
+	all := append(append([]nn.BuildOption(nil), opts...), nn.WithOptimizer(nil), nn.WithSolver(nil), nn.WithGradSink(s.sink))
 	return compile(s.dev, s.model, build, s, all)
+}
+
+// OptimizerOf returns the optimizer that a State takes from the build options (nn.WithOptimizer:
+// optim's SGD, Adam or AdamW), nil where they give none, or an error naming the option that a
+// device state cannot step: nn.WithSolver (a gorgonia solver steps host memory) or an
+// optimizer other than those three. An engine that compiles on a State checks its caller's
+// build options with it before it compiles.
+func OptimizerOf(opts ...nn.BuildOption) (optim.Optimizer, error) {
+	up, solver := nn.Updates(opts...)
+	if solver != nil {
+		return nil, fmt.Errorf("cuda/tape: nn.WithSolver(%T): a gorgonia solver steps the parameters in host memory, which the device state does not update: give nn.WithOptimizer an optim.SGD, Adam or AdamW", solver)
+	}
+	if up == nil {
+		return nil, nil
+	}
+	switch o := up.(type) {
+	case *optim.SGD, *optim.Adam:
+		return o.(optim.Optimizer), nil
+	}
+	return nil, fmt.Errorf("cuda/tape: nn.WithOptimizer(%T): the device state steps optim's SGD, Adam or AdamW; this optimizer runs in host memory only", up)
+}
+
+// takeOptimizer makes the options' optimizer the state's device optimizer at the first
+// Compile that gives one, and refuses another one later.
+func (s *State) takeOptimizer(opts []nn.BuildOption) error {
+	host, err := OptimizerOf(opts...)
+	switch {
+	case err != nil || host == nil:
+		return err
+	case s.opt != nil && s.opt.host != host:
+		return fmt.Errorf("cuda/tape: nn.WithOptimizer(%T %p): the device state already steps with the %T %p of an earlier Compile: compile every program of a state with the same optimizer, or none", host, host, s.opt.host, s.opt.host)
+	case s.opt != nil:
+		return nil
+	case s.grad == nil:
+		return fmt.Errorf("cuda/tape: nn.WithOptimizer(%T): a unit state's hooks step the parameters: compile it without an optimizer", host)
+	}
+	s.opt, err = newDeviceOptimizer(s.dev, s.model.Params, host)
+	return err
 }
 
 // sink adds the gradient being handed over (s.cur, on the device) into p's range of the
@@ -190,7 +216,7 @@ func (s *State) ZeroGrad() error {
 }
 
 // Step applies the device optimizer to every parameter, then zeroes the gradients (train's
-// Step). Without WithOptimizer it is an error.
+// Step). Without an optimizer (no Compile gave one) it is an error.
 func (s *State) Step(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -211,7 +237,7 @@ func (s *State) Step(ctx context.Context) error {
 // update): it reads the host optimizer's learning rate and computes the step's scalars.
 func (s *State) BeginStep() error {
 	if s.opt == nil {
-		return fmt.Errorf("cuda/tape: Step: the device state has no optimizer (tape.WithOptimizer)")
+		return errNoOptimizer
 	}
 	return s.opt.begin()
 }
@@ -221,7 +247,7 @@ func (s *State) BeginStep() error {
 // what one whole step gives.
 func (s *State) StepRange(lo, hi int) error {
 	if s.opt == nil {
-		return fmt.Errorf("cuda/tape: Step: the device state has no optimizer (tape.WithOptimizer)")
+		return errNoOptimizer
 	}
 	return s.opt.stepRange(s.data, s.grad, lo, hi)
 }
@@ -229,7 +255,7 @@ func (s *State) StepRange(lo, hi int) error {
 // EndStep ends a step started by BeginStep.
 func (s *State) EndStep() error {
 	if s.opt == nil {
-		return fmt.Errorf("cuda/tape: Step: the device state has no optimizer (tape.WithOptimizer)")
+		return errNoOptimizer
 	}
 	return s.opt.end()
 }
@@ -290,6 +316,8 @@ func (s *State) Close() {
 		s.opt.free()
 	}
 }
+
+var errNoOptimizer = errors.New("cuda/tape: Step: the device state has no optimizer: give nn.WithOptimizer to the Compile of its training program")
 
 // deviceHook is a GradHook under a State: the gradient, on the device, is handed to the
 // state's sink through nn's hook (placeholder host value of the right shape, never read).

@@ -3,12 +3,14 @@ package tape_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
+	G "gorgonia.org/gorgonia"
 )
 
 // stateOptimizers are the optimizers the device state copies, each with weight decay on
@@ -49,12 +51,12 @@ func TestStateMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cpu.Close()
-			st, err := tape.NewState(d, md, tape.WithOptimizer(od))
+			st, err := tape.NewState(d, md)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			dev, err := st.Compile(build)
+			dev, err := st.Compile(build, nn.WithOptimizer(od))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,11 +156,11 @@ func TestStateRangedStepIsStep(t *testing.T) {
 			var params [2][]float32
 			for k := range params {
 				m := graphModel(t, build)
-				st, err := tape.NewState(d, m, tape.WithOptimizer(newOpt(t, m, 0.01, o.new)))
+				st, err := tape.NewState(d, m)
 				if err != nil {
 					t.Fatal(err)
 				}
-				p, err := st.Compile(build)
+				p, err := st.Compile(build, nn.WithOptimizer(newOpt(t, m, 0.01, o.new)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -200,6 +202,91 @@ func TestStateRangedStepIsStep(t *testing.T) {
 			}
 			if r := maxRel(params[1], params[0]); r != 0 {
 				t.Fatalf("ranged step differs from Step by %g", r)
+			}
+		})
+	}
+}
+
+// hostOnly is an optimizer of host memory alone: the device state cannot step it.
+type hostOnly struct{}
+
+func (hostOnly) Step() error { return nil }
+
+// A State takes its optimizer from the build options of the first Compile that gives one
+// and refuses, naming the options, a gorgonia solver, an optimizer it cannot step on the
+// device, and another optimizer at a later Compile; a Compile with the same optimizer or
+// none (an evaluation program) is fine, and a state no Compile gave an optimizer does not
+// step.
+func TestStateCompileOptimizer(t *testing.T) {
+	d := device(t)
+	ctx := context.Background()
+	const batch = 4
+	build := gormlp.Fixed(1, batch)
+	sgd := func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(s, 0.05) }
+	for _, tc := range []struct {
+		name string
+		// compiles returns the options of each Compile, in order, for the state of m.
+		compiles func(m *nn.Model) [][]nn.BuildOption
+		want     string // the last Compile's error; "" for none
+		stepping bool   // the state then has an optimizer
+	}{
+		{"solver", func(*nn.Model) [][]nn.BuildOption {
+			return [][]nn.BuildOption{{nn.WithSolver(G.NewVanillaSolver())}}
+		}, "cuda/tape: nn.WithSolver(*gorgonia.VanillaSolver): a gorgonia solver steps the parameters in host memory", false},
+		{"host-only optimizer", func(*nn.Model) [][]nn.BuildOption {
+			return [][]nn.BuildOption{{nn.WithOptimizer(hostOnly{})}}
+		}, "cuda/tape: nn.WithOptimizer(tape_test.hostOnly): the device state steps optim's SGD, Adam or AdamW", false},
+		{"another optimizer at a second Compile", func(m *nn.Model) [][]nn.BuildOption {
+			return [][]nn.BuildOption{{nn.WithOptimizer(newOpt(t, m, 0, sgd))}, {nn.WithOptimizer(newOpt(t, m, 0, sgd))}}
+		}, "the device state already steps with the *optim.SGD", true},
+		{"solver after an optimizer", func(m *nn.Model) [][]nn.BuildOption {
+			return [][]nn.BuildOption{{nn.WithOptimizer(newOpt(t, m, 0, sgd))}, {nn.WithSolver(G.NewVanillaSolver())}}
+		}, "cuda/tape: nn.WithSolver(*gorgonia.VanillaSolver)", true},
+		{"the same optimizer and an evaluation program", func(m *nn.Model) [][]nn.BuildOption {
+			o := newOpt(t, m, 0, sgd)
+			return [][]nn.BuildOption{{nn.WithOptimizer(o)}, {nn.WithOptimizer(o)}, {nn.Training(false)}}
+		}, "", true},
+		{"evaluation first, then training", func(m *nn.Model) [][]nn.BuildOption {
+			return [][]nn.BuildOption{{nn.Training(false)}, {nn.WithOptimizer(newOpt(t, m, 0, sgd))}}
+		}, "", true},
+		{"evaluation only", func(*nn.Model) [][]nn.BuildOption {
+			return [][]nn.BuildOption{{nn.Training(false)}}
+		}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := graphModel(t, build)
+			st, err := tape.NewState(d, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			cs := tc.compiles(m)
+			for i, opts := range cs {
+				p, err := st.Compile(build, opts...)
+				if err == nil {
+					p.Close()
+				}
+				switch {
+				case i < len(cs)-1 && err != nil:
+					t.Fatalf("Compile %d: %v", i, err)
+				case i < len(cs)-1:
+				case tc.want == "" && err != nil:
+					t.Fatalf("last Compile: %v", err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Fatalf("last Compile: %v, want an error containing %q", err, tc.want)
+				case err != nil:
+					t.Log(err)
+				}
+			}
+			if st.HasOptimizer() != tc.stepping {
+				t.Fatalf("HasOptimizer %v, want %v", st.HasOptimizer(), tc.stepping)
+			}
+			err = st.Step(ctx)
+			if tc.stepping && err != nil {
+				t.Fatalf("Step: %v", err)
+			}
+			if !tc.stepping && (err == nil || !strings.Contains(err.Error(), "the device state has no optimizer: give nn.WithOptimizer")) {
+				t.Fatalf("Step without an optimizer: %v", err)
 			}
 		})
 	}

@@ -193,21 +193,21 @@ func countChild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := tape.NewState(d, m, tape.WithOptimizer(sgd))
-		if err != nil {
-			t.Fatal(err)
-		}
 		build := nn.Classify(batch, []int{3, c.hw, c.hw}, 0.1)
 		var p train.Program
 		var done func()
 		if c.ddp {
-			p, done = ddpOfOne(t, ctx, m, st, build)
+			p, done = ddpOfOne(t, ctx, d, m, build, nn.WithOptimizer(sgd))
 		} else {
-			tp, err := st.Compile(build)
+			st, err := tape.NewState(d, m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, done = tp, func() { tp.Close() }
+			tp, err := st.Compile(build, nn.WithOptimizer(sgd))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, done = tp, func() { tp.Close(); st.Close() }
 		}
 		rng := rand.New(rand.NewSource(3))
 		x, y := make([]float32, batch*3*c.hw*c.hw), make([]float32, batch)
@@ -248,13 +248,12 @@ func countChild(t *testing.T) {
 			Launches: float64(calls["cuLaunchKernel"]) / steps, Calls: calls})
 		fmt.Printf("STEPCOUNTS %s\n", out)
 		done()
-		st.Close()
 	}
 }
 
-// ddpOfOne is device DDP over an NCCL group of one on st's device (as the trainer's
-// -strategy ddp at world size 1) compiled with build; done releases it.
-func ddpOfOne(t *testing.T, ctx context.Context, m *nn.Model, st *tape.State, build nn.BuildFunc) (train.Program, func()) {
+// ddpOfOne is device DDP of m over an NCCL group of one on dev (as the trainer's -strategy
+// ddp at world size 1) compiled with build and opts; done releases it.
+func ddpOfOne(t *testing.T, ctx context.Context, dev *cuda.Device, m *nn.Model, build nn.BuildFunc, opts ...nn.BuildOption) (train.Program, func()) {
 	srv, err := store.Listen("127.0.0.1:0", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -270,15 +269,12 @@ func ddpOfOne(t *testing.T, ctx context.Context, m *nn.Model, st *tape.State, bu
 		t.Fatal(err)
 	}
 	host := comm.NewLocalGroups(1)
-	d, err := ddp.New(ctx, m, host[0])
+	be := devddp.NewBackend(dev, g)
+	d, err := ddp.New(ctx, m, host[0], ddp.WithBackend(be))
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := devddp.NewBackend(st, g)
-	if err := d.SetBackend(be); err != nil {
-		t.Fatal(err)
-	}
-	p, err := d.Compile(build)
+	p, err := d.Compile(build, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

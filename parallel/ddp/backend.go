@@ -2,7 +2,6 @@ package ddp
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -20,12 +19,15 @@ import (
 // (default reduction only) and Launch as gradients become final, Launch in bucket order;
 // then Land once per bucket, in bucket order.
 type Backend interface {
-	// Accept is called once, when the backend is attached (SetBackend), with the DDP's
-	// model and the options that concern the backend; it returns an error naming the
-	// option it cannot honour, or saying why the model is not the one it holds.
+	// Accept is called once, by New (WithBackend) after the models were checked and rank
+	// 0's parameters broadcast, with the DDP's model and the options that concern the
+	// backend; it makes what the backend holds of the model (a device copy of its
+	// parameters) and returns an error naming the option it cannot honour, or saying why
+	// it cannot hold the model.
 	Accept(m *nn.Model, s Settings) error
-	// Compile builds the model with build; opts hold the caller's options and DDP's
-	// gradient hook (and, under SyncBatchNorm, its statistics reducer).
+	// Compile builds the model with build; opts hold the caller's options (the optimizer,
+	// nn.WithOptimizer, among them) and DDP's gradient hook (and, under SyncBatchNorm, its
+	// statistics reducer).
 	Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Executor, error)
 	// Layout is given the buckets, in launch order, before their first Launch and each
 	// time they change (the rebuild after the first synchronised step). No bucket's
@@ -95,28 +97,6 @@ type BucketStepper interface {
 	BeginStep() error
 	StepBucket(b *Bucket) error
 	EndStep() error
-}
-
-// SetBackend makes b the backend of d, a DDP that New made over host memory: the model
-// then runs and its buckets reduce where b says (cuda/devddp.NewBackend: on a CUDA device,
-// reduced by NCCL). b's parameters must already be rank 0's (a device state made from the
-// model after New). Call it before Compile; b refuses, naming it, an option it cannot
-// honour. b stays the caller's, to close after the DDP's last step.
-func (d *DDP) SetBackend(b Backend) error {
-	if b == nil {
-		return fmt.Errorf("%s: nil backend", d.who())
-	}
-	if d.compiled {
-		return fmt.Errorf("%s: SetBackend after Compile: set the backend first", d.who())
-	}
-	if err := b.Accept(d.Model, Settings{Hook: d.cfg.hook, SyncBN: d.cfg.syncBN, Group: d.g}); err != nil {
-		return fmt.Errorf("%s: %w", d.who(), err)
-	}
-	if err := b.Layout(d.buckets); err != nil {
-		return fmt.Errorf("%s: %w", d.who(), err)
-	}
-	d.be = b
-	return nil
 }
 
 // hostBackend runs nn programs in host memory and reduces over the DDP's comm.Group.

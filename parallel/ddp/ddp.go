@@ -47,7 +47,6 @@ type DDP struct {
 	join       *joinState
 	prescale   bool // the default hook: markReady divides each gradient, launch all-reduces
 	be         Backend
-	compiled   bool // a program was compiled: the backend is fixed
 
 	bcast   replica.Broadcaster
 	checker replica.Checker
@@ -57,7 +56,11 @@ type DDP struct {
 // New wraps model for the process group g: it checks that every rank's model has the same
 // parameters and buffers (names, shapes, dtypes, order), failing with an error that names
 // each differing rank and parameter, then broadcasts rank 0's parameters and buffers to
-// every rank and lays out the gradient buckets. Every rank calls New with the same options.
+// every rank, lays out the gradient buckets and opens the backend: host memory reduced over
+// g, or WithBackend's (a CUDA device reduced by NCCL: cuda/devddp), which New accepts then,
+// failing with the backend's refusal of an option or of the model. Every rank calls New
+// with the same options. The optimizer is given to Compile (nn.WithOptimizer), on every
+// backend.
 func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*DDP, error) {
 	if model == nil || model.Params == nil {
 		return nil, fmt.Errorf("ddp: rank %d: nil model", g.Rank())
@@ -83,12 +86,34 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 		d.flatPos[p.Index] = i
 	}
 	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(d.flat, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket))
-	d.be = &hostBackend{d: d}
-	if err := d.be.Layout(d.buckets); err != nil {
+	if err := d.open(); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
+
+// open makes the backend of d: WithBackend's, accepted now that the ranks hold rank 0's
+// parameters, or the host's; and gives it the buckets.
+func (d *DDP) open() error {
+	b := Backend(&hostBackend{d: d})
+	if d.cfg.backendSet {
+		b = d.cfg.backend
+		if b == nil {
+			return fmt.Errorf("%s: ddp.WithBackend(nil): give it a backend (cuda/devddp.NewBackend), or leave the option out for host memory", d.who())
+		}
+		if err := b.Accept(d.Model, Settings{Hook: d.cfg.hook, SyncBN: d.cfg.syncBN, Group: d.g}); err != nil {
+			return fmt.Errorf("%s: ddp.WithBackend(%T): %w", d.who(), b, err)
+		}
+	}
+	if err := b.Layout(d.buckets); err != nil {
+		return fmt.Errorf("%s: %T: bucket layout: %w", d.who(), b, err)
+	}
+	d.be = b
+	return nil
+}
+
+// Backend is the backend the DDP runs on: WithBackend's, or the host's.
+func (d *DDP) Backend() Backend { return d.be }
 
 // Rank is this replica's rank.
 func (d *DDP) Rank() int { return d.rank }

@@ -23,6 +23,8 @@ type config struct {
 	rebuild          bool
 	timelineSteps    int
 	checkEvery       int
+	backend          Backend // WithBackend's; nil: the host backend
+	backendSet       bool    // WithBackend was given (WithBackend(nil) is refused)
 
 	// NewSolver's alone.
 	group          comm.Group
@@ -114,6 +116,18 @@ func TimelineSteps(n int) Option { return func(c *config) { c.timelineSteps = ma
 // replica.DefaultCheckEvery; 0 turns the check off. Every rank must use the same value.
 func CheckEvery(steps int) Option { return func(c *config) { c.checkEvery = steps } }
 
+// WithBackend makes b the backend of the DDP that New makes: the model then runs and its
+// buckets reduce where b says (cuda/devddp.NewBackend: on a CUDA device, reduced by NCCL),
+// instead of in host memory over the group. New accepts b (Backend.Accept) after it has
+// checked the models and broadcast rank 0's parameters, so a backend that copies the
+// parameters elsewhere copies rank 0's; b refuses there, and New with it, an option it cannot
+// honour or a model it cannot hold, the error naming WithBackend and b. The optimizer is
+// Compile's nn.WithOptimizer on every backend. b stays the caller's, to close after the DDP's
+// last step (or after New failed). NewSolver refuses it: a wrapped solver steps host memory.
+func WithBackend(b Backend) Option {
+	return func(c *config) { c.backend, c.backendSet = b, true }
+}
+
 // WithGroup makes NewSolver use g instead of starting a group from the launcher's
 // environment; Close then leaves g open. New takes its group as an argument and refuses it.
 func WithGroup(g comm.Group) Option { return func(c *config) { c.group = g } }
@@ -158,6 +172,8 @@ func (c config) forSolver() error {
 		bad = "FirstBucketBytes or LastBucketBytes (they order reductions within backward; use BucketCapBytes)"
 	case c.rebuild != def.rebuild:
 		bad = "NoBucketRebuild"
+	case c.backendSet:
+		bad = "WithBackend (a wrapped solver steps the gradients it is handed in host memory)"
 	case c.timelineSteps != def.timelineSteps:
 		bad = "TimelineSteps"
 	case c.backwardPasses < 0:

@@ -39,7 +39,6 @@ func (d *DDP) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: compile: %w", d.who(), err)
 	}
-	d.compiled = true
 	np := x.Compiled()
 	return &Program{x: x, d: d, training: np.Builder.Training() && np.Loss != nil, graphUnused: graphUnused(d.Model.Params, np)}, nil
 }

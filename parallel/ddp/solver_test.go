@@ -312,6 +312,10 @@ func TestSolverRefusals(t *testing.T) {
 			_, err := NewSolver(ctx, G.NewAdamSolver(), p.g, WithGroup(single), SyncBatchNorm())
 			return err
 		}, "SyncBatchNorm (it needs the build-function path: New and Compile) does not apply"},
+		{"backend", func() error {
+			_, err := NewSolver(ctx, G.NewAdamSolver(), p.g, WithGroup(single), WithBackend(&probeBackend{}))
+			return err
+		}, "WithBackend (a wrapped solver steps the gradients it is handed in host memory) does not apply to a wrapped solver"},
 		{"no gradient", func() error {
 			s, err := NewSolver(ctx, G.NewAdamSolver(), p.g, WithGroup(single))
 			if err != nil {
