@@ -16,6 +16,13 @@
 //   - ZeroGrad: zero the gradients without an update (after a skipped step, or to drop an
 //     accumulation).
 //
+// The optimizer is given once, where the program is built, so Step takes no argument: for
+// every replicated strategy (one process, DDP, DataParallel) on the host and on a device it
+// is nn.WithOptimizer (or nn.WithSolver, on the host) in the build options (nn.Compile,
+// tape.State.Compile, ddp.DDP.Compile, dp.WithBuildOptions), the device copying optim's SGD,
+// Adam or AdamW; for ZeRO-3, whose optimizer exists with its shards, it is zero.WithOptimizer
+// at zero.New.
+//
 // So a step is Run then Step; gradient accumulation is several Runs then one Step (with
 // ddp's NoSync around all but the last Run to save the reductions). RunStep does Run and
 // Step with the strategy's overlap where it has one (DDP updates each bucket as soon as its

@@ -15,6 +15,12 @@
 //	}
 //
 // or prog.RunStep(ctx) for both, with each bucket updated as soon as its reduction ends.
+// On a CUDA device the loop is the same, with one option at New and the optimizer still
+// Compile's (cuda/devddp):
+//
+//	d, err := ddp.New(ctx, model, group, ddp.WithBackend(devddp.NewBackend(dev, nccl)))
+//	prog, err := d.Compile(build, nn.WithOptimizer(opt))  // optim's SGD, Adam or AdamW, stepped on the device
+//
 // A plain gorgonia program is a model too (nn.NewGraphModel): compiled with a gorgonia solver
 // (nn.WithSolver), its learnables' Node.Grad() is the averaged gradient after Run, so the
 // solver, or a hand-written update, steps every replica alike. Every CheckEvery steps the
@@ -74,9 +80,10 @@
 // step may use a bucket's result, and runs the rebuild, Join, static graph, unused
 // parameters and the timeline, with no I/O of its own beyond its small control messages on
 // the group. A Backend moves the bytes: New's host backend runs nn programs and reduces over
-// the comm.Group; cuda/devddp's (DDP.SetBackend) runs on a device and reduces device memory
-// with NCCL, ordered by CUDA events. An option a backend cannot honour is refused when it is
-// attached, naming the option and the backend.
+// the comm.Group; cuda/devddp's (WithBackend) runs on a device and reduces device memory
+// with NCCL, ordered by CUDA events. New accepts a backend once it has checked the models and
+// broadcast rank 0's parameters; an option a backend cannot honour is refused then, the
+// error naming WithBackend and the backend.
 //
 // # Errors
 //
