@@ -23,14 +23,16 @@
 enum { GP5R_MB = 64, GP5R_KC = 128, GP5R_NB = 48 };
 
 // gp5r_micro: rows [0, MR) by NV vectors of c (ldc) from kc steps of a (lda) and the packed
-// panel bp ([kc][nb]); load: start from c's partial sums; bias (or null): add it and finish.
+// panel bp ([kc][nb]); load: start from c's partial sums; bias (or null): add it and finish;
+// PF (a constant): prefetch one line of pf into L2 at each of the first npf steps.
 static inline __attribute__((always_inline)) void gp5r_micro(int MR, int NV, int nb, int kc, const float *a, long lda,
                                                             const float *bp, float *c, long ldc, int load,
-                                                            const float *bias) {
+                                                            const float *bias, int PF, const char *pf, long npf) {
 	__m512 acc[8][4];
 	for (int r = 0; r < MR; r++)
 		for (int v = 0; v < NV; v++) acc[r][v] = load ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
 	for (int k = 0; k < kc; k++) {
+		if (PF && k < npf) _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
 		__m512 bv[4];
 		for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(bp + (long)k * nb + 16 * v);
 		for (int r = 0; r < MR; r++) {
@@ -78,6 +80,15 @@ static int gp5_sgemm_rows(int tb, int m, int n, int k, const float *a, long lda,
 	}
 	for (int i0 = 0; i0 < m; i0 += GP5R_MB) {
 		int ie = m - i0 < GP5R_MB ? m : i0 + GP5R_MB;
+		// The next chunk's rows of a, prefetched into L2 one line a step in the first steps of
+		// this chunk's micro-kernel calls, when they are at most 96 KiB (k <= 384): loaded on
+		// demand they kept the tall products of swin_t's first two stages waiting on memory;
+		// larger ones (the convolutions' k >= 576) compete in L2 with the packed panels.
+		long nxr = k <= 384 ? (m - ie < GP5R_MB ? m - ie : GP5R_MB) : 0;
+		const char *pfp = (const char *)(a + (long)ie * lda);
+		long pfl = nxr > 0 ? (nxr * lda * 4 + 63) / 64 : 0;
+		long calls = (long)((GP5R_MB + 7) / 8) * ((n + NB - 1) / NB) * ((k + GP5R_KC - 1) / GP5R_KC);
+		long per = (pfl + calls - 1) / calls;
 		for (int j0 = 0; j0 < n; j0 += NB) {
 			int nb = n - j0 < NB ? n - j0 : NB, nv = nb / 16;
 			for (int k0 = 0; k0 < k; k0 += GP5R_KC) {
@@ -85,7 +96,16 @@ static int gp5_sgemm_rows(int tb, int m, int n, int k, const float *a, long lda,
 				const float *bpk = bp + (long)j0 * k + (long)k0 * nb;
 				const float *bj = bias && k0 + kc == k ? bias + j0 : 0;
 				int load = k0 > 0, i = i0;
-#define GP5R(MR, NV) gp5r_micro(MR, NV, nb, kc, a + (long)i * lda + k0, lda, bpk, c + (long)i * ldc + j0, ldc, load, bj)
+#define GP5R(MR, NV)                                                                                              \
+	do {                                                                                                      \
+		long t = MR == 1 ? 0 : pfl < per ? pfl : per;                                                     \
+		if (t)                                                                                            \
+			gp5r_micro(MR, NV, nb, kc, a + (long)i * lda + k0, lda, bpk, c + (long)i * ldc + j0, ldc, load, bj, 1, pfp, t); \
+		else                                                                                              \
+			gp5r_micro(MR, NV, nb, kc, a + (long)i * lda + k0, lda, bpk, c + (long)i * ldc + j0, ldc, load, bj, 0, 0, 0); \
+		pfp += 64 * t;                                                                                    \
+		pfl -= t;                                                                                         \
+	} while (0)
 				switch (nv) {
 				case 4:
 					for (; i + 6 <= ie; i += 6) GP5R(6, 4);
