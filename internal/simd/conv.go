@@ -50,3 +50,15 @@ type ConvShift struct {
 	Off            []int32
 	Mask           []uint16
 }
+
+// ConvPad is how ConvShiftWGradPad reads x: each plane of OH×OW pixels copied by PadPlanes
+// into a zero border of PH rows above and below and PW columns on each side, and tap q's
+// element of output pixel (h, w) at Off[q] + h·(OW + 2·PW) + w of its padded plane (for a
+// stride-1 tap at row and column offsets (di, dj): (di + PH)·(OW + 2·PW) + dj + PW).
+type ConvPad struct {
+	OH, OW, PH, PW int
+	Off            []int32
+}
+
+// Size is the floats of one padded plane.
+func (p *ConvPad) Size() int { return (p.OH + 2*p.PH) * (p.OW + 2*p.PW) }

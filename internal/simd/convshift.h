@@ -10,6 +10,11 @@ typedef struct {
 	long P, xc, xn, yc, yn;
 	const int *qoff;            // set by the kernels from their arguments: cgo passes no
 	const unsigned short *mask; // Go pointers inside a struct
+	// Padded planes (gp_pad_planes), for the kernels that read them: lines of ow pixels
+	// (a multiple of 16) lw apart in planes of pp floats, tap q at poff[q]; set by those
+	// kernels from their arguments.
+	long ow, lw, pp;
+	const int *poff;
 } gp_shiftconv;
 
 // gp_phase_split writes the phase planes of nc planes of x (h×w each) into xp (s² planes
@@ -95,6 +100,24 @@ static inline __attribute__((always_inline)) void gp_phase_merge_s(const float *
 				dr[k] = j < ow && ((used >> (a * s + b)) & 1) ? pl[(a * s + b) * P + i * ow + j] : 0;
 			}
 		}
+	}
+}
+
+// gp_pad_planes copies nc planes of x (oh×ow each) into xp with a zero border of ph rows
+// above and below and pw columns on each side (planes of (oh + 2·ph)·(ow + 2·pw)).
+static void gp_pad_planes(const float *x, float *xp, long nc, long oh, long ow, long ph, long pw) {
+	long wp = ow + 2 * pw, pp = (oh + 2 * ph) * wp;
+	for (long p = 0; p < nc; p++) {
+		const float *src = x + p * oh * ow;
+		float *d = xp + p * pp;
+		for (long i = 0; i < ph * wp; i++) d[i] = 0;
+		for (long h = 0; h < oh; h++) {
+			float *row = d + (ph + h) * wp;
+			for (long i = 0; i < pw; i++) row[i] = 0;
+			for (long i = 0; i < ow; i++) row[pw + i] = src[h * ow + i];
+			for (long i = 0; i < pw; i++) row[pw + ow + i] = 0;
+		}
+		for (long i = (ph + oh) * wp; i < pp; i++) d[i] = 0;
 	}
 }
 

@@ -50,7 +50,7 @@ static inline float gp5s_hsum(__m512 v) {
 		if (NV > 1) GP5S_ST1(o, 1)                                                      \
 		if (NV > 2) GP5S_ST1(o, 2)                                                      \
 	}
-static inline __attribute__((always_inline)) void gp5s_fwd_block(int NO, int NV, const gp_shiftconv *g,
+static inline __attribute__((always_inline)) void gp5s_fwd_block(int PAD, int NO, int NV, const gp_shiftconv *g,
                                                                  const long *un, const long *uj, const float *x,
                                                                  const float *wp, const float *bias, float *y,
                                                                  int o0) {
@@ -61,18 +61,31 @@ static inline __attribute__((always_inline)) void gp5s_fwd_block(int NO, int NV,
 	__m512 a00 = z, a01 = z, a02 = z, a10 = z, a11 = z, a12 = z, a20 = z, a21 = z, a22 = z, a30 = z, a31 = z,
 	       a32 = z, a40 = z, a41 = z, a42 = z, a50 = z, a51 = z, a52 = z, a60 = z, a61 = z, a62 = z, a70 = z,
 	       a71 = z, a72 = z;
-	// Unit v's pixels of channel 0 and its masks (mask row q at m<v>[q·nch]).
-	const float *xb0 = x + un[0] * g->xn + uj[0] * 16, *xb1 = xb0, *xb2 = xb0;
-	const unsigned short *m0 = g->mask + uj[0], *m1 = m0, *m2 = m0;
-	if (NV > 1) xb1 = x + un[1] * g->xn + uj[1] * 16, m1 = g->mask + uj[1];
-	if (NV > 2) xb2 = x + un[2] * g->xn + uj[2] * 16, m2 = g->mask + uj[2];
+	// Unit v's pixels of channel 0 and its masks (mask row q at m<v>[q·nch]); from padded
+	// planes (PAD), its line's first pixel, read with plain loads.
+#define GP5S_XB(v) (PAD ? x + un[v] * (long)C * g->pp + (uj[v] * 16 / g->ow) * g->lw + (uj[v] * 16) % g->ow \
+	                : x + un[v] * g->xn + uj[v] * 16)
+	const float *xb0 = GP5S_XB(0), *xb1 = xb0, *xb2 = xb0;
+	const unsigned short *m0 = PAD ? 0 : g->mask + uj[0], *m1 = m0, *m2 = m0;
+	if (NV > 1) xb1 = GP5S_XB(1), m1 = PAD ? 0 : g->mask + uj[1];
+	if (NV > 2) xb2 = GP5S_XB(2), m2 = PAD ? 0 : g->mask + uj[2];
+#undef GP5S_XB
+	const long cst = PAD ? g->pp : xc;
+	const int *qo = PAD ? g->poff : qoff;
 	const float *wr = wp + o0;
 	for (int c = 0; c < C; c++) {
 		for (int q = 0; q < kk; q++, wr += O) {
-			long off = (long)c * xc + qoff[q], mo = (long)q * nch;
-			__m512 x0 = _mm512_maskz_loadu_ps(m0[mo], xb0 + off), x1 = x0, x2 = x0;
-			if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1[mo], xb1 + off);
-			if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2[mo], xb2 + off);
+			long off = (long)c * cst + qo[q], mo = (long)q * nch;
+			__m512 x0, x1, x2;
+			if (PAD) {
+				x0 = _mm512_loadu_ps(xb0 + off), x1 = x0, x2 = x0;
+				if (NV > 1) x1 = _mm512_loadu_ps(xb1 + off);
+				if (NV > 2) x2 = _mm512_loadu_ps(xb2 + off);
+			} else {
+				x0 = _mm512_maskz_loadu_ps(m0[mo], xb0 + off), x1 = x0, x2 = x0;
+				if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1[mo], xb1 + off);
+				if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2[mo], xb2 + off);
+			}
 			GP5S_FMA(0) GP5S_FMA(1) GP5S_FMA(2) GP5S_FMA(3) GP5S_FMA(4) GP5S_FMA(5) GP5S_FMA(6) GP5S_FMA(7)
 		}
 	}
@@ -86,26 +99,25 @@ static inline __attribute__((always_inline)) void gp5s_fwd_block(int NO, int NV,
 #define GP5S_FWD_O(NV)                                                                   \
 	do {                                                                                 \
 		int o0 = 0;                                                                      \
-		for (; o0 + 8 <= O; o0 += 8) gp5s_fwd_block(8, NV, g, un, uj, x, wp, bias, y, o0); \
+		for (; o0 + 8 <= O; o0 += 8) gp5s_fwd_block(PAD, 8, NV, g, un, uj, x, wp, bias, y, o0); \
 		switch (O - o0) {                                                                \
-		case 7: gp5s_fwd_block(7, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 6: gp5s_fwd_block(6, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 5: gp5s_fwd_block(5, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 4: gp5s_fwd_block(4, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 3: gp5s_fwd_block(3, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 2: gp5s_fwd_block(2, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 1: gp5s_fwd_block(1, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 7: gp5s_fwd_block(PAD, 7, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 6: gp5s_fwd_block(PAD, 6, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 5: gp5s_fwd_block(PAD, 5, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 4: gp5s_fwd_block(PAD, 4, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 3: gp5s_fwd_block(PAD, 3, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 2: gp5s_fwd_block(PAD, 2, NV, g, un, uj, x, wp, bias, y, o0); break;            \
+		case 1: gp5s_fwd_block(PAD, 1, NV, g, un, uj, x, wp, bias, y, o0); break;            \
 		}                                                                                \
 	} while (0)
 
-// gp5_conv_shift_fwd is the forward of units [u0, u1) (unit u: image u/nch, pixels
-// 16·(u%nch) on): y = wpᵀ·cols(x) (+ bias), wp the weights packed K×O (K = C·kk rows in
-// im2col's order), three units and eight output channels at a time.
-static void gp5_conv_shift_fwd(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x, const float *wp, const float *bias, float *y,
-                               long u0, long u1) {
-	gp_shiftconv gs = *g0;
-	gs.qoff = qoff, gs.mask = mask;
-	const gp_shiftconv *g = &gs;
+// gp5s_fwd_units is the forward of units [u0, u1) (unit u: image u/nch, pixels 16·(u%nch)
+// on): y = wpᵀ·cols(x) (+ bias), wp the weights packed K×O (K = C·kk rows in im2col's
+// order), three units and eight output channels at a time; x as planes with masks, or
+// padded planes (PAD).
+static inline __attribute__((always_inline)) void gp5s_fwd_units(int PAD, const gp_shiftconv *g, const float *x,
+                                                                 const float *wp, const float *bias, float *y,
+                                                                 long u0, long u1) {
 	const int O = g->O;
 	long nch = (g->P + 15) / 16;
 	long un[3], uj[3];
@@ -121,6 +133,25 @@ static void gp5_conv_shift_fwd(const gp_shiftconv *g0, const int *qoff, const un
 		un[0] = u / nch, uj[0] = u % nch;
 		GP5S_FWD_O(1);
 	}
+}
+
+// gp5_conv_shift_fwd is gp5s_fwd_units reading x through the masks.
+static void gp5_conv_shift_fwd(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x, const float *wp, const float *bias, float *y,
+                               long u0, long u1) {
+	gp_shiftconv gs = *g0;
+	gs.qoff = qoff, gs.mask = mask;
+	gp5s_fwd_units(0, &gs, x, wp, bias, y, u0, u1);
+}
+
+// gp5_conv_shift_fwd_pad is gp5s_fwd_units reading padded planes xp (lines of ow pixels, a
+// multiple of 16, lw apart, planes of pp, tap q at poff[q]) with plain loads: the same
+// products in the same order as gp5_conv_shift_fwd's, so the same bits, without a vector
+// ALU micro-op for each masked load.
+static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long ow, long lw, long pp, const float *xp,
+                                   const float *wp, const float *bias, float *y, long u0, long u1) {
+	gp_shiftconv gs = *g0;
+	gs.poff = poff, gs.ow = ow, gs.lw = lw, gs.pp = pp;
+	gp5s_fwd_units(1, &gs, xp, wp, bias, y, u0, u1);
 }
 
 // gp5s_wgrad_block sums output channels [o0, o0+NO) by rows [r0, r0+NR) of the filter
@@ -222,6 +253,73 @@ static void gp5_conv_shift_wgrad(const gp_shiftconv *g0, const int *qoff, const 
 	case 3: GP5S_WGRAD_R(3); break;
 	case 2: GP5S_WGRAD_R(2); break;
 	case 1: GP5S_WGRAD_R(1); break;
+	}
+}
+
+// gp5s_wgrad_pad_block is gp5s_wgrad_block over padded planes (gp_pad_planes): row r of
+// unit u (image n, the 16 pixels from (h, w0) of a line, OW a multiple of 16) is read at
+// xp + n·xn + c·pp + poff[q] + h·wp + w0 with plain loads, the padding's zeros in the planes
+// where gp5s_wgrad_block masks them: the same products in the same order, so the same bits.
+// Its masked loads each took a vector ALU micro-op beside the 24 FMAs of a step.
+#define GP5P_WR(r)                                                                            \
+	if (NR > r) {                                                                             \
+		__m512 xv = _mm512_loadu_ps(xr + off##r);                                             \
+		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                               \
+	}
+#define GP5P_WD(o) \
+	if (NO > o) d##o = _mm512_loadu_ps(dyn + (long)o * P + j * 16);
+#define GP5P_WOFF(r) \
+	if (NR > r) off##r = (long)((r0 + r) / kk) * pp + poff[(r0 + r) % kk];
+static inline __attribute__((always_inline)) void gp5s_wgrad_pad_block(int NO, int NR, const gp_shiftconv *g,
+                                                                       const int *poff, long ow, long wp, long pp,
+                                                                       const float *xp, const float *dy, float *dw,
+                                                                       int N, int o0, int r0) {
+	const int O = g->O, kk = g->kk;
+	const long P = g->P, nch = P / 16, xn = (long)g->C * pp;
+	const __m512 z = _mm512_setzero_ps();
+	__m512 a00 = z, a01 = z, a02 = z, a03 = z, a04 = z, a05 = z, a10 = z, a11 = z, a12 = z, a13 = z, a14 = z,
+	       a15 = z, a20 = z, a21 = z, a22 = z, a23 = z, a24 = z, a25 = z, a30 = z, a31 = z, a32 = z, a33 = z,
+	       a34 = z, a35 = z;
+	long off0 = 0, off1 = 0, off2 = 0, off3 = 0, off4 = 0, off5 = 0;
+	GP5P_WOFF(0) GP5P_WOFF(1) GP5P_WOFF(2) GP5P_WOFF(3) GP5P_WOFF(4) GP5P_WOFF(5)
+	for (int n = 0; n < N; n++) {
+		const float *xb = xp + (long)n * xn, *dyn = dy + ((long)n * O + o0) * P;
+		for (long j = 0; j < nch; j++) {
+			const float *xr = xb + (j * 16 / ow) * wp + (j * 16) % ow;
+			__m512 d0 = z, d1 = z, d2 = z, d3 = z;
+			GP5P_WD(0) GP5P_WD(1) GP5P_WD(2) GP5P_WD(3)
+			GP5P_WR(0) GP5P_WR(1) GP5P_WR(2) GP5P_WR(3) GP5P_WR(4) GP5P_WR(5)
+		}
+	}
+	long K = (long)g->C * kk;
+	GP5S_WS(0) GP5S_WS(1) GP5S_WS(2) GP5S_WS(3)
+}
+
+#define GP5P_WGRAD_R(NO)                                                                          \
+	do {                                                                                          \
+		int r0 = 0;                                                                               \
+		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_pad_block(NO, 6, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); \
+		switch (K - r0) {                                                                         \
+		case 5: gp5s_wgrad_pad_block(NO, 5, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
+		case 4: gp5s_wgrad_pad_block(NO, 4, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
+		case 3: gp5s_wgrad_pad_block(NO, 3, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
+		case 2: gp5s_wgrad_pad_block(NO, 2, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
+		case 1: gp5s_wgrad_pad_block(NO, 1, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
+		}                                                                                         \
+	} while (0)
+
+// gp5_conv_shift_wgrad_pad is gp5_conv_shift_wgrad's rows [oa, ob) read from padded planes
+// xp (gp5s_wgrad_pad_block); P and ow multiples of 16.
+static void gp5_conv_shift_wgrad_pad(const gp_shiftconv *g0, const int *poff, long ow, long wp, long pp,
+                                     const float *xp, const float *dy, float *dw, int N, int oa, int ob) {
+	const gp_shiftconv *g = g0;
+	int K = g->C * g->kk;
+	int o0 = oa;
+	for (; o0 + 4 <= ob; o0 += 4) GP5P_WGRAD_R(4);
+	switch (ob - o0) {
+	case 3: GP5P_WGRAD_R(3); break;
+	case 2: GP5P_WGRAD_R(2); break;
+	case 1: GP5P_WGRAD_R(1); break;
 	}
 }
 

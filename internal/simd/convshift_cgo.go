@@ -74,6 +74,84 @@ func ConvShiftWGrad(s *ConvShift, x, dy, dw []float32, n, oa, ob int) bool {
 	return true
 }
 
+// ConvShiftPadOK reports whether ConvShiftWGradPad runs for s read through pad: at level
+// AVX512, rows of OW pixels a multiple of 16 (each unit of 16 pixels within one line), OH·OW
+// = s.P, one tap offset for each of s's taps.
+func ConvShiftPadOK(s *ConvShift, pad *ConvPad) bool {
+	return Current() == AVX512 && pad.OW > 0 && pad.OW%16 == 0 && pad.OH*pad.OW == s.P && pad.PH >= 0 &&
+		pad.PW >= 0 && len(pad.Off) == s.KK
+}
+
+// PadPlanes writes nc planes of x (OH×OW each) into xp as pad's padded planes (Size each),
+// the border 0. It reports false at level Off.
+func PadPlanes(pad *ConvPad, x, xp []float32, nc int) bool {
+	if Current() == Off || pad.OH < 1 || pad.OW < 1 || pad.PH < 0 || pad.PW < 0 {
+		return false
+	}
+	if nc == 0 {
+		return true
+	}
+	_, _ = x[nc*pad.OH*pad.OW-1], xp[nc*pad.Size()-1]
+	C.gp_pad_planes(f32p(x), f32p(xp), C.long(nc), C.long(pad.OH), C.long(pad.OW), C.long(pad.PH), C.long(pad.PW))
+	return true
+}
+
+// ConvShiftFwdPad is ConvShiftFwd with x read from xp, its planes padded by PadPlanes (n
+// images of s.C planes of pad.Size() floats): the same sums in the same order, so the same
+// bits, without masking each load. It reports false, computing nothing, where
+// ConvShiftPadOK does not take s and pad, for units outside the batch, or for taps that
+// would read outside their padded plane; the caller then runs ConvShiftFwd.
+func ConvShiftFwdPad(s *ConvShift, pad *ConvPad, xp, wp, bias, y []float32, n, u0, u1 int) bool {
+	if !ConvShiftPadOK(s, pad) || u0 < 0 || u1 > n*(s.P/16) || !padTapsInside(pad) {
+		return false
+	}
+	if u0 >= u1 {
+		return true
+	}
+	pp := pad.Size()
+	_, _, _ = xp[n*s.C*pp-1], wp[s.C*s.KK*s.O-1], y[(n-1)*s.YN+(s.O-1)*s.YC+s.P-1]
+	if bias != nil {
+		_ = bias[s.O-1]
+	}
+	cs := cShift(s)
+	C.gp5_conv_shift_fwd_pad(&cs, i32p(pad.Off), C.long(pad.OW), C.long(pad.OW+2*pad.PW), C.long(pp), f32p(xp),
+		f32p(wp), f32p(bias), f32p(y), C.long(u0), C.long(u1))
+	return true
+}
+
+// padTapsInside reports whether every tap of pad reads inside its padded plane: the last
+// unit of a plane reads 16 floats from Off[q] + (OH-1)·(OW + 2·PW) + OW - 16.
+func padTapsInside(pad *ConvPad) bool {
+	pp, lw := pad.Size(), pad.OW+2*pad.PW
+	for _, o := range pad.Off {
+		if o < 0 || int(o)+(pad.OH-1)*lw+pad.OW > pp {
+			return false
+		}
+	}
+	return true
+}
+
+// ConvShiftWGradPad is ConvShiftWGrad with x read from xp, its planes padded by PadPlanes
+// (n images of s.C planes of pad.Size() floats): the same sums in the same order, so the
+// same bits, without masking each load. It reports false, computing nothing, where
+// ConvShiftPadOK does not take s and pad, and for channels outside [0, O); the caller then
+// runs ConvShiftWGrad. Every tap's reads must stay inside its padded plane.
+func ConvShiftWGradPad(s *ConvShift, pad *ConvPad, xp, dy, dw []float32, n, oa, ob int) bool {
+	if !ConvShiftPadOK(s, pad) || oa < 0 || ob > s.O || !padTapsInside(pad) {
+		return false
+	}
+	if oa >= ob || n == 0 {
+		return true
+	}
+	pp := pad.Size()
+	_, _, _ = xp[n*s.C*pp-1], dy[n*s.O*s.P-1], dw[s.O*s.C*s.KK-1]
+	wp := pad.OW + 2*pad.PW
+	cs := cShift(s)
+	C.gp5_conv_shift_wgrad_pad(&cs, i32p(pad.Off), C.long(pad.OW), C.long(wp), C.long(pp), f32p(xp), f32p(dy),
+		f32p(dw), C.int(n), C.int(oa), C.int(ob))
+	return true
+}
+
 // PhaseSplit writes the phase planes of stride s of nc planes of x (h×w each) into xp (s²
 // planes of oh×ow for each): plane a·s + b holds x[s·i + a, s·j + b], 0 past x's edge,
 // for the phases whose bit is set in used (the others are left as they are). It reports

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -26,6 +28,10 @@ func TestConvShiftKernels(t *testing.T) {
 		{2, 4, 9, 8, 11, 3, 2},
 		{3, 5, 3, 3, 17, 1, 1},
 		{1, 2, 19, 1, 1, 3, 1},
+		// Lines of a multiple of 16 pixels: the filter gradient from padded planes too.
+		{3, 16, 16, 16, 16, 3, 1},
+		{2, 5, 6, 8, 16, 3, 2},
+		{2, 8, 4, 32, 32, 3, 1},
 	}
 	for _, tc := range cases {
 		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_d%d", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.d)
@@ -119,6 +125,39 @@ func TestConvShiftKernels(t *testing.T) {
 						t.Fatalf("%s: ConvShiftWGrad did not run", l)
 					}
 				})
+				// The filter gradient from padded planes, where it runs: the same bits as from x.
+				pad := testPad(tc.h, tc.w, tc.k, tc.d, pad)
+				xp := make([]float32, tc.n*tc.c*pad.Size())
+				dwp, fdwp := guarded(t, tc.o*K, false)
+				defer fdwp()
+				yp, fyp := guarded(t, tc.n*tc.o*P, true)
+				defer fyp()
+				var padOK bool
+				at(t, l, func() {
+					u := tc.n * nch
+					if padOK = ConvShiftPadOK(s, pad); padOK && (!PadPlanes(pad, x, xp, tc.n*tc.c) ||
+						!ConvShiftWGradPad(s, pad, xp, dy, dwp, tc.n, 0, tc.o/2) ||
+						!ConvShiftWGradPad(s, pad, xp, dy, dwp, tc.n, tc.o/2, tc.o) ||
+						!ConvShiftFwdPad(s, pad, xp, wp, bias, yp, tc.n, 0, u/2) ||
+						!ConvShiftFwdPad(s, pad, xp, wp, bias, yp, tc.n, u/2, u)) {
+						t.Fatalf("%s: ConvShiftWGradPad or ConvShiftFwdPad did not run", l)
+					}
+				})
+				for k := range y {
+					if padOK && math.Float32bits(y[k]) != math.Float32bits(yp[k]) {
+						t.Errorf("%s: forward [%d] from padded planes %g, from x %g", l, k, yp[k], y[k])
+						break
+					}
+				}
+				if want := l == AVX512 && tc.w%16 == 0; padOK != want {
+					t.Errorf("%s: ConvShiftPadOK = %v for lines of %d pixels", l, padOK, tc.w)
+				}
+				for k := range dw {
+					if padOK && math.Float32bits(dw[k]) != math.Float32bits(dwp[k]) {
+						t.Errorf("%s: filter gradient [%d] from padded planes %g, from x %g", l, k, dwp[k], dw[k])
+						break
+					}
+				}
 				if e := relMax(y, wantY); !(e <= 2e-6) {
 					t.Errorf("%s: forward differs from the definition by %.3g (max-norm relative, bound 2e-6)", l, e)
 				}
@@ -142,6 +181,19 @@ func TestConvShiftKernels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testPad is the ConvPad of a k×k convolution of an h×w plane at dilation d with padding
+// pad, stride 1.
+func testPad(h, w, k, d, pad int) *ConvPad {
+	p := &ConvPad{OH: h, OW: w, PH: pad, PW: pad}
+	wp := w + 2*pad
+	for i := 0; i < k; i++ {
+		for j := 0; j < k; j++ {
+			p.Off = append(p.Off, int32((i*d-pad+pad)*wp+j*d-pad+pad))
+		}
+	}
+	return p
 }
 
 // relMax is max|got - want| / max|want| (NaN when got has a NaN).
@@ -224,4 +276,72 @@ func TestPhaseSplitMerge(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkConvShiftWGradPadAB times the AVX-512 filter gradient reading x with masked
+// loads (ConvShiftWGrad) and from padded planes (PadPlanes, then ConvShiftWGradPad),
+// alternating the two in one process, on resnet18's 64-channel 16x16 layer at batch 16 and
+// a 32x32 one, and reports the medians of the CPU time per call (ms, the padding included)
+// and their ratio:
+//
+//	GOMAXPROCS=1 go test ./internal/simd -run '^$' -bench ConvShiftWGradPadAB -benchtime 7x
+func BenchmarkConvShiftWGradPadAB(b *testing.B) {
+	restore, err := Set(AVX512)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer restore()
+	for _, tc := range []struct{ n, c, o, hw int }{{16, 64, 64, 16}, {16, 32, 32, 32}} {
+		b.Run(fmt.Sprintf("n%d_c%d_o%d_%dx%d", tc.n, tc.c, tc.o, tc.hw, tc.hw), func(b *testing.B) {
+			g := &ConvGeom{C: tc.c, H: tc.hw, W: tc.hw, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1, OH: tc.hw, OW: tc.hw}
+			shift, mask := ShiftTables(g)
+			P := tc.hw * tc.hw
+			s := &ConvShift{C: tc.c, O: tc.o, KK: 9, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			pad := testPad(tc.hw, tc.hw, 3, 1, 1)
+			rng := rand.New(rand.NewSource(1))
+			x, dy := make([]float32, tc.n*tc.c*P), make([]float32, tc.n*tc.o*P)
+			fillRand(rng, x)
+			fillRand(rng, dy)
+			xp := make([]float32, tc.n*tc.c*pad.Size())
+			dw := make([]float32, tc.o*tc.c*9)
+			const calls = 10
+			var masked, padded []float64
+			b.ResetTimer()
+			for range b.N {
+				c0 := cpuSeconds()
+				for range calls {
+					ConvShiftWGrad(s, x, dy, dw, tc.n, 0, tc.o)
+				}
+				c1 := cpuSeconds()
+				for range calls {
+					if !PadPlanes(pad, x, xp, tc.n*tc.c) || !ConvShiftWGradPad(s, pad, xp, dy, dw, tc.n, 0, tc.o) {
+						b.Fatal("ConvShiftWGradPad did not run")
+					}
+				}
+				c2 := cpuSeconds()
+				masked, padded = append(masked, (c1-c0)/calls*1e3), append(padded, (c2-c1)/calls*1e3)
+			}
+			m, p := medianOf(masked), medianOf(padded)
+			b.ReportMetric(m, "masked-cpu-ms/call")
+			b.ReportMetric(p, "padded-cpu-ms/call")
+			b.ReportMetric(m/p, "masked/padded")
+			b.ReportMetric(2*float64(tc.n*tc.o*tc.c*9*P)/p/1e6, "padded-GFLOP/s")
+		})
+	}
+}
+
+// cpuSeconds is the user+system CPU time of the process so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// medianOf is the median of v (the upper one of an even count).
+func medianOf(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
 }

@@ -151,8 +151,50 @@ func BenchmarkConvRowsAB(b *testing.B) {
 	}
 }
 
+// BenchmarkShiftPadAB times resnet18's 64-channel 16x16 convolution at batch 16 (forward,
+// data and filter gradient, as BenchmarkImplicitConvLayersAB) and its training step on
+// 64x64 images (bench/models' workload; forward, backward, no optimiser) with the implicit
+// convolution reading padded planes and masking its loads, alternating the two in one
+// process (alternatePaths), and reports the medians of the CPU time (ms) and their ratio:
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ShiftPadAB -benchtime 9x
+func BenchmarkShiftPadAB(b *testing.B) {
+	b.Run("64to64_16x16_k3_s1", func(b *testing.B) {
+		run, done := convLayerRun(b, 16, 64, 64, 16, 3, 1)
+		defer done()
+		masked, padded := alternatePaths(b, ops.ShiftPadOff, 5, run)
+		m, p := median(masked), median(padded)
+		b.ReportMetric(m, "masked-cpu-ms/run")
+		b.ReportMetric(p, "padded-cpu-ms/run")
+		b.ReportMetric(m/p, "masked/padded")
+	})
+	b.Run("resnet18_step", func(b *testing.B) {
+		m, p := benchStepAB(b, "resnet18", 16, 64, 4, ops.ShiftPadOff)
+		b.ReportMetric(m, "masked-cpu-ms/step")
+		b.ReportMetric(p, "padded-cpu-ms/step")
+		b.ReportMetric(m/p, "masked/padded")
+	})
+}
+
 func benchConvLayerAB(b *testing.B, n, c, o, hw, k, s int) {
 	const runs = 5
+	run, done := convLayerRun(b, n, c, o, hw, k, s)
+	defer done()
+	gemm, implicit := alternatePaths(b, ops.ImplicitOff, runs, run)
+	gm, im := median(gemm), median(implicit)
+	b.ReportMetric(gm, "gemm-cpu-ms/run")
+	b.ReportMetric(im, "implicit-cpu-ms/run")
+	b.ReportMetric(gm/im, "gemm/implicit")
+	oh := (hw+2*(k/2)-k)/s + 1
+	gf := 3 * 2 * float64(n*o*c*k*k*oh*oh) / 1e6 // MFLOP per run: GFLOP/s at ms
+	b.ReportMetric(gf/gm, "gemm-GFLOP/s")
+	b.ReportMetric(gf/im, "implicit-GFLOP/s")
+}
+
+// convLayerRun builds one convolution's forward, data and filter gradient of y⊙r summed (x
+// and w random, n×c×hw×hw, o output channels, k×k, stride s, padding k/2) and returns a
+// function that runs it once, and one that closes its machine.
+func convLayerRun(b *testing.B, n, c, o, hw, k, s int) (run, done func()) {
 	rng := rand.New(rand.NewSource(1))
 	g := G.NewGraph()
 	x := gradcheck.Input(g, tensor.Float32, rng, "x", n, c, hw, hw)
@@ -174,22 +216,12 @@ func benchConvLayerAB(b *testing.B, n, c, o, hw, k, s int) {
 		b.Fatal(err)
 	}
 	vm := G.NewTapeMachine(g)
-	defer vm.Close()
-	run := func() {
+	return func() {
 		if err := vm.RunAll(); err != nil {
 			b.Fatal(err)
 		}
 		vm.Reset()
-	}
-	gemm, implicit := alternatePaths(b, ops.ImplicitOff, runs, run)
-	gm, im := median(gemm), median(implicit)
-	b.ReportMetric(gm, "gemm-cpu-ms/run")
-	b.ReportMetric(im, "implicit-cpu-ms/run")
-	b.ReportMetric(gm/im, "gemm/implicit")
-	oh := (hw+2*(k/2)-k)/s + 1
-	gf := 3 * 2 * float64(n*o*c*k*k*oh*oh) / 1e6 // MFLOP per run: GFLOP/s at ms
-	b.ReportMetric(gf/gm, "gemm-GFLOP/s")
-	b.ReportMetric(gf/im, "implicit-GFLOP/s")
+	}, func() { vm.Close() }
 }
 
 // alternatePaths runs fn b.N times with off set (the old path: the GEMM path for

@@ -41,6 +41,9 @@ type convScratch struct {
 	phase   gemmScratch   // ... its phase planes of x at stride > 1
 	phaseX  any           // the x ([]float32) whose planes phase holds; nil when none
 	phaseDx gemmScratch   // ... the data gradient's phase planes
+	pad     gemmScratch   // ... its padded planes of x (forward, filter gradient)
+	padX    any           // the x ([]float32) whose padded planes pad holds; nil when none
+	padDy   gemmScratch   // ... the data gradient's padded planes of dy
 	plan    *shiftPlan    // ... its tables
 	idx     []int32       // the gather and scatter table of colIndex
 	// im2col's gather by kernel offset q = (i, j), built with idx: gat[q*P+k] is the offset

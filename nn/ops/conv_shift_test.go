@@ -46,6 +46,10 @@ func TestConv2dImplicitMatchesGEMM(t *testing.T) {
 		{name: "resnet8_s2 shortcut 14x14", x: []int{16, 16, 14, 14}, w: []int{32, 16, 1, 1}, o: ConvOpts{Stride: [2]int{2, 2}}},
 		{name: "resnet8_s2 shortcut 7x7", x: []int{16, 32, 7, 7}, w: []int{64, 32, 1, 1}, o: ConvOpts{Stride: [2]int{2, 2}}},
 		{name: "stride 2 odd bias", x: []int{3, 5, 9, 8}, w: []int{13, 5, 3, 3}, bias: true, o: s2p1},
+		// Lines of a multiple of 16 pixels: padded planes at AVX-512.
+		{name: "resnet18 16x16", x: []int{4, 64, 16, 16}, w: []int{64, 64, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}},
+		{name: "5x5 bias lines of 32", x: []int{2, 3, 6, 32}, w: []int{5, 3, 5, 5}, bias: true, o: ConvOpts{Padding: [2]int{2, 2}}},
+		{name: "dilated lines of 16", x: []int{2, 4, 8, 16}, w: []int{9, 4, 3, 3}, o: ConvOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

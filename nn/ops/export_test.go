@@ -10,3 +10,7 @@ var ImplicitWide = &implicitWide
 
 // ConvRowsOff is convRowsOff: true sends every convolution forward product to the BLAS.
 var ConvRowsOff = &convRowsOff
+
+// ShiftPadOff is shiftPadOff: true makes the implicit convolution mask its loads instead of
+// reading padded planes.
+var ShiftPadOff = &shiftPadOff
