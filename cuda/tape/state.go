@@ -103,18 +103,27 @@ func (s *State) HasOptimizer() bool { return s.opt != nil }
 //
 // The optimizer is the options' nn.WithOptimizer, as for every strategy on the host: optim's
 // SGD, Adam or AdamW (OptimizerOf), copied to the device by the first Compile that gives one
-// (the host optimizer stays the source of the learning rate and receives the device's state
-// at ToHost). A later Compile may give the same optimizer or none (an evaluation program);
+// and succeeds (the host optimizer stays the source of the learning rate and receives the
+// device's state at ToHost). A later Compile may give the same optimizer or none (an evaluation program);
 // another one is an error naming both, as are nn.WithSolver and an optimizer the device
 // cannot step. Do not pass nn.WithGradBuffer, nn.WithGradSink or nn.WithParamBacking: the
 // state is the buffer.
 func (s *State) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, error) {
-	if err := s.takeOptimizer(opts); err != nil {
+	host, err := s.newOptimizer(opts)
+	if err != nil {
 		return nil, err
 	}
 	// The program's Step is the state's: nn compiles no host update.
 	all := append(append([]nn.BuildOption(nil), opts...), nn.WithOptimizer(nil), nn.WithSolver(nil), nn.WithGradSink(s.sink))
-	return compile(s.dev, s.model, build, s, all)
+	p, err := compile(s.dev, s.model, build, s, all)
+	if err != nil || host == nil {
+		return p, err
+	}
+	if s.opt, err = newDeviceOptimizer(s.dev, s.model.Params, host); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
 }
 
 // OptimizerOf returns the optimizer that a State takes from the build options (nn.WithOptimizer:
@@ -137,22 +146,21 @@ func OptimizerOf(opts ...nn.BuildOption) (optim.Optimizer, error) {
 	return nil, fmt.Errorf("cuda/tape: nn.WithOptimizer(%T): the device state steps optim's SGD, Adam or AdamW; this optimizer runs in host memory only", up)
 }
 
-// takeOptimizer makes the options' optimizer the state's device optimizer at the first
-// Compile that gives one, and refuses another one later.
-func (s *State) takeOptimizer(opts []nn.BuildOption) error {
+// newOptimizer returns the options' optimizer when the state is to take it (it has none
+// yet), nil when it gives none or the state's own, and refuses another one.
+func (s *State) newOptimizer(opts []nn.BuildOption) (optim.Optimizer, error) {
 	host, err := OptimizerOf(opts...)
 	switch {
 	case err != nil || host == nil:
-		return err
+		return nil, err
 	case s.opt != nil && s.opt.host != host:
-		return fmt.Errorf("cuda/tape: nn.WithOptimizer(%T %p): the device state already steps with the %T %p of an earlier Compile: compile every program of a state with the same optimizer, or none", host, host, s.opt.host, s.opt.host)
+		return nil, fmt.Errorf("cuda/tape: nn.WithOptimizer(%T %p): the device state already steps with the %T %p of an earlier Compile: compile every program of a state with the same optimizer, or none", host, host, s.opt.host, s.opt.host)
 	case s.opt != nil:
-		return nil
+		return nil, nil
 	case s.grad == nil:
-		return fmt.Errorf("cuda/tape: nn.WithOptimizer(%T): a unit state's hooks step the parameters: compile it without an optimizer", host)
+		return nil, fmt.Errorf("cuda/tape: nn.WithOptimizer(%T): a unit state's hooks step the parameters: compile it without an optimizer", host)
 	}
-	s.opt, err = newDeviceOptimizer(s.dev, s.model.Params, host)
-	return err
+	return host, nil
 }
 
 // sink adds the gradient being handed over (s.cur, on the device) into p's range of the

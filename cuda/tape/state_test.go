@@ -2,6 +2,7 @@ package tape_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -213,45 +214,57 @@ type hostOnly struct{}
 func (hostOnly) Step() error { return nil }
 
 // A State takes its optimizer from the build options of the first Compile that gives one
-// and refuses, naming the options, a gorgonia solver, an optimizer it cannot step on the
-// device, and another optimizer at a later Compile; a Compile with the same optimizer or
-// none (an evaluation program) is fine, and a state no Compile gave an optimizer does not
-// step.
+// and succeeds, and refuses, naming the options, a gorgonia solver, an optimizer it cannot
+// step on the device, and another optimizer at a later Compile; a Compile with the same
+// optimizer or none (an evaluation program) is fine, and a state no Compile gave an
+// optimizer does not step.
 func TestStateCompileOptimizer(t *testing.T) {
 	d := device(t)
 	ctx := context.Background()
 	const batch = 4
 	build := gormlp.Fixed(1, batch)
+	noGraph := func(*nn.Builder) (*G.Node, error) { return nil, errors.New("no graph") }
 	sgd := func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewSGD(s, 0.05) }
+	type compile struct {
+		opts []nn.BuildOption
+		fail bool // built with noGraph: the Compile fails
+	}
+	with := func(opts ...nn.BuildOption) compile { return compile{opts: opts} }
 	for _, tc := range []struct {
 		name string
-		// compiles returns the options of each Compile, in order, for the state of m.
-		compiles func(m *nn.Model) [][]nn.BuildOption
+		// compiles returns each Compile of the state of m, in order.
+		compiles func(m *nn.Model) []compile
 		want     string // the last Compile's error; "" for none
 		stepping bool   // the state then has an optimizer
 	}{
-		{"solver", func(*nn.Model) [][]nn.BuildOption {
-			return [][]nn.BuildOption{{nn.WithSolver(G.NewVanillaSolver())}}
+		{"solver", func(*nn.Model) []compile {
+			return []compile{with(nn.WithSolver(G.NewVanillaSolver()))}
 		}, "cuda/tape: nn.WithSolver(*gorgonia.VanillaSolver): a gorgonia solver steps the parameters in host memory", false},
-		{"host-only optimizer", func(*nn.Model) [][]nn.BuildOption {
-			return [][]nn.BuildOption{{nn.WithOptimizer(hostOnly{})}}
+		{"host-only optimizer", func(*nn.Model) []compile {
+			return []compile{with(nn.WithOptimizer(hostOnly{}))}
 		}, "cuda/tape: nn.WithOptimizer(tape_test.hostOnly): the device state steps optim's SGD, Adam or AdamW", false},
-		{"another optimizer at a second Compile", func(m *nn.Model) [][]nn.BuildOption {
-			return [][]nn.BuildOption{{nn.WithOptimizer(newOpt(t, m, 0, sgd))}, {nn.WithOptimizer(newOpt(t, m, 0, sgd))}}
+		{"another optimizer at a second Compile", func(m *nn.Model) []compile {
+			return []compile{with(nn.WithOptimizer(newOpt(t, m, 0, sgd))), with(nn.WithOptimizer(newOpt(t, m, 0, sgd)))}
 		}, "the device state already steps with the *optim.SGD", true},
-		{"solver after an optimizer", func(m *nn.Model) [][]nn.BuildOption {
-			return [][]nn.BuildOption{{nn.WithOptimizer(newOpt(t, m, 0, sgd))}, {nn.WithSolver(G.NewVanillaSolver())}}
+		{"solver after an optimizer", func(m *nn.Model) []compile {
+			return []compile{with(nn.WithOptimizer(newOpt(t, m, 0, sgd))), with(nn.WithSolver(G.NewVanillaSolver()))}
 		}, "cuda/tape: nn.WithSolver(*gorgonia.VanillaSolver)", true},
-		{"the same optimizer and an evaluation program", func(m *nn.Model) [][]nn.BuildOption {
+		{"the same optimizer and an evaluation program", func(m *nn.Model) []compile {
 			o := newOpt(t, m, 0, sgd)
-			return [][]nn.BuildOption{{nn.WithOptimizer(o)}, {nn.WithOptimizer(o)}, {nn.Training(false)}}
+			return []compile{with(nn.WithOptimizer(o)), with(nn.WithOptimizer(o)), with(nn.Training(false))}
 		}, "", true},
-		{"evaluation first, then training", func(m *nn.Model) [][]nn.BuildOption {
-			return [][]nn.BuildOption{{nn.Training(false)}, {nn.WithOptimizer(newOpt(t, m, 0, sgd))}}
+		{"evaluation first, then training", func(m *nn.Model) []compile {
+			return []compile{with(nn.Training(false)), with(nn.WithOptimizer(newOpt(t, m, 0, sgd)))}
 		}, "", true},
-		{"evaluation only", func(*nn.Model) [][]nn.BuildOption {
-			return [][]nn.BuildOption{{nn.Training(false)}}
+		{"evaluation only", func(*nn.Model) []compile {
+			return []compile{with(nn.Training(false))}
 		}, "", false},
+		{"a failed Compile takes no optimizer", func(m *nn.Model) []compile {
+			return []compile{{opts: []nn.BuildOption{nn.WithOptimizer(newOpt(t, m, 0, sgd))}, fail: true}}
+		}, "no graph", false},
+		{"another optimizer after a failed Compile", func(m *nn.Model) []compile {
+			return []compile{{opts: []nn.BuildOption{nn.WithOptimizer(newOpt(t, m, 0, sgd))}, fail: true}, with(nn.WithOptimizer(newOpt(t, m, 0, sgd)))}
+		}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := graphModel(t, build)
@@ -261,15 +274,20 @@ func TestStateCompileOptimizer(t *testing.T) {
 			}
 			defer st.Close()
 			cs := tc.compiles(m)
-			for i, opts := range cs {
-				p, err := st.Compile(build, opts...)
+			for i, c := range cs {
+				b := build
+				if c.fail {
+					b = noGraph
+				}
+				p, err := st.Compile(b, c.opts...)
 				if err == nil {
 					p.Close()
 				}
+				last := i == len(cs)-1
 				switch {
-				case i < len(cs)-1 && err != nil:
-					t.Fatalf("Compile %d: %v", i, err)
-				case i < len(cs)-1:
+				case !last && c.fail != (err != nil):
+					t.Fatalf("Compile %d: %v (built to fail: %v)", i, err, c.fail)
+				case !last:
 				case tc.want == "" && err != nil:
 					t.Fatalf("last Compile: %v", err)
 				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
