@@ -37,7 +37,7 @@ func refDW(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32,
 }
 
 // TestGemmDWMatchesReference runs GemmDW32 at every level the CPU has on shapes with m not a
-// multiple of the strips (8 at AVX-512, 4 at AVX2), k not a multiple of the block, last
+// multiple of the strips (8 at AVX-512, 6 at AVX2), k not a multiple of the block, last
 // panels of 16 and 32 columns, strides wider than the rows, and compares bit for bit with
 // refDW; the padding between c's rows must stay untouched. Each result must also be the
 // same bits when c's columns are split into two calls (as gemmPar's threads split them).
