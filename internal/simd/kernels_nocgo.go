@@ -105,10 +105,14 @@ func ConvShiftPadOK(s *ConvShift, pad *ConvPad) bool { return false }
 func PadPlanes(pad *ConvPad, x, xp []float32, nc int) bool { return false }
 
 // ConvShiftFwdPad is the C kernel's stand-in: it reports false.
-func ConvShiftFwdPad(s *ConvShift, pad *ConvPad, xp, wp, bias, y []float32, n, u0, u1 int) bool { return false }
+func ConvShiftFwdPad(s *ConvShift, pad *ConvPad, xp, wp, bias, y []float32, n, u0, u1 int) bool {
+	return false
+}
 
 // ConvShiftWGradPad is the C kernel's stand-in: it reports false.
-func ConvShiftWGradPad(s *ConvShift, pad *ConvPad, xp, dy, dw []float32, n, oa, ob int) bool { return false }
+func ConvShiftWGradPad(s *ConvShift, pad *ConvPad, xp, dy, dw []float32, n, oa, ob int) bool {
+	return false
+}
 
 // PhaseSplit is the C kernel's stand-in: it reports false.
 func PhaseSplit(x, xp []float32, nc, h, w, oh, ow, s int, used uint64) bool { return false }
