@@ -272,20 +272,26 @@ func gemmRowsIf[T Float](fits, tB bool, m, n, k int, a []T, lda int, b []T, ldb 
 var linearDWOff atomic.Bool
 
 // gemmDW computes a linear layer's weight gradient c (m×n) = aᵀ·b (a k×m, b k×n, float32)
-// with simd.GemmDW32, c's columns split into blocks of multiples of 16 across Threads() (the
-// kernel's sums do not depend on the split, so the bits do not depend on the threads). It
-// reports false, computing nothing, for float64 or a shape or level the kernel does not
-// take: the caller then runs gemmPar.
+// with simd.GemmDW32, c split across Threads() into blocks of rows when it is taller than
+// wide, else of columns (multiples of 16), so that each worker packs all of the narrower of
+// a and b again rather than of the wider (the kernel's sums do not depend on the split, so
+// the bits do not depend on the threads). It reports false, computing nothing, for float64
+// or a shape or level the kernel does not take: the caller then runs gemmPar.
 func gemmDW[T Float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) bool {
 	a32, ok := any(a).([]float32)
 	if !ok {
 		return false
 	}
 	b32, c32 := any(b).([]float32), any(c).([]float32)
-	w := max(1, min(threads(), m*n*k/gemmGrain, n/16))
+	rows := m > n
+	w := max(1, min(threads(), m*n*k/gemmGrain, max(m, n)/16))
 	done := make([]bool, w)
-	splitWorkers(n, w, 16, func(wi, lo, hi int) {
-		done[wi] = simd.GemmDW32(m, hi-lo, k, a32, lda, b32[lo:], ldb, c32[lo:], ldc)
+	splitWorkers(max(m, n), w, 16, func(wi, lo, hi int) {
+		if rows {
+			done[wi] = simd.GemmDW32(hi-lo, n, k, a32[lo:], lda, b32, ldb, c32[lo*ldc:], ldc)
+		} else {
+			done[wi] = simd.GemmDW32(m, hi-lo, k, a32, lda, b32[lo:], ldb, c32[lo:], ldc)
+		}
 	})
 	for _, d := range done {
 		if !d {
