@@ -28,10 +28,20 @@ import (
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ImplicitConvAB -benchtime 7x
 func BenchmarkImplicitConvAB(b *testing.B) {
+	everyLevel(b)
 	g, i := benchStepAB(b, "resnet8_s2", 64, 28, 10, ops.ImplicitOff)
 	b.ReportMetric(g, "gemm-cpu-ms/step")
 	b.ReportMetric(i, "implicit-cpu-ms/step")
 	b.ReportMetric(g/i, "gemm/implicit")
+}
+
+// everyLevel takes the implicit convolution at the SIMD level GP_SIMD selects until b ends,
+// below AVX-512 too (where it is not taken otherwise), so that the A/B measures its kernels
+// at that level: GP_SIMD=avx2 OPENBLAS_CORETYPE=Haswell measures the AVX2 kernels against
+// OpenBLAS's Haswell ones.
+func everyLevel(b *testing.B) {
+	prev := ops.ImplicitAnyLevel.Swap(true)
+	b.Cleanup(func() { ops.ImplicitAnyLevel.Store(prev) })
 }
 
 // benchStepAB times arch's training step on random size×size images at batch, steps
@@ -87,6 +97,7 @@ func benchStepAB(b *testing.B, arch string, batch, size, steps int, off *atomic.
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ImplicitConvLayersAB -benchtime 5x
 func BenchmarkImplicitConvLayersAB(b *testing.B) {
+	everyLevel(b)
 	for _, l := range []struct{ c, o, hw, k, s int }{
 		{3, 16, 28, 3, 2}, {16, 16, 14, 3, 1}, {16, 32, 14, 3, 2}, {16, 32, 14, 1, 2}, {32, 32, 7, 3, 1},
 		{32, 64, 7, 3, 2}, {32, 64, 7, 1, 2}, {64, 64, 4, 3, 1},

@@ -45,7 +45,8 @@ import (
 // rows with fused multiply-adds, each filter gradient sums the batch's pixels in 16 lanes
 // and then the lanes. The results differ from the GEMM path's by float32 rounding (the tests
 // bound both against float64 and PyTorch as they bound the GEMM path), are the same bits at
-// every SIMD level and thread count, and run at level off through the GEMM path.
+// every SIMD level and thread count. It is taken at AVX-512 only (convImplicitLevel): below
+// that, and at level off, convolutions run through the GEMM path.
 
 // When the implicit convolution pays, measured per layer (forward, data and filter
 // gradient) at one thread against the GEMM path, 3x3 with padding 1, on a 2-core Xeon with
@@ -61,7 +62,17 @@ const (
 	// The largest stride at which it is taken: swin_t's 4x4 stride-4 patch embedding (16
 	// phase planes, 3 to 96 channels at 224x224, batch 8) measured 0.72x.
 	convImplicitStride = 2
+	// The lowest SIMD level at which it is taken. Its AVX2 kernels, on the same Xeon with
+	// OpenBLAS's Haswell kernels (GP_SIMD=avx2 OPENBLAS_CORETYPE=Haswell), measured 0.54-0.95x
+	// the GEMM path on each of resnet8_s2's convolutions and 0.79x on its training step
+	// (BenchmarkImplicitConvAB, BenchmarkImplicitConvLayersAB): eight lanes leave too few
+	// pixels per weight load.
+	convImplicitLevel = simd.AVX512
 )
+
+// implicitAnyLevel takes the implicit convolution below convImplicitLevel, for the tests of
+// its AVX2 kernels and the benchmarks that measure them.
+var implicitAnyLevel atomic.Bool
 
 // implicitOff turns the implicit convolution off, for the tests that compare it with the
 // GEMM path.
@@ -78,10 +89,10 @@ var implicitWide atomic.Bool
 // convImplicit reports whether g's convolution runs as an implicit GEMM for float32 (Note
 // [Implicit convolution]): the C kernels, one group, equal strides, at stride 1 the output
 // the input's size and at stride 2 every kernel offset in its phase plane, not a 1x1
-// convolution without padding at stride 1 (whose GEMM reads the image as it is), and within
-// the bounds above.
+// convolution without padding at stride 1 (whose GEMM reads the image as it is), at AVX-512,
+// and within the bounds above.
 func convImplicit(g *convGeom) bool {
-	if !simdOK() || implicitOff.Load() || g.Groups != 1 || g.directCols || g.SH != g.SW ||
+	if !simdOK() || implicitOff.Load() || (simd.Current() < convImplicitLevel && !implicitAnyLevel.Load()) || g.Groups != 1 || g.directCols || g.SH != g.SW ||
 		(!implicitWide.Load() && (g.OH*g.OW < convImplicitPixels || g.Out*g.colRows()*4 > convImplicitWeights)) ||
 		int64(g.C)*int64(g.H)*int64(g.W)*int64(g.SH*g.SH) > math.MaxInt32/4 {
 		return false

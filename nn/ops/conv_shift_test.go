@@ -5,10 +5,19 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/gradcheck"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
+
+// anyLevel takes the implicit convolution at every SIMD level until the test ends, so that
+// its AVX2 kernels are tested where GP_SIMD=avx2 selects them (it is taken at AVX-512 only).
+func anyLevel(t *testing.T) {
+	t.Helper()
+	prev := implicitAnyLevel.Swap(true)
+	t.Cleanup(func() { implicitAnyLevel.Store(prev) })
+}
 
 // gemmPathOnly turns the implicit convolution off until the test ends, for the tests of the
 // GEMM path's variants.
@@ -30,6 +39,7 @@ func TestConv2dImplicitMatchesGEMM(t *testing.T) {
 	if !simdOK() {
 		t.Skip("the implicit convolution needs the C kernels (SIMD level off)")
 	}
+	anyLevel(t)
 	const tol = 1e-5
 	s2p1 := ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}
 	cases := []convCase{
@@ -124,6 +134,7 @@ func TestConvImplicitChoice(t *testing.T) {
 	if !simdOK() {
 		t.Skip("the implicit convolution needs the C kernels (SIMD level off)")
 	}
+	anyLevel(t)
 	pad1 := ConvOpts{Padding: [2]int{1, 1}}
 	for _, c := range []struct {
 		name string
@@ -151,6 +162,40 @@ func TestConvImplicitChoice(t *testing.T) {
 		}
 		if got := convImplicit(&g); got != c.want {
 			t.Errorf("%s: convImplicit = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestConvImplicitLevel: the implicit convolution is taken at AVX-512 and not below it
+// (convImplicitLevel), unless a test asks for it at every level.
+func TestConvImplicitLevel(t *testing.T) {
+	g, err := newConvGeom(tensor.Shape{16, 16, 14, 14}, tensor.Shape{16, 16, 3, 3}, ConvOpts{Padding: [2]int{1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		level simd.Level
+		any   bool
+		want  bool
+	}{
+		{simd.AVX512, false, true},
+		{simd.AVX2, false, false},
+		{simd.AVX2, true, true},
+		{simd.Off, true, false},
+	} {
+		if simd.Supported(c.level) != nil {
+			continue
+		}
+		restore, err := simd.Set(c.level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := implicitAnyLevel.Swap(c.any)
+		got := convImplicit(&g)
+		implicitAnyLevel.Store(prev)
+		restore()
+		if got != c.want {
+			t.Errorf("level %s, every level %v: convImplicit = %v, want %v", c.level, c.any, got, c.want)
 		}
 	}
 }

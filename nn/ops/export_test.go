@@ -8,6 +8,10 @@ var ImplicitOff = &implicitOff
 // for the benchmarks that measure where it pays.
 var ImplicitWide = &implicitWide
 
+// ImplicitAnyLevel is implicitAnyLevel: true takes the implicit convolution below AVX-512,
+// for the benchmarks that measure its AVX2 kernels.
+var ImplicitAnyLevel = &implicitAnyLevel
+
 // ConvRowsOff is convRowsOff: true sends every convolution forward product to the BLAS.
 var ConvRowsOff = &convRowsOff
 
