@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -119,9 +118,6 @@ type Builder struct {
 	inputs  map[string]*G.Node
 	outputs map[string]*G.Node
 	fired   []bool // per used parameter: its gradient hook ran in this run
-	// ownGrad is set during a training Run whose gradient buffer is the model's
-	// ParamSet.Grad, whose zeroed marks then apply (see gradStore).
-	ownGrad bool
 
 	// probe collects the learnables of a plain gorgonia graph while NewGraphModel discovers
 	// them; nil when compiling.
@@ -201,11 +197,7 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 			// AVX-512 where the CPU has it, else a Go loop unrolled by 8, big tensors split
 			// across threads: resnet18 adds 11.7M elements a step.
 			dst := b.cfg.gradBuf[p.Offset : p.Offset+len(g)]
-			if b.ownGrad && !gradStoreOff.Load() && b.Model.Params.takeZeroed(p) {
-				splitChunks(len(g), func(lo, hi int) { gradStore(dst[lo:hi], g[lo:hi]) })
-			} else {
-				splitChunks(len(g), func(lo, hi int) { simd.AddTo(dst[lo:hi], g[lo:hi]) })
-			}
+			splitChunks(len(g), func(lo, hi int) { simd.AddTo(dst[lo:hi], g[lo:hi]) })
 		}
 		b.fired[idx] = true
 		for _, h := range b.cfg.gradHooks {
@@ -214,28 +206,6 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 			}
 		}
 		return nil
-	}
-}
-
-// gradStoreOff, set by tests, makes every gradient write add into the buffer, as before
-// gradStore existed: the A/B benchmark and the bit-identity test compare both.
-var gradStoreOff atomic.Bool
-
-// zeroChunk is the zeros gradStore adds, read again for every chunk of gradStoreChunk.
-var zeroChunk [gradStoreChunk]float32
-
-const gradStoreChunk = 4096
-
-// gradStore sets dst[i] = g[i] + 0 (len(dst) == len(g)): the first write of a gradient
-// after ZeroGrad, bit for bit what adding g into the zeroed dst gives (-0 becomes +0, a
-// signalling NaN comes out quiet, everything else is g), without reading dst.
-func gradStore(dst, g []float32) {
-	for lo := 0; lo < len(g); lo += gradStoreChunk {
-		hi := min(lo+gradStoreChunk, len(g))
-		i := lo + simd.SumF32(dst[lo:hi], [][]float32{g[lo:hi], zeroChunk[:hi-lo]})
-		for ; i < hi; i++ {
-			dst[i] = g[i] + 0
-		}
 	}
 }
 

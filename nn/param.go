@@ -73,10 +73,6 @@ type ParamSet struct {
 
 	byName map[string]*Param
 	bufs   map[string]*Buffer
-	// zeroed, by parameter index, marks a gradient that reads +0 everywhere since
-	// construction or ZeroGrad and that no training Run has written since: the first Run to
-	// write it stores its gradient rather than adding it (see gradStore).
-	zeroed []bool
 }
 
 // NewParamSet allocates flat buffers for params (given in registration order) and points
@@ -112,7 +108,6 @@ func NewParamSet(rng *rand.Rand, params []*Param, buffers []*Buffer) (*ParamSet,
 		off += n
 	}
 	ps.Params = params
-	ps.markZeroed()
 	for _, p := range params {
 		if p.Init != nil && rng != nil {
 			p.Init(rng, p.Data)
@@ -163,38 +158,8 @@ func (ps *ParamSet) useGrad(buf []float32) {
 
 // ZeroGrad sets every gradient to zero, split across ops.Threads() goroutines (as
 // PyTorch's zero_grad fills in parallel): one pass over resnet18's 11.7M gradients is 2% of
-// a training step. The next training Run of a program writing Grad (one compiled without
-// WithGradBuffer) stores each gradient instead of adding it to the zeros, with the same
-// bits; so between ZeroGrad and the end of that Run, write Grad only through the Run (code
-// that adds its own term to a gradient does so after the Run, as the strategies do).
-func (ps *ParamSet) ZeroGrad() {
-	splitChunks(len(ps.Grad), func(lo, hi int) { clear(ps.Grad[lo:hi]) })
-	ps.markZeroed()
-}
-
-// markZeroed records that every gradient reads +0 (see ParamSet.zeroed).
-func (ps *ParamSet) markZeroed() {
-	if len(ps.zeroed) != len(ps.Params) {
-		ps.zeroed = make([]bool, len(ps.Params))
-	}
-	for i := range ps.zeroed {
-		ps.zeroed[i] = true
-	}
-}
-
-// takeZeroed reports whether p's gradient still reads +0 from ZeroGrad (or construction),
-// and clears the mark: the caller writes the gradient now.
-func (ps *ParamSet) takeZeroed(p *Param) bool {
-	if p.Index >= len(ps.zeroed) || !ps.zeroed[p.Index] {
-		return false
-	}
-	ps.zeroed[p.Index] = false
-	return true
-}
-
-// forgetZeroed drops every mark, at the end of a training Run: after it, code outside the
-// Run may write the gradients (an all-reduce, unscaling, clipping), so the next Run adds.
-func (ps *ParamSet) forgetZeroed() { clear(ps.zeroed) }
+// a training step.
+func (ps *ParamSet) ZeroGrad() { splitChunks(len(ps.Grad), func(lo, hi int) { clear(ps.Grad[lo:hi]) }) }
 
 // splitGrain is the fewest elements worth a goroutine in splitChunks (a memory-bound pass
 // over 1M floats takes about 100 µs, a goroutine's start-up about 1 µs).

@@ -132,22 +132,11 @@ func (p *Program) Run(ctx context.Context) error {
 	for i := range p.Builder.fired {
 		p.Builder.fired[i] = false
 	}
-	b := p.Builder
-	ps := b.Model.Params
-	b.ownGrad = len(p.grads) > 0 && b.cfg.sink == nil && sameBuffer(b.cfg.gradBuf, ps.Grad)
-	if b.ownGrad {
-		defer func() { b.ownGrad = false; ps.forgetZeroed() }()
-	}
 	p.machine.Reset()
 	if err := p.machine.RunAll(); err != nil {
 		return fmt.Errorf("nn: run: %w", err)
 	}
 	return p.rebindGrads()
-}
-
-// sameBuffer reports whether a and b are the same memory (same start and length).
-func sameBuffer(a, b []float32) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // Graph returns the graph the program runs: the part of Builder.Graph that the loss, the
@@ -223,15 +212,9 @@ func (p *Program) Step(ctx context.Context) error {
 
 // ZeroGrad zeroes the program's gradient buffer (the model's, unless WithGradBuffer gave
 // another). Gradients accumulate over Runs until Step or ZeroGrad, as in PyTorch and as
-// gorgonia's dual values do until a solver's step. On the model's buffer it is
-// ParamSet.ZeroGrad, whose contract holds: the next Run stores the gradients it writes
-// first rather than adding them to the zeros (same bits, one read less).
+// gorgonia's dual values do until a solver's step.
 func (p *Program) ZeroGrad() error {
 	buf := p.Builder.cfg.gradBuf
-	if ps := p.Builder.Model.Params; sameBuffer(buf, ps.Grad) {
-		ps.ZeroGrad()
-		return nil
-	}
 	splitChunks(len(buf), func(lo, hi int) { clear(buf[lo:hi]) })
 	return nil
 }
