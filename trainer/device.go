@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/devddp"
 	"github.com/gorgonia-parallel/gp/cuda/devdp"
@@ -105,36 +104,38 @@ func deviceOrdinal(dev string) (int, error) {
 // deviceGrads), under every strategy here; -model-ema averages the host's weights, copied from
 // the device after each optimizer step (replicated.update). -strategy dp runs cfg.DPReplicas
 // replicas on the devices from cfg.dev's ordinal on (cuda/devdp; cfg.dev is the master). build
-// makes the graph for a batch of n images; scaler is -amp fp16's (its scale is in the graph,
-// its unscale in stepper.update).
-func compileOn(ctx context.Context, cfg *settings, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, scaler *amp.GradScaler, opts []nn.BuildOption) (train.Program, *tape.State, error) {
+// makes the graph for a batch of n images (-amp fp16's scale is in it, its unscale in
+// stepper.update). release, after the programs are closed, frees the device state, on the
+// DDP path with the device backend that owns it (its events and pinned copies); nil under
+// -strategy dp, whose program owns everything.
+func compileOn(cfg *settings, d *ddp.DDP, g comm.Group, m *nn.Model, opt optim.Optimizer, buildN func(n int) nn.BuildFunc, opts []nn.BuildOption) (prog train.Program, st *tape.State, release func(), err error) {
 	world := g.Size()
 	build := buildN(cfg.Batch / world)
 	if cfg.Strategy == "dp" {
 		if world != 1 {
-			return nil, nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", world)
+			return nil, nil, nil, fmt.Errorf("trainer: -strategy dp runs in one process; launch it without gprun (world size is %d)", world)
 		}
-		return compileDataParallel(cfg, m, opt, buildN, opts)
+		// The program's Close closes the DataParallel, its backend and their states.
+		prog, st, err = compileDataParallel(cfg, m, opt, buildN, opts)
+		return prog, st, nil, err
 	}
 	// The optimizer is the build options' on every path, as on the host.
 	all := append(slices.Clone(opts), nn.WithOptimizer(opt))
 	if be, ok := d.Backend().(*devddp.Backend); ok { // newDDP's, for deviceDDP
-		p, err := d.Compile(build, all...)
-		if err != nil {
-			return nil, nil, err
+		if prog, err = d.Compile(build, all...); err != nil {
+			be.Close()
+			return nil, nil, nil, err
 		}
-		return p, be.State(), nil
+		return prog, be.State(), be.Close, nil // the backend owns its state
 	}
-	st, err := tape.NewState(cfg.dev, m)
-	if err != nil {
-		return nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
+	if st, err = tape.NewState(cfg.dev, m); err != nil {
+		return nil, nil, nil, fmt.Errorf("trainer: -device %s: %w", cfg.Device, err)
 	}
-	p, err := st.Compile(build, all...)
-	if err != nil {
+	if prog, err = st.Compile(build, all...); err != nil {
 		st.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return p, st, nil
+	return prog, st, st.Close, nil
 }
 
 // deviceDDP reports whether DDP runs on the device (compileOn): -device cuda at world size
@@ -155,7 +156,8 @@ func newDDP(ctx context.Context, cfg *settings, g comm.Group, m *nn.Model, opts 
 	if err != nil {
 		return nil, err
 	}
-	// The backend lives as long as the process, as the NCCL group does (deviceGroup).
+	// The run closes the backend (replicated.close); the NCCL group lives as long as the
+	// process (deviceGroup).
 	be := devddp.NewBackend(cfg.dev, ng)
 	d, err := ddp.New(ctx, m, g, append(slices.Clone(opts), ddp.WithBackend(be))...)
 	if err != nil {

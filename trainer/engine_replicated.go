@@ -31,6 +31,7 @@ type replicated struct {
 	ck      *checkpoints
 	ema     *modelEMA   // -model-ema, nil without
 	dst     *tape.State // -device cuda: parameters, gradients, optimizer on the device (nil: the host's)
+	release func()      // frees dst and what owns it (compileOn)
 }
 
 func (r *replicated) modelEMA() *modelEMA { return r.ema }
@@ -64,11 +65,12 @@ func newReplicatedEngine(ctx context.Context, cfg *settings, strat strategy, g c
 	}
 	var prog train.Program
 	var dst *tape.State
+	var release func()
 	if cfg.dev != nil {
 		build := func(n int) nn.BuildFunc {
 			return cfg.buildFor(n, shape, scaler)
 		}
-		prog, dst, err = compileOn(ctx, cfg, d, g, model, opt, build, scaler, opts)
+		prog, dst, release, err = compileOn(cfg, d, g, model, opt, build, opts)
 	} else {
 		prog, err = strat.compile(cfg, d, model, cfg.Batch/g.Size(), shape, scaler, append(opts, update))
 	}
@@ -83,7 +85,7 @@ func newReplicatedEngine(ctx context.Context, cfg *settings, strat strategy, g c
 	if dst != nil {
 		grads = deviceGrads{dst}
 	}
-	return &replicated{ema: ema, dst: dst,
+	return &replicated{ema: ema, dst: dst, release: release,
 		stepper: stepper{prog: prog, grads: grads, scaler: scaler, clip: cfg.ClipGrad,
 			accum: cfg.GradAccum, noSync: d.NoSync, mix: newMixer(cfg, g.Rank())},
 		cfg: cfg, g: g, d: d, model: model, opt: opt,
@@ -140,13 +142,14 @@ type evalProgram interface {
 }
 
 // close closes the programs, then frees the device state (the parameters, gradients and
-// optimizer state on the device), if any.
+// optimizer state on the device) and what owns it, if any (compileOn's release).
 func (r *replicated) close() error {
 	err := closePrograms(r.prog, r.evals)
-	if r.dst != nil {
-		r.dst.Close()
-		r.dst = nil
+	if r.release != nil {
+		r.release()
+		r.release = nil
 	}
+	r.dst = nil
 	return err
 }
 

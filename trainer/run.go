@@ -207,7 +207,6 @@ func (r *run) openOutputs() error {
 	return nil
 }
 
-// closeOutputs closes what openOutputs opened.
 // close releases the engine, if one was built; a failure to release is logged, since the
 // run's own result (or error) is what the caller needs.
 func (r *run) close() {
@@ -220,6 +219,7 @@ func (r *run) close() {
 	r.eng = nil
 }
 
+// closeOutputs closes what openOutputs opened.
 func (r *run) closeOutputs() {
 	if r.side != nil && r.side.m != nil {
 		if err := r.side.m.Close(); err != nil {
