@@ -218,12 +218,16 @@ func reluBits32(v, y, sel []float32) {
 		return
 	}
 	for i, a := range v {
-		s := int32(math.Float32bits(sel[i]))
-		// keep when s > 0 as an integer (positive floats order like their bits; -0 and
-		// negatives have the sign bit, +0 is 0).
-		m := uint32(((-s) &^ s) >> 31) // all ones when s > 0; -0 (MinInt32) gives 0
-		y[i] = math.Float32frombits(math.Float32bits(a) & m)
+		y[i] = reluKeep32(a, sel[i])
 	}
+}
+
+// reluKeep32 is v where s's bits are positive as an int32, else +0: reluBits32's mask
+// (positive floats order like their bits; -0 and negatives have the sign bit, +0 is 0).
+func reluKeep32(v, s float32) float32 {
+	b := int32(math.Float32bits(s))
+	m := uint32(((-b) &^ b) >> 31) // all ones when s > 0; -0 (MinInt32) gives 0
+	return math.Float32frombits(math.Float32bits(v) & m)
 }
 
 // reluBits64 is reluBits32 for float64.

@@ -189,9 +189,14 @@ var convRowsOff atomic.Bool
 // rows of cols) rather than the BLAS.
 func convRows(m, n, k int) bool { return !convRowsOff.Load() && simd.GemmRowsConvFits(m, n, k) }
 
-// convRowsGemm computes c (m×n) = a (m×k)·b (k×n) on one thread with simd.GemmRows32 when
-// T is float32 and convRows takes the shape, and reports whether it did.
-func convRowsGemm[T Float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) bool {
+// convRowsGemm computes c (m×n) = a (m×k)·b (k×n) with simd.GemmRows32 when T is float32
+// and convRows takes the shape, and reports whether it did: on one thread, or split across
+// Threads() by rows of c when par (the caller's worker owns the machine, as the BLAS call it
+// replaces would; the rows' sums do not depend on the split).
+func convRowsGemm[T Float](par bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) bool {
+	if par {
+		return gemmRowsIf(convRows(m, n, k), false, m, n, k, a, lda, b, ldb, nil, c, ldc)
+	}
 	a32, ok := any(a).([]float32)
 	return ok && convRows(m, n, k) &&
 		simd.GemmRows32(false, m, n, k, a32, lda, any(b).([]float32), ldb, nil, any(c).([]float32), ldc)
@@ -250,7 +255,7 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 				src = col
 			}
 			for gr := 0; gr < g.Groups; gr++ {
-				if beta == 0 && convRowsGemm(Og, P, Kg, w[gr*Og*Kg:], Kg, src[gr*Kg*ld:], ld, yn[gr*Og*P:], P) {
+				if beta == 0 && convRowsGemm(par, Og, P, Kg, w[gr*Og*Kg:], Kg, src[gr*Kg*ld:], ld, yn[gr*Og*P:], P) {
 					continue
 				}
 				gemm(false, false, Og, P, Kg, 1, w[gr*Og*Kg:], Kg, src[gr*Kg*ld:], ld, beta, yn[gr*Og*P:], P)

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"sync"
+	"sync/atomic"
 
 	blasthreads "github.com/gorgonia-parallel/gp/internal/blasimpl/threads"
 )
@@ -161,4 +162,28 @@ func convCol2imOne[T Float](g *convGeom, sc *convScratch, col, dx []T, par bool)
 		return
 	}
 	convCol2imRange(g, sc, convIndexed(g), col, dx, g.OH*g.OW, 0, g.C)
+}
+
+// splitWorkersOK is splitWorkers for a kernel that may refuse its part (a packing buffer it
+// could not allocate, a level it lacks): it reports whether every part ran, so that the
+// caller can do it all again another way.
+func splitWorkersOK(n, w, align int, f func(lo, hi int) bool) bool {
+	var failed atomic.Bool
+	splitWorkers(n, w, align, func(_, lo, hi int) {
+		if !f(lo, hi) {
+			failed.Store(true)
+		}
+	})
+	return !failed.Load()
+}
+
+// splitRowsOK is splitRows for a kernel that may refuse its part, as splitWorkersOK.
+func splitRowsOK(n, rowLen int, f func(lo, hi int) bool) bool {
+	var failed atomic.Bool
+	splitRows(n, rowLen, func(lo, hi int) {
+		if !f(lo, hi) {
+			failed.Store(true)
+		}
+	})
+	return !failed.Load()
 }

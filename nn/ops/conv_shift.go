@@ -66,7 +66,9 @@ const (
 	// OpenBLAS's Haswell kernels (GP_SIMD=avx2 OPENBLAS_CORETYPE=Haswell), measured 0.54-0.95x
 	// the GEMM path on each of resnet8_s2's convolutions and 0.79x on its training step
 	// (BenchmarkImplicitConvAB, BenchmarkImplicitConvLayersAB): eight lanes leave too few
-	// pixels per weight load.
+	// pixels per weight load. The AVX2 kernels stay, on purpose: the tests run them against
+	// the GEMM path and the benchmarks measure them (implicitAnyLevel), so that an AVX2
+	// machine where they pay can be found and given them.
 	convImplicitLevel = simd.AVX512
 )
 
@@ -243,14 +245,10 @@ func padIn(pad *simd.ConvPad, buf *gemmScratch, of *any, n, c int, v []float32) 
 			return xp, true
 		}
 	}
-	var failed atomic.Bool
 	hw := pad.OH * pad.OW
-	splitRows(n*c, pad.Size(), func(lo, hi int) {
-		if !simd.PadPlanes(pad, v[lo*hw:hi*hw], xp[lo*pad.Size():hi*pad.Size()], hi-lo) {
-			failed.Store(true)
-		}
-	})
-	if failed.Load() {
+	if !splitRowsOK(n*c, pad.Size(), func(lo, hi int) bool {
+		return simd.PadPlanes(pad, v[lo*hw:hi*hw], xp[lo*pad.Size():hi*pad.Size()], hi-lo)
+	}) {
 		return nil, false
 	}
 	if of != nil {
@@ -273,13 +271,9 @@ func phaseIn(g *convGeom, sc *convScratch, pl *shiftPlan, n int, x []float32) ([
 	if prev, ok := sc.phaseX.([]float32); ok && len(prev) == len(x) && len(x) > 0 && &prev[0] == &x[0] {
 		return xp, true
 	}
-	var failed atomic.Bool
-	splitRows(n*g.C, s*s*P, func(lo, hi int) {
-		if !simd.PhaseSplit(x[lo*hw:hi*hw], xp[lo*s*s*P:hi*s*s*P], hi-lo, g.H, g.W, g.OH, g.OW, s, pl.usedBits()) {
-			failed.Store(true)
-		}
-	})
-	if failed.Load() {
+	if !splitRowsOK(n*g.C, s*s*P, func(lo, hi int) bool {
+		return simd.PhaseSplit(x[lo*hw:hi*hw], xp[lo*s*s*P:hi*s*s*P], hi-lo, g.H, g.W, g.OH, g.OW, s, pl.usedBits())
+	}) {
 		return nil, false
 	}
 	sc.phaseX = x
@@ -374,13 +368,9 @@ func packShiftBwd(w, wp []float32, O, C, kk int, taps []int) {
 // (N×C×H×W); pixels of a phase without kernel offsets, or past the planes, get 0.
 func phaseOut(g *convGeom, pl *shiftPlan, n int, xp, dx []float32) bool {
 	s, P, hw := g.SH, g.OH*g.OW, g.H*g.W
-	var failed atomic.Bool
-	splitRows(n*g.C, hw, func(lo, hi int) {
-		if !simd.PhaseMerge(xp[lo*s*s*P:hi*s*s*P], dx[lo*hw:hi*hw], hi-lo, g.H, g.W, g.OH, g.OW, s, pl.usedBits()) {
-			failed.Store(true)
-		}
+	return splitRowsOK(n*g.C, hw, func(lo, hi int) bool {
+		return simd.PhaseMerge(xp[lo*s*s*P:hi*s*s*P], dx[lo*hw:hi*hw], hi-lo, g.H, g.W, g.OH, g.OW, s, pl.usedBits())
 	})
-	return !failed.Load()
 }
 
 // convShiftRun runs simd.ConvShiftFwd of cs over the n images' units (16 pixels each),
@@ -388,19 +378,12 @@ func phaseOut(g *convGeom, pl *shiftPlan, n int, xp, dx []float32) bool {
 // nil; wp is the packed weights (C·KK × O of cs).
 func convShiftRun(cs *simd.ConvShift, pad *simd.ConvPad, n int, x, wp, b, y []float32) bool {
 	units := n * ((cs.P + 15) / 16)
-	var failed atomic.Bool
-	splitRows(units, 16*cs.O*cs.C*cs.KK/64, func(lo, hi int) {
-		ran := false
+	return splitRowsOK(units, 16*cs.O*cs.C*cs.KK/64, func(lo, hi int) bool {
 		if pad != nil {
-			ran = simd.ConvShiftFwdPad(cs, pad, x, wp, b, y, n, lo, hi)
-		} else {
-			ran = simd.ConvShiftFwd(cs, x, wp, b, y, n, lo, hi)
+			return simd.ConvShiftFwdPad(cs, pad, x, wp, b, y, n, lo, hi)
 		}
-		if !ran {
-			failed.Store(true)
-		}
+		return simd.ConvShiftFwd(cs, x, wp, b, y, n, lo, hi)
 	})
-	return !failed.Load()
 }
 
 // convShiftFilterGrad is the filter gradient of an implicit convolution: dw (O×C·kh·kw) =
@@ -420,20 +403,14 @@ func convShiftFilterGrad(op *convFilterGradOp, x, dy, dw []float32) bool {
 		}
 	}
 	run := func(lo, hi int) bool {
-		if pad != nil && simd.ConvShiftWGradPad(&pl.fwd, pad, xp, dy, dw, op.n, lo, hi) {
-			return true
+		if pad != nil {
+			return simd.ConvShiftWGradPad(&pl.fwd, pad, xp, dy, dw, op.n, lo, hi)
 		}
-		return pad == nil && simd.ConvShiftWGrad(&pl.fwd, xp, dy, dw, op.n, lo, hi)
+		return simd.ConvShiftWGrad(&pl.fwd, xp, dy, dw, op.n, lo, hi)
 	}
 	w := min(threads(), g.Out/4, op.n*g.OH*g.OW*g.Out*g.colRows()/gemmGrain)
 	if w <= 1 {
 		return run(0, g.Out)
 	}
-	var failed atomic.Bool
-	splitWorkers(g.Out, w, 4, func(_, lo, hi int) {
-		if !run(lo, hi) {
-			failed.Store(true)
-		}
-	})
-	return !failed.Load()
+	return splitWorkersOK(g.Out, w, 4, run)
 }

@@ -254,17 +254,11 @@ func gemmRowsIf[T Float](fits, tB bool, m, n, k int, a []T, lda int, b []T, ldb 
 		bias32 = any(bias).([]float32)
 	}
 	w := max(1, min(threads(), m*n*k/gemmGrain, m/16))
-	done := make([]bool, w)
-	splitWorkers(m, w, 16, func(wi, lo, hi int) {
-		done[wi] = simd.GemmRows32(tB, hi-lo, n, k, a32[lo*lda:], lda, b32, ldb, bias32, c32[lo*ldc:], ldc)
+	// A worker's kernel that could not allocate its packing buffer makes the caller do it all
+	// again with the BLAS.
+	return splitWorkersOK(m, w, 16, func(lo, hi int) bool {
+		return simd.GemmRows32(tB, hi-lo, n, k, a32[lo*lda:], lda, b32, ldb, bias32, c32[lo*ldc:], ldc)
 	})
-	for _, d := range done {
-		if !d {
-			// A worker's kernel could not allocate its packing buffer: do it all again with the BLAS.
-			return false
-		}
-	}
-	return true
 }
 
 // linearDWOff, when true, sends every weight gradient to gemmPar: for the benchmarks that
@@ -285,19 +279,12 @@ func gemmDW[T Float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int
 	b32, c32 := any(b).([]float32), any(c).([]float32)
 	rows := m > n
 	w := max(1, min(threads(), m*n*k/gemmGrain, max(m, n)/16))
-	done := make([]bool, w)
-	splitWorkers(max(m, n), w, 16, func(wi, lo, hi int) {
+	// A worker's kernel that refused (its packing buffer, or the level) makes the caller do it
+	// all again with the BLAS.
+	return splitWorkersOK(max(m, n), w, 16, func(lo, hi int) bool {
 		if rows {
-			done[wi] = simd.GemmDW32(hi-lo, n, k, a32[lo:], lda, b32, ldb, c32[lo*ldc:], ldc)
-		} else {
-			done[wi] = simd.GemmDW32(m, hi-lo, k, a32, lda, b32[lo:], ldb, c32[lo:], ldc)
+			return simd.GemmDW32(hi-lo, n, k, a32[lo:], lda, b32, ldb, c32[lo*ldc:], ldc)
 		}
+		return simd.GemmDW32(m, hi-lo, k, a32, lda, b32[lo:], ldb, c32[lo:], ldc)
 	})
-	for _, d := range done {
-		if !d {
-			// A worker's kernel refused (its packing buffer, or the level): do it all again with the BLAS.
-			return false
-		}
-	}
-	return true
 }

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -116,12 +115,6 @@ func bnGradApply[T Float](x, dy []T, sel []float32, dx []T, n, c, hw int, k1, k2
 			}
 		}
 	})
-}
-
-// reluKeep32 is v where s's bits are positive as an int32, else +0: reluBits32's mask.
-func reluKeep32(v, s float32) float32 {
-	b := int32(math.Float32bits(s))
-	return math.Float32frombits(math.Float32bits(v) & uint32(((-b)&^b)>>31))
 }
 
 // sumDotSel is sumDot (same order) of d masked by sel (reluKeep32) and x.
