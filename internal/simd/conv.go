@@ -51,7 +51,8 @@ type ConvShift struct {
 	Mask           []uint16
 }
 
-// ConvPad is how ConvShiftWGradPad reads x: each plane of OH×OW pixels copied by PadPlanes
+// ConvPad is how ConvShiftFwdPad and ConvShiftWGradPad read their planes (x; and for the
+// data gradient, run as a forward, dy): each plane of OH×OW pixels copied by PadPlanes
 // into a zero border of PH rows above and below and PW columns on each side, and tap q's
 // element of output pixel (h, w) at Off[q] + h·(OW + 2·PW) + w of its padded plane (for a
 // stride-1 tap at row and column offsets (di, dj): (di + PH)·(OW + 2·PW) + dj + PW).

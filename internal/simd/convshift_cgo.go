@@ -74,7 +74,8 @@ func ConvShiftWGrad(s *ConvShift, x, dy, dw []float32, n, oa, ob int) bool {
 	return true
 }
 
-// ConvShiftPadOK reports whether ConvShiftWGradPad runs for s read through pad: at level
+// ConvShiftPadOK reports whether ConvShiftFwdPad and ConvShiftWGradPad run for s read
+// through pad: at level
 // AVX512, rows of OW pixels a multiple of 16 (each unit of 16 pixels within one line), OH·OW
 // = s.P, one tap offset for each of s's taps.
 func ConvShiftPadOK(s *ConvShift, pad *ConvPad) bool {

@@ -16,7 +16,7 @@
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("fp-contract=off")
 
-enum { GP2D_MR = 6, GP2D_NB = 16 };
+enum { GP2D_NB = 16 };
 
 // gp2d_micro: c rows [0, mr) (mr <= 6) by NV vectors (ldc) from kc steps of the packed strip
 // ap ([kc][6]) and panel bp ([kc][nb]); add: add the block's sums to c, else store them.
@@ -49,7 +49,7 @@ static __thread float *gp2d_buf;
 static __thread long gp2d_cap;
 
 // gp2_sgemm_dw is gp5_sgemm_dw at level AVX2: c (m×n, ldc) = aᵀ·b, a k×m (lda), b k×n
-// (ldb), n % 8 == 0. Returns 0, doing nothing, when the packing buffer cannot be allocated.
+// (ldb), n % 16 == 0 (GemmDW32 refuses other n), so each panel is two vectors wide. Returns 0, doing nothing, when the packing buffer cannot be allocated.
 static int gp2_sgemm_dw(int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc) {
 	long ms = (m + 5) / 6 * 6;
 	long need = (long)GPDW_KC * (ms + n);
@@ -93,7 +93,6 @@ static int gp2_sgemm_dw(int m, int n, int k, const float *a, long lda, const flo
 		long per = (pf.n[0] + pf.n[1] + calls - 1) / calls;
 		if (per > kc) per = kc;
 		for (int j0 = 0; j0 < n; j0 += GP2D_NB) {
-			int nb = n - j0 < GP2D_NB ? n - j0 : GP2D_NB;
 			const float *bpj = bp + (long)j0 * kc;
 			for (int i0 = 0; i0 < m; i0 += 6) {
 				int mr = m - i0 < 6 ? m - i0 : 6;
@@ -101,10 +100,7 @@ static int gp2_sgemm_dw(int m, int n, int k, const float *a, long lda, const flo
 				float *ci = c + (long)i0 * ldc + j0;
 				const char *pp;
 				long np = gpdw_pf_take(&pf, per, &pp);
-				if (nb == 16)
-					gp2d_micro(2, 16, kc, api, bpj, ci, ldc, mr, add, pp, np);
-				else
-					gp2d_micro(1, 8, kc, api, bpj, ci, ldc, mr, add, pp, np);
+				gp2d_micro(2, GP2D_NB, kc, api, bpj, ci, ldc, mr, add, pp, np);
 			}
 		}
 		gpdw_pf_rest(&pf);

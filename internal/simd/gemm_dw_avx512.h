@@ -23,7 +23,7 @@
 #pragma GCC target("avx512f,avx512vl,fma")
 #pragma GCC optimize("fp-contract=off")
 
-enum { GP5D_MR = 8, GP5D_NB = 48 };
+enum { GP5D_NB = 48 };
 
 // gp5d_micro: c rows [0, mr) (mr <= 8) by NV vectors (ldc) from kc steps of the packed strip
 // ap ([kc][8]) and panel bp ([kc][nb]); add: add the block's sums to c, else store them.

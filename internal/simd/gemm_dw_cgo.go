@@ -24,8 +24,8 @@ const gemmDWBlock = C.GPDW_KC
 // (ldc). Each element is summed in blocks of 128 rows of k counted from row 0: the
 // block's products in order with fused multiply-adds from zero, then the block's sum stored
 // (the first block) or added to the element (every later one), so the result is the same
-// bits at both levels and for any split of c's columns into calls (what gemmPar's threads
-// do). It returns false, doing nothing, at level Off, for n not a multiple of 16, m, n or k
+// bits at both levels and for any split of c's rows or columns into calls (what nn/ops's
+// gemmDW threads do). It returns false, doing nothing, at level Off, for n not a multiple of 16, m, n or k
 // below 1, strides too short, or when the kernel's packing buffer cannot be allocated: the
 // caller then runs its BLAS.
 func GemmDW32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {

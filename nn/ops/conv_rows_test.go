@@ -29,17 +29,17 @@ func TestConvRowsMatchesNaive(t *testing.T) {
 			x, w []int
 			o    ConvOpts
 			bias bool
-			rows bool // whether the kernel takes it at AVX-512
+			fits bool // whether its shape fits the kernel at AVX-512 (a bias still sends it to the BLAS)
 			m, k int  // its product: m output channels, k rows of the columns
 		}{
-			{x: []int{2, 60, 8, 8}, w: []int{13, 60, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, rows: true, m: 13, k: 540},
-			{x: []int{2, 64, 16, 16}, w: []int{8, 64, 3, 3}, o: ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, rows: true, m: 8, k: 576},
-			{x: []int{16, 60, 2, 2}, w: []int{7, 60, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, rows: true, m: 7, k: 540},
-			{x: []int{2, 60, 8, 8}, w: []int{6, 60, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, bias: true, rows: true, m: 6, k: 540},
+			{x: []int{2, 60, 8, 8}, w: []int{13, 60, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, fits: true, m: 13, k: 540},
+			{x: []int{2, 64, 16, 16}, w: []int{8, 64, 3, 3}, o: ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, fits: true, m: 8, k: 576},
+			{x: []int{16, 60, 2, 2}, w: []int{7, 60, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, fits: true, m: 7, k: 540},
+			{x: []int{2, 60, 8, 8}, w: []int{6, 60, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, bias: true, fits: true, m: 6, k: 540},
 			{x: []int{2, 40, 8, 8}, w: []int{6, 40, 3, 3}, o: ConvOpts{Padding: [2]int{1, 1}}, m: 6, k: 360},
 		} {
 			name := fmt.Sprintf("x%v_w%v_bias%v", c.x, c.w, c.bias)
-			if got := simd.GemmRowsConvFits(c.m, 64, c.k); got != (c.rows && lv == simd.AVX512) {
+			if got := simd.GemmRowsConvFits(c.m, 64, c.k); got != (c.fits && lv == simd.AVX512) {
 				t.Errorf("%s: GemmRowsConvFits(%d, 64, %d) = %v at %s", name, c.m, c.k, got, lv)
 			}
 			g := G.NewGraph()

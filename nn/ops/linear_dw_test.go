@@ -14,8 +14,9 @@ import (
 // simd.GemmDWFits takes (swin_t's first-stage qkv and fc2 at 4100 rows; out channels not a
 // multiple of the kernel's strips, rows not a multiple of its blocks) and on ones it leaves
 // to the BLAS (in not a multiple of 16, too few rows, too wide a product), and compares
-// with a float64 product on a sample of elements (checkDW). At 1, 2 and 3 threads the
-// gradient must be the same bits.
+// with a float64 product on a sample of elements (checkDW); on the kernel's shapes it must be
+// the bits simd.GemmDW32 gives called directly. At 1, 2 and 3 threads the gradient must be
+// the same bits.
 func TestLinearWeightGradMatchesReference(t *testing.T) {
 	simdtest.Each(t, func(t *testing.T, lv simd.Level) {
 		rng := rand.New(rand.NewSource(11))
@@ -60,6 +61,18 @@ func TestLinearWeightGradMatchesReference(t *testing.T) {
 				if first == nil {
 					first = dw
 					checkDW(t, lv, s.rows, s.in, s.out, dy, x, dw)
+					if s.kernel && lv != simd.Off {
+						// The kernel's own product, bit for bit: linearGrad took it.
+						ref := make([]float32, s.out*s.in)
+						if !simd.GemmDW32(s.out, s.in, s.rows, dy, s.out, x, s.in, ref, s.in) {
+							t.Fatalf("%v %+v: GemmDW32 refused a shape GemmDWFits takes", lv, s)
+						}
+						for i := range ref {
+							if math.Float32bits(ref[i]) != math.Float32bits(dw[i]) {
+								t.Fatalf("%v %+v: dw[%d] = %v, the kernel gives %v: linearGrad did not take it", lv, s, i, dw[i], ref[i])
+							}
+						}
+					}
 					continue
 				}
 				for i := range dw {
