@@ -45,6 +45,24 @@ func (p *Pinned) CopyTo(t *Tensor) error {
 	if err := p.d.ctx.CopyHtoDAsync(t.Ptr(), pinnedPtr(p.blk), min(p.n, t.n*t.dtype.Size()), p.d.stream); err != nil {
 		return err
 	}
+	return p.recordCopy()
+}
+
+// CopyFrom enqueues a copy of t's elements (as many as the buffer holds) into the buffer on
+// the device's stream and returns at once; read the buffer only once the device has run it
+// (Device.Synchronize). Free waits for it.
+func (p *Pinned) CopyFrom(t *Tensor) error {
+	if p.blk.Ptr == 0 {
+		return fmt.Errorf("cuda: device %d: copy into a freed pinned buffer", p.d.ordinal)
+	}
+	if err := p.d.ctx.CopyDtoHAsync(pinnedPtr(p.blk), t.Ptr(), min(p.n, t.n*t.dtype.Size()), p.d.stream); err != nil {
+		return err
+	}
+	return p.recordCopy()
+}
+
+// recordCopy records, after the copy just enqueued, the event Free waits for.
+func (p *Pinned) recordCopy() error {
 	if p.copied == 0 {
 		ev, err := p.d.ctx.EventCreate(false)
 		if err != nil {
@@ -58,7 +76,7 @@ func (p *Pinned) CopyTo(t *Tensor) error {
 	return nil
 }
 
-// Free waits for the copies CopyTo enqueued from the buffer, then returns it to the pinned
+// Free waits for the copies CopyTo and CopyFrom enqueued, then returns it to the pinned
 // cache, where the next Pinned may hand it out and be written at once. A buffer whose copies
 // cannot be waited for (the device failed) is not reused.
 func (p *Pinned) Free() {

@@ -40,7 +40,6 @@ package devddp
 import (
 	"context"
 	"fmt"
-	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/driver"
@@ -341,11 +340,10 @@ func (b *Backend) toHost(ctx context.Context, bk *ddp.Bucket) (*ddp.Bucket, erro
 		return nil, err
 	}
 	hb := b.hosted[bk.Index]
-	dev := b.st.Device()
-	if err := dev.Context().CopyDtoHAsync(unsafe.Pointer(unsafe.SliceData(hb.Grad)), g.Ptr(), 4*len(hb.Grad), dev.Stream()); err != nil {
+	if err := b.pins[bk.Index].CopyFrom(g); err != nil {
 		return nil, fmt.Errorf("copying %s to the host: %w", bk, err)
 	}
-	if err := dev.Synchronize(ctx); err != nil {
+	if err := b.st.Device().Synchronize(ctx); err != nil {
 		return nil, fmt.Errorf("waiting for %s's copy to the host: %w", bk, err)
 	}
 	return hb, nil

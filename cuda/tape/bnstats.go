@@ -3,7 +3,6 @@ package tape
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -127,7 +126,7 @@ func (s *runningStats) hostChanged() bool {
 
 // enqueueOut queues the copy of the device buffer into pin when a layer trained, and
 // reports whether it did; the Run's synchronisation that follows waits for it.
-func (s *runningStats) enqueueOut(dev *cuda.Device) (bool, error) {
+func (s *runningStats) enqueueOut() (bool, error) {
 	trained := false
 	for _, l := range s.layers {
 		trained = trained || l.trained
@@ -135,7 +134,7 @@ func (s *runningStats) enqueueOut(dev *cuda.Device) (bool, error) {
 	if !trained {
 		return false, nil
 	}
-	if err := dev.Context().CopyDtoHAsync(unsafe.Pointer(unsafe.SliceData(s.pin.Float32s())), s.dev.Ptr(), 4*s.n, dev.Stream()); err != nil {
+	if err := s.pin.CopyFrom(s.dev); err != nil {
 		return true, fmt.Errorf("cuda/tape: BatchNorm running statistics to the host: %w", err)
 	}
 	return true, nil

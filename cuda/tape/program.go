@@ -325,7 +325,7 @@ func (p *Program) Run(ctx context.Context) error {
 			}
 		}
 	}
-	copied, err := p.bn.enqueueOut(p.dev)
+	copied, err := p.bn.enqueueOut()
 	if err != nil {
 		return err
 	}
