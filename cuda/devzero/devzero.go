@@ -41,7 +41,9 @@
 // backward goes on; at the next unit's reduction (or after the backward) the compute stream
 // waits for it, adds the result divided by N into the rank's gradient shard (gradients
 // accumulate there until Step or ZeroGrad) and frees the gradient block; the schedule is
-// parallel/zero's (zero.ReduceSchedule), the same as on the host. RunStep
+// parallel/zero's (zero.ReduceSchedule), as on the host, but it waits for every parameter of
+// a unit where the host waits for those the program uses: a unit holding a parameter that
+// does not reach the loss reduces after the backward, not beside it. RunStep
 // (train.Overlapped) steps each unit's shard with the device AdamW right after, while later
 // units still reduce.
 //

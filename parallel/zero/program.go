@@ -501,7 +501,7 @@ func (h hostReducer) Launch(u int) comm.Work {
 	clear(dst[un.Hi-un.Lo:])
 	n := int64(un.Padded - (un.Hi - un.Lo))
 	for _, prm := range un.Params {
-		if !p.red.Arrived(prm) {
+		if !p.red.arrived(prm) {
 			clear(dst[prm.Offset-un.Lo : prm.Offset-un.Lo+prm.Numel()])
 			n += int64(prm.Numel())
 		}

@@ -83,8 +83,8 @@ func (s *ReduceSchedule[W]) Arrive(p *nn.Param) (first bool, err error) {
 	return s.left[u] == s.need[u]-1, s.err
 }
 
-// Arrived is whether p's gradient has arrived in this Run.
-func (s *ReduceSchedule[W]) Arrived(p *nn.Param) bool { return s.got[p.Index] }
+// arrived is whether p's gradient has arrived in this Run.
+func (s *ReduceSchedule[W]) arrived(p *nn.Param) bool { return s.got[p.Index] }
 
 // Finish ends the Run whose tape returned runErr: unless the Run failed it launches the
 // incomplete units and retires every launched unit; it waits for the collectives and
