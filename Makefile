@@ -63,14 +63,14 @@ test-examples:
 	bin/gprun --nproc-per-node 2 -- bin/examples/trainer -epochs 2 -out bin/examples/runs/convnet
 
 ## test-fuzz: every fuzz target (func FuzzXxx) for FUZZTIME each, one at a time on one worker,
-## on the committed corpus (each package's testdata/fuzz/FuzzXxx) plus what it finds (bench/fuzz
-## prints the table). A crasher fails it; go test writes the input under the package's
+## from its seeds and committed corpus (each package's testdata/fuzz/FuzzXxx) in a fresh cache,
+## so every run starts from the same inputs (bench/fuzz prints the table). A crasher fails it; go test writes the input under the package's
 ## testdata/fuzz/FuzzXxx/, to commit with the parser's fix. 5 s each keeps make test within
 ## about 15 minutes on 2 idle cores (20 targets: about 2 minutes with the builds); longer runs
 ## are bench/fuzz's (go run ./bench/fuzz -fuzztime 5m).
 FUZZTIME ?= 5s
 test-fuzz:
-	$(GO) run ./bench/fuzz -fuzztime $(FUZZTIME)
+	$(GO) run ./bench/fuzz -fresh-cache -fuzztime $(FUZZTIME)
 
 ## cross: vet (which compiles the tests too) with CGO_ENABLED=0 for linux, macOS and
 ## Windows on amd64 and arm64.

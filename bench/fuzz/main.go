@@ -4,7 +4,8 @@
 // coverage each reached. With -out it writes them as JSON (bench/results/fuzz.json). Any
 // target that fails (a crasher; go test writes its input under the package's
 // testdata/fuzz/FuzzXxx/) makes the command fail after the others ran. `make test-fuzz` runs
-// it for a few seconds a target.
+// it for a few seconds a target with -fresh-cache, so each run starts from the committed
+// corpus rather than from whatever Go's fuzz cache has gathered on that machine.
 package main
 
 import (
@@ -86,6 +87,7 @@ func main() {
 	fuzztime := flag.Duration("fuzztime", 60*time.Second, "how long each target fuzzes")
 	parallel := flag.Int("parallel", 1, "fuzzing workers per target (go test -parallel)")
 	match := flag.String("run", "", "only targets whose package/name matches this regular expression")
+	fresh := flag.Bool("fresh-cache", false, "fuzz each target from its seeds and committed corpus only, in a temporary cache removed after it, instead of Go's fuzz cache (which keeps every interesting input of earlier runs, so its baseline grows from run to run and can outlast a short -fuzztime)")
 	out := flag.String("out", "", "write the results as JSON here (e.g. bench/results/fuzz.json); with -run, the targets run replace theirs in the file and the others stay")
 	flag.Parse()
 	log.SetFlags(0)
@@ -102,7 +104,7 @@ func main() {
 		if !filter.MatchString(t.Package + "/" + t.Name) {
 			continue
 		}
-		if err := t.run(*fuzztime, *parallel); err != nil {
+		if err := t.run(*fuzztime, *parallel, *fresh); err != nil {
 			failed++
 			fmt.Fprintf(os.Stderr, "%s %s: %v\n", t.Package, t.Name, err)
 		}
@@ -113,9 +115,10 @@ func main() {
 		ran = mergeInto(*out, ran)
 	}
 	res := map[string]any{
-		"what":            "go test -fuzz of every fuzz target, one at a time, on the committed corpus plus what it finds",
+		"what":            "go test -fuzz of every fuzz target, one at a time, on its seeds and committed corpus plus what it finds (with fresh_cache, not what earlier runs found)",
 		"parallel":        *parallel,
 		"minimize":        "-fuzzminimizetime 10x",
+		"fresh_cache":     *fresh,
 		"go":              runtime.Version(),
 		"cpus":            runtime.NumCPU(),
 		"targets":         ran,
@@ -208,14 +211,31 @@ func regressions(dir, name string) []*regression {
 // same number of executions given as a count (-fuzztime Nx has no deadline), which
 // replays the corpus and fuzzes as much again; that run's result stands, so a real
 // crasher still fails.
-func (t *target) run(d time.Duration, parallel int) error {
+//
+// With fresh, the run uses a temporary fuzz cache of its own (go test's
+// -test.fuzzcachedir), so its baseline is the target's seeds and committed corpus and
+// what it finds is discarded with the cache; a crasher is still written under the
+// package's testdata.
+func (t *target) run(d time.Duration, parallel int, fresh bool) error {
 	start := time.Now()
-	output, err := t.fuzz(d.String(), parallel)
+	var extra []string
+	if fresh {
+		dir, err := os.MkdirTemp("", "gp-fuzzcache-")
+		if err != nil {
+			return fmt.Errorf("fuzz cache for %s: %w", t.Name, err)
+		}
+		defer os.RemoveAll(dir)
+		extra = append(extra, "-test.fuzzcachedir="+dir)
+	}
+	output, err := t.fuzz(d.String(), parallel, extra...)
 	if err != nil && deadlineRace(output, t.Name) && t.Execs > 0 {
 		execs := t.Execs
 		t.CountRerun = true
-		output, err = t.fuzz(strconv.FormatInt(execs, 10)+"x", parallel)
+		output, err = t.fuzz(strconv.FormatInt(execs, 10)+"x", parallel, extra...)
 		t.Execs = max(t.Execs, execs)
+	}
+	if err != nil && deadlineRace(output, t.Name) && t.Execs == 0 {
+		err = fmt.Errorf("%w: the baseline coverage of %d inputs did not finish within -fuzztime %v; give a longer -fuzztime, or -fresh-cache to start from the committed corpus", err, t.Baseline, d)
 	}
 	t.Wall = time.Since(start).Seconds()
 	t.Seconds = d.Seconds()
@@ -244,9 +264,11 @@ func deadlineRace(output, name string) bool {
 }
 
 // fuzz runs go test -fuzz for t with the given -fuzztime and records what the output says.
-func (t *target) fuzz(fuzztime string, parallel int) (string, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-fuzz", "^"+t.Name+"$", "-fuzztime", fuzztime,
-		"-fuzzminimizetime", "10x", "-parallel", strconv.Itoa(parallel), t.Package)
+// Extra arguments go to the test binary, after the package.
+func (t *target) fuzz(fuzztime string, parallel int, extra ...string) (string, error) {
+	args := []string{"test", "-run", "^$", "-fuzz", "^" + t.Name + "$", "-fuzztime", fuzztime,
+		"-fuzzminimizetime", "10x", "-parallel", strconv.Itoa(parallel), t.Package}
+	cmd := exec.Command("go", append(args, extra...)...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
