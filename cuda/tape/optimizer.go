@@ -39,22 +39,35 @@ type devSegment struct {
 	params []*nn.Param
 }
 
-func newDeviceOptimizer(dev *cuda.Device, ps *nn.ParamSet, host optim.Optimizer) (*deviceOptimizer, error) {
-	o := &deviceOptimizer{dev: dev, ps: ps, host: host}
-	var segs []optim.Segment
+// onDevice reports whether the device state can step host's kind of optimizer, and
+// fills o's description of it when o is not nil: the one list of the kinds it steps.
+func onDevice(host optim.Optimizer, o *deviceOptimizer) (segs []optim.Segment, ok bool) {
 	switch h := host.(type) {
 	case *optim.SGD:
-		o.hyper, segs = h.Hyper(), h.Segments()
-		if o.hyper.Momentum != 0 {
-			o.kinds = []string{"momentum_buffer"}
+		if o != nil {
+			o.hyper = h.Hyper()
+			if o.hyper.Momentum != 0 {
+				o.kinds = []string{"momentum_buffer"}
+			}
 		}
+		return h.Segments(), true
 	case *optim.Adam:
-		o.hyper, segs, o.adam, o.decpl = h.Hyper(), h.Segments(), true, h.Decoupled()
-		o.kinds = []string{"exp_avg", "exp_avg_sq"}
-		if o.hyper.AMSGrad {
-			o.kinds = append(o.kinds, "max_exp_avg_sq")
+		if o != nil {
+			o.hyper, o.adam, o.decpl = h.Hyper(), true, h.Decoupled()
+			o.kinds = []string{"exp_avg", "exp_avg_sq"}
+			if o.hyper.AMSGrad {
+				o.kinds = append(o.kinds, "max_exp_avg_sq")
+			}
 		}
-	default:
+		return h.Segments(), true
+	}
+	return nil, false
+}
+
+func newDeviceOptimizer(dev *cuda.Device, ps *nn.ParamSet, host optim.Optimizer) (*deviceOptimizer, error) {
+	o := &deviceOptimizer{dev: dev, ps: ps, host: host}
+	segs, ok := onDevice(host, o)
+	if !ok {
 		return nil, fmt.Errorf("cuda/tape: the device optimizer copies optim.SGD, Adam or AdamW, not %T", host)
 	}
 	kernel := "sgd_f32"

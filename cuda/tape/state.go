@@ -139,9 +139,10 @@ func OptimizerOf(opts ...nn.BuildOption) (optim.Optimizer, error) {
 	if up == nil {
 		return nil, nil
 	}
-	switch o := up.(type) {
-	case *optim.SGD, *optim.Adam:
-		return o.(optim.Optimizer), nil
+	if o, ok := up.(optim.Optimizer); ok {
+		if _, ok := onDevice(o, nil); ok {
+			return o, nil
+		}
 	}
 	return nil, fmt.Errorf("cuda/tape: nn.WithOptimizer(%T): the device state steps optim's SGD, Adam or AdamW; this optimizer runs in host memory only", up)
 }
