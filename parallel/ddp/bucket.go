@@ -41,16 +41,27 @@ func flatOrder(ps *nn.ParamSet) []*nn.Param {
 	return flat
 }
 
-// sizeCuts cuts flat into buckets by size as PyTorch does: parameters are added to the
-// current bucket until it holds at least limit bytes (first for the first bucket, then
-// capBytes); then the tail gets a bucket of about last bytes (tailCut). A cut i means a
-// bucket starts at flat[i].
-func sizeCuts(flat []*nn.Param, first, capBytes, last int) (cuts []int) {
-	defer func() { cuts = tailCut(flat, nil, cuts, last) }()
-	bytes, limit := 0, first
+// gradBytes is the size in bytes of each of flat's float32 gradients: what the cutting
+// functions below take.
+func gradBytes(flat []*nn.Param) []int {
+	sizes := make([]int, len(flat))
 	for i, p := range flat {
-		bytes += 4 * p.Numel()
-		if bytes >= limit && i+1 < len(flat) {
+		sizes[i] = 4 * p.Numel()
+	}
+	return sizes
+}
+
+// sizeCuts cuts gradients of sizes bytes, in buffer order, into buckets by size as PyTorch
+// does: gradients are added to the current bucket until it holds at least limit bytes (first
+// for the first bucket, then capBytes); then the tail gets a bucket of about last bytes
+// (tailCut). A cut i means a bucket starts at the i-th gradient. DDP cuts its parameters
+// (gradBytes) with it, and a Solver its float32 and its float64 learnables.
+func sizeCuts(sizes []int, first, capBytes, last int) (cuts []int) {
+	defer func() { cuts = tailCut(sizes, nil, cuts, last) }()
+	bytes, limit := 0, first
+	for i, n := range sizes {
+		bytes += n
+		if bytes >= limit && i+1 < len(sizes) {
 			cuts = append(cuts, i+1)
 			bytes, limit = 0, capBytes
 		}
@@ -58,13 +69,13 @@ func sizeCuts(flat []*nn.Param, first, capBytes, last int) (cuts []int) {
 	return cuts
 }
 
-// arrivalCuts re-cuts flat from the order gradients arrived in (arrived lists flat
-// positions, first arrival first; positions never seen count as arriving last, in buffer
-// order). A bucket is closed once it holds at least its limit and the cut falls on a closure
-// point (every gradient before it arrived before every gradient after it); without a
-// closure point within twice the limit it is cut by size alone.
-func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes, last int) (cuts []int) {
-	n := len(flat)
+// arrivalCuts re-cuts gradients of sizes bytes (in buffer order) from the order they arrived
+// in (arrived lists buffer positions, first arrival first; positions never seen count as
+// arriving last, in buffer order). A bucket is closed once it holds at least its limit and
+// the cut falls on a closure point (every gradient before it arrived before every gradient
+// after it); without a closure point within twice the limit it is cut by size alone.
+func arrivalCuts(sizes []int, arrived []int, first, capBytes, last int) (cuts []int) {
+	n := len(sizes)
 	rank := make([]int, n)
 	for i := range rank {
 		rank[i] = -1
@@ -82,10 +93,10 @@ func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes, last int) (cu
 			next++
 		}
 	}
-	defer func() { cuts = tailCut(flat, rank, cuts, last) }()
+	defer func() { cuts = tailCut(sizes, rank, cuts, last) }()
 	bytes, limit, prefixMax := 0, first, -1
-	for i, p := range flat {
-		bytes += 4 * p.Numel()
+	for i, size := range sizes {
+		bytes += size
 		prefixMax = max(prefixMax, rank[i])
 		if i+1 >= n || bytes < limit {
 			continue
@@ -99,12 +110,13 @@ func arrivalCuts(flat []*nn.Param, arrived []int, first, capBytes, last int) (cu
 }
 
 // tailCut adds a cut that gives the gradients arriving last a bucket of about last bytes
-// (see LastBucketBytes). rank is each flat position's arrival rank (nil: buffer order). The
-// cut is the first position from the end at which at least last bytes are collected and the
-// suffix arrived after the prefix, or where 2·last bytes are collected; it is added only when
-// it falls after the last cut, so that it splits the last bucket.
-func tailCut(flat []*nn.Param, rank []int, cuts []int, last int) []int {
-	n := len(flat)
+// (see LastBucketBytes); sizes are the gradients' bytes in buffer order, rank each buffer
+// position's arrival rank (nil: buffer order). The cut is the first position from the end at
+// which at least last bytes are collected and the suffix arrived after the prefix, or where
+// 2·last bytes are collected; it is added only when it falls after the last cut, so that it
+// splits the last bucket.
+func tailCut(sizes []int, rank []int, cuts []int, last int) []int {
+	n := len(sizes)
 	if last <= 0 || n < 2 {
 		return cuts
 	}
@@ -126,7 +138,7 @@ func tailCut(flat []*nn.Param, rank []int, cuts []int, last int) []int {
 	}
 	bytes, suffixMin := 0, n
 	for i := n - 1; i > lastCut; i-- {
-		bytes += 4 * flat[i].Numel()
+		bytes += sizes[i]
 		suffixMin = min(suffixMin, r(i))
 		if bytes >= last && (prefixMax[i] < suffixMin || bytes >= 2*last) {
 			return append(cuts, i)

@@ -65,31 +65,39 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 	if model == nil || model.Params == nil {
 		return nil, fmt.Errorf("ddp: rank %d: nil model", g.Rank())
 	}
-	d := &DDP{Model: model, g: g, cfg: newConfig(opts), rank: g.Rank(), size: g.Size()}
-	if err := d.cfg.forNew(); err != nil {
+	cfg := newConfig(opts)
+	if err := cfg.forNew(); err != nil {
 		return nil, err
 	}
-	d.name = fmt.Sprintf("ddp: rank %d", d.rank)
-	d.tl = newTimeline(d.rank, d.cfg.timelineSteps)
-	_, d.prescale = d.cfg.hook.(allReduceHook)
-	ps := model.Params
-	if err := replica.CheckModels(ctx, g, ps); err != nil {
+	d := newReducer(model, g, cfg, fmt.Sprintf("ddp: rank %d", g.Rank()))
+	if err := replica.CheckModels(ctx, g, model.Params); err != nil {
 		return nil, fmt.Errorf("ddp: %w", err)
 	}
-	if err := replica.Broadcast(ctx, g, ps, d.who()); err != nil {
+	if err := replica.Broadcast(ctx, g, model.Params, d.who()); err != nil {
 		return nil, err
 	}
-	d.checker.Every = d.cfg.checkEvery
+	if err := d.open(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newReducer makes the DDP of model over g with its buckets laid out (sizeCuts), before any
+// check, broadcast or backend (open): what New completes, and what a Solver drives over its
+// learnables' float32 gradients. name prefixes errors.
+func newReducer(model *nn.Model, g comm.Group, cfg config, name string) *DDP {
+	d := &DDP{Model: model, g: g, cfg: cfg, rank: g.Rank(), size: g.Size(), name: name}
+	d.tl = newTimeline(d.rank, cfg.timelineSteps)
+	_, d.prescale = cfg.hook.(allReduceHook)
+	d.checker.Every = cfg.checkEvery
+	ps := model.Params
 	d.flat = flatOrder(ps)
 	d.flatPos = make([]int, len(ps.Params))
 	for i, p := range d.flat {
 		d.flatPos[p.Index] = i
 	}
-	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(d.flat, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket))
-	if err := d.open(); err != nil {
-		return nil, err
-	}
-	return d, nil
+	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(gradBytes(d.flat), cfg.firstBucket, cfg.bucketCap, cfg.lastBucket))
+	return d
 }
 
 // open makes the backend of d: WithBackend's, accepted now that the ranks hold rank 0's

@@ -322,14 +322,14 @@ func TestArrivalCuts(t *testing.T) {
 		return ps
 	}
 	flat := mk(4, 4, 4, 4, 4, 4)
-	if got := sizeCuts(flat, 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
+	if got := sizeCuts(gradBytes(flat), 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
 		t.Errorf("sizeCuts = %v, want [1 3 5]", got)
 	}
 	// Position 1 arrives after 2 and 3: the cut after position 2 moves to 4 (the closure point).
-	if got := arrivalCuts(flat, []int{0, 2, 3, 1, 4, 5}, 16, 32, 0); fmt.Sprint(got) != "[1 4]" {
+	if got := arrivalCuts(gradBytes(flat), []int{0, 2, 3, 1, 4, 5}, 16, 32, 0); fmt.Sprint(got) != "[1 4]" {
 		t.Errorf("arrivalCuts = %v, want [1 4]", got)
 	}
-	if got := arrivalCuts(flat, []int{0, 1, 2, 3, 4, 5}, 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
+	if got := arrivalCuts(gradBytes(flat), []int{0, 1, 2, 3, 4, 5}, 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
 		t.Errorf("in-order arrivalCuts = %v, want [1 3 5]", got)
 	}
 	// A small last bucket (LastBucketBytes): the tail of backward gets a bucket of its own.
@@ -350,9 +350,9 @@ func TestArrivalCuts(t *testing.T) {
 	} {
 		var got []int
 		if c.arrived == nil {
-			got = sizeCuts(flat, 16, 96, c.last)
+			got = sizeCuts(gradBytes(flat), 16, 96, c.last)
 		} else {
-			got = arrivalCuts(flat, c.arrived, 16, 96, c.last)
+			got = arrivalCuts(gradBytes(flat), c.arrived, 16, 96, c.last)
 		}
 		if fmt.Sprint(got) != c.want {
 			t.Errorf("%s: cuts = %v, want %s", c.name, got, c.want)

@@ -264,7 +264,7 @@ func (d *DDP) rebuild(ctx context.Context) error {
 	var cuts []int
 	keep := len(arrived) == 0
 	if !keep {
-		cuts = arrivalCuts(d.flat, arrived, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket)
+		cuts = arrivalCuts(gradBytes(d.flat), arrived, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket)
 	}
 	cuts, keep, err := shareCuts(ctx, d.g, len(d.flat), cuts, keep)
 	if err != nil {
