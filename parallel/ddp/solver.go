@@ -38,11 +38,15 @@ var ErrNonFiniteGrad = errors.New("non-finite gradient")
 //	defer solver.Close()
 //	... feed samples step*batch+rank*n .. +n, vm.RunAll(), solver.Step(...) as before ...
 //
-// Step reduces the gradients in fused buckets (BucketCapBytes, 25 MiB by default): each
-// bucket is packed and its all-reduce started while the next is packed, and unpacked while
-// later ones are still in flight; WithCommHook compresses float32 buckets (FP16CompressHook,
-// BF16CompressHook, PowerSGDHook). The averaged gradient of the global batch is exact up to
-// float32 rounding: the result equals one process stepping the global batch.
+// Step reduces the gradients with DDP's reducer (the one New's programs use): the float32
+// gradients are packed, in the order Step is handed them, into one buffer cut into buckets
+// as New cuts its parameters (a bucket closes once it holds BucketCapBytes, 25 MiB by
+// default; the first bucket too), and each bucket's all-reduce is launched through the comm
+// hook (WithCommHook: AllReduceHook by default, FP16CompressHook, BF16CompressHook,
+// PowerSGDHook) as soon as it is packed, while the next is packed. Float64 gradients are
+// all-reduced in float64, in buckets cut alike, without the hook. The averaged gradient of
+// the global batch is exact up to float32 rounding: the result equals one process stepping
+// the global batch.
 //
 // What the build-function path (New, Compile) does and Solver does not: it cannot start a
 // reduction before backward has finished (the tape machine gives no hook), so
@@ -80,30 +84,25 @@ type Solver struct {
 
 	layout  []string // the description of the learnables of the last Step
 	views   []gradView
-	buckets []solverBucket
+	d       *DDP        // the reducer of the float32 gradients; nil in one process
+	grad64  []float64   // the float64 gradients, packed (several processes)
+	ends64  []int       // where each float64 bucket ends in grad64
 	passes  int         // backward passes summed since the last update (BackwardPasses)
 	sums    [][]float64 // per learnable, the gradient sum over those passes
 	steps   int         // updates done
 	checker replica.Checker
 }
 
-// gradView is one learnable of a Step: its name and views of its value and gradient.
+// gradView is one learnable of a Step: its name, views of its value and gradient, and its
+// place in the packed gradients.
 type gradView struct {
 	name     string
 	w32, g32 []float32
 	w64, g64 []float64
 	shape    tensor.Shape
 	dtype    tensor.Dtype
-	bucket   int // index into Solver.buckets
-	lo, hi   int // its place in the bucket's buffer
-}
-
-// solverBucket is a fused buffer of gradients of one dtype.
-type solverBucket struct {
-	f32  []float32
-	f64  []float64
-	work comm.Work
-	b    Bucket // what the comm hook sees (float32 buckets)
+	param    *nn.Param // a float32 learnable's parameter in the reducer
+	lo, hi   int       // its place in the reducer's gradient buffer, or in grad64
 }
 
 // NewSolver wraps inner for the ranks of a process group. Without WithGroup it starts the
@@ -259,12 +258,11 @@ func (s *Solver) bind(model []G.ValueGrad) error {
 				return fmt.Errorf("%s: the learnables handed to Step: %w", s.name, err)
 			}
 		}
-		s.layout = layout
-		s.layoutBuckets(views)
-		return nil
+		s.layout, s.views = layout, views
+		return s.lay()
 	}
 	for i := range views {
-		views[i].bucket, views[i].lo, views[i].hi = s.views[i].bucket, s.views[i].lo, s.views[i].hi
+		views[i].param, views[i].lo, views[i].hi = s.views[i].param, s.views[i].lo, s.views[i].hi
 	}
 	s.views = views
 	return nil
@@ -326,56 +324,48 @@ func valueData[T float32 | float64, S *G.F32 | *G.F64](v G.Value, backing func(*
 	return nil
 }
 
-// layoutBuckets assigns the learnables to buckets of at most BucketCapBytes of one dtype, in
-// model order (backward has finished when Step runs, so the order only decides the fusion).
-func (s *Solver) layoutBuckets(views []gradView) {
-	s.buckets = s.buckets[:0]
-	open := map[tensor.Dtype]int{} // dtype -> index of its open bucket
-	for i := range views {
-		v := &views[i]
-		n, size := len(v.g32)+len(v.g64), 4
-		if v.dtype == tensor.Float64 {
-			size = 8
-		}
-		bi, ok := open[v.dtype]
-		if ok {
-			cur := len(s.buckets[bi].f32) + len(s.buckets[bi].f64)
-			ok = cur == 0 || (cur+n)*size <= s.cfg.bucketCap
-		}
-		if !ok {
-			s.buckets = append(s.buckets, solverBucket{})
-			bi = len(s.buckets) - 1
-			open[v.dtype] = bi
-		}
-		b := &s.buckets[bi]
-		if v.dtype == tensor.Float64 {
-			v.lo = len(b.f64)
-			b.f64 = append(b.f64, make([]float64, n)...)
-			v.hi = len(b.f64)
+// lay places the learnables' gradients, in model order, in one buffer per dtype, and makes
+// the reducer of the float32 buffer (DDP's, over parameters at the gradients' places, which
+// is what the comm hooks see) and the float64 buckets, both cut by sizeCuts. In one process
+// there is nothing to reduce: Step folds the accumulated passes into the gradients in place.
+func (s *Solver) lay() error {
+	var params []*nn.Param
+	var sizes64, ends []int // per float64 learnable: its bytes, where it ends
+	n32, n64 := 0, 0
+	for i := range s.views {
+		v := &s.views[i]
+		if v.g32 != nil {
+			v.param = &nn.Param{Name: v.name, Shape: []int(v.shape.Clone()), Data: v.w32, Offset: n32, Index: len(params)}
+			params = append(params, v.param)
+			v.lo, n32 = n32, n32+len(v.g32)
+			v.hi = n32
 		} else {
-			v.lo = len(b.f32)
-			b.f32 = append(b.f32, make([]float32, n)...)
-			v.hi = len(b.f32)
+			v.lo, n64 = n64, n64+len(v.g64)
+			v.hi = n64
+			sizes64, ends = append(sizes64, 8*len(v.g64)), append(ends, n64)
 		}
-		v.bucket = bi
 	}
-	for i := range s.buckets {
-		b := &s.buckets[i]
-		b.b = Bucket{Index: i, Lo: 0, Hi: len(b.f32), Grad: b.f32}
+	s.sums, s.d, s.grad64, s.ends64 = nil, nil, nil, nil
+	if s.Size() == 1 {
+		return nil
 	}
-	// The hooks see each float32 learnable as a parameter at its place in the bucket
-	// (PowerSGD compresses the matrices among them).
-	for i := range views {
-		v := &views[i]
-		if v.g32 == nil {
-			continue
+	c := s.cfg // no backward to follow: every bucket is cut by the cap, once
+	c.firstBucket, c.lastBucket, c.rebuild, c.timelineSteps = c.bucketCap, 0, false, 0
+	grad := make([]float32, n32)
+	for _, p := range params {
+		p.Grad = grad[p.Offset : p.Offset+p.Numel()]
+	}
+	s.d = newReducer(&nn.Model{Params: &nn.ParamSet{Params: params, Grad: grad}}, s.g, c, s.name)
+	if err := s.d.open(); err != nil {
+		return err
+	}
+	s.grad64 = make([]float64, n64)
+	for _, cut := range append(sizeCuts(sizes64, c.bucketCap, c.bucketCap, 0), len(ends)) {
+		if cut > 0 {
+			s.ends64 = append(s.ends64, ends[cut-1])
 		}
-		b := &s.buckets[v.bucket]
-		b.b.Params = append(b.b.Params, &nn.Param{Name: v.name, Shape: []int(v.shape.Clone()),
-			Data: v.w32, Grad: b.f32[v.lo:v.hi], Offset: v.lo, Index: i})
 	}
-	s.views = views
-	s.sums = nil
+	return nil
 }
 
 // accumulate adds this pass's gradients to the local sums and zeroes them, except on the
@@ -403,136 +393,118 @@ func (s *Solver) accumulate() {
 	}
 }
 
-// reduce packs each bucket and starts its reduction, then waits for each in order and
-// writes the averaged gradients back. In one process it only folds in the accumulation.
+// reduce packs each gradient, plus its accumulated sum, and marks it ready to the reducer,
+// which launches each float32 bucket once it is packed; then it launches the float64
+// buckets, waits for every bucket and writes the averaged gradients back, divided by the
+// accumulated passes. In one process it only folds in the accumulation.
 func (s *Solver) reduce() error {
+	d := s.d
+	if d != nil {
+		d.beginStep(s.ctx, true)
+	}
+	var err error
+	for i, v := range s.views {
+		s.pack(i)
+		if d != nil && v.param != nil && err == nil {
+			err = d.markReady(v.param)
+		}
+	}
+	if d != nil {
+		works, lo := make([]comm.Work, len(s.ends64)), 0
+		for i, hi := range s.ends64 {
+			works[i], lo = s.g.AllReduce(comm.F64(s.grad64[lo:hi]), comm.Sum), hi
+		}
+		err = errors.Join(err, d.finish(s.ctx, nil, nil))
+		for _, w := range works {
+			if werr := w.Wait(s.ctx); werr != nil {
+				err = errors.Join(err, fmt.Errorf("%s: all-reduce of the float64 gradients: %w", s.name, werr))
+				break
+			}
+		}
+		inv := 1 / float64(s.Size())
+		for i := range s.grad64 {
+			s.grad64[i] *= inv
+		}
+	}
 	k := max(s.cfg.backwardPasses, 1)
-	for bi := range s.buckets {
-		b := &s.buckets[bi]
-		for i, v := range s.views {
-			if v.bucket != bi {
-				continue
-			}
-			s.pack(i, b)
-		}
-		if s.g == nil || s.g.Size() == 1 {
-			continue
-		}
-		if len(b.f32) > 0 {
-			b.work = s.cfg.hook.Reduce(s.g, &b.b)
-		} else {
-			b.work = s.g.AllReduce(comm.F64(b.f64), comm.Sum)
-		}
-	}
-	world := 1
-	if s.g != nil {
-		world = s.g.Size()
-	}
-	var first error
-	for bi := range s.buckets {
-		b := &s.buckets[bi]
-		if b.work != nil {
-			if err := b.work.Wait(s.ctx); err != nil && first == nil {
-				first = fmt.Errorf("%s: reducing %s: %w", s.name, b.b.String(), err)
-			}
-			b.work = nil
-		}
-		if first != nil {
-			continue
-		}
-		if len(b.f64) > 0 && world > 1 {
-			inv := 1 / float64(world)
-			for i := range b.f64 {
-				b.f64[i] *= inv
-			}
-		}
-		for _, v := range s.views {
-			if v.bucket == bi {
-				unpack(v, b, k)
-			}
-		}
-	}
 	s.passes = 0
 	for i := range s.sums {
 		clear(s.sums[i])
 	}
-	return first
-}
-
-// pack copies learnable i's gradient, plus its accumulated sum, into its bucket.
-func (s *Solver) pack(i int, b *solverBucket) {
-	v := s.views[i]
-	var sum []float64
-	if s.passes > 0 && s.sums != nil {
-		sum = s.sums[i]
+	if err != nil {
+		return err
 	}
-	if v.g32 != nil {
-		dst := b.f32[v.lo:v.hi]
-		if sum == nil {
-			copy(dst, v.g32)
-			return
-		}
-		for j, x := range v.g32 {
-			dst[j] = float32(sum[j] + float64(x))
-		}
-		return
-	}
-	dst := b.f64[v.lo:v.hi]
-	copy(dst, v.g64)
-	for j := range sum {
-		dst[j] += sum[j]
-	}
-}
-
-// unpack writes the averaged gradient back, divided by the k accumulated passes.
-func unpack(v gradView, b *solverBucket, k int) {
-	if v.g32 != nil {
-		copy(v.g32, b.f32[v.lo:v.hi])
+	for _, v := range s.views {
+		dst32, dst64 := s.packed(v)
+		copy(v.g32, dst32)
+		copy(v.g64, dst64)
 		if k > 1 {
 			inv := 1 / float32(k)
 			for j := range v.g32 {
 				v.g32[j] *= inv
 			}
+			for j := range v.g64 {
+				v.g64[j] /= float64(k)
+			}
 		}
+	}
+	return nil
+}
+
+// packed is where v's gradient is packed: its place in the reducer's buffer or in grad64,
+// or the gradient itself in one process.
+func (s *Solver) packed(v gradView) ([]float32, []float64) {
+	switch {
+	case s.d == nil:
+		return v.g32, v.g64
+	case v.param != nil:
+		return v.param.Grad, nil
+	}
+	return nil, s.grad64[v.lo:v.hi]
+}
+
+// pack copies learnable i's gradient, plus its accumulated sum, to where it is packed.
+func (s *Solver) pack(i int) {
+	v := s.views[i]
+	dst32, dst64 := s.packed(v)
+	copy(dst32, v.g32)
+	copy(dst64, v.g64)
+	if s.passes == 0 || s.sums == nil {
 		return
 	}
-	copy(v.g64, b.f64[v.lo:v.hi])
-	if k > 1 {
-		for j := range v.g64 {
-			v.g64[j] /= float64(k)
-		}
+	sum := s.sums[i]
+	for j, x := range dst32 {
+		dst32[j] = float32(sum[j] + float64(x))
+	}
+	for j := range dst64 {
+		dst64[j] += sum[j]
 	}
 }
 
 // checkFinite skips the step (zeroing every gradient) when an averaged gradient is not
 // finite. The averaged values are the same on every rank, so every rank decides alike.
 func (s *Solver) checkFinite() error {
-	bad := ""
-	for _, v := range s.views {
-		if bad != "" {
-			break
+	for _, bad := range s.views {
+		if finite(bad.g32) && finite(bad.g64) {
+			continue
 		}
-		for _, x := range v.g32 {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				bad = v.name
-				break
-			}
+		for _, v := range s.views {
+			clear(v.g32)
+			clear(v.g64)
 		}
-		for _, x := range v.g64 {
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				bad = v.name
-				break
-			}
+		return fmt.Errorf("%s: %w in %s after averaging over the ranks: the step is skipped on every rank (gradients zeroed, weights unchanged)", s.name, ErrNonFiniteGrad, bad.name)
+	}
+	return nil
+}
+
+// finite reports whether every element of x is neither NaN nor infinite.
+func finite[T float32 | float64](x []T) bool {
+	for _, e := range x {
+		if math.IsNaN(float64(e)) || math.IsInf(float64(e), 0) {
+			return false
 		}
 	}
-	if bad == "" {
-		return nil
-	}
-	for _, v := range s.views {
-		clear(v.g32)
-		clear(v.g64)
-	}
-	return fmt.Errorf("%s: %w in %s after averaging over the ranks: the step is skipped on every rank (gradients zeroed, weights unchanged)", s.name, ErrNonFiniteGrad, bad)
+	return true
 }
 
 // clip scales the averaged gradients to ClipGradNorm's maximum global norm (float32 only).
@@ -554,60 +526,45 @@ func (s *Solver) clip() error {
 func (s *Solver) replicated() []replica.Tensor {
 	ts := make([]replica.Tensor, len(s.views))
 	for i, v := range s.views {
-		ts[i] = replica.Tensor{Kind: "learnable", Name: v.name, F32: v.w32}
-		if v.w64 != nil {
-			ts[i].I64 = unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(v.w64))), len(v.w64))
-		}
+		ts[i] = replica.Tensor{Kind: "learnable", Name: v.name, F32: v.w32, I64: bits64(v.w64)}
 	}
 	return ts
 }
 
+// bits64 views float64 values as int64 bits (nil for nil): the replica helpers hash and
+// broadcast int64 tensors bit for bit.
+func bits64(v []float64) []int64 {
+	return unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(v))), len(v))
+}
+
 // broadcastLeaves checks that every rank's graph has the same leaves and copies rank 0's
-// values to every rank, one broadcast per dtype.
+// values to every rank (replica.Broadcaster: one broadcast per dtype).
 func (s *Solver) broadcastLeaves(g *G.ExprGraph) error {
-	if s.g == nil || s.g.Size() == 1 {
+	if s.Size() == 1 {
 		return nil
 	}
-	var leaves []*G.Node
+	var leaves []*nn.Buffer
 	var layout []string
-	var n32, n64 int
 	for _, n := range g.AllNodes() {
 		if n.Op() != nil || n.Value() == nil {
 			continue
 		}
 		v := n.Value()
+		b := &nn.Buffer{Name: n.Name()}
 		switch {
 		case v.Dtype() == tensor.Float32 && data32(v) != nil:
-			n32 += len(data32(v))
+			b.Data = data32(v)
 		case v.Dtype() == tensor.Float64 && data64(v) != nil:
-			n64 += len(data64(v))
+			b.Int64 = bits64(data64(v))
 		default:
 			return fmt.Errorf("%s: leaf %s holds %v %T: NewSolver copies rank 0's float32 and float64 leaves only", s.name, n.Name(), v.Dtype(), v)
 		}
-		leaves = append(leaves, n)
+		leaves = append(leaves, b)
 		layout = append(layout, fmt.Sprintf("leaf %s %v %v", n.Name(), []int(n.Shape()), v.Dtype()))
 	}
 	if err := replica.CheckDescribed(s.ctx, s.g, layout); err != nil {
 		return fmt.Errorf("%s: the ranks' graphs differ: %w", s.name, err)
 	}
-	b32, b64 := make([]float32, 0, n32), make([]float64, 0, n64)
-	for _, n := range leaves {
-		b32 = append(b32, data32(n.Value())...)
-		b64 = append(b64, data64(n.Value())...)
-	}
-	if len(b32) > 0 {
-		if err := s.g.Broadcast(comm.F32(b32), 0).Wait(s.ctx); err != nil {
-			return fmt.Errorf("%s: broadcast of rank 0's float32 weights: %w", s.name, err)
-		}
-	}
-	if len(b64) > 0 {
-		if err := s.g.Broadcast(comm.F64(b64), 0).Wait(s.ctx); err != nil {
-			return fmt.Errorf("%s: broadcast of rank 0's float64 weights: %w", s.name, err)
-		}
-	}
-	for _, n := range leaves {
-		b32 = b32[copy(data32(n.Value()), b32):]
-		b64 = b64[copy(data64(n.Value()), b64):]
-	}
-	return nil
+	var b replica.Broadcaster
+	return b.Buffers(s.ctx, s.g, leaves, 0, s.name)
 }

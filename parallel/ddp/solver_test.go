@@ -391,7 +391,7 @@ func TestSolverCompressionHook(t *testing.T) {
 			}
 		}
 		got[r] = append(values(p.w1), values(p.w2)...)
-		if n := len(s.buckets); n < 2 {
+		if n := len(s.d.Buckets()); n < 2 {
 			t.Errorf("a 64-byte cap made %d bucket(s) of 160 bytes of gradients", n)
 		}
 		return nil
