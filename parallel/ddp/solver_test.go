@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -76,24 +77,25 @@ func seededInit(seed uint64) G.InitWFn {
 
 // feed writes samples first..first+n-1 (the same whoever draws them).
 func (p *plainNet) feed(first int) {
-	set := func(node *G.Node, i, j int, v float64) {
-		switch d := node.Value().Data().(type) {
-		case []float32:
-			d[i*node.Shape()[1]+j] = float32(v)
-		case []float64:
-			d[i*node.Shape()[1]+j] = v
-		}
+	switch x := p.x.Value().Data().(type) {
+	case []float32:
+		sample(first, x, p.y.Value().Data().([]float32))
+	case []float64:
+		sample(first, x, p.y.Value().Data().([]float64))
 	}
-	n := p.x.Shape()[0]
-	for i := range n {
+}
+
+// sample writes samples first..first+len(y)-1 to x (4 features each) and y.
+func sample[T float32 | float64](first int, x, y []T) {
+	for i := range y {
 		rng := rand.New(rand.NewPCG(uint64(first+i), 9))
 		var s float64
 		for j := range 4 {
 			v := rng.NormFloat64()
-			set(p.x, i, j, v)
+			x[4*i+j] = T(v)
 			s += v * float64(j+1)
 		}
-		set(p.y, i, 0, math.Sin(s))
+		y[i] = T(math.Sin(s))
 	}
 }
 
@@ -423,4 +425,142 @@ func newModelForRefusal(t *testing.T) *nn.Model {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// plainBuild is plainNet's forward as a build function of n samples (frozen a constant, w1
+// and w2 learnables), for the New and Compile path.
+func plainBuild(n int) nn.BuildFunc {
+	return func(b *nn.Builder) (*G.Node, error) {
+		x, err := b.Input("x", n, 4)
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Input("y", n, 1)
+		if err != nil {
+			return nil, err
+		}
+		mk := func(name string, seed uint64, r, c int) *G.Node {
+			return G.NewMatrix(b.Graph, tensor.Float32, G.WithShape(r, c), G.WithName(name), G.WithInit(seededInit(seed)))
+		}
+		frozen, err := b.Constant(mk("frozen", 3, 4, 4))
+		if err != nil {
+			return nil, err
+		}
+		w1, err := b.Learnable(mk("w1", 1, 4, 8))
+		if err != nil {
+			return nil, err
+		}
+		w2, err := b.Learnable(mk("w2", 2, 8, 1))
+		if err != nil {
+			return nil, err
+		}
+		h := G.Must(G.Rectify(G.Must(G.Mul(G.Must(G.Mul(x, frozen)), w1))))
+		d := G.Must(G.Sub(G.Must(G.Mul(h, w2)), y))
+		return G.Mean(G.Must(G.Square(d)))
+	}
+}
+
+// float32s is n's float32 value.
+func float32s(n *G.Node) []float32 { return n.Value().Data().([]float32) }
+
+// TestSolverHookMatchesDDP: the Solver wrapping gorgonia's solver, with each comm hook, ends
+// two ranks with the bits DDP's New and Compile path gives with the same hook, solver, model
+// and data: the hooks see the same buckets (the learnables handed in DDP's buffer order, w2
+// then w1) and reduce them alike. PowerSGD compresses w1 from the second step on; each
+// hook's result differs from the plain all-reduce's, so the hook is in effect on both paths.
+func TestSolverHookMatchesDDP(t *testing.T) {
+	const world, n, steps = 2, 4, 6
+	results := map[string][]float32{} // rank 0's weights under each hook
+	ctx := context.Background()
+	powerSGD := func() CommHook {
+		h, err := PowerSGDHook(PowerSGDStartIter(2), PowerSGDMinCompressionRate(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		hook func() CommHook
+	}{
+		{"allreduce", AllReduceHook},
+		{"fp16", FP16CompressHook},
+		{"bf16", BF16CompressHook},
+		{"powersgd", powerSGD},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			viaSolver := make([][]float32, world)
+			if err := errors.Join(onRanks(world, func(r int, g comm.Group) error {
+				p := newPlainNet(t, n, tensor.Float32, true)
+				s, err := NewSolver(ctx, G.NewVanillaSolver(G.WithLearnRate(0.1)), p.g, WithGroup(g), WithCommHook(tc.hook()))
+				if err != nil {
+					return err
+				}
+				for st := range steps {
+					p.feed(st*world*n + r*n)
+					p.vm.Reset()
+					if err := p.vm.RunAll(); err != nil {
+						return err
+					}
+					if err := s.Step(G.NodesToValueGrads(G.Nodes{p.w2, p.w1})); err != nil {
+						return err
+					}
+				}
+				viaSolver[r] = append(slices.Clone(float32s(p.w1)), float32s(p.w2)...)
+				return nil
+			})...); err != nil {
+				t.Fatal(err)
+			}
+			viaDDP := make([][]float32, world)
+			if err := errors.Join(onRanks(world, func(r int, g comm.Group) error {
+				graphMu.Lock()
+				m, err := nn.NewGraphModel(plainBuild(n))
+				graphMu.Unlock()
+				if err != nil {
+					return err
+				}
+				d, err := New(ctx, m, g, WithCommHook(tc.hook()))
+				if err != nil {
+					return err
+				}
+				graphMu.Lock()
+				prog, err := d.Compile(plainBuild(n), nn.WithSolver(G.NewVanillaSolver(G.WithLearnRate(0.1))))
+				graphMu.Unlock()
+				if err != nil {
+					return err
+				}
+				x, y := make([]float32, n*4), make([]float32, n)
+				for st := range steps {
+					sample(st*world*n+r*n, x, y)
+					if err := prog.SetInput("x", x); err != nil {
+						return err
+					}
+					if err := prog.SetInput("y", y); err != nil {
+						return err
+					}
+					if err := prog.RunStep(ctx); err != nil {
+						return err
+					}
+				}
+				w1, w2 := m.Params.Param("w1"), m.Params.Param("w2")
+				viaDDP[r] = append(slices.Clone(w1.Data), w2.Data...)
+				return nil
+			})...); err != nil {
+				t.Fatal(err)
+			}
+			for r := range world {
+				for i, want := range viaDDP[r] {
+					if got := viaSolver[r][i]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("rank %d weight %d: %v under the Solver, %v under New and Compile", r, i, got, want)
+					}
+				}
+			}
+			results[tc.name] = viaSolver[0]
+		})
+	}
+	for name, w := range results {
+		if name != "allreduce" && slices.Equal(w, results["allreduce"]) {
+			t.Errorf("the %s hook left the weights of the plain all-reduce: it was not in effect", name)
+		}
+	}
 }
