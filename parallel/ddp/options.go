@@ -59,7 +59,9 @@ func newConfig(opts []Option) config {
 }
 
 // BucketCapBytes sets the size cap of a gradient bucket (default 25 MiB, PyTorch's
-// bucket_cap_mb=25). A parameter larger than the cap gets a bucket of its own.
+// bucket_cap_mb=25), for New and NewSolver: as in PyTorch, gradients are added to a bucket,
+// in buffer order, until it holds at least n bytes (New's first and last buckets are sized
+// by FirstBucketBytes and LastBucketBytes; NewSolver's first is cut at n too).
 func BucketCapBytes(n int) Option { return func(c *config) { c.bucketCap = n } }
 
 // FirstBucketBytes sets the cap of the first bucket, the one holding the first gradients of
@@ -97,7 +99,8 @@ func BroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuff
 func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
 
 // WithCommHook replaces the plain all-reduce of each bucket (see CommHook, FP16CompressHook,
-// BF16CompressHook, PowerSGDHook).
+// BF16CompressHook, PowerSGDHook), for New and NewSolver (whose float32 buckets the hook
+// reduces; float64 gradients are all-reduced in float64).
 func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
 
 // NoBucketRebuild keeps the initial buckets instead of rebuilding them once after the first
