@@ -102,7 +102,7 @@ type gradView struct {
 	shape    tensor.Shape
 	dtype    tensor.Dtype
 	param    *nn.Param // a float32 learnable's parameter in the reducer
-	lo, hi   int       // its place in the reducer's gradient buffer, or in grad64
+	lo, hi   int       // a float64 learnable's place in grad64
 }
 
 // NewSolver wraps inner for the ranks of a process group. Without WithGroup it starts the
@@ -329,6 +329,10 @@ func valueData[T float32 | float64, S *G.F32 | *G.F64](v G.Value, backing func(*
 // is what the comm hooks see) and the float64 buckets, both cut by sizeCuts. In one process
 // there is nothing to reduce: Step folds the accumulated passes into the gradients in place.
 func (s *Solver) lay() error {
+	s.sums, s.d, s.grad64, s.ends64 = nil, nil, nil, nil
+	if s.Size() == 1 {
+		return nil
+	}
 	var params []*nn.Param
 	var sizes64, ends []int // per float64 learnable: its bytes, where it ends
 	n32, n64 := 0, 0
@@ -336,18 +340,11 @@ func (s *Solver) lay() error {
 		v := &s.views[i]
 		if v.g32 != nil {
 			v.param = &nn.Param{Name: v.name, Shape: []int(v.shape.Clone()), Data: v.w32, Offset: n32, Index: len(params)}
-			params = append(params, v.param)
-			v.lo, n32 = n32, n32+len(v.g32)
-			v.hi = n32
+			params, n32 = append(params, v.param), n32+len(v.g32)
 		} else {
-			v.lo, n64 = n64, n64+len(v.g64)
-			v.hi = n64
+			v.lo, v.hi, n64 = n64, n64+len(v.g64), n64+len(v.g64)
 			sizes64, ends = append(sizes64, 8*len(v.g64)), append(ends, n64)
 		}
-	}
-	s.sums, s.d, s.grad64, s.ends64 = nil, nil, nil, nil
-	if s.Size() == 1 {
-		return nil
 	}
 	c := s.cfg // no backward to follow: every bucket is cut by the cap, once
 	c.firstBucket, c.lastBucket, c.rebuild, c.timelineSteps = c.bucketCap, 0, false, 0
