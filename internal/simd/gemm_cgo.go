@@ -4,9 +4,9 @@ package simd
 
 /*
 #cgo CFLAGS: -O3
+#include "gemm_avx2.h"
 #include "gemm_avx512.h"
 #include "softmax_avx512.h"
-#include "gemm_avx2.h"
 #include "softmax_avx2.h"
 
 // gp_sgemm_small runs the small GEMM of level 5 (AVX-512) or 2 (AVX2) with subnormal
