@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -144,7 +145,8 @@ func onRanks(world int, fn func(r int, g comm.Group) error) []error {
 // one process stepping the same solver on the global batch, within 1e-5 (float32: the halves'
 // averaged gradient differs from the global mean's by rounding only) or 1e-12 (float64), and
 // bit-identical to each other; their weights start from the clock (G.GlorotU) and NewSolver's
-// broadcast makes them, and the frozen weight no solver steps, rank 0's.
+// broadcast makes them, and the frozen weight no solver steps, rank 0's. Each case runs with
+// the gradients in one bucket and, under a 64-byte cap, in one bucket per learnable.
 func TestSolverMatchesOneProcess(t *testing.T) {
 	const global, steps = 16, 20
 	solvers := map[string]func() G.Solver{
@@ -155,48 +157,53 @@ func TestSolverMatchesOneProcess(t *testing.T) {
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for name, mk := range solvers {
-			t.Run(dt.String()+"/"+name, func(t *testing.T) {
-				tol := 1e-5
-				if dt == tensor.Float64 {
-					tol = 1e-12
-				}
-				ref := newPlainNet(t, global, dt, true)
-				inner := mk()
-				for s := range steps {
-					if err := ref.step(inner, s, global, 0, global); err != nil {
-						t.Fatal(err)
+			for _, cut := range []struct{ capBytes, buckets int }{{25 << 20, 1}, {64, 2}} {
+				t.Run(fmt.Sprintf("%v/%s/cap%d", dt, name, cut.capBytes), func(t *testing.T) {
+					tol := 1e-5
+					if dt == tensor.Float64 {
+						tol = 1e-12
 					}
-				}
-				got := make([][][]float64, 2)
-				errs := onRanks(2, func(r int, g comm.Group) error {
-					p := newPlainNet(t, global/2, dt, r == 0) // rank 1 starts from the clock
-					s, err := NewSolver(context.Background(), mk(), p.g, WithGroup(g))
-					if err != nil {
-						return err
+					ref := newPlainNet(t, global, dt, true)
+					inner := mk()
+					for s := range steps {
+						if err := ref.step(inner, s, global, 0, global); err != nil {
+							t.Fatal(err)
+						}
 					}
-					for st := range steps {
-						if err := p.step(s, st, global, r, global/2); err != nil {
+					got := make([][][]float64, 2)
+					errs := onRanks(2, func(r int, g comm.Group) error {
+						p := newPlainNet(t, global/2, dt, r == 0) // rank 1 starts from the clock
+						s, err := NewSolver(context.Background(), mk(), p.g, WithGroup(g), BucketCapBytes(cut.capBytes))
+						if err != nil {
 							return err
 						}
+						for st := range steps {
+							if err := p.step(s, st, global, r, global/2); err != nil {
+								return err
+							}
+						}
+						if n := len(s.d.Buckets()) + len(s.ends64); n != cut.buckets {
+							t.Errorf("rank %d: %d buckets under a cap of %d bytes, want %d", r, n, cut.capBytes, cut.buckets)
+						}
+						got[r] = [][]float64{values(p.w1), values(p.w2), values(p.frozen)}
+						return s.Close()
+					})
+					if err := errors.Join(errs...); err != nil {
+						t.Fatal(err)
 					}
-					got[r] = [][]float64{values(p.w1), values(p.w2), values(p.frozen)}
-					return s.Close()
+					want := [][]float64{values(ref.w1), values(ref.w2), values(ref.frozen)}
+					for k, name := range []string{"w1", "w2", "frozen"} {
+						for i := range want[k] {
+							if got[0][k][i] != got[1][k][i] {
+								t.Fatalf("%s[%d]: rank 0 %v, rank 1 %v", name, i, got[0][k][i], got[1][k][i])
+							}
+							if d := math.Abs(got[0][k][i] - want[k][i]); d > tol {
+								t.Fatalf("%s[%d]: %v under the solver, %v in one process (|Δ| %.3g > %g)", name, i, got[0][k][i], want[k][i], d, tol)
+							}
+						}
+					}
 				})
-				if err := errors.Join(errs...); err != nil {
-					t.Fatal(err)
-				}
-				want := [][]float64{values(ref.w1), values(ref.w2), values(ref.frozen)}
-				for k, name := range []string{"w1", "w2", "frozen"} {
-					for i := range want[k] {
-						if got[0][k][i] != got[1][k][i] {
-							t.Fatalf("%s[%d]: rank 0 %v, rank 1 %v", name, i, got[0][k][i], got[1][k][i])
-						}
-						if d := math.Abs(got[0][k][i] - want[k][i]); d > tol {
-							t.Fatalf("%s[%d]: %v under the solver, %v in one process (|Δ| %.3g > %g)", name, i, got[0][k][i], want[k][i], d, tol)
-						}
-					}
-				}
-			})
+			}
 		}
 	}
 }
