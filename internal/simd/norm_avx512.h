@@ -150,31 +150,98 @@ static void gp5_bn_grad_apply(const float *x, const float *dy, const float *sel,
 		gp5n_bn_grad_apply(x, dy, 0, dx, c, hw, lo, hi, k1, k2, k3);
 }
 
+// gp5_ln_fwd_rows is lnForward's loop for the R rows from r0 (R at most 4), in step: each
+// row's sums are their own chains of adds in the order of the one-row loop, so the bits do
+// not depend on R, and R chains hide each other's latency (rows of 96 to 768 elements, one
+// core: 1.17x to 1.66x the row-by-row loop).
+static inline __attribute__((always_inline)) void gp5_ln_fwd_rows(int R, const float *x, float *y, long r0, long m,
+                                                                 const double *gamma, const double *beta, double eps,
+                                                                 double *mean, double *istd) {
+	__m512d s[4], q[4], mv[4], iv[4];
+	for (int i = 0; i < R; i++) s[i] = _mm512_setzero_pd();
+	for (long j = 0; j < m; j += 8) {
+		__mmask8 k = gp5_mask8(m - j);
+		for (int i = 0; i < R; i++) s[i] = _mm512_add_pd(s[i], gp5_ld8(x + (r0 + i) * m + j, k));
+	}
+	for (int i = 0; i < R; i++) {
+		mv[i] = _mm512_set1_pd(_mm512_reduce_add_pd(s[i]) / (double)m);
+		q[i] = _mm512_setzero_pd();
+	}
+	for (long j = 0; j < m; j += 8) {
+		__mmask8 k = gp5_mask8(m - j);
+		for (int i = 0; i < R; i++) {
+			__m512d d = _mm512_maskz_sub_pd(k, gp5_ld8(x + (r0 + i) * m + j, k), mv[i]);
+			q[i] = _mm512_fmadd_pd(d, d, q[i]);
+		}
+	}
+	for (int i = 0; i < R; i++) {
+		double var = _mm512_reduce_add_pd(q[i]) / (double)m + eps;
+		double is = 1 / _mm_cvtsd_f64(_mm_sqrt_sd(_mm_set_sd(var), _mm_set_sd(var)));
+		mean[r0 + i] = _mm512_cvtsd_f64(mv[i]);
+		istd[r0 + i] = is;
+		iv[i] = _mm512_set1_pd(is);
+	}
+	for (long j = 0; j < m; j += 8) {
+		__mmask8 k = gp5_mask8(m - j);
+		__m512d g = _mm512_maskz_loadu_pd(k, gamma + j), b = _mm512_maskz_loadu_pd(k, beta + j);
+		for (int i = 0; i < R; i++) {
+			__m512d t = _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(gp5_ld8(x + (r0 + i) * m + j, k), mv[i]), iv[i]), g);
+			_mm256_mask_storeu_ps(y + (r0 + i) * m + j, k, _mm512_cvtpd_ps(_mm512_add_pd(t, b)));
+		}
+	}
+}
+
 // gp5_ln_fwd is lnForward's loop for rows [lo, hi) of m elements.
 static void gp5_ln_fwd(const float *x, float *y, long lo, long hi, long m, const double *gamma, const double *beta,
                       double eps, double *mean, double *istd) {
-	for (long r = lo; r < hi; r++) {
-		const float *row = x + r * m;
-		float *out = y + r * m;
-		__m512d s0 = _mm512_setzero_pd();
-		for (long j = 0; j < m; j += 8) s0 = _mm512_add_pd(s0, gp5_ld8(row + j, gp5_mask8(m - j)));
-		double mu = _mm512_reduce_add_pd(s0) / (double)m;
-		__m512d mv = _mm512_set1_pd(mu), q0 = _mm512_setzero_pd();
-		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp5_mask8(m - j);
-			__m512d d = _mm512_maskz_sub_pd(k, gp5_ld8(row + j, k), mv);
-			q0 = _mm512_fmadd_pd(d, d, q0);
+	long r = lo;
+	for (; r + 4 <= hi; r += 4) gp5_ln_fwd_rows(4, x, y, r, m, gamma, beta, eps, mean, istd);
+	for (; r < hi; r++) gp5_ln_fwd_rows(1, x, y, r, m, gamma, beta, eps, mean, istd);
+}
+
+// gp5_ln_bwd_rows is lnBackward's loop for the R rows from r0 (R at most 4), in step: each
+// row's sums are their own chains as in the one-row loop, and dgamma and dbeta take the
+// rows' terms in row order (in registers, stored once per R rows), so the bits do not
+// depend on R.
+static inline __attribute__((always_inline)) void gp5_ln_bwd_rows(int R, const float *x, const float *dy, float *dx,
+                                                                 long r0, long m, const double *gamma,
+                                                                 const double *mean, const double *istd,
+                                                                 double *dgamma, double *dbeta) {
+	__m512d mv[4], iv[4], a[4], b[4];
+	for (int i = 0; i < R; i++) {
+		mv[i] = _mm512_set1_pd(mean[r0 + i]);
+		iv[i] = _mm512_set1_pd(istd[r0 + i]);
+		a[i] = _mm512_setzero_pd();
+		b[i] = _mm512_setzero_pd();
+	}
+	for (long j = 0; j < m; j += 8) {
+		__mmask8 k = gp5_mask8(m - j);
+		__m512d dg = _mm512_maskz_loadu_pd(k, dgamma + j), db = _mm512_maskz_loadu_pd(k, dbeta + j);
+		__m512d gm = _mm512_maskz_loadu_pd(k, gamma + j);
+		for (int i = 0; i < R; i++) {
+			__m512d xh = _mm512_mul_pd(_mm512_maskz_sub_pd(k, gp5_ld8(x + (r0 + i) * m + j, k), mv[i]), iv[i]);
+			__m512d gj = gp5_ld8(dy + (r0 + i) * m + j, k);
+			dg = _mm512_fmadd_pd(gj, xh, dg);
+			db = _mm512_add_pd(gj, db);
+			__m512d gg = _mm512_mul_pd(gj, gm);
+			a[i] = _mm512_add_pd(a[i], gg);
+			b[i] = _mm512_fmadd_pd(gg, xh, b[i]);
 		}
-		double var = _mm512_reduce_add_pd(q0) / (double)m + eps;
-		double is = 1 / _mm_cvtsd_f64(_mm_sqrt_sd(_mm_set_sd(var), _mm_set_sd(var)));
-		mean[r] = mu;
-		istd[r] = is;
-		__m512d iv = _mm512_set1_pd(is);
-		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp5_mask8(m - j);
-			__m512d t = _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(gp5_ld8(row + j, k), mv), iv), _mm512_maskz_loadu_pd(k, gamma + j));
-			t = _mm512_add_pd(t, _mm512_maskz_loadu_pd(k, beta + j));
-			_mm256_mask_storeu_ps(out + j, k, _mm512_cvtpd_ps(t));
+		_mm512_mask_storeu_pd(dgamma + j, k, dg);
+		_mm512_mask_storeu_pd(dbeta + j, k, db);
+	}
+	for (int i = 0; i < R; i++) {
+		a[i] = _mm512_set1_pd(_mm512_reduce_add_pd(a[i]) / (double)m);
+		b[i] = _mm512_set1_pd(_mm512_reduce_add_pd(b[i]) / (double)m);
+	}
+	for (long j = 0; j < m; j += 8) {
+		__mmask8 k = gp5_mask8(m - j);
+		__m512d gm = _mm512_maskz_loadu_pd(k, gamma + j);
+		for (int i = 0; i < R; i++) {
+			__m512d xh = _mm512_mul_pd(_mm512_sub_pd(gp5_ld8(x + (r0 + i) * m + j, k), mv[i]), iv[i]);
+			__m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(gp5_ld8(dy + (r0 + i) * m + j, k), gm), a[i]),
+			                          _mm512_mul_pd(xh, b[i]));
+			_mm256_mask_storeu_ps(dx + (r0 + i) * m + j, k, _mm512_cvtpd_ps(_mm512_mul_pd(iv[i], t)));
 		}
 	}
 }
@@ -183,31 +250,9 @@ static void gp5_ln_fwd(const float *x, float *y, long lo, long hi, long m, const
 // into dgamma and dbeta (m each), dx written.
 static void gp5_ln_bwd(const float *x, const float *dy, float *dx, long r0, long r1, long m, const double *gamma,
                       const double *mean, const double *istd, double *dgamma, double *dbeta) {
-	for (long r = r0; r < r1; r++) {
-		const float *row = x + r * m, *g = dy + r * m;
-		float *d = dx + r * m;
-		__m512d mv = _mm512_set1_pd(mean[r]), iv = _mm512_set1_pd(istd[r]);
-		__m512d a0 = _mm512_setzero_pd(), b0 = _mm512_setzero_pd();
-		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp5_mask8(m - j);
-			__m512d xh = _mm512_mul_pd(_mm512_maskz_sub_pd(k, gp5_ld8(row + j, k), mv), iv);
-			__m512d gj = gp5_ld8(g + j, k);
-			_mm512_mask_storeu_pd(dgamma + j, k, _mm512_fmadd_pd(gj, xh, _mm512_maskz_loadu_pd(k, dgamma + j)));
-			_mm512_mask_storeu_pd(dbeta + j, k, _mm512_add_pd(gj, _mm512_maskz_loadu_pd(k, dbeta + j)));
-			__m512d gg = _mm512_mul_pd(gj, _mm512_maskz_loadu_pd(k, gamma + j));
-			a0 = _mm512_add_pd(a0, gg);
-			b0 = _mm512_fmadd_pd(gg, xh, b0);
-		}
-		__m512d av = _mm512_set1_pd(_mm512_reduce_add_pd(a0) / (double)m);
-		__m512d bv = _mm512_set1_pd(_mm512_reduce_add_pd(b0) / (double)m);
-		for (long j = 0; j < m; j += 8) {
-			__mmask8 k = gp5_mask8(m - j);
-			__m512d xh = _mm512_mul_pd(_mm512_sub_pd(gp5_ld8(row + j, k), mv), iv);
-			__m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(gp5_ld8(g + j, k), _mm512_maskz_loadu_pd(k, gamma + j)), av),
-			                          _mm512_mul_pd(xh, bv));
-			_mm256_mask_storeu_ps(d + j, k, _mm512_cvtpd_ps(_mm512_mul_pd(iv, t)));
-		}
-	}
+	long r = r0;
+	for (; r + 4 <= r1; r += 4) gp5_ln_bwd_rows(4, x, dy, dx, r, m, gamma, mean, istd, dgamma, dbeta);
+	for (; r < r1; r++) gp5_ln_bwd_rows(1, x, dy, dx, r, m, gamma, mean, istd, dgamma, dbeta);
 }
 
 #pragma GCC pop_options
