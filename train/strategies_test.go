@@ -20,6 +20,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/dp"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 	G "gorgonia.org/gorgonia"
@@ -435,15 +436,15 @@ func worker(scenario string) error {
 
 // launchedDuringBackward reports whether, in some step, a bucket's all-reduce started
 // before that step's backward ended.
-func launchedDuringBackward(evs []ddp.Event) bool {
+func launchedDuringBackward(evs []timeline.Event) bool {
 	end := map[int]time.Time{}
 	for _, e := range evs {
-		if e.Name == ddp.EvBackward {
+		if e.Name == timeline.EvBackward {
 			end[e.Step] = e.End
 		}
 	}
 	for _, e := range evs {
-		if t, ok := end[e.Step]; ok && e.Name == ddp.EvAllReduce && e.Start.Before(t) {
+		if t, ok := end[e.Step]; ok && e.Name == timeline.EvAllReduce && e.Start.Before(t) {
 			return true
 		}
 	}

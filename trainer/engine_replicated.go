@@ -39,7 +39,7 @@ func (r *replicated) modelEMA() *modelEMA { return r.ema }
 func newReplicatedEngine(ctx context.Context, cfg *settings, strat strategy, g comm.Group, model *nn.Model, shape [3]int, log *slog.Logger) (engine, error) {
 	// The model state is identical on every rank after ddp.New (rank 0's is broadcast), and
 	// checkpoints are read by every rank, so a resumed run starts in step everywhere.
-	dopts := append([]ddp.Option{timelineSteps(cfg)}, cfg.CommHook.options()...)
+	dopts := append([]ddp.Option{ddp.TimelineSteps(timelineSteps(cfg))}, cfg.CommHook.options()...)
 	if cfg.SyncBN {
 		dopts = append(dopts, ddp.SyncBatchNorm())
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
@@ -42,7 +42,7 @@ type sharded struct {
 	evalOpt []nn.BuildOption
 	shape   [3]int
 	ck      *checkpoints
-	tl      *ddp.Timeline
+	tl      *timeline.Timeline
 	steps   int
 }
 
@@ -85,7 +85,7 @@ func newShardedEngine(ctx context.Context, cfg *settings, _ strategy, g comm.Gro
 			accum: cfg.GradAccum, mix: newMixer(cfg, g.Rank())},
 		cfg: cfg, g: g, e: e, evals: map[int]evalProgram{},
 		evalOpt: append([]nn.BuildOption{nn.Training(false)}, bopts...), shape: shape,
-		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}, tl: ddp.NewTimeline(g.Rank(), timelineSteps(cfg))}, nil
+		ck: &checkpoints{dir: filepath.Join(cfg.Out, "zero"), keep: cfg.Keep, log: log, sharded: true}, tl: timeline.New(g.Rank(), timelineSteps(cfg))}, nil
 }
 
 // shardedOptions are zero.New's options for the settings, on the host and the device alike;
@@ -124,14 +124,14 @@ func shardedOptions(cfg *settings) ([]zero.Option, error) {
 func (s *sharded) trainStep(ctx context.Context, b *data.Batch, at micro) (float32, error) {
 	start := time.Now()
 	lv, err := s.run(ctx, b, at)
-	s.tl.Add(ddp.Event{Name: "forward+backward", Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
+	s.tl.Add(timeline.Event{Name: "forward+backward", Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
 	return lv, err
 }
 
 func (s *sharded) update(ctx context.Context) error {
 	start := time.Now()
 	defer func() {
-		s.tl.Add(ddp.Event{Name: ddp.EvOptimizer, Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
+		s.tl.Add(timeline.Event{Name: timeline.EvOptimizer, Step: s.steps, Bucket: -1, Start: start, End: time.Now()})
 		s.steps++
 	}()
 	return s.stepper.update(ctx)

@@ -12,7 +12,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/optim/gsolver"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -75,7 +75,7 @@ type settings struct {
 func defaults() settings {
 	return settings{Epochs: 1, Batch: 64, GradAccum: 1, LR: 0.1, Momentum: 0.9, Optimizer: "sgd", Sched: "constant",
 		PolyPower: 1, PctStart: 0.3, EMADecay: 0.9998, DPReplicas: 2, Device: "cpu", Keep: 3,
-		Resume: "auto", PrintFreq: 10, TensorBoard: true, TimelineSteps: ddp.DefaultTimelineSteps, out: os.Stdout}
+		Resume: "auto", PrintFreq: 10, TensorBoard: true, TimelineSteps: timeline.DefaultSteps, out: os.Stdout}
 }
 
 // WithEpochs trains for n epochs (n >= 1; default 1).
@@ -345,7 +345,7 @@ func WithTensorBoard(on bool) Option {
 
 // WithTimelines keeps each rank's events of the last n steps and writes them as
 // DIR/timeline-rankN.json and the merged DIR/timeline.json (0: no timelines; default
-// ddp.DefaultTimelineSteps).
+// timeline.DefaultSteps).
 func WithTimelines(n int) Option {
 	return func(s *settings) error {
 		if n < 0 {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
@@ -76,16 +76,16 @@ func writeSummary(out io.Writer, world int, res *Result) {
 	}
 }
 
-// timelineSteps is the ddp option that sizes each rank's timeline from cfg.TimelineSteps,
-// for ddp.New and ddp.NewTimeline.
-func timelineSteps(cfg *settings) ddp.Option {
+// timelineSteps is the number of steps each rank's timeline keeps, from cfg.TimelineSteps:
+// for ddp.TimelineSteps and timeline.New.
+func timelineSteps(cfg *settings) int {
 	switch n := cfg.TimelineSteps; {
 	case n == 0:
-		return ddp.TimelineSteps(ddp.DefaultTimelineSteps)
+		return timeline.DefaultSteps
 	case n < 0:
-		return ddp.TimelineSteps(0)
+		return 0
 	default:
-		return ddp.TimelineSteps(n)
+		return n
 	}
 }
 
@@ -93,7 +93,7 @@ func timelineSteps(cfg *settings) ddp.Option {
 // once every rank has, rank 0 merges them into OUT/timeline.json. The timeline holds only
 // the events of the last cfg.TimelineSteps steps (the trace's metadata says which); with
 // timelines off (a negative cfg.TimelineSteps) nothing is written.
-func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *ddp.Timeline, res *Result) error {
+func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *timeline.Timeline, res *Result) error {
 	if tl.Steps() == 0 {
 		return nil
 	}
@@ -121,7 +121,7 @@ func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *ddp.Ti
 		files = append(files, f)
 	}
 	merged := filepath.Join(cfg.Out, "timeline.json")
-	if err := writeFileAtomic(merged, func(w io.Writer) error { return ddp.MergeChromeTraces(w, files...) }); err != nil {
+	if err := writeFileAtomic(merged, func(w io.Writer) error { return timeline.MergeChromeTraces(w, files...) }); err != nil {
 		return err
 	}
 	res.TimelinePaths = append(res.TimelinePaths, merged)

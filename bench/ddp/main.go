@@ -42,6 +42,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
 	"github.com/gorgonia-parallel/gp/parallel/sysmon"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 )
 
 // result is what one benchmark process reports (one JSON line on stdout).
@@ -462,7 +463,7 @@ func writeTrace(ctx context.Context, d *ddp.DDP, merged string) error {
 	if err != nil {
 		return err
 	}
-	if err := ddp.MergeChromeTraces(out, readers...); err != nil {
+	if err := timeline.MergeChromeTraces(out, readers...); err != nil {
 		out.Close()
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/gorgonia-parallel/gp/models/swin"
 )
 
-// trace is rank 0's part of a DDP timeline (Chrome trace from ddp.Timeline).
+// trace is rank 0's part of a DDP timeline (Chrome trace from timeline.Timeline).
 type trace struct {
 	steps                        int
 	forward, optimizer, stepMean float64

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	"github.com/gorgonia-parallel/gp/trainer"
 
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"github.com/gorgonia-parallel/gp/optim/gsolver"
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -88,7 +88,7 @@ type Config struct {
 	// TensorBoard writes a TensorBoard event file into Out (rank 0), beside metrics.jsonl.
 	TensorBoard bool
 	// TimelineSteps is how many of the most recent steps each rank's timeline keeps and
-	// writes to OUT/timeline-rankN.json: 0 takes ddp.DefaultTimelineSteps, negative turns the
+	// writes to OUT/timeline-rankN.json: 0 takes timeline.DefaultSteps, negative turns the
 	// timelines off (no files; the overlap summary is still computed). The -timeline-steps
 	// flag takes 0 for off.
 	TimelineSteps int
@@ -185,7 +185,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar and no per-print-freq lines")
 	fs.StringVar(&c.Progress, "progress", "", "bar | log (default: bar on a terminal, one line per -print-freq otherwise)")
 	fs.BoolVar(&c.TensorBoard, "tensorboard", true, "write TensorBoard event files (scalars) into OUT, beside metrics.jsonl")
-	c.TimelineSteps = ddp.DefaultTimelineSteps
+	c.TimelineSteps = timeline.DefaultSteps
 	fs.Var(timelineStepsFlag{&c.TimelineSteps}, "timeline-steps",
 		"keep and write the timeline events of the last N steps per rank (0: no timelines)")
 	fs.StringVar(&c.BadInput, "bad-input", "fail", "samples with out-of-range labels: fail | skip (left out on every rank, logged)")
@@ -232,7 +232,7 @@ type timelineStepsFlag struct{ p *int }
 
 func (f timelineStepsFlag) String() string {
 	if f.p == nil || *f.p == 0 {
-		return strconv.Itoa(ddp.DefaultTimelineSteps)
+		return strconv.Itoa(timeline.DefaultSteps)
 	}
 	return strconv.Itoa(max(*f.p, 0))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 )
 
 // ErrModelMismatch is wrapped by New's error when the ranks' models differ in parameter or
@@ -37,7 +38,7 @@ type DDP struct {
 	flatPos    []int       // by Param.Index: position in flat
 	buckets    []*Bucket
 	byParam    []int // by Param.Index: bucket index
-	tl         *Timeline
+	tl         *timeline.Timeline
 	steps      int // synchronised steps completed (shadowed ones included)
 	rebuilt    bool
 	noSync     bool
@@ -87,7 +88,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 // learnables' float32 gradients. name prefixes errors.
 func newReducer(model *nn.Model, g comm.Group, cfg config, name string) *DDP {
 	d := &DDP{Model: model, g: g, cfg: cfg, rank: g.Rank(), size: g.Size(), name: name}
-	d.tl = newTimeline(d.rank, cfg.timelineSteps)
+	d.tl = timeline.New(d.rank, cfg.timelineSteps)
 	_, d.prescale = cfg.hook.(allReduceHook)
 	d.checker.Every = cfg.checkEvery
 	ps := model.Params
@@ -136,8 +137,9 @@ func (d *DDP) Group() comm.Group { return d.g }
 // synchronised step (see NoBucketRebuild).
 func (d *DDP) Buckets() []*Bucket { return d.buckets }
 
-// Timeline returns this rank's timeline.
-func (d *DDP) Timeline() *Timeline { return d.tl }
+// Timeline returns this rank's timeline: each step's forward, backward, gradient arrivals,
+// bucket reductions, wait and optimizer events, of the last TimelineSteps steps.
+func (d *DDP) Timeline() *timeline.Timeline { return d.tl }
 
 // NoSync runs fn with gradient synchronisation off, as PyTorch's no_sync(): the programs
 // run inside fn accumulate gradients locally, and the next synchronised step reduces the
@@ -158,7 +160,7 @@ func (d *DDP) broadcastBuffers(ctx context.Context, root int) error {
 	if err := d.bcast.Buffers(ctx, d.g, d.Model.Params.Buffers, root, d.who()); err != nil {
 		return err
 	}
-	d.tl.add(Event{Name: EvBuffers, Step: d.steps, Bucket: -1, Start: start, End: time.Now()})
+	d.tl.Add(timeline.Event{Name: timeline.EvBuffers, Step: d.steps, Bucket: -1, Start: start, End: time.Now()})
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -241,7 +242,7 @@ func TestOverlapTimeline(t *testing.T) {
 		traces = append(traces, &b)
 	}
 	var merged bytes.Buffer
-	if err := MergeChromeTraces(&merged, traces[0], traces[1]); err != nil {
+	if err := timeline.MergeChromeTraces(&merged, traces[0], traces[1]); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"all-reduce bucket 0"`, `"backward"`, `"optimizer"`, `"pid":1`} {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 )
 
 // Option configures New or NewSolver. Each option's doc says which of the two it applies to;
@@ -40,7 +41,7 @@ func newConfig(opts []Option) config {
 		broadcastBuffers: true,
 		rebuild:          true,
 		hook:             AllReduceHook(),
-		timelineSteps:    DefaultTimelineSteps,
+		timelineSteps:    timeline.DefaultSteps,
 		checkEvery:       replica.DefaultCheckEvery,
 	}
 	for _, o := range opts {
@@ -108,7 +109,7 @@ func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
 func NoBucketRebuild() Option { return func(c *config) { c.rebuild = false } }
 
 // TimelineSteps sets how many of the most recent steps the timeline keeps the events of
-// (default DefaultTimelineSteps; 0 keeps none, only the summary's running totals; negative
+// (default timeline.DefaultSteps; 0 keeps none, only the summary's running totals; negative
 // is 0). The timeline's memory is about 100 bytes per event, ~70 events a step for resnet18.
 func TimelineSteps(n int) Option { return func(c *config) { c.timelineSteps = max(n, 0) } }
 

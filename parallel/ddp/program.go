@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -179,7 +180,7 @@ func (p *Program) Step(ctx context.Context) error {
 	if err := p.x.Update(ctx); err != nil {
 		return fmt.Errorf("%s: optimizer step: %w", d.who(), err)
 	}
-	d.tl.add(Event{Name: EvOptimizer, Step: d.steps - 1, Bucket: -1, Start: start, End: time.Now()})
+	d.tl.Add(timeline.Event{Name: timeline.EvOptimizer, Step: d.steps - 1, Bucket: -1, Start: start, End: time.Now()})
 	return p.ZeroGrad()
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 )
 
 // plainOpt hides the optimizer's ranged methods: Program.Step then runs one opt.Step after
@@ -49,7 +50,7 @@ func TestRangedStepSameBits(t *testing.T) {
 			nb := len(a.ddps[0].Buckets())
 			perStep := map[int]int{}
 			for _, e := range a.ddps[0].Timeline().Events() {
-				if e.Name == EvOptimizer && e.Bucket >= 0 {
+				if e.Name == timeline.EvOptimizer && e.Bucket >= 0 {
 					perStep[e.Step]++
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/timeline"
 )
 
 // stepState is what the gradient hooks of one step share with the step's end. It is only
@@ -64,7 +65,7 @@ func (d *DDP) onGrad(p *nn.Param) error {
 		st.first = now
 	}
 	st.arrived = append(st.arrived, d.flatPos[p.Index])
-	d.tl.add(Event{Name: EvGradient, Step: d.steps, Bucket: -1, Param: p.Name, Start: now, End: now})
+	d.tl.Add(timeline.Event{Name: timeline.EvGradient, Step: d.steps, Bucket: -1, Param: p.Name, Start: now, End: now})
 	if !st.sync {
 		return nil
 	}
@@ -144,7 +145,7 @@ func (d *DDP) launch(i int) {
 	step := d.steps
 	go func() {
 		<-w.Done()
-		d.tl.add(Event{Name: EvAllReduce, Step: step, Bucket: i, Start: start, End: time.Now()})
+		d.tl.Add(timeline.Event{Name: timeline.EvAllReduce, Step: step, Bucket: i, Start: start, End: time.Now()})
 	}()
 }
 
@@ -158,8 +159,8 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 	st := &d.st
 	end := time.Now()
 	if !st.first.IsZero() {
-		d.tl.add(Event{Name: EvForward, Step: d.steps, Bucket: -1, Start: st.start, End: st.first})
-		d.tl.add(Event{Name: EvBackward, Step: d.steps, Bucket: -1, Start: st.first, End: end})
+		d.tl.Add(timeline.Event{Name: timeline.EvForward, Step: d.steps, Bucket: -1, Start: st.start, End: st.first})
+		d.tl.Add(timeline.Event{Name: timeline.EvBackward, Step: d.steps, Bucket: -1, Start: st.first, End: end})
 	}
 	var errs []error
 	if runErr != nil {
@@ -221,14 +222,14 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 			continue
 		}
 		now := time.Now()
-		d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: now})
+		d.tl.Add(timeline.Event{Name: timeline.EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: now})
 		if err := done(b); err != nil {
 			errs = append(errs, err)
 			// Keep going: every bucket was launched, and the next collective must not
 			// find this one still running.
 		}
 		waitStart = time.Now()
-		d.tl.add(Event{Name: EvOptimizer, Step: d.steps, Bucket: i, Start: now, End: waitStart})
+		d.tl.Add(timeline.Event{Name: timeline.EvOptimizer, Step: d.steps, Bucket: i, Start: now, End: waitStart})
 	}
 	// Wait for every launched reduction (a backend's Land may return before it ends), so
 	// the next collective never finds one running and a failure is reported in the step it
@@ -244,7 +245,7 @@ func (d *DDP) finish(ctx context.Context, runErr error, done func(*Bucket) error
 			break
 		}
 	}
-	d.tl.add(Event{Name: EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: time.Now()})
+	d.tl.Add(timeline.Event{Name: timeline.EvWait, Step: d.steps, Bucket: -1, Start: waitStart, End: time.Now()})
 	if len(errs) > 0 {
 		return fmt.Errorf("%s: step %d: %w", d.who(), d.steps, errors.Join(errs...))
 	}

@@ -1,4 +1,7 @@
-package ddp
+// Package timeline records one rank's training steps as events (forward, backward, each
+// gradient's arrival, each bucket's reduction, the optimizer) in a ring of the last steps,
+// summarises how much communication was hidden behind backward, and writes Chrome traces.
+package timeline
 
 import (
 	"encoding/json"
@@ -9,7 +12,9 @@ import (
 	"time"
 )
 
-// Event kinds recorded in a Timeline.
+// Event kinds recorded in a Timeline. A training loop may record other names too (a ZeRO-3
+// step records "forward+backward"): they are written to traces as compute and left out of
+// the Summary's figures.
 const (
 	EvForward   = "forward"           // start of the step to the first gradient (see Timeline)
 	EvBackward  = "backward"          // first gradient to the end of the tape
@@ -31,12 +36,12 @@ type Event struct {
 	End    time.Time // when it ended
 }
 
-// DefaultTimelineSteps is the number of most recent steps a timeline keeps unless
-// TimelineSteps says otherwise: about 1.4 MB of events for resnet18 (~70 events a step).
-const DefaultTimelineSteps = 200
+// DefaultSteps is the number of most recent steps a timeline keeps unless New is told
+// otherwise: about 1.4 MB of events for resnet18 (~70 events a step).
+const DefaultSteps = 200
 
-// Timeline records the events of the last N steps of one rank (N from TimelineSteps,
-// DefaultTimelineSteps by default), so its memory is bounded however long the run: the
+// Timeline records the events of the last N steps of one rank (N given to New; the zero
+// Timeline keeps DefaultSteps and is of rank 0), so its memory is bounded however long the run: the
 // events of older steps are dropped once a step N steps newer begins, and Events and
 // WriteChromeTrace show only the last N steps. Summary still covers every step since the
 // start (or the last Reset): each step's figures are folded into running totals when its
@@ -53,7 +58,7 @@ type Timeline struct {
 	mu      sync.Mutex
 	rank    int
 	keep    int         // steps shown by Events: N; 0 when the timeline is off
-	set     bool        // keep was configured (the zero Timeline keeps DefaultTimelineSteps)
+	set     bool        // keep was configured (the zero Timeline keeps DefaultSteps)
 	slots   []stepSlot  // ring of the recent steps, by step modulo len(slots)
 	maxStep int         // the newest step recorded
 	any     bool        // an event was recorded since the start or Reset
@@ -67,14 +72,11 @@ type stepSlot struct {
 	events []Event
 }
 
-// NewTimeline returns an empty timeline of rank, for training loops that record their own
-// events (a ZeRO-3 step, evaluation) in the same format. Of opts only TimelineSteps
-// applies.
-func NewTimeline(rank int, opts ...Option) *Timeline {
-	return newTimeline(rank, newConfig(opts).timelineSteps)
-}
-
-func newTimeline(rank, steps int) *Timeline {
+// New returns an empty timeline of rank that keeps the events of the last steps steps (0 or
+// negative: none, only Summary's running totals). DDP makes one per rank (its TimelineSteps
+// option sets steps); a training loop that records its own events (a ZeRO-3 step,
+// evaluation) makes its own, in the same format.
+func New(rank, steps int) *Timeline {
 	return &Timeline{rank: rank, keep: max(steps, 0), set: true}
 }
 
@@ -87,9 +89,6 @@ func (t *Timeline) Steps() int {
 	return t.keep
 }
 
-// Add records e as an event of the timeline's rank.
-func (t *Timeline) Add(e Event) { t.add(e) }
-
 // init sizes the ring. The ring holds at least two steps even when the timeline is off,
 // so that a step's all-reduces that finish after its backward (or whose backward is
 // recorded after them) still meet it before the step is folded into the summary.
@@ -98,12 +97,15 @@ func (t *Timeline) init() {
 		return
 	}
 	if !t.set {
-		t.keep, t.set = DefaultTimelineSteps, true
+		t.keep, t.set = DefaultSteps, true
 	}
 	t.slots = make([]stepSlot, max(t.keep, 2))
 }
 
-func (t *Timeline) add(e Event) {
+// Add records e as an event of the timeline's rank (its Rank field is overwritten). Events
+// are grouped by Step: recording an event of a step N steps newer than the oldest one kept
+// drops that oldest step's events, after folding them into the summary.
+func (t *Timeline) Add(e Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.init()
@@ -180,6 +182,8 @@ type chromeTrace struct {
 // "last_step", "note").
 func (t *Timeline) WriteChromeTrace(w io.Writer) error {
 	evs := t.Events()
+	// The note names the knobs a user turns to keep more steps: DDP's option and the
+	// trainer's flag.
 	tr := chromeTrace{DisplayTimeUnit: "ms", OtherData: map[string]any{
 		"steps_kept": t.Steps(),
 		"note":       "events of the last steps_kept steps only; older steps were dropped (ddp.TimelineSteps, the trainer's -timeline-steps)",
@@ -209,7 +213,7 @@ func (t *Timeline) WriteChromeTrace(w io.Writer) error {
 		tr.TraceEvents = append(tr.TraceEvents, ce)
 	}
 	if err := json.NewEncoder(w).Encode(tr); err != nil {
-		return fmt.Errorf("ddp: writing chrome trace of rank %d: %w", t.rank, err)
+		return fmt.Errorf("timeline: writing chrome trace of rank %d: %w", t.rank, err)
 	}
 	return nil
 }
@@ -221,7 +225,7 @@ func MergeChromeTraces(w io.Writer, traces ...io.Reader) error {
 	for i, r := range traces {
 		var tr chromeTrace
 		if err := json.NewDecoder(r).Decode(&tr); err != nil {
-			return fmt.Errorf("ddp: reading chrome trace %d: %w", i, err)
+			return fmt.Errorf("timeline: reading chrome trace %d: %w", i, err)
 		}
 		out.TraceEvents = append(out.TraceEvents, tr.TraceEvents...)
 		if out.OtherData == nil {
@@ -229,7 +233,7 @@ func MergeChromeTraces(w io.Writer, traces ...io.Reader) error {
 		}
 	}
 	if err := json.NewEncoder(w).Encode(out); err != nil {
-		return fmt.Errorf("ddp: writing merged chrome trace: %w", err)
+		return fmt.Errorf("timeline: writing merged chrome trace: %w", err)
 	}
 	return nil
 }
