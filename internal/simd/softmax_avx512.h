@@ -105,29 +105,41 @@ static void gp5_softmax_rows(float *s, const double *bias, const float *mask, in
 	}
 }
 
+// gp5_sb_rows is gp5_softmax_bwd for the R rows from i0 (R at most 4) in step: each row's
+// dot product is its own chain in the one-row order, so the bits do not depend on R (49x49,
+// one core: 1.43x the row-by-row loop).
+static inline __attribute__((always_inline)) void gp5_sb_rows(int R, const float *p, float *d, double *acc, int n,
+                                                             int i0) {
+	__m512d s[4], dot[4];
+	for (int i = 0; i < R; i++) s[i] = _mm512_setzero_pd();
+	for (int j = 0; j < n; j += 8) {
+		__mmask8 m = gp5_sx_mask(n - j);
+		for (int i = 0; i < R; i++) {
+			long o = (long)(i0 + i) * n + j;
+			s[i] = _mm512_add_pd(s[i], _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p + o)),
+			                                         _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, d + o))));
+		}
+	}
+	for (int i = 0; i < R; i++) dot[i] = _mm512_set1_pd(_mm512_reduce_add_pd(s[i]));
+	for (int j = 0; j < n; j += 8) {
+		__mmask8 m = gp5_sx_mask(n - j);
+		for (int i = 0; i < R; i++) {
+			long o = (long)(i0 + i) * n + j;
+			__m512d g = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p + o)),
+			                          _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, d + o)), dot[i]));
+			_mm256_mask_storeu_ps(d + o, m, _mm512_cvtpd_ps(g));
+			_mm512_mask_storeu_pd(acc + o, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, acc + o), g));
+		}
+	}
+}
+
 // gp5_softmax_bwd is attnBackward's softmax gradient for one window and head: with P the
 // probabilities and dP their gradient (n×n each), dS[i,j] = P[i,j]·(dP[i,j] - Σ_k P[i,k]
 // dP[i,k]) in float64, written over dP as float32 and added into acc (float64, n×n).
 static void gp5_softmax_bwd(const float *p, float *d, double *acc, int n) {
-	for (int i = 0; i < n; i++) {
-		const float *pi = p + (long)i * n;
-		float *di = d + (long)i * n;
-		double *ai = acc + (long)i * n;
-		__m512d s = _mm512_setzero_pd();
-		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp5_sx_mask(n - j);
-			s = _mm512_add_pd(s, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, pi + j)),
-			                                   _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, di + j))));
-		}
-		__m512d dot = _mm512_set1_pd(_mm512_reduce_add_pd(s));
-		for (int j = 0; j < n; j += 8) {
-			__mmask8 m = gp5_sx_mask(n - j);
-			__m512d g = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, pi + j)),
-			                          _mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, di + j)), dot));
-			_mm256_mask_storeu_ps(di + j, m, _mm512_cvtpd_ps(g));
-			_mm512_mask_storeu_pd(ai + j, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, ai + j), g));
-		}
-	}
+	int i = 0;
+	for (; i + 4 <= n; i += 4) gp5_sb_rows(4, p, d, acc, n, i);
+	for (; i < n; i++) gp5_sb_rows(1, p, d, acc, n, i);
 }
 
 #pragma GCC pop_options
