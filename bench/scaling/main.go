@@ -74,7 +74,7 @@ func run(dir string) error {
 	cuts := scaling.Buckets(prof.Layers, 1*MiB, 25*MiB, 1*MiB)
 	fmt.Printf("resnet18 64x64 batch 16 profile (EvGradient instants, rank 0, mean of %d steps): forward %.1f ms, backward %.1f ms, optimizer %.1f ms, %d gradients\n",
 		tr.steps, prof.Forward*1e3, (prof.Compute()-prof.Forward-prof.Optimizer)*1e3, prof.Optimizer*1e3, len(prof.Layers))
-	fmt.Printf("bucket layout (ddp's rule, reimplemented): %s MiB; measured %s\n", mibList(scaling.BucketBytes(prof.Layers, cuts)), tr.bucketNote)
+	fmt.Printf("bucket layout (ddp's rule, bucketcut.BySize): %s MiB; measured %s\n", mibList(scaling.BucketBytes(prof.Layers, cuts)), tr.bucketNote)
 	one := scaling.Topology{Hosts: 1, PerHost: 2, Rails: 1, Intra: shm}
 	ddpRes, err := readJSON(filepath.Join(dir, "ddp.json"))
 	if err != nil {

@@ -2,7 +2,11 @@
 // ZeRO-3) from a per-layer backward profile, a bucket layout and an α–β link model.
 package scaling
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gorgonia-parallel/gp/internal/bucketcut"
+)
 
 // Link is the α–β model of one link: a message of b bytes costs Alpha + b/Beta seconds.
 // Beta is in bytes per second, per direction.
@@ -76,35 +80,16 @@ func (p Profile) Compute() float64 {
 }
 
 // Buckets cuts layers (backward order) into gradient buckets with ddp's default rule
-// (parallel/ddp sizeCuts and tailCut, reimplemented because they are unexported): a bucket
-// closes once it holds at least its limit (first for the first bucket, capBytes after); then
-// the tail is cut so that the last bucket holds at least last bytes. It returns the first
-// layer index of every bucket after the first.
+// (bucketcut.BySize over the layers' gradient bytes): a bucket closes once it holds at least
+// its limit (first for the first bucket, capBytes after); then the tail is cut so that the
+// last bucket holds at least last bytes. It returns the first layer index of every bucket
+// after the first.
 func Buckets(layers []Layer, first, capBytes, last int) []int {
-	var cuts []int
-	bytes, limit := 0, first
+	sizes := make([]int, len(layers))
 	for i, l := range layers {
-		bytes += l.Bytes
-		if bytes >= limit && i+1 < len(layers) {
-			cuts = append(cuts, i+1)
-			bytes, limit = 0, capBytes
-		}
+		sizes[i] = l.Bytes
 	}
-	if last <= 0 || len(layers) < 2 {
-		return cuts
-	}
-	lastCut := 0
-	if len(cuts) > 0 {
-		lastCut = cuts[len(cuts)-1]
-	}
-	bytes = 0
-	for i := len(layers) - 1; i > lastCut; i-- {
-		bytes += layers[i].Bytes
-		if bytes >= last {
-			return append(cuts, i)
-		}
-	}
-	return cuts
+	return bucketcut.BySize(sizes, first, capBytes, last)
 }
 
 // BucketBytes is the size of each bucket cut by cuts.

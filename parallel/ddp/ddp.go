@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/bucketcut"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
@@ -83,7 +84,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 	return d, nil
 }
 
-// newReducer makes the DDP of model over g with its buckets laid out (sizeCuts), before any
+// newReducer makes the DDP of model over g with its buckets laid out (bucketcut.BySize), before any
 // check, broadcast or backend (open): what New completes, and what a Solver drives over its
 // learnables' float32 gradients. name prefixes errors.
 func newReducer(model *nn.Model, g comm.Group, cfg config, name string) *DDP {
@@ -97,7 +98,7 @@ func newReducer(model *nn.Model, g comm.Group, cfg config, name string) *DDP {
 	for i, p := range d.flat {
 		d.flatPos[p.Index] = i
 	}
-	d.buckets, d.byParam = layout(d.flat, ps.Grad, sizeCuts(gradBytes(d.flat), cfg.firstBucket, cfg.bucketCap, cfg.lastBucket))
+	d.buckets, d.byParam = layout(d.flat, ps.Grad, bucketcut.BySize(gradBytes(d.flat), cfg.firstBucket, cfg.bucketCap, cfg.lastBucket))
 	return d
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/timeline"
-	G "gorgonia.org/gorgonia"
 )
 
 // The equivalence test is not vacuous: training on rank 0's slice alone ends elsewhere.
@@ -310,54 +308,4 @@ func TestJoinUnevenInputs(t *testing.T) {
 	if err := sameBits(c.models[0], c.models[1]); err != nil {
 		t.Error(err)
 	}
-}
-
-func TestArrivalCuts(t *testing.T) {
-	mk := func(sizes ...int) []*nn.Param {
-		var ps []*nn.Param
-		off := 0
-		for i, s := range sizes {
-			ps = append(ps, &nn.Param{Name: fmt.Sprint("p", i), Data: make([]float32, s), Offset: off, Index: len(sizes) - 1 - i})
-			off += s
-		}
-		return ps
-	}
-	flat := mk(4, 4, 4, 4, 4, 4)
-	if got := sizeCuts(gradBytes(flat), 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
-		t.Errorf("sizeCuts = %v, want [1 3 5]", got)
-	}
-	// Position 1 arrives after 2 and 3: the cut after position 2 moves to 4 (the closure point).
-	if got := arrivalCuts(gradBytes(flat), []int{0, 2, 3, 1, 4, 5}, 16, 32, 0); fmt.Sprint(got) != "[1 4]" {
-		t.Errorf("arrivalCuts = %v, want [1 4]", got)
-	}
-	if got := arrivalCuts(gradBytes(flat), []int{0, 1, 2, 3, 4, 5}, 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
-		t.Errorf("in-order arrivalCuts = %v, want [1 3 5]", got)
-	}
-	// A small last bucket (LastBucketBytes): the tail of backward gets a bucket of its own.
-	for _, c := range []struct {
-		name    string
-		arrived []int // nil: sizeCuts
-		last    int
-		want    string
-	}{
-		{"size, last 16", nil, 16, "[1 5]"},
-		{"size, last 32", nil, 32, "[1 4]"},
-		{"size, last 0 (PyTorch)", nil, 0, "[1]"},
-		{"in order, last 16", []int{0, 1, 2, 3, 4, 5}, 16, "[1 5]"},
-		// Position 5 arrives before 4: no closure point after 16 bytes, the cut waits for 4.
-		{"swapped tail", []int{0, 1, 2, 3, 5, 4}, 16, "[1 4]"},
-		// The tail is already small: no cut is added inside it.
-		{"small last bucket already", []int{0, 1, 2, 3, 4, 5}, 96, "[1]"},
-	} {
-		var got []int
-		if c.arrived == nil {
-			got = sizeCuts(gradBytes(flat), 16, 96, c.last)
-		} else {
-			got = arrivalCuts(gradBytes(flat), c.arrived, 16, 96, c.last)
-		}
-		if fmt.Sprint(got) != c.want {
-			t.Errorf("%s: cuts = %v, want %s", c.name, got, c.want)
-		}
-	}
-	_ = G.Nodes{}
 }

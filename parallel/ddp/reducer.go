@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/bucketcut"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/timeline"
@@ -265,7 +266,7 @@ func (d *DDP) rebuild(ctx context.Context) error {
 	var cuts []int
 	keep := len(arrived) == 0
 	if !keep {
-		cuts = arrivalCuts(gradBytes(d.flat), arrived, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket)
+		cuts = bucketcut.ByArrival(gradBytes(d.flat), arrived, d.cfg.firstBucket, d.cfg.bucketCap, d.cfg.lastBucket)
 	}
 	cuts, keep, err := shareCuts(ctx, d.g, len(d.flat), cuts, keep)
 	if err != nil {

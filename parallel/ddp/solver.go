@@ -7,6 +7,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/gorgonia-parallel/gp/internal/bucketcut"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -326,8 +327,9 @@ func valueData[T float32 | float64, S *G.F32 | *G.F64](v G.Value, backing func(*
 
 // lay places the learnables' gradients, in model order, in one buffer per dtype, and makes
 // the reducer of the float32 buffer (DDP's, over parameters at the gradients' places, which
-// is what the comm hooks see) and the float64 buckets, both cut by sizeCuts. In one process
-// there is nothing to reduce: Step folds the accumulated passes into the gradients in place.
+// is what the comm hooks see) and the float64 buckets, both cut by bucketcut.BySize. In one
+// process there is nothing to reduce: Step folds the accumulated passes into the gradients
+// in place.
 func (s *Solver) lay() error {
 	s.sums, s.d, s.grad64, s.ends64 = nil, nil, nil, nil
 	if s.Size() == 1 {
@@ -357,7 +359,7 @@ func (s *Solver) lay() error {
 		return err
 	}
 	s.grad64 = make([]float64, n64)
-	for _, cut := range append(sizeCuts(sizes64, c.bucketCap, c.bucketCap, 0), len(ends)) {
+	for _, cut := range append(bucketcut.BySize(sizes64, c.bucketCap, c.bucketCap, 0), len(ends)) {
 		if cut > 0 {
 			s.ends64 = append(s.ends64, ends[cut-1])
 		}
