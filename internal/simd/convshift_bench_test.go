@@ -1,0 +1,61 @@
+//go:build cgo && amd64 && !purego && linux
+
+package simd
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+)
+
+// BenchmarkConvShiftDemo times the AVX-512 implicit forward (ConvShiftFwd) and filter
+// gradient (ConvShiftWGrad) alone, one after the other in each repetition, on the shapes of
+// resnet8_s2's convolutions at batch 64: 3x3 with padding 1 at stride 1 on the output's
+// size (a stride-2 layer reads its phase planes, of the output's size, the same way) and
+// 1x1. It reports the medians of their GFLOP/s (2·N·O·C·kk·P useful FLOPs each, CPU time):
+//
+//	GOMAXPROCS=1 go test ./internal/simd -run '^$' -bench ConvShiftDemo -benchtime 7x
+func BenchmarkConvShiftDemo(b *testing.B) {
+	restore, err := Set(AVX512)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer restore()
+	for _, tc := range []struct{ c, o, hw, k int }{
+		{16, 16, 14, 3}, {16, 32, 7, 3}, {16, 32, 7, 1}, {32, 32, 7, 3}, {32, 64, 4, 3}, {32, 64, 4, 1}, {64, 64, 4, 3},
+	} {
+		const n = 64
+		b.Run(fmt.Sprintf("c%d_o%d_%dx%d_k%d", tc.c, tc.o, tc.hw, tc.hw, tc.k), func(b *testing.B) {
+			p := tc.k / 2
+			g := &ConvGeom{C: tc.c, H: tc.hw, W: tc.hw, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: p, PW: p, DH: 1, DW: 1, OH: tc.hw, OW: tc.hw}
+			shift, mask := ShiftTables(g)
+			P, kk := tc.hw*tc.hw, tc.k*tc.k
+			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			rng := rand.New(rand.NewSource(1))
+			x, dy, y := make([]float32, n*tc.c*P), make([]float32, n*tc.o*P), make([]float32, n*tc.o*P)
+			wp, dw := make([]float32, tc.o*tc.c*kk), make([]float32, tc.o*tc.c*kk)
+			fillRand(rng, x)
+			fillRand(rng, dy)
+			fillRand(rng, wp)
+			units := n * ((P + 15) / 16)
+			calls := max(1, 1e9/(n*tc.o*tc.c*kk*P)) // about 2 GFLOP a measurement
+			var fwd, wg []float64
+			b.ResetTimer()
+			for range b.N {
+				c0 := cpuSeconds()
+				for range calls {
+					ConvShiftFwd(s, x, wp, nil, y, n, 0, units)
+				}
+				c1 := cpuSeconds()
+				for range calls {
+					ConvShiftWGrad(s, x, dy, dw, n, 0, tc.o)
+				}
+				c2 := cpuSeconds()
+				fl := 2 * float64(n*tc.o*tc.c*kk*P) * float64(calls) / 1e9
+				fwd, wg = append(fwd, fl/(c1-c0)), append(wg, fl/(c2-c1))
+			}
+			b.ReportMetric(medianOf(fwd), "fwd-GFLOP/s")
+			b.ReportMetric(medianOf(wg), "wgrad-GFLOP/s")
+		})
+	}
+}
