@@ -158,94 +158,107 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 // gradient over the N images: lane t of accumulator a<o><r> adds dy[n, o, k]·x[row r, k] for
 // the pixels k ≡ t (mod 16), images and chunks in order; dw[o·K + r] is then the lanes'
 // gp5s_hsum. dy is N×O×P. Named accumulators, as in gp5s_fwd_block.
+//
+// A step (16 pixels of one image) takes NO·NR FMAs and reads x either through the masks
+// with zero-masked loads, or (PAD) from padded planes (gp_pad_planes) with plain loads, the
+// padding's zeros in the planes: row r of chunk j (line h, from column w0; OW a multiple of
+// 16) at n·C·pp + c·pp + poff[q] + h·lw + w0. The same products in the same order, so the
+// same bits. dy is read with plain loads but for the last chunk when P is not a multiple of
+// 16, zero-masked past P.
 #define GP5S_WO(o, r) \
 	if (NO > o) a##o##r = _mm512_fmadd_ps(d##o, xv, a##o##r);
-#define GP5S_WR(r)                                                                            \
-	if (NR > r) {                                                                             \
-		__m512 xv = _mm512_maskz_loadu_ps(mask[mq##r * nch + j], xn + off##r + j * 16);       \
-		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                               \
+#define GP5S_WR(r, PAD, ONE)                                                                               \
+	if (NR > r) {                                                                                      \
+		if (!PAD && !ONE) k##r = mask[mq##r + j];                                                  \
+		__m512 xv = PAD ? _mm512_loadu_ps(xr + off##r) : _mm512_maskz_loadu_ps(k##r, xr + off##r); \
+		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                                    \
 	}
-#define GP5S_WD(o) \
-	if (NO > o) d##o = _mm512_maskz_loadu_ps(tm, dyn + (long)o * P + j * 16);
+#define GP5S_WD(o, TAIL) \
+	if (NO > o) d##o = TAIL ? _mm512_maskz_loadu_ps(tm, dr + (long)o * P) : _mm512_loadu_ps(dr + (long)o * P);
+#define GP5S_WSTEP(PAD, TAIL, ONE)                                                  \
+	{                                                                           \
+		__m512 d0 = z, d1 = z, d2 = z, d3 = z;                              \
+		GP5S_WD(0, TAIL) GP5S_WD(1, TAIL) GP5S_WD(2, TAIL) GP5S_WD(3, TAIL) \
+		GP5S_WR(0, PAD, ONE) GP5S_WR(1, PAD, ONE) GP5S_WR(2, PAD, ONE)      \
+		GP5S_WR(3, PAD, ONE) GP5S_WR(4, PAD, ONE) GP5S_WR(5, PAD, ONE)      \
+	}
+// GP5S_WIMG runs the steps of the N images in order, an image's chunks in order: the full
+// chunks, then the partial one (TAIL) if P is not a multiple of 16.
+#define GP5S_WIMG(PAD, TAIL)                                                                                    \
+	for (int n = 0; n < N; n++) {                                                                           \
+		const float *xb = x + (long)n * xnst, *dr = dy + ((long)n * O + o0) * P;                        \
+		long j = 0;                                                                                     \
+		for (; j < nfull; j++, dr += 16) {                                                              \
+			const float *xr = PAD ? xb + (j * 16 / g->ow) * g->lw + (j * 16) % g->ow : xb + j * 16; \
+			GP5S_WSTEP(PAD, 0, 0)                                                                   \
+		}                                                                                               \
+		if (TAIL) {                                                                                     \
+			const float *xr = xb + j * 16;                                                          \
+			GP5S_WSTEP(PAD, 1, 0)                                                                   \
+		}                                                                                               \
+	}
 #define GP5S_WS1(o, r) \
 	if (NR > r) dw[(long)(o0 + o) * K + r0 + r] = gp5s_hsum(a##o##r);
 #define GP5S_WS(o) \
 	if (NO > o) { GP5S_WS1(o, 0) GP5S_WS1(o, 1) GP5S_WS1(o, 2) GP5S_WS1(o, 3) GP5S_WS1(o, 4) GP5S_WS1(o, 5) }
+// Row r's offset in an image (its channel's plane at its tap's offset) and its mask row.
 #define GP5S_WOFF(r) \
-	if (NR > r) off##r = (long)((r0 + r) / kk) * g->xc + g->qoff[(r0 + r) % kk], mq##r = (r0 + r) % kk;
-static inline __attribute__((always_inline)) void gp5s_wgrad_block(int NO, int NR, const gp_shiftconv *g,
+	if (NR > r) off##r = (long)((r0 + r) / kk) * cst + qo[(r0 + r) % kk], mq##r = (long)((r0 + r) % kk) * nch;
+#define GP5S_WK(r) \
+	if (NR > r) k##r = mask[mq##r];
+static inline __attribute__((always_inline)) void gp5s_wgrad_block(int PAD, int NO, int NR, const gp_shiftconv *g,
                                                                    const float *x, const float *dy, float *dw,
                                                                    int N, int o0, int r0) {
 	const int O = g->O, kk = g->kk;
-	const long P = g->P, nch = (P + 15) / 16, xnst = g->xn;
+	const long P = g->P, nch = (P + 15) / 16, nfull = P / 16;
+	const long xnst = PAD ? (long)g->C * g->pp : g->xn, cst = PAD ? g->pp : g->xc;
+	const int *qo = PAD ? g->poff : g->qoff;
 	const unsigned short *mask = g->mask;
+	const __mmask16 tm = gp5s_tail(P - (nch - 1) * 16); // the last chunk's pixels
 	const __m512 z = _mm512_setzero_ps();
 	__m512 a00 = z, a01 = z, a02 = z, a03 = z, a04 = z, a05 = z, a10 = z, a11 = z, a12 = z, a13 = z, a14 = z,
 	       a15 = z, a20 = z, a21 = z, a22 = z, a23 = z, a24 = z, a25 = z, a30 = z, a31 = z, a32 = z, a33 = z,
 	       a34 = z, a35 = z;
-	// Row r's offset in an image (its channel's plane at its tap's offset) and its mask row.
 	long off0 = 0, off1 = 0, off2 = 0, off3 = 0, off4 = 0, off5 = 0;
 	long mq0 = 0, mq1 = 0, mq2 = 0, mq3 = 0, mq4 = 0, mq5 = 0;
+	__mmask16 k0 = 0xffff, k1 = k0, k2 = k0, k3 = k0, k4 = k0, k5 = k0;
 	GP5S_WOFF(0) GP5S_WOFF(1) GP5S_WOFF(2) GP5S_WOFF(3) GP5S_WOFF(4) GP5S_WOFF(5)
-	if (nch == 1) {
+	if (PAD) {
+		GP5S_WIMG(1, 0)
+	} else if (nch == 1) {
 		// One chunk per image (4x4 maps): the masks hold for every image, so they stay in
-		// mask registers; the same sums in the same order as the loop below.
+		// mask registers, and dy is read through the tail's.
+		GP5S_WK(0) GP5S_WK(1) GP5S_WK(2) GP5S_WK(3) GP5S_WK(4) GP5S_WK(5)
 		const long j = 0;
-		const __mmask16 tm = gp5s_tail(P);
-		__mmask16 k0 = mask[mq0], k1 = k0, k2 = k0, k3 = k0, k4 = k0, k5 = k0;
-		if (NR > 1) k1 = mask[mq1];
-		if (NR > 2) k2 = mask[mq2];
-		if (NR > 3) k3 = mask[mq3];
-		if (NR > 4) k4 = mask[mq4];
-		if (NR > 5) k5 = mask[mq5];
-		const float *xn = x, *dyn = dy + (long)o0 * P;
-		for (int n = 0; n < N; n++, xn += xnst, dyn += (long)O * P) {
-			__m512 d0 = z, d1 = z, d2 = z, d3 = z;
-			GP5S_WD(0) GP5S_WD(1) GP5S_WD(2) GP5S_WD(3)
-#define GP5S_WR1(r)                                                                           \
-	if (NR > r) {                                                                             \
-		__m512 xv = _mm512_maskz_loadu_ps(k##r, xn + off##r);                                 \
-		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                               \
-	}
-			GP5S_WR1(0) GP5S_WR1(1) GP5S_WR1(2) GP5S_WR1(3) GP5S_WR1(4) GP5S_WR1(5)
-#undef GP5S_WR1
-		}
+		const float *xr = x, *dr = dy + (long)o0 * P;
+		for (int n = 0; n < N; n++, xr += xnst, dr += (long)O * P) GP5S_WSTEP(0, 1, 1)
+	} else if (nfull < nch) {
+		GP5S_WIMG(0, 1)
 	} else {
-		for (int n = 0; n < N; n++) {
-			const float *xn = x + (long)n * xnst, *dyn = dy + ((long)n * O + o0) * P;
-			for (long j = 0; j < nch; j++) {
-				__mmask16 tm = gp5s_tail(P - j * 16);
-				__m512 d0 = z, d1 = z, d2 = z, d3 = z;
-				GP5S_WD(0) GP5S_WD(1) GP5S_WD(2) GP5S_WD(3)
-				GP5S_WR(0) GP5S_WR(1) GP5S_WR(2) GP5S_WR(3) GP5S_WR(4) GP5S_WR(5)
-			}
-		}
+		GP5S_WIMG(0, 0)
 	}
 	long K = (long)g->C * kk;
 	GP5S_WS(0) GP5S_WS(1) GP5S_WS(2) GP5S_WS(3)
 }
 
-#define GP5S_WGRAD_R(NO)                                                              \
-	do {                                                                              \
-		int r0 = 0;                                                                   \
-		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_block(NO, 6, g, x, dy, dw, N, o0, r0); \
-		switch (K - r0) {                                                             \
-		case 5: gp5s_wgrad_block(NO, 5, g, x, dy, dw, N, o0, r0); break;             \
-		case 4: gp5s_wgrad_block(NO, 4, g, x, dy, dw, N, o0, r0); break;             \
-		case 3: gp5s_wgrad_block(NO, 3, g, x, dy, dw, N, o0, r0); break;             \
-		case 2: gp5s_wgrad_block(NO, 2, g, x, dy, dw, N, o0, r0); break;             \
-		case 1: gp5s_wgrad_block(NO, 1, g, x, dy, dw, N, o0, r0); break;             \
-		}                                                                             \
+#define GP5S_WGRAD_R(NO)                                                                            \
+	do {                                                                                        \
+		int r0 = 0;                                                                         \
+		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_block(PAD, NO, 6, g, x, dy, dw, N, o0, r0); \
+		switch (K - r0) {                                                                   \
+		case 5: gp5s_wgrad_block(PAD, NO, 5, g, x, dy, dw, N, o0, r0); break;               \
+		case 4: gp5s_wgrad_block(PAD, NO, 4, g, x, dy, dw, N, o0, r0); break;               \
+		case 3: gp5s_wgrad_block(PAD, NO, 3, g, x, dy, dw, N, o0, r0); break;               \
+		case 2: gp5s_wgrad_block(PAD, NO, 2, g, x, dy, dw, N, o0, r0); break;               \
+		case 1: gp5s_wgrad_block(PAD, NO, 1, g, x, dy, dw, N, o0, r0); break;               \
+		}                                                                                   \
 	} while (0)
 
-// gp5_conv_shift_wgrad is the filter gradient's rows [oa, ob): dw (O×K, K = C·kk) =
-// dy·cols(x)ᵀ summed over the N images, dy N×O×P; four output channels by six rows at a
-// time.
-static void gp5_conv_shift_wgrad(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x, const float *dy, float *dw, int N, int oa,
-                                 int ob) {
-	gp_shiftconv gs = *g0;
-	gs.qoff = qoff, gs.mask = mask;
-	const gp_shiftconv *g = &gs;
+// gp5s_wgrad is the filter gradient's rows [oa, ob): dw (O×K, K = C·kk) = dy·cols(x)ᵀ summed
+// over the N images, dy N×O×P; four output channels by six rows at a time, x as planes with
+// masks or padded planes (PAD).
+static inline __attribute__((always_inline)) void gp5s_wgrad(int PAD, const gp_shiftconv *g, const float *x,
+                                                             const float *dy, float *dw, int N, int oa, int ob) {
 	int K = g->C * g->kk;
 	int o0 = oa;
 	for (; o0 + 4 <= ob; o0 += 4) GP5S_WGRAD_R(4);
@@ -256,71 +269,23 @@ static void gp5_conv_shift_wgrad(const gp_shiftconv *g0, const int *qoff, const 
 	}
 }
 
-// gp5s_wgrad_pad_block is gp5s_wgrad_block over padded planes (gp_pad_planes): row r of
-// unit u (image n, the 16 pixels from (h, w0) of a line, OW a multiple of 16) is read at
-// xp + n·xn + c·pp + poff[q] + h·wp + w0 with plain loads, the padding's zeros in the planes
-// where gp5s_wgrad_block masks them: the same products in the same order, so the same bits.
-// Its masked loads each took a vector ALU micro-op beside the 24 FMAs of a step.
-#define GP5P_WR(r)                                                                            \
-	if (NR > r) {                                                                             \
-		__m512 xv = _mm512_loadu_ps(xr + off##r);                                             \
-		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                               \
-	}
-#define GP5P_WD(o) \
-	if (NO > o) d##o = _mm512_loadu_ps(dyn + (long)o * P + j * 16);
-#define GP5P_WOFF(r) \
-	if (NR > r) off##r = (long)((r0 + r) / kk) * pp + poff[(r0 + r) % kk];
-static inline __attribute__((always_inline)) void gp5s_wgrad_pad_block(int NO, int NR, const gp_shiftconv *g,
-                                                                       const int *poff, long ow, long wp, long pp,
-                                                                       const float *xp, const float *dy, float *dw,
-                                                                       int N, int o0, int r0) {
-	const int O = g->O, kk = g->kk;
-	const long P = g->P, nch = P / 16, xn = (long)g->C * pp;
-	const __m512 z = _mm512_setzero_ps();
-	__m512 a00 = z, a01 = z, a02 = z, a03 = z, a04 = z, a05 = z, a10 = z, a11 = z, a12 = z, a13 = z, a14 = z,
-	       a15 = z, a20 = z, a21 = z, a22 = z, a23 = z, a24 = z, a25 = z, a30 = z, a31 = z, a32 = z, a33 = z,
-	       a34 = z, a35 = z;
-	long off0 = 0, off1 = 0, off2 = 0, off3 = 0, off4 = 0, off5 = 0;
-	GP5P_WOFF(0) GP5P_WOFF(1) GP5P_WOFF(2) GP5P_WOFF(3) GP5P_WOFF(4) GP5P_WOFF(5)
-	for (int n = 0; n < N; n++) {
-		const float *xb = xp + (long)n * xn, *dyn = dy + ((long)n * O + o0) * P;
-		for (long j = 0; j < nch; j++) {
-			const float *xr = xb + (j * 16 / ow) * wp + (j * 16) % ow;
-			__m512 d0 = z, d1 = z, d2 = z, d3 = z;
-			GP5P_WD(0) GP5P_WD(1) GP5P_WD(2) GP5P_WD(3)
-			GP5P_WR(0) GP5P_WR(1) GP5P_WR(2) GP5P_WR(3) GP5P_WR(4) GP5P_WR(5)
-		}
-	}
-	long K = (long)g->C * kk;
-	GP5S_WS(0) GP5S_WS(1) GP5S_WS(2) GP5S_WS(3)
+// gp5_conv_shift_wgrad is the filter gradient's rows [oa, ob) with x read through the masks
+// (gp5s_wgrad).
+static void gp5_conv_shift_wgrad(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x,
+                                 const float *dy, float *dw, int N, int oa, int ob) {
+	gp_shiftconv gs = *g0;
+	gs.qoff = qoff, gs.mask = mask;
+	gp5s_wgrad(0, &gs, x, dy, dw, N, oa, ob);
 }
 
-#define GP5P_WGRAD_R(NO)                                                                          \
-	do {                                                                                          \
-		int r0 = 0;                                                                               \
-		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_pad_block(NO, 6, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); \
-		switch (K - r0) {                                                                         \
-		case 5: gp5s_wgrad_pad_block(NO, 5, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
-		case 4: gp5s_wgrad_pad_block(NO, 4, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
-		case 3: gp5s_wgrad_pad_block(NO, 3, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
-		case 2: gp5s_wgrad_pad_block(NO, 2, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
-		case 1: gp5s_wgrad_pad_block(NO, 1, g, poff, ow, wp, pp, xp, dy, dw, N, o0, r0); break;  \
-		}                                                                                         \
-	} while (0)
-
 // gp5_conv_shift_wgrad_pad is gp5_conv_shift_wgrad's rows [oa, ob) read from padded planes
-// xp (gp5s_wgrad_pad_block); P and ow multiples of 16.
-static void gp5_conv_shift_wgrad_pad(const gp_shiftconv *g0, const int *poff, long ow, long wp, long pp,
+// xp (lines of ow pixels, a multiple of 16, lw apart, planes of pp, tap q at poff[q]) with
+// plain loads: the same products in the same order, so the same bits, without a mask.
+static void gp5_conv_shift_wgrad_pad(const gp_shiftconv *g0, const int *poff, long ow, long lw, long pp,
                                      const float *xp, const float *dy, float *dw, int N, int oa, int ob) {
-	const gp_shiftconv *g = g0;
-	int K = g->C * g->kk;
-	int o0 = oa;
-	for (; o0 + 4 <= ob; o0 += 4) GP5P_WGRAD_R(4);
-	switch (ob - o0) {
-	case 3: GP5P_WGRAD_R(3); break;
-	case 2: GP5P_WGRAD_R(2); break;
-	case 1: GP5P_WGRAD_R(1); break;
-	}
+	gp_shiftconv gs = *g0;
+	gs.poff = poff, gs.ow = ow, gs.lw = lw, gs.pp = pp;
+	gp5s_wgrad(1, &gs, xp, dy, dw, N, oa, ob);
 }
 
 #pragma GCC pop_options
