@@ -46,14 +46,12 @@ func TestAsyncStreamsTrainerMatrix(t *testing.T) {
 		{swin, matrixStrategyNamed(t, "none"), ""},
 		{swin, matrixStrategyNamed(t, "ddp"), "fp16"},
 	}
-	refDir := t.TempDir
-	cpuRuns := map[string]matrixRun{}
+	cpuRuns := map[string]matrixRun{} // the matrix's CPU references (sharedRun)
 	for _, r := range rows {
 		cfg := r.arch.config(t)
-		cfg.Strategy, cfg.AMP, cfg.Out = r.s.strategy, r.mode, refDir()
-		ref := matrixRun{dir: cfg.Out}
-		ref.losses, _, _ = trainOn(t, r.s.world, cfg)
-		cpuRuns[r.arch.name+"/"+r.s.name+"/"+r.mode] = ref
+		cfg.Strategy, cfg.AMP = r.s.strategy, r.mode
+		dir, _, _ := sharedRun(t, r.s.world, cfg)
+		cpuRuns[r.arch.name+"/"+r.s.name+"/"+r.mode] = matrixRun{losses: metricsByStep(t, dir), dir: dir}
 	}
 	t.Logf("CPU references: %v", time.Since(start).Round(time.Millisecond))
 	for _, seed := range cudatest.Seeds {

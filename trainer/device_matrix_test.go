@@ -55,8 +55,6 @@ func TestDeviceMatrix(t *testing.T) {
 	start := time.Now()
 	for _, arch := range matrixArchs {
 		t.Run(arch.name, func(t *testing.T) {
-			refDir := t.TempDir               // the CPU references outlive the row that ran them
-			cpuRuns := map[string]matrixRun{} // CPU reference by strategy and amp
 			for _, s := range matrixStrategies {
 				for _, mode := range []string{"", "bf16", "fp16"} {
 					name := s.name + "/" + cmp.Or(mode, "fp32")
@@ -84,20 +82,25 @@ func TestDeviceMatrix(t *testing.T) {
 						if arch.onRequest && os.Getenv("GP_DEVICE_MATRIX_SWIN") == "" {
 							t.Skip("minutes per row on 2 cores: set GP_DEVICE_MATRIX_SWIN=1")
 						}
-						key := s.strategy + "/" + mode // -offload cpu trains the CPU's zero3 alike
-						ref, ok := cpuRuns[key]
-						if !ok {
-							c := cfg
-							c.Offload = ""
-							c.Out = refDir()
-							ref.losses, _, _ = trainOn(t, s.world, c)
-							ref.dir = c.Out
-							cpuRuns[key] = ref
-						}
+						// The CPU's reference, shared with the other rows and tests that
+						// train it (-offload cpu trains the CPU's zero3 alike).
+						c := cfg
+						c.Offload = ""
+						var ref matrixRun
+						ref.dir, _, _ = sharedRun(t, s.world, c)
+						ref.losses = metricsByStep(t, ref.dir)
 						dev := cfg
-						dev.Out, dev.Device = t.TempDir(), "cuda"
+						dev.Device = "cuda"
 						b16, b32 := gemmCalls()
-						gpu, out, err := trainOn(t, s.world, dev)
+						var gpu []float64
+						var out string
+						var err error
+						if s.world == 1 {
+							dev.Out = t.TempDir()
+							gpu, out, err = trainOn(t, s.world, dev)
+						} else if dev.Out, out, err = sharedRun(t, s.world, dev); err == nil {
+							gpu = metricsByStep(t, dev.Out)
+						}
 						if err != nil {
 							t.Fatalf("device run failed: %v\n%s", err, out)
 						}

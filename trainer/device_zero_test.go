@@ -62,34 +62,34 @@ func TestDeviceZero3World2MatchesCPU(t *testing.T) {
 		// clipping refuses their norm).
 		{"fp16-skip-clip", flags{amp: "fp16", initScale: 1 << 18, clip: 0.05, lr: 0.001}, "", deviceAmpTol},
 	}
+	// TestDeviceMatrix's resnet8 configuration (3 steps, AdamW at lr 1e-3): the rows with
+	// the matrix's flags (fp32, bf16, fp16, each with and without -offload cpu) are its zero3
+	// rows, and both tests read the same runs (sharedRun), as the rows here with the same
+	// flags share the CPU's run.
 	config := func(t *testing.T, f flags) runConfig {
-		c := tinyConfig(t, t.TempDir())
-		c.Arch, c.Epochs, c.MaxSteps, c.Strategy, c.Optimizer, c.LR, c.PrintFreq = "resnet8", 1, 3, "zero3", "adamw", f.lr, 1
+		c := matrixArchNamed(t, "resnet8").config(t)
+		c.Strategy, c.LR = "zero3", f.lr
 		if f.opt != "" {
 			c.Optimizer = f.opt
 		}
-		c.AMP, c.AMPInitScale, c.ClipGrad, c.GradAccum, c.SyncBN = f.amp, f.initScale, f.clip, max(f.accum, 1), f.syncBN
+		c.AMP, c.AMPInitScale, c.ClipGrad, c.GradAccum, c.SyncBN = f.amp, f.initScale, f.clip, f.accum, f.syncBN
 		return c
 	}
-	cpuRuns := map[flags]string{} // the CPU's runs' outputs, in the parent's TempDir
-	parent := t
 	cpuRun := func(t *testing.T, f flags) string {
-		if dir, ok := cpuRuns[f]; ok {
-			return dir
-		}
-		c := config(t, f)
-		c.Out = parent.TempDir()
-		runWorld(t, 2, c)
-		cpuRuns[f] = c.Out
-		return c.Out
+		dir, _, _ := sharedRun(t, 2, config(t, f))
+		return dir
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			base := config(t, r.f)
 			cpuDir := cpuRun(t, r.f)
 			dev := base
-			dev.Out, dev.Device, dev.Offload = t.TempDir(), "cuda", r.offload
-			runDeviceWorld(t, 2, dev)
+			dev.Device, dev.Offload = "cuda", r.offload
+			var out string
+			var err error
+			if dev.Out, out, err = sharedRun(t, 2, dev); err != nil {
+				t.Fatalf("device job failed: %v\n%s", err, out)
+			}
 			worst := compareSteps(t, cpuDir, dev.Out, r.tol)
 			gl, scales := stepRecords(t, dev.Out)
 			cl, _ := stepRecords(t, cpuDir)

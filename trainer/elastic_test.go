@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	removeEmulator()
+	removeShared()
+	removeTinyData()
 	os.Exit(code)
 }
 

@@ -39,6 +39,13 @@ func tinyData(t *testing.T) string {
 	return tinyDir
 }
 
+// removeTinyData deletes what tinyData wrote.
+func removeTinyData() {
+	if tinyDir != "" {
+		os.RemoveAll(filepath.Dir(tinyDir))
+	}
+}
+
 // tinyConfig is a run of resnet18 on tinyData's 16x16 images with the ResNet recipe
 // (SGD, weight decay 1e-4, step decay), on 2 loader workers, quiet.
 func tinyConfig(t *testing.T, out string) runConfig {
