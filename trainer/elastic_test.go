@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	removeEmulator()
 	removeShared()
-	removeTinyData()
+	removeTestData()
 	os.Exit(code)
 }
 

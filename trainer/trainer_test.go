@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -15,34 +16,48 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// tinyData writes a 4-class generated ImageFolder (train and val) once per test binary.
+// splitData writes a generated 4-class ImageFolder (train: trainPer images a class, val:
+// valPer) once per test binary and shape, under one temporary folder that TestMain removes
+// (removeTestData).
 var (
-	tinyOnce sync.Once
-	tinyDir  string
-	tinyErr  error
+	dataMu   sync.Mutex
+	dataRoot string
+	dataDirs = map[[2]int]string{}
 )
 
-func tinyData(t *testing.T) string {
+func splitData(t *testing.T, trainPer, valPer int) string {
 	t.Helper()
-	tinyOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gp-trainer-test")
-		if err != nil {
-			tinyErr = err
-			return
-		}
-		tinyDir = filepath.Join(dir, "synth")
-		tinyErr = synth.WriteSplit(tinyDir, 4, 24, 8, 20, 3)
-	})
-	if tinyErr != nil {
-		t.Fatal(tinyErr)
+	dataMu.Lock()
+	defer dataMu.Unlock()
+	shape := [2]int{trainPer, valPer}
+	if dir, ok := dataDirs[shape]; ok {
+		return dir
 	}
-	return tinyDir
+	if dataRoot == "" {
+		root, err := os.MkdirTemp("", "gp-trainer-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dataRoot = root
+	}
+	dir := filepath.Join(dataRoot, fmt.Sprintf("synth-%d-%d", trainPer, valPer))
+	if err := synth.WriteSplit(dir, 4, trainPer, valPer, 20, 3); err != nil {
+		t.Fatal(err)
+	}
+	dataDirs[shape] = dir
+	return dir
 }
 
-// removeTinyData deletes what tinyData wrote.
-func removeTinyData() {
-	if tinyDir != "" {
-		os.RemoveAll(filepath.Dir(tinyDir))
+// tinyData is the tests' usual ImageFolder: 96 training and 32 validation images.
+func tinyData(t *testing.T) string {
+	t.Helper()
+	return splitData(t, 24, 8)
+}
+
+// removeTestData deletes what splitData wrote.
+func removeTestData() {
+	if dataRoot != "" {
+		os.RemoveAll(dataRoot)
 	}
 }
 
