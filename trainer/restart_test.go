@@ -131,7 +131,8 @@ func buildGprun(t *testing.T) string {
 }
 
 // runUnderGprun runs cfg as a 2-process job of this test binary under gprun with
-// --max-restarts restarts and returns the job's output. The job is killed (gprun with
+// --max-restarts restarts, restarting at once (--restart-backoff 0: the wait is
+// parallel/launch's to test, not the resume's), and returns the job's output. The job is killed (gprun with
 // SIGKILL, its workers through their parent-death signal) if it runs past 3 minutes.
 func runUnderGprun(t *testing.T, gprun string, cfg runConfig, restarts int) string {
 	t.Helper()
@@ -142,7 +143,7 @@ func runUnderGprun(t *testing.T, gprun string, cfg runConfig, restarts int) stri
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gprun, "--nproc-per-node", "2", "--max-restarts", strconv.Itoa(restarts),
-		"--", os.Args[0], "-test.run=^$")
+		"--restart-backoff", "0", "--", os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "GP_TRAINER_TEST_WORKER="+string(js), "OPENBLAS_NUM_THREADS=1")
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
