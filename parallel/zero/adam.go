@@ -1,9 +1,11 @@
 package zero
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/gorgonia-parallel/gp/internal/region"
 	"github.com/gorgonia-parallel/gp/optim"
 )
 
@@ -77,7 +79,7 @@ type fileAlloc struct {
 	dir     string
 	rank    int
 	workers int
-	regions []*region
+	regions []*region.Region
 }
 
 // HeapAlloc is the engine's allocator without disk offload: Go heap memory. Workers is the
@@ -106,10 +108,29 @@ func (f *fileAlloc) updateWorkers() int { return f.workers }
 
 func (f *fileAlloc) Alloc(name string, n int) ([]float32, error) {
 	path := fmt.Sprintf("%s/rank%d-%s.f32", f.dir, f.rank, name)
-	r, err := newFile(fmt.Sprintf("rank %d %s", f.rank, name), path, n)
+	r, err := mapFile(fmt.Sprintf("rank %d %s", f.rank, name), path, n)
 	if err != nil {
 		return nil, err
 	}
 	f.regions = append(f.regions, r)
-	return r.f, nil
+	return r.Floats(), nil
+}
+
+// mapFile maps a disk-offload file region; where files cannot be mapped (errors.ErrUnsupported)
+// its error says to offload to memory instead.
+func mapFile(name, path string, n int) (*region.Region, error) {
+	r, err := region.NewFile(name, path, n)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil, fmt.Errorf("zero: disk offload: %w; use OffloadCPU", err)
+	}
+	return r, regionErr(err)
+}
+
+// regionErr prefixes an error of the engine's memory regions (which name the region) with
+// the package, as the engine's other errors are; nil stays nil.
+func regionErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("zero: %w", err)
 }

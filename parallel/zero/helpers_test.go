@@ -2,15 +2,19 @@ package zero
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/gorgonia-parallel/gp/train"
+	"path/filepath"
+	"testing"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/region"
 	"github.com/gorgonia-parallel/gp/internal/testnet"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/train"
 )
 
 // The network, graph and comparison shared with DDP's tests; with BatchNorm the ranks use
@@ -173,3 +177,19 @@ func compareParams(flat []float32, got, want *nn.Model, tol float64) error {
 }
 
 func adamWSegs(segs []optim.Segment) (optim.Optimizer, error) { return optim.NewAdamW(segs, lr) }
+
+// needMmap skips a test where memory regions are not mappings (internal/region on windows):
+// disk offload is refused there, and heap regions hold their memory between steps.
+func needMmap(t *testing.T) {
+	t.Helper()
+	r, err := region.NewFile("probe", filepath.Join(t.TempDir(), "probe.f32"), 1)
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

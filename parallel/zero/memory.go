@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/internal/region"
 	"github.com/gorgonia-parallel/gp/optim"
 )
 
@@ -69,19 +70,19 @@ func (e *Engine) Memory() Memory {
 	m.StateBytes = stateBytes(e.opt)
 	if fa, ok := e.alloc.(*fileAlloc); ok {
 		for _, r := range fa.regions {
-			m.FileBytes += 4 * int64(len(r.f))
-			m.FileResidentBytes += r.resident()
+			m.FileBytes += 4 * int64(len(r.Floats()))
+			m.FileResidentBytes += r.Resident()
 		}
 	}
 	if e.masterR != nil {
 		m.FileBytes += m.MasterBytes
-		m.FileResidentBytes += e.masterR.resident()
+		m.FileResidentBytes += e.masterR.Resident()
 	}
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR} {
-		m.TransientResidentBytes += r.held()
+	for _, r := range []*region.Region{e.gatherR, e.sendR, e.recvR} {
+		m.TransientResidentBytes += r.Held()
 	}
-	for _, r := range []*region{e.leaves, e.placeholder, e.gradHolder} {
-		m.TransientResidentBytes += r.resident()
+	for _, r := range []*region.Region{e.leaves, e.placeholder, e.gradHolder} {
+		m.TransientResidentBytes += r.Resident()
 	}
 	return m
 }

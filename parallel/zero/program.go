@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/region"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -30,7 +31,7 @@ type Program struct {
 	links    []*link     // by unit: its forward release point, nil when none
 	sched    *schedule
 	red      *ReduceSchedule[comm.Work]
-	zerosR   *region // the barriers' zero gradients
+	zerosR   *region.Region // the barriers' zero gradients
 	st       stepState
 	stats    StepStats
 }
@@ -139,7 +140,7 @@ func (p *Program) gatherHook(b *nn.Builder, prm *nn.Param, n *G.Node) (*G.Node, 
 	}
 	unit := e.lay.units[u]
 	at := unit.GatherBase + prm.Offset - unit.Lo
-	op := &gatherOp{id: ops.NextID(), name: prm.Name, unit: u, shape: prm.Shape, view: e.gatherR.f[at : at+prm.Numel() : at+prm.Numel()], prog: p, prev: prev}
+	op := &gatherOp{id: ops.NextID(), name: prm.Name, unit: u, shape: prm.Shape, view: e.gatherR.Floats()[at : at+prm.Numel() : at+prm.Numel()], prog: p, prev: prev}
 	var out *G.Node
 	var err error
 	if prev >= 0 {
@@ -216,7 +217,7 @@ func (p *Program) Close() error {
 	if p.x != nil {
 		return p.x.Close()
 	}
-	return errors.Join(p.np.Close(), p.zerosR.close())
+	return errors.Join(p.np.Close(), regionErr(p.zerosR.Close()))
 }
 
 // allocZeros maps the zero gradients the barriers return, one slot each.
@@ -234,13 +235,13 @@ func (p *Program) allocZeros() error {
 		return nil
 	}
 	var err error
-	if p.zerosR, err = newAnon(fmt.Sprintf("rank %d re-gather barrier zeros", p.e.rank), n); err != nil {
-		return err
+	if p.zerosR, err = region.NewAnon(fmt.Sprintf("rank %d re-gather barrier zeros", p.e.rank), n); err != nil {
+		return regionErr(err)
 	}
 	off := 0
 	for _, b := range bs {
 		k := tensor.Shape(b.shape).TotalSize()
-		b.zeros = p.zerosR.f[off : off+k : off+k]
+		b.zeros = p.zerosR.Floats()[off : off+k : off+k]
 		off += k
 	}
 	return nil
@@ -290,12 +291,12 @@ func (p *Program) Run(ctx context.Context) error {
 		}
 	}
 	// The step's regions are freed lazily: the next step writes the same pages again, and
-	// refaulting them cost more than the rest of the step's overhead together (region.go).
+	// refaulting them cost more than the rest of the step's overhead together (internal/region's Note on Region).
 	// The barriers' zeros must read as zeros again: released.
-	for _, r := range []*region{e.gatherR, e.sendR, e.recvR} {
-		errs = append(errs, r.freeAll())
+	for _, r := range []*region.Region{e.gatherR, e.sendR, e.recvR} {
+		errs = append(errs, regionErr(r.FreeAll()))
 	}
-	errs = append(errs, p.zerosR.releaseAll())
+	errs = append(errs, regionErr(p.zerosR.ReleaseAll()))
 	p.stats.PeakBytes = e.peak
 	p.stats.Run = time.Since(start)
 	if err := errors.Join(errs...); err != nil {
@@ -348,7 +349,7 @@ func (p *Program) issue(u int) {
 	un := e.lay.units[u]
 	st.live += 4 * int64(un.Padded)
 	p.sample()
-	st.gw[u] = e.g.AllGather(comm.F32(e.gatherR.f[un.GatherBase:un.GatherBase+un.Padded]), comm.F32(e.master[un.ShardBase:un.ShardBase+un.Shard]))
+	st.gw[u] = e.g.AllGather(comm.F32(e.gatherR.Floats()[un.GatherBase:un.GatherBase+un.Padded]), comm.F32(e.master[un.ShardBase:un.ShardBase+un.Shard]))
 }
 
 // await makes unit u resident, adding the time blocked to *waited.
@@ -397,15 +398,15 @@ func (p *Program) forwardDone(u int) error {
 	return p.release(u)
 }
 
-// release returns unit u's gathered pages to the kernel (lazily, see region.free).
+// release returns unit u's gathered pages to the kernel (lazily, see region.Region.Free).
 func (p *Program) release(u int) error {
 	st, e := &p.st, p.e
 	if !st.resident[u] {
 		return nil
 	}
 	un := e.lay.units[u]
-	if err := e.gatherR.free(un.GatherBase, un.GatherBase+un.Padded); err != nil {
-		return err
+	if err := e.gatherR.Free(un.GatherBase, un.GatherBase+un.Padded); err != nil {
+		return regionErr(err)
 	}
 	st.live -= 4 * int64(un.Padded)
 	st.resident[u], st.released[u] = false, true
@@ -456,9 +457,9 @@ func (p *Program) sink(prm *nn.Param, grad []float32) error {
 	st.live += 4 * int64(len(grad))
 	p.sample()
 	at := un.GatherBase + prm.Offset - un.Lo
-	divideInto(e.sendR.f[at:at+len(grad)], grad, e.world)
+	divideInto(e.sendR.Floats()[at:at+len(grad)], grad, e.world)
 	if p.sched.dropGrad[prm.Index] {
-		dropPages(grad)
+		region.DropPages(grad)
 	}
 	return nil
 }
@@ -495,7 +496,7 @@ func (h hostReducer) Launch(u int) comm.Work {
 	p := h.p
 	e, st := p.e, &p.st
 	un := e.lay.units[u]
-	dst := e.sendR.f[un.GatherBase : un.GatherBase+un.Padded]
+	dst := e.sendR.Floats()[un.GatherBase : un.GatherBase+un.Padded]
 	// The input's pages were freed lazily by the last step: what no gradient was written
 	// into this run (padding, parameters that do not reach the loss) is cleared.
 	clear(dst[un.Hi-un.Lo:])
@@ -509,16 +510,16 @@ func (h hostReducer) Launch(u int) comm.Work {
 	st.sent[u] += 4 * n
 	st.live += 4*n + 4*int64(un.Shard)
 	p.sample()
-	return e.g.ReduceScatter(comm.F32(e.recvR.f[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
+	return e.g.ReduceScatter(comm.F32(e.recvR.Floats()[un.ShardBase:un.ShardBase+un.Shard]), comm.F32(dst), comm.Sum)
 }
 
 // Retire adds unit u's reduce-scatter result into the gradient shard and releases the
 // unit's send and receive buffers.
 func (h hostReducer) Retire(u int, _ comm.Work) error {
 	e, un := h.p.e, h.p.e.lay.units[u]
-	addInto(e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.f[un.ShardBase:un.ShardBase+un.Shard])
+	addInto(e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.Floats()[un.ShardBase:un.ShardBase+un.Shard])
 	h.p.st.live -= h.p.st.sent[u] + 4*int64(un.Shard)
-	return errors.Join(e.sendR.free(un.GatherBase, un.GatherBase+un.Padded), e.recvR.free(un.ShardBase, un.ShardBase+un.Shard))
+	return errors.Join(regionErr(e.sendR.Free(un.GatherBase, un.GatherBase+un.Padded)), regionErr(e.recvR.Free(un.ShardBase, un.ShardBase+un.Shard)))
 }
 
 // sample records the current model-state footprint for the step's peak.

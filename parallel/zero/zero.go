@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/gorgonia-parallel/gp/internal/region"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -157,13 +158,13 @@ type Engine struct {
 	opt         optim.Optimizer
 	segs        []optim.Segment
 	alloc       Allocator
-	masterR     *region // DiskMaster only
-	leaves      *region // read-only zeros: every program's parameter leaves (never read)
-	placeholder *region // writable zeros: the ParamSet's Data after New
-	gradHolder  *region // writable zeros: the ParamSet's Grad after New
-	gatherR     *region // gathered parameters, padded unit layout
-	sendR       *region // reduce-scatter sources, padded unit layout
-	recvR       *region // reduce-scatter results, shard layout
+	masterR     *region.Region // DiskMaster only
+	leaves      *region.Region // read-only zeros: every program's parameter leaves (never read)
+	placeholder *region.Region // writable zeros: the ParamSet's Data after New
+	gradHolder  *region.Region // writable zeros: the ParamSet's Grad after New
+	gatherR     *region.Region // gathered parameters, padded unit layout
+	sendR       *region.Region // reduce-scatter sources, padded unit layout
+	recvR       *region.Region // reduce-scatter results, shard layout
 	closed      bool
 	peak        int64
 	steps       int
@@ -235,7 +236,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 	}
 	e.releaseState()
 	// Drop the model's full buffers: nothing may keep the arrays nn.NewModel allocated.
-	ps.Data, ps.Grad = e.placeholder.f, e.gradHolder.f
+	ps.Data, ps.Grad = e.placeholder.Floats(), e.gradHolder.Floats()
 	for _, p := range ps.Params {
 		n := p.Numel()
 		p.Data = ps.Data[p.Offset : p.Offset+n : p.Offset+n]
@@ -259,36 +260,36 @@ func (e *Engine) allocate() error {
 		e.alloc = &fileAlloc{dir: cfg.Dir, rank: e.rank, workers: workers}
 	}
 	if cfg.Offload == OffloadDisk && cfg.DiskMaster {
-		if e.masterR, err = newFile(fmt.Sprintf("rank %d master shard", e.rank), fmt.Sprintf("%s/rank%d-master.f32", cfg.Dir, e.rank), l.shardLen); err != nil {
+		if e.masterR, err = mapFile(fmt.Sprintf("rank %d master shard", e.rank), fmt.Sprintf("%s/rank%d-master.f32", cfg.Dir, e.rank), l.shardLen); err != nil {
 			return err
 		}
-		e.master = e.masterR.f
+		e.master = e.masterR.Floats()
 	} else {
 		e.master = make([]float32, l.shardLen)
 	}
 	e.grad = make([]float32, l.shardLen)
 	for _, r := range []struct {
-		dst  **region
+		dst  **region.Region
 		name string
 		n    int
 	}{{&e.gatherR, "gathered parameters", l.gatherLen}, {&e.sendR, "reduce-scatter input", l.gatherLen},
 		{&e.recvR, "reduce-scatter output", l.shardLen}} {
-		if *r.dst, err = newAnon(fmt.Sprintf("rank %d %s", e.rank, r.name), r.n); err != nil {
-			return err
+		if *r.dst, err = region.NewAnon(fmt.Sprintf("rank %d %s", e.rank, r.name), r.n); err != nil {
+			return regionErr(err)
 		}
 	}
 	largest := 0
 	for _, p := range e.Model.Params.Params {
 		largest = max(largest, p.Numel())
 	}
-	if e.leaves, err = newZeros(fmt.Sprintf("rank %d parameter leaves", e.rank), largest); err != nil {
-		return err
+	if e.leaves, err = region.NewZeros(fmt.Sprintf("rank %d parameter leaves", e.rank), largest); err != nil {
+		return regionErr(err)
 	}
-	if e.placeholder, err = newPlaceholder(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
-		return err
+	if e.placeholder, err = region.NewPlaceholder(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
+		return regionErr(err)
 	}
-	if e.gradHolder, err = newPlaceholder(fmt.Sprintf("rank %d gradient placeholder", e.rank), l.psi); err != nil {
-		return err
+	if e.gradHolder, err = region.NewPlaceholder(fmt.Sprintf("rank %d gradient placeholder", e.rank), l.psi); err != nil {
+		return regionErr(err)
 	}
 	return nil
 }
@@ -322,7 +323,7 @@ func (e *Engine) who() string { return fmt.Sprintf("zero: rank %d", e.rank) }
 
 // leafBacking is nn.WithParamBacking's function: every leaf is bound to the same read-only
 // zeros, which nothing reads (the gather op ignores its input).
-func (e *Engine) leafBacking(p *nn.Param) []float32 { n := p.Numel(); return e.leaves.f[:n:n] }
+func (e *Engine) leafBacking(p *nn.Param) []float32 { n := p.Numel(); return e.leaves.Floats()[:n:n] }
 
 // Rank is this rank.
 func (e *Engine) Rank() int { return e.rank }
@@ -352,7 +353,7 @@ func (e *Engine) ZeroGrad() error {
 	if e.be != nil {
 		return e.be.ZeroGrad()
 	}
-	if err := errors.Join(e.placeholder.releaseAll(), e.gradHolder.releaseAll()); err != nil {
+	if err := errors.Join(e.placeholder.ReleaseAll(), e.gradHolder.ReleaseAll()); err != nil {
 		return fmt.Errorf("zero: rank %d: zero grad: %w", e.rank, err)
 	}
 	return nil
@@ -382,19 +383,19 @@ func (e *Engine) Step(ctx context.Context) error {
 func (e *Engine) releaseState() error {
 	if fa, ok := e.alloc.(*fileAlloc); ok {
 		for _, r := range fa.regions {
-			if err := r.releaseAll(); err != nil {
-				return err
+			if err := r.ReleaseAll(); err != nil {
+				return regionErr(err)
 			}
 		}
 	}
-	return e.masterR.releaseAll()
+	return regionErr(e.masterR.ReleaseAll())
 }
 
 // prefetchState starts reading file-backed state back in, overlapping the step's compute.
 func (e *Engine) prefetchState() {
 	if fa, ok := e.alloc.(*fileAlloc); ok {
 		for _, r := range fa.regions {
-			r.willNeed()
+			r.WillNeed()
 		}
 	}
 }
@@ -433,15 +434,15 @@ func (e *Engine) Close() error {
 	var errs []error
 	if fa, ok := e.alloc.(*fileAlloc); ok {
 		for _, r := range fa.regions {
-			errs = append(errs, r.sync(), r.close())
+			errs = append(errs, regionErr(r.Sync()), regionErr(r.Close()))
 		}
 	}
-	errs = append(errs, e.masterR.sync())
-	for _, r := range []*region{e.masterR, e.gatherR, e.sendR, e.recvR} {
-		errs = append(errs, r.close())
+	errs = append(errs, regionErr(e.masterR.Sync()))
+	for _, r := range []*region.Region{e.masterR, e.gatherR, e.sendR, e.recvR} {
+		errs = append(errs, regionErr(r.Close()))
 	}
 	// The leaves and the placeholders stay mapped (zeros cost no memory): compiled graphs
 	// and the model keep slices of them. What was written through the placeholders goes.
-	errs = append(errs, e.placeholder.releaseAll(), e.gradHolder.releaseAll())
+	errs = append(errs, regionErr(e.placeholder.ReleaseAll()), regionErr(e.gradHolder.ReleaseAll()))
 	return errors.Join(errs...)
 }

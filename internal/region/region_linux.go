@@ -1,4 +1,4 @@
-package zero
+package region
 
 import (
 	"syscall"
@@ -18,14 +18,14 @@ const (
 	protRW    = syscall.PROT_READ | syscall.PROT_WRITE
 	mapAnon   = syscall.MAP_PRIVATE | syscall.MAP_ANON | syscall.MAP_NORESERVE
 	mapShared = syscall.MAP_SHARED
-	haveSmaps = true // resident reads a file region's Rss from /proc/self/smaps
+	haveSmaps = true // Resident reads a file region's Rss from /proc/self/smaps
 )
 
 // discard gives the pages of b (page-aligned, inside r) back to the kernel with
 // MADV_DONTNEED: anonymous pages read as zeros afterwards, a file's stay in the file.
-func (r *region) discard(b []byte) error { return syscall.Madvise(b, syscall.MADV_DONTNEED) }
+func (r *Region) discard(b []byte) error { return syscall.Madvise(b, syscall.MADV_DONTNEED) }
 
-// madvFree is Linux's MADV_FREE (4.5 and later); where the kernel refuses it, free falls
+// madvFree is Linux's MADV_FREE (4.5 and later); where the kernel refuses it, Free falls
 // back to MADV_DONTNEED.
 const madvFree = 0x8
 

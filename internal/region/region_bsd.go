@@ -1,6 +1,6 @@
 //go:build darwin || dragonfly || freebsd || netbsd
 
-package zero
+package region
 
 import (
 	"unsafe"
@@ -22,13 +22,13 @@ const (
 	protRW    = unix.PROT_READ | unix.PROT_WRITE
 	mapAnon   = unix.MAP_PRIVATE | unix.MAP_ANON
 	mapShared = unix.MAP_SHARED
-	haveSmaps = false // no /proc/self/smaps: resident uses mincore for file regions too
+	haveSmaps = false // no /proc/self/smaps: Resident uses mincore for file regions too
 )
 
 // discard gives the pages of b (page-aligned, inside r) back to the kernel. MADV_DONTNEED
 // keeps a page's contents here, so anonymous pages are replaced by a fresh zero-filled
 // mapping of the same protection (MAP_FIXED) instead; a file's are advised MADV_DONTNEED.
-func (r *region) discard(b []byte) error {
+func (r *Region) discard(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (r *region) discard(b []byte) error {
 }
 
 // madviseFree hands b's pages back lazily (MADV_FREE), or with MADV_DONTNEED where the
-// kernel refuses that; either leaves the contents undefined, as free promises.
+// kernel refuses that; either leaves the contents undefined, as Free promises.
 func madviseFree(b []byte) error {
 	err := unix.Madvise(b, unix.MADV_FREE)
 	if err == unix.EINVAL {
