@@ -166,18 +166,18 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 // same bits. dy is read with plain loads but for the last chunk when P is not a multiple of
 // 16, zero-masked past P.
 //
-// Per FLOP this runs at 0.6-0.75 of gp5s_fwd_block's rate on small maps, for three reasons
-// (BenchmarkConvShiftDemo; resnet8_s2's layers at batch 64). A masked step's six x loads are
-// zero-masked and its six masks moved into mask registers, each a micro-op on the two ports
-// of the FMAs: 24 FMAs and 12 more micro-ops where the forward's 24 take 6 more; a loop of
-// that mix alone, in L1, takes 1.2x the forward's time (with 4x4 maps, masks kept in
-// registers and dy's loads masked, 1.0x). Each block streams the whole batch's dy and x
-// through the caches, which at batch 64 leaves them in L2, not L1: merge-masked FMAs over
-// plain loads of x (no masked loads; the same bits while dy is finite) gained 1.15-1.2x with
-// the batch in L1 (8 images) and nothing at 64. And with 64 channels of 4x4, the images lie
-// 4 KiB apart in dy, so a block's 64 images shared their L1 sets; with one chunk an image,
-// gp5s_wgrad therefore copies the block's channels of dy, image after image, to db (the same
-// values, so the same bits), which ran resnet8_s2's 4x4 layers 1.28-1.46x faster.
+// Per FLOP this runs at 0.6-0.75 of gp5s_fwd_block's rate on 14x14 and 7x7 maps and 0.8 on 4x4
+// (BenchmarkConvShiftDemo: resnet8_s2's layers at batch 64). A masked step's six x loads are
+// zero-masked and its six masks moved into mask registers, each a micro-op on the two ports of
+// the FMAs: 24 FMAs and 12 more micro-ops where the forward's 24 take 6 more; a loop of that
+// mix alone, in L1, takes 1.2x the forward's time (with 4x4 maps, masks kept in registers and
+// dy's loads masked, 1.0x). Each block streams the whole batch's dy and x through the caches,
+// which at batch 64 leaves them in L2, not L1: merge-masked FMAs over plain loads of x (no
+// masked loads; the same bits while dy is finite) gained 1.15-1.2x with the batch in L1 (8
+// images) and nothing at 64. And with 64 channels of 4x4, the images lie 4 KiB apart in dy, so
+// a block's 64 images share their L1 sets: with one chunk an image, gp5s_wgrad copies the
+// block's channels of dy, image after image, to db (the same values, so the same bits), which
+// measured 1.27-1.42x against reading dy in place on resnet8_s2's 4x4 layers.
 #define GP5S_WO(o, r) \
 	if (NO > o) a##o##r = _mm512_fmadd_ps(d##o, xv, a##o##r);
 #define GP5S_WR(r, PAD, ONE)                                                                               \
