@@ -9,8 +9,7 @@ package bucketcut
 // BySize cuts gradients of sizes bytes, in buffer order, into buckets by size as PyTorch
 // does: gradients are added to the current bucket until it holds at least limit bytes (first
 // for the first bucket, then capBytes); then the tail gets a bucket of about last bytes (0:
-// no tail bucket). DDP cuts its parameters with it, a Solver its float32 and its float64
-// learnables, and the scaling model a network's layers.
+// no tail bucket).
 func BySize(sizes []int, first, capBytes, last int) (cuts []int) {
 	defer func() { cuts = tail(sizes, nil, cuts, last) }()
 	bytes, limit := 0, first
@@ -84,7 +83,7 @@ func tail(sizes []int, rank []int, cuts []int, last int) []int {
 		}
 		return rank[i]
 	}
-	prefixMax := make([]int, n) // prefixMax[i]: latest arrival among flat[:i]
+	prefixMax := make([]int, n) // prefixMax[i]: latest arrival among sizes[:i]
 	m := -1
 	for i := range n {
 		prefixMax[i] = m

@@ -9,7 +9,7 @@ import (
 // Six gradients of 16 bytes each (four float32s), position 0 first in the buffer.
 var six = []int{16, 16, 16, 16, 16, 16}
 
-func TestByArrival(t *testing.T) {
+func TestCuts(t *testing.T) {
 	if got := BySize(six, 16, 32, 0); fmt.Sprint(got) != "[1 3 5]" {
 		t.Errorf("BySize = %v, want [1 3 5]", got)
 	}

@@ -41,8 +41,8 @@ type Event struct {
 const DefaultSteps = 200
 
 // Timeline records the events of the last N steps of one rank (N given to New; the zero
-// Timeline keeps DefaultSteps and is of rank 0), so its memory is bounded however long the run: the
-// events of older steps are dropped once a step N steps newer begins, and Events and
+// Timeline keeps DefaultSteps and is of rank 0), so its memory is bounded however long the
+// run: the events of older steps are dropped once a step N steps newer begins, and Events and
 // WriteChromeTrace show only the last N steps. Summary still covers every step since the
 // start (or the last Reset): each step's figures are folded into running totals when its
 // events are dropped.
@@ -182,11 +182,9 @@ type chromeTrace struct {
 // "last_step", "note").
 func (t *Timeline) WriteChromeTrace(w io.Writer) error {
 	evs := t.Events()
-	// The note names the knobs a user turns to keep more steps: DDP's option and the
-	// trainer's flag.
 	tr := chromeTrace{DisplayTimeUnit: "ms", OtherData: map[string]any{
 		"steps_kept": t.Steps(),
-		"note":       "events of the last steps_kept steps only; older steps were dropped (ddp.TimelineSteps, the trainer's -timeline-steps)",
+		"note":       "events of the last steps_kept steps only; older steps were dropped (a recorder made to keep more steps keeps more)",
 	}}
 	if len(evs) > 0 {
 		lo, hi := evs[0].Step, evs[0].Step
