@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/ddp/commhook"
 )
 
 // CommHookConfig is DDP's communication hook, as torch users set it with
@@ -28,15 +29,15 @@ func (h *CommHookConfig) check(strategy string) error {
 	case "", "none":
 		return nil
 	case "fp16":
-		h.hook = ddp.FP16CompressHook()
+		h.hook = commhook.FP16Compress()
 	case "bf16":
-		h.hook = ddp.BF16CompressHook()
+		h.hook = commhook.BF16Compress()
 	case "powersgd":
 		rank, start := h.PowerSGDRank, h.PowerSGDStartIter
 		if rank == 0 && start == 0 { // rank and start iteration unset: torch's defaults
 			rank, start = 1, 1000
 		}
-		h.hook, err = ddp.PowerSGDHook(ddp.PowerSGDRank(rank), ddp.PowerSGDStartIter(start))
+		h.hook, err = commhook.PowerSGD(commhook.PowerSGDRank(rank), commhook.PowerSGDStartIter(start))
 		if err != nil {
 			return fmt.Errorf("trainer: -ddp-comm-hook powersgd: %w", err)
 		}

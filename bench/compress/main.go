@@ -48,6 +48,7 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/ddp/commhook"
 	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 )
 
@@ -315,15 +316,15 @@ func commHook(name string) (ddp.CommHook, error) {
 	case name == "none":
 		return ddp.AllReduceHook(), nil
 	case name == "fp16":
-		return ddp.FP16CompressHook(), nil
+		return commhook.FP16Compress(), nil
 	case name == "bf16":
-		return ddp.BF16CompressHook(), nil
+		return commhook.BF16Compress(), nil
 	case strings.HasPrefix(name, "powersgd"):
 		r, err := strconv.Atoi(strings.TrimPrefix(name, "powersgd"))
 		if err != nil {
 			return nil, fmt.Errorf("hook %q: want powersgdR with R the rank", name)
 		}
-		return ddp.PowerSGDHook(ddp.PowerSGDRank(r), ddp.PowerSGDStartIter(*start))
+		return commhook.PowerSGD(commhook.PowerSGDRank(r), commhook.PowerSGDStartIter(*start))
 	}
 	return nil, fmt.Errorf("unknown hook %q", name)
 }

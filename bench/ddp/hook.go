@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/ddp/commhook"
 )
 
 // The DDP communication hook of the "ddp" role (bench/ddpnet passes it; the default is DDP's
@@ -23,9 +24,9 @@ func hookOptions() ([]ddp.Option, error) {
 	case name == "" || name == "none":
 		return nil, nil
 	case name == "fp16":
-		h = ddp.FP16CompressHook()
+		h = commhook.FP16Compress()
 	case name == "bf16":
-		h = ddp.BF16CompressHook()
+		h = commhook.BF16Compress()
 	case strings.HasPrefix(name, "powersgd"):
 		r := 1
 		if s := strings.TrimPrefix(name, "powersgd"); s != "" {
@@ -35,7 +36,7 @@ func hookOptions() ([]ddp.Option, error) {
 			}
 		}
 		var err error
-		if h, err = ddp.PowerSGDHook(ddp.PowerSGDRank(r), ddp.PowerSGDStartIter(*psgdStartFlag)); err != nil {
+		if h, err = commhook.PowerSGD(commhook.PowerSGDRank(r), commhook.PowerSGDStartIter(*psgdStartFlag)); err != nil {
 			return nil, err
 		}
 	default:

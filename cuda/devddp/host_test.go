@@ -16,6 +16,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
+	"github.com/gorgonia-parallel/gp/parallel/ddp/commhook"
 	"github.com/gorgonia-parallel/gp/train"
 )
 
@@ -89,14 +90,14 @@ func state(m *nn.Model) []float32 {
 func TestDeviceMatchesHost(t *testing.T) {
 	cudatest.Require(t)
 	psgd := func(r int) ddp.CommHook {
-		h, err := ddp.PowerSGDHook(ddp.PowerSGDRank(r), ddp.PowerSGDStartIter(2), ddp.PowerSGDMinCompressionRate(1))
+		h, err := commhook.PowerSGD(commhook.PowerSGDRank(r), commhook.PowerSGDStartIter(2), commhook.PowerSGDMinCompressionRate(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return h
 	}
 	halfAvg := ddp.HookFunc(func(g comm.Group, b *ddp.Bucket) comm.Work {
-		return ddp.Then(g.AllReduce(comm.F32(b.Grad), comm.Sum), func() error {
+		return commhook.Then(g.AllReduce(comm.F32(b.Grad), comm.Sum), func() error {
 			for i := range b.Grad {
 				b.Grad[i] *= 0.5 / float32(g.Size())
 			}
@@ -107,8 +108,8 @@ func TestDeviceMatchesHost(t *testing.T) {
 		{name: "rebuild", module: extraNet, opts: rebuildOpts, batches: [world]int{3, 3}},
 		{name: "static graph", module: extraNet, opts: []ddp.Option{ddp.StaticGraph(), ddp.NoBucketRebuild()}, batches: [world]int{3, 3}},
 		{name: "join", batches: [world]int{2, 4}},
-		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(ddp.FP16CompressHook())}, batches: [world]int{3, 3}, differs: true},
-		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(ddp.BF16CompressHook())}, batches: [world]int{3, 3}, differs: true},
+		{name: "fp16", opts: []ddp.Option{ddp.WithCommHook(commhook.FP16Compress())}, batches: [world]int{3, 3}, differs: true},
+		{name: "bf16", opts: []ddp.Option{ddp.WithCommHook(commhook.BF16Compress())}, batches: [world]int{3, 3}, differs: true},
 		{name: "syncbn", module: bnNet, opts: []ddp.Option{ddp.SyncBatchNorm()}, batches: [world]int{3, 3}, differs: true},
 		{name: "powersgd rank 1", opts: []ddp.Option{ddp.WithCommHook(psgd(1))}, batches: [world]int{4, 4}, differs: true},
 		{name: "powersgd rank 2", opts: []ddp.Option{ddp.WithCommHook(psgd(2))}, batches: [world]int{4, 4}, differs: true},

@@ -133,13 +133,13 @@ func (h *hostBackend) Layout(buckets []*Bucket) error {
 
 func (h *hostBackend) Divide(p *nn.Param) error {
 	if !h.avg[h.byParam[p.Index]] {
-		scale(h.d.Model.Params.Grad[p.Offset:p.Offset+p.Numel()], h.d.size)
+		DivideByWorld(h.d.Model.Params.Grad[p.Offset:p.Offset+p.Numel()], h.d.size)
 	}
 	return nil
 }
 
 func (h *hostBackend) Launch(_ context.Context, b *Bucket, hook CommHook) comm.Work {
-	if _, ok := hook.(allReduceHook); !ok {
+	if !plainAllReduce(hook) {
 		return hook.Reduce(h.d.g, b)
 	}
 	if h.avg[b.Index] {

@@ -90,7 +90,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*D
 func newReducer(model *nn.Model, g comm.Group, cfg config, name string) *DDP {
 	d := &DDP{Model: model, g: g, cfg: cfg, rank: g.Rank(), size: g.Size(), name: name}
 	d.tl = timeline.New(d.rank, cfg.timelineSteps)
-	_, d.prescale = cfg.hook.(allReduceHook)
+	d.prescale = plainAllReduce(cfg.hook)
 	d.checker.Every = cfg.checkEvery
 	ps := model.Params
 	d.flat = flatOrder(ps)

@@ -2,8 +2,6 @@ package ddp
 
 import (
 	"context"
-	"errors"
-	"sync"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -15,8 +13,31 @@ import (
 // Work completes without error, b.Grad must hold the average of the ranks' gradients. A
 // hook must issue the same collectives on every rank, and must not touch b.Grad after its
 // Work completes.
+//
+// AllReduceHook is the default; package commhook holds the compressing hooks (fp16, bf16,
+// PowerSGD) and commhook.Then, which chains a hook's own work after a collective.
 type CommHook interface {
 	Reduce(g comm.Group, b *Bucket) comm.Work
+}
+
+// WireHook is a CommHook whose reduction a backend may run over its own memory instead of
+// calling Reduce, because the hook declares it as one of the fixed recipes below. Wire is
+// the element type the bucket travels in:
+//
+//   - comm.Float32: divide each gradient by the world size, then all-reduce with Sum
+//     (AllReduceHook). DDP then divides each gradient the moment it is ready and all-reduces
+//     the bucket as it is (the host) or in device memory (a device backend).
+//   - comm.Float16, comm.BFloat16: round the bucket to the 16-bit type (round to nearest,
+//     ties to even), divide it by the world size and round again, all-reduce the 16-bit
+//     values with Sum, and widen the result back into the bucket (commhook.FP16Compress,
+//     commhook.BF16Compress).
+//
+// A hook that returns another type, or does not implement WireHook (commhook.PowerSGD, a
+// HookFunc), is Go code over Bucket.Grad in host memory: a device backend runs it on a host
+// copy of the bucket (cuda/devddp's Note [Host hooks on the device]).
+type WireHook interface {
+	CommHook
+	Wire() comm.DType
 }
 
 // HookFunc adapts a function to CommHook.
@@ -26,7 +47,7 @@ type HookFunc func(g comm.Group, b *Bucket) comm.Work
 func (f HookFunc) Reduce(g comm.Group, b *Bucket) comm.Work { return f(g, b) }
 
 // AllReduceHook is the default hook, PyTorch's allreduce_hook: divide by the world size,
-// then all-reduce with Sum.
+// then all-reduce with Sum. It is a WireHook of comm.Float32.
 //
 // Inside DDP the division does not take a pass of its own over the bucket: each parameter's
 // gradient is divided the moment it is ready, while it is still in the cache, and the bucket
@@ -36,150 +57,34 @@ func AllReduceHook() CommHook { return allReduceHook{} }
 type allReduceHook struct{}
 
 func (allReduceHook) Reduce(g comm.Group, b *Bucket) comm.Work {
-	scale(b.Grad, g.Size())
+	DivideByWorld(b.Grad, g.Size())
 	return g.AllReduce(comm.F32(b.Grad), comm.Sum)
 }
 
-// FP16CompressHook is PyTorch's fp16_compress_hook: the bucket is rounded to IEEE half
-// precision (round to nearest, ties to even, overflow to ±Inf), divided by the world size in
-// half precision, all-reduced as 16-bit values (comm.F16: half the bytes of float32 on the
-// wire; see comm's Note 16-bit reductions for how the sum rounds), and the result widened
-// back into the bucket's float32 gradients.
-func FP16CompressHook() CommHook { return newCompressHook(comm.Float16) }
+// Wire is comm.Float32: the default recipe (see WireHook).
+func (allReduceHook) Wire() comm.DType { return comm.Float32 }
 
-// BF16CompressHook is PyTorch's bf16_compress_hook: as FP16CompressHook with bfloat16 (8 bits
-// of significand, float32's exponent range, so no overflow), all-reduced as comm.BF16.
-func BF16CompressHook() CommHook { return newCompressHook(comm.BFloat16) }
+// plainAllReduce reports whether h reduces as AllReduceHook does (a WireHook of
+// comm.Float32), so that DDP may divide each gradient when it is ready and all-reduce the
+// bucket itself.
+func plainAllReduce(h CommHook) bool {
+	w, ok := h.(WireHook)
+	return ok && w.Wire() == comm.Float32
+}
 
-// Wire reports the element type h reduces a bucket in, for a backend that cannot run a
-// hook's Go code over its memory: comm.Float32 for AllReduceHook (divide, then sum),
-// comm.Float16 and comm.BFloat16 for FP16CompressHook and BF16CompressHook (round, divide in
-// the 16-bit type, sum, widen). ok is false for every other hook (PowerSGDHook, a
-// HookFunc): those read and write Bucket.Grad in host memory, so a device backend runs them
-// on a host copy of the bucket (cuda/devddp's Note [Host hooks on the device]).
-func Wire(h CommHook) (dt comm.DType, ok bool) {
-	switch h := h.(type) {
-	case allReduceHook:
-		return comm.Float32, true
-	case *compressHook:
-		return h.dt, true
+// DivideByWorld divides x in place by the world size n, as the default hook does: for a
+// power of two it multiplies by the exact reciprocal (the same bits, subnormals included,
+// and several times cheaper); otherwise it divides. Hooks that average call it so that their
+// division is the default's, bit for bit.
+func DivideByWorld(x []float32, n int) {
+	if n == 1 {
+		return
 	}
-	return 0, false
-}
-
-// compressHook keeps one 16-bit buffer per group and bucket index (one hook may serve several
-// ranks of one process); a bucket's buffer is in use from its Reduce until its Work
-// completes, and DDP does not launch that bucket again before.
-type compressHook struct {
-	dt   comm.DType
-	mu   sync.Mutex
-	bufs map[bucketKey][]uint16
-}
-
-type bucketKey struct {
-	g     comm.Group
-	index int
-}
-
-func newCompressHook(dt comm.DType) *compressHook {
-	return &compressHook{dt: dt, bufs: map[bucketKey][]uint16{}}
-}
-
-func (h *compressHook) buffer(g comm.Group, b *Bucket) []uint16 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	k := bucketKey{g, b.Index}
-	buf := h.bufs[k]
-	if len(buf) != len(b.Grad) {
-		buf = make([]uint16, len(b.Grad))
-		h.bufs[k] = buf
+	if n&(n-1) == 0 {
+		simd.Scale(x, 1/float32(n))
+		return
 	}
-	return buf
-}
-
-func (h *compressHook) Reduce(g comm.Group, b *Bucket) comm.Work {
-	buf := h.buffer(g, b)
-	narrow, widen, wire := simd.F32ToBF16, simd.BF16ToF32, comm.Buffer(comm.BF16(buf))
-	if h.dt == comm.Float16 {
-		narrow, widen, wire = simd.F32ToF16, simd.F16ToF32, comm.F16(buf)
-	}
-	// round(round(v)/n), as torch's grad.to(half).div_(n): b.Grad holds the rounded values
-	// while they are divided (it is overwritten with the result anyway).
-	narrow(buf, b.Grad)
-	if g.Size() > 1 {
-		widen(b.Grad, buf)
-		scale(b.Grad, g.Size())
-		narrow(buf, b.Grad)
-	}
-	w := g.AllReduce(wire, comm.Sum)
-	return Then(w, func() error {
-		widen(b.Grad, buf)
-		return nil
-	})
-}
-
-// Then returns a Work that completes after w has completed and then fn has run (on its own
-// goroutine, so it overlaps whatever the caller does meanwhile). fn does not run when w
-// fails; the Work then reports w's error. Hooks use it to decompress a result.
-func Then(w comm.Work, fn func() error) comm.Work {
-	return chain(func(t *chainWork) error {
-		if err := t.track(w).Wait(context.Background()); err != nil {
-			return err
-		}
-		return fn()
-	})
-}
-
-// chainWork is the Work of a goroutine that runs collectives one after the other and
-// computes between them (Then's fn, PowerSGD's rounds): it completes when the goroutine
-// returns, with its error.
-type chainWork struct {
-	done chan struct{}
-	err  error
-	mu   sync.Mutex
-	cur  comm.Work // the collective in flight, for Wait to abort
-}
-
-// chain runs fn on a goroutine of its own and returns its Work; fn tracks each collective
-// it issues.
-func chain(fn func(*chainWork) error) *chainWork {
-	w := &chainWork{done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		w.err = fn(w)
-	}()
-	return w
-}
-
-// track makes c the collective Wait aborts, and returns it.
-func (w *chainWork) track(c comm.Work) comm.Work {
-	w.mu.Lock()
-	w.cur = c
-	w.mu.Unlock()
-	return c
-}
-
-func (w *chainWork) Done() <-chan struct{} { return w.done }
-
-// Wait waits for the goroutine; when ctx ends first it aborts the collective in flight (the
-// buffers are in use) and waits for the goroutine to stop.
-func (w *chainWork) Wait(ctx context.Context) error {
-	select {
-	case <-w.done:
-		return w.err
-	case <-ctx.Done():
-	}
-	w.mu.Lock()
-	c := w.cur
-	w.mu.Unlock()
-	if c != nil {
-		_ = c.Wait(ctx)
-	}
-	<-w.done
-	if w.err == nil {
-		return nil
-	}
-	return errors.Join(w.err, ctx.Err())
+	simd.Div(x, float32(n))
 }
 
 // failedWork is a Work that has already failed.
@@ -196,23 +101,3 @@ func failed(err error) comm.Work {
 
 func (w *failedWork) Done() <-chan struct{}      { return w.done }
 func (w *failedWork) Wait(context.Context) error { return w.err }
-
-func scale(x []float32, n int) {
-	if n == 1 {
-		return
-	}
-	if n&(n-1) == 0 {
-		// Dividing by a power of two is multiplying by its exact reciprocal (same result,
-		// subnormals included), and multiplication is several times cheaper.
-		simd.Scale(x, 1/float32(n))
-		return
-	}
-	simd.Div(x, float32(n))
-}
-
-// roundBF16 rounds x to the nearest bfloat16 (ties to even), keeping NaN.
-func roundBF16(x float32) float32 { return simd.BF16ToF32One(simd.BF16FromF32(x)) }
-
-// roundF16 rounds x to the nearest IEEE binary16 value (ties to even), with subnormals,
-// and overflow to ±Inf.
-func roundF16(x float32) float32 { return simd.F16ToF32One(simd.F16FromF32(x)) }

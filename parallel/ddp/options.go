@@ -99,9 +99,9 @@ func BroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuff
 // is GPU-only).
 func SyncBatchNorm() Option { return func(c *config) { c.syncBN = true } }
 
-// WithCommHook replaces the plain all-reduce of each bucket (see CommHook, FP16CompressHook,
-// BF16CompressHook, PowerSGDHook), for New and NewSolver (whose float32 buckets the hook
-// reduces; float64 gradients are all-reduced in float64).
+// WithCommHook replaces the plain all-reduce of each bucket (see CommHook; package commhook
+// holds FP16Compress, BF16Compress and PowerSGD), for New and NewSolver (whose float32
+// buckets the hook reduces; float64 gradients are all-reduced in float64).
 func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
 
 // NoBucketRebuild keeps the initial buckets instead of rebuilding them once after the first

