@@ -573,24 +573,32 @@ static inline __m256d gp2c_fma(__m256d a, __m256d b, __m256d c) { return _mm256_
 
 // gp2c_gelu_poly is gp5_gelu_poly (geluPoly).
 static inline __m256d gp2c_gelu_poly(__m256d u) {
-	__m256d u2 = _mm256_mul_pd(u, u), u4 = _mm256_mul_pd(u2, u2);
-	__m256d p01 = gp2c_fma(u, _mm256_set1_pd(-0.06649037987713213), _mm256_set1_pd(0.3989422804013786));
-	__m256d p23 = gp2c_fma(u, _mm256_set1_pd(-0.0011873223202541689), _mm256_set1_pd(0.00997355525382231));
-	__m256d p45 = gp2c_fma(u, _mm256_set1_pd(-9.435153868314686e-06), _mm256_set1_pd(0.00011542480041751897));
-	__m256d p67 = gp2c_fma(u, _mm256_set1_pd(-3.9158593879525236e-08), _mm256_set1_pd(6.603772544188632e-07));
-	__m256d p89 = gp2c_fma(u, _mm256_set1_pd(-4.672666658935073e-11), _mm256_set1_pd(1.7957230044053015e-09));
-	return gp2c_fma(u4, gp2c_fma(u4, p89, gp2c_fma(u2, p67, p45)), gp2c_fma(u2, p23, p01));
+	__m256d u2 = _mm256_mul_pd(u, u), u4 = _mm256_mul_pd(u2, u2), u8 = _mm256_mul_pd(u4, u4);
+	__m256d p01 = gp2c_fma(u, _mm256_set1_pd(-0.06649038006680015), _mm256_set1_pd(0.39894228040143004));
+	__m256d p23 = gp2c_fma(u, _mm256_set1_pd(-0.0011873282124595394), _mm256_set1_pd(0.0099735570091643178));
+	__m256d p45 = gp2c_fma(u, _mm256_set1_pd(-9.444649762361889e-06), _mm256_set1_pd(0.00011543468196476989));
+	__m256d p67 = gp2c_fma(u, _mm256_set1_pd(-4.1224035718357565e-08), _mm256_set1_pd(6.6596439329511334e-07));
+	__m256d p89 = gp2c_fma(u, _mm256_set1_pd(-1.1272713907955225e-10), _mm256_set1_pd(2.272518984736298e-09));
+	__m256d pAB = gp2c_fma(u, _mm256_set1_pd(-2.028748971068135e-13), _mm256_set1_pd(5.0528826071955501e-12));
+	__m256d pCD = gp2c_fma(u, _mm256_set1_pd(-1.9687353213115407e-16), _mm256_set1_pd(7.052033436517055e-15));
+	__m256d pEF = gp2c_fma(u, _mm256_set1_pd(-3.7847069480513205e-20), _mm256_set1_pd(3.8297665372266678e-18));
+	return gp2c_fma(u8, gp2c_fma(u4, gp2c_fma(u2, pEF, pCD), gp2c_fma(u2, pAB, p89)),
+		gp2c_fma(u4, gp2c_fma(u2, p67, p45), gp2c_fma(u2, p23, p01)));
 }
 
 // gp2c_gelu_dpoly is gp5_gelu_dpoly (geluDPoly).
 static inline __m256d gp2c_gelu_dpoly(__m256d u) {
-	__m256d u2 = _mm256_mul_pd(u, u), u4 = _mm256_mul_pd(u2, u2);
-	__m256d p01 = gp2c_fma(u, _mm256_set1_pd(-0.26596151545700153), _mm256_set1_pd(0.7978845607431796));
-	__m256d p23 = gp2c_fma(u, _mm256_set1_pd(-0.009498489502811883), _mm256_set1_pd(0.059841300018136034));
-	__m256d p45 = gp2c_fma(u, _mm256_set1_pd(-0.0001131268168009257), _mm256_set1_pd(0.001154124579625546));
-	__m256d p67 = gp2c_fma(u, _mm256_set1_pd(-6.154134653083462e-07), _mm256_set1_pd(9.202592375111175e-06));
-	__m256d p89 = gp2c_fma(u, _mm256_set1_pd(-8.439169063758657e-10), _mm256_set1_pd(3.076539733247762e-08));
-	return gp2c_fma(u4, gp2c_fma(u4, p89, gp2c_fma(u2, p67, p45)), gp2c_fma(u2, p23, p01));
+	__m256d u2 = _mm256_mul_pd(u, u), u4 = _mm256_mul_pd(u2, u2), u8 = _mm256_mul_pd(u4, u4);
+	__m256d p01 = gp2c_fma(u, _mm256_set1_pd(-0.26596152026562236), _mm256_set1_pd(0.79788456080282899));
+	__m256d p23 = gp2c_fma(u, _mm256_set1_pd(-0.0094986256541630155), _mm256_set1_pd(0.059841342041515748));
+	__m256d p45 = gp2c_fma(u, _mm256_set1_pd(-0.00011333571151029705), _mm256_set1_pd(0.0011543467391400277));
+	__m256d p67 = gp2c_fma(u, _mm256_set1_pd(-6.5955642667378339e-07), _mm256_set1_pd(9.3234421590961261e-06));
+	__m256d p89 = gp2c_fma(u, _mm256_set1_pd(-2.2522875125179206e-09), _mm256_set1_pd(4.0895929761412453e-08));
+	__m256d pAB = gp2c_fma(u, _mm256_set1_pd(-4.8211956449980554e-12), _mm256_set1_pd(1.1077464727698868e-10));
+	__m256d pCD = gp2c_fma(u, _mm256_set1_pd(-5.281241401235269e-15), _mm256_set1_pd(1.7926353332674225e-13));
+	__m256d pEF = gp2c_fma(u, _mm256_set1_pd(-1.0937834743485665e-18), _mm256_set1_pd(1.0712674082007008e-16));
+	return gp2c_fma(u8, gp2c_fma(u4, gp2c_fma(u2, pEF, pCD), gp2c_fma(u2, pAB, p89)),
+		gp2c_fma(u4, gp2c_fma(u2, p67, p45), gp2c_fma(u2, p23, p01)));
 }
 
 // gp2c_mills is gp5_mills (geluMills).
@@ -639,7 +647,7 @@ static inline __m256d gp2c_abs(__m256d v) { return _mm256_andnot_pd(_mm256_set1_
 static inline __m256d gp2c_gelu4(__m256d v) {
 	__m256d a = gp2c_abs(v);
 	__m256d p = _mm256_add_pd(_mm256_set1_pd(0.5), _mm256_mul_pd(v, gp2c_gelu_poly(_mm256_mul_pd(v, v))));
-	__m256d tail = _mm256_cmp_pd(a, _mm256_set1_pd(2.0), _CMP_NLT_UQ);
+	__m256d tail = _mm256_cmp_pd(a, _mm256_set1_pd(3.0), _CMP_NLT_UQ);
 	if (_mm256_movemask_pd(tail)) {
 		__m256d ac = _mm256_min_pd(_mm256_set1_pd(30.0), a);
 		__m256d t = _mm256_mul_pd(_mm256_mul_pd(gp2c_exp_neg_half_sq(ac), _mm256_set1_pd(gp2c_inv_sqrt_2pi)), gp2c_mills(ac));
@@ -653,7 +661,7 @@ static inline __m256d gp2c_gelu4(__m256d v) {
 static inline __m256d gp2c_gelu_d4(__m256d v) {
 	__m256d a = gp2c_abs(v);
 	__m256d d = _mm256_add_pd(_mm256_set1_pd(0.5), _mm256_mul_pd(v, gp2c_gelu_dpoly(_mm256_mul_pd(v, v))));
-	__m256d tail = _mm256_cmp_pd(a, _mm256_set1_pd(2.0), _CMP_NLT_UQ);
+	__m256d tail = _mm256_cmp_pd(a, _mm256_set1_pd(3.0), _CMP_NLT_UQ);
 	if (_mm256_movemask_pd(tail)) {
 		__m256d ac = _mm256_min_pd(_mm256_set1_pd(30.0), a);
 		__m256d pdf = _mm256_mul_pd(gp2c_exp_neg_half_sq(ac), _mm256_set1_pd(gp2c_inv_sqrt_2pi));

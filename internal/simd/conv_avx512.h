@@ -405,23 +405,31 @@ static void gp5_maxpool_scatter(const int *arg, const float *dy, float *dx, long
 static inline __m512d gp5_fma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
 
 static inline __m512d gp5_gelu_poly(__m512d u) {
-	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2);
-	__m512d p01 = gp5_fma(u, _mm512_set1_pd(-0.06649037987713213), _mm512_set1_pd(0.3989422804013786));
-	__m512d p23 = gp5_fma(u, _mm512_set1_pd(-0.0011873223202541689), _mm512_set1_pd(0.00997355525382231));
-	__m512d p45 = gp5_fma(u, _mm512_set1_pd(-9.435153868314686e-06), _mm512_set1_pd(0.00011542480041751897));
-	__m512d p67 = gp5_fma(u, _mm512_set1_pd(-3.9158593879525236e-08), _mm512_set1_pd(6.603772544188632e-07));
-	__m512d p89 = gp5_fma(u, _mm512_set1_pd(-4.672666658935073e-11), _mm512_set1_pd(1.7957230044053015e-09));
-	return gp5_fma(u4, gp5_fma(u4, p89, gp5_fma(u2, p67, p45)), gp5_fma(u2, p23, p01));
+	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2), u8 = _mm512_mul_pd(u4, u4);
+	__m512d p01 = gp5_fma(u, _mm512_set1_pd(-0.06649038006680015), _mm512_set1_pd(0.39894228040143004));
+	__m512d p23 = gp5_fma(u, _mm512_set1_pd(-0.0011873282124595394), _mm512_set1_pd(0.0099735570091643178));
+	__m512d p45 = gp5_fma(u, _mm512_set1_pd(-9.444649762361889e-06), _mm512_set1_pd(0.00011543468196476989));
+	__m512d p67 = gp5_fma(u, _mm512_set1_pd(-4.1224035718357565e-08), _mm512_set1_pd(6.6596439329511334e-07));
+	__m512d p89 = gp5_fma(u, _mm512_set1_pd(-1.1272713907955225e-10), _mm512_set1_pd(2.272518984736298e-09));
+	__m512d pAB = gp5_fma(u, _mm512_set1_pd(-2.028748971068135e-13), _mm512_set1_pd(5.0528826071955501e-12));
+	__m512d pCD = gp5_fma(u, _mm512_set1_pd(-1.9687353213115407e-16), _mm512_set1_pd(7.052033436517055e-15));
+	__m512d pEF = gp5_fma(u, _mm512_set1_pd(-3.7847069480513205e-20), _mm512_set1_pd(3.8297665372266678e-18));
+	return gp5_fma(u8, gp5_fma(u4, gp5_fma(u2, pEF, pCD), gp5_fma(u2, pAB, p89)),
+		gp5_fma(u4, gp5_fma(u2, p67, p45), gp5_fma(u2, p23, p01)));
 }
 
 static inline __m512d gp5_gelu_dpoly(__m512d u) {
-	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2);
-	__m512d p01 = gp5_fma(u, _mm512_set1_pd(-0.26596151545700153), _mm512_set1_pd(0.7978845607431796));
-	__m512d p23 = gp5_fma(u, _mm512_set1_pd(-0.009498489502811883), _mm512_set1_pd(0.059841300018136034));
-	__m512d p45 = gp5_fma(u, _mm512_set1_pd(-0.0001131268168009257), _mm512_set1_pd(0.001154124579625546));
-	__m512d p67 = gp5_fma(u, _mm512_set1_pd(-6.154134653083462e-07), _mm512_set1_pd(9.202592375111175e-06));
-	__m512d p89 = gp5_fma(u, _mm512_set1_pd(-8.439169063758657e-10), _mm512_set1_pd(3.076539733247762e-08));
-	return gp5_fma(u4, gp5_fma(u4, p89, gp5_fma(u2, p67, p45)), gp5_fma(u2, p23, p01));
+	__m512d u2 = _mm512_mul_pd(u, u), u4 = _mm512_mul_pd(u2, u2), u8 = _mm512_mul_pd(u4, u4);
+	__m512d p01 = gp5_fma(u, _mm512_set1_pd(-0.26596152026562236), _mm512_set1_pd(0.79788456080282899));
+	__m512d p23 = gp5_fma(u, _mm512_set1_pd(-0.0094986256541630155), _mm512_set1_pd(0.059841342041515748));
+	__m512d p45 = gp5_fma(u, _mm512_set1_pd(-0.00011333571151029705), _mm512_set1_pd(0.0011543467391400277));
+	__m512d p67 = gp5_fma(u, _mm512_set1_pd(-6.5955642667378339e-07), _mm512_set1_pd(9.3234421590961261e-06));
+	__m512d p89 = gp5_fma(u, _mm512_set1_pd(-2.2522875125179206e-09), _mm512_set1_pd(4.0895929761412453e-08));
+	__m512d pAB = gp5_fma(u, _mm512_set1_pd(-4.8211956449980554e-12), _mm512_set1_pd(1.1077464727698868e-10));
+	__m512d pCD = gp5_fma(u, _mm512_set1_pd(-5.281241401235269e-15), _mm512_set1_pd(1.7926353332674225e-13));
+	__m512d pEF = gp5_fma(u, _mm512_set1_pd(-1.0937834743485665e-18), _mm512_set1_pd(1.0712674082007008e-16));
+	return gp5_fma(u8, gp5_fma(u4, gp5_fma(u2, pEF, pCD), gp5_fma(u2, pAB, p89)),
+		gp5_fma(u4, gp5_fma(u2, p67, p45), gp5_fma(u2, p23, p01)));
 }
 
 // gp5_mills is geluMills.
@@ -466,7 +474,7 @@ static void gp5_gelu_fwd(const float *x, float *y, long n) {
 		__m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + i));
 		__m512d a = gp5_abs(v);
 		__m512d p = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp5_gelu_poly(_mm512_mul_pd(v, v))));
-		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(2.0), _CMP_NLT_UQ);
+		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(3.0), _CMP_NLT_UQ);
 		if (tail) {
 			__m512d ac = _mm512_min_pd(_mm512_set1_pd(30.0), a);
 			__m512d t = _mm512_mul_pd(_mm512_mul_pd(gp5_exp_neg_half_sq(ac), _mm512_set1_pd(gp5_inv_sqrt_2pi)), gp5_mills(ac));
@@ -485,7 +493,7 @@ static void gp5_gelu_bwd(const float *x, const float *dy, float *dx, long n) {
 		__m512d g = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, dy + i));
 		__m512d a = gp5_abs(v);
 		__m512d d = _mm512_add_pd(_mm512_set1_pd(0.5), _mm512_mul_pd(v, gp5_gelu_dpoly(_mm512_mul_pd(v, v))));
-		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(2.0), _CMP_NLT_UQ);
+		__mmask8 tail = _mm512_mask_cmp_pd_mask(m, a, _mm512_set1_pd(3.0), _CMP_NLT_UQ);
 		if (tail) {
 			__m512d ac = _mm512_min_pd(_mm512_set1_pd(30.0), a);
 			__m512d pdf = _mm512_mul_pd(gp5_exp_neg_half_sq(ac), _mm512_set1_pd(gp5_inv_sqrt_2pi));
