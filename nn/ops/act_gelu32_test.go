@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/gorgonia-parallel/gp/internal/simd"
+	"github.com/gorgonia-parallel/gp/internal/simd/simdtest"
 )
 
 // geluRef is GELU and its derivative in float64 from math.Erfc, which stays relatively
@@ -14,13 +17,20 @@ func geluRef(x float64) (y, d float64) {
 }
 
 // TestGELU32MatchesFloat64 runs the float32 kernels over a dense grid of x in [-16, 16]
-// (step 2⁻¹², every value exact in float32) plus extremes, against float64 references.
+// (step 2⁻¹², every value exact in float32) plus extremes, against float64 references: the
+// Go code, and the kernels a training step runs (simd.go's wrappers) at every SIMD level the
+// CPU has.
 //
 // Bounds: the forward is within 7e-8 relative (float32's rounding, 2⁻²⁴ ≈ 6e-8, plus the
 // ≲ 1e-9 of the approximations) wherever y is a normal float32, and within one subnormal
 // step below. The backward's two terms cancel near x ≈ -0.75 (where GELU' = 0), so its bound
 // is relative to the terms' magnitudes: |dx - d| ≤ 6e-8·|d| + 2e-9·(Φ(x) + |x|·φ(x)).
 func TestGELU32MatchesFloat64(t *testing.T) {
+	t.Run("go", func(t *testing.T) { checkGELU32(t, gelu32Fwd, gelu32Bwd) })
+	simdtest.Each(t, func(t *testing.T, _ simd.Level) { checkGELU32(t, simdGELUFwd, simdGELUBwd) })
+}
+
+func checkGELU32(t *testing.T, fwd func(x, y []float32), bwd func(x, dy, dx []float32)) {
 	var xs []float32
 	for i := -16 << 12; i <= 16<<12; i++ {
 		xs = append(xs, float32(i)/(1<<12))
@@ -32,8 +42,8 @@ func TestGELU32MatchesFloat64(t *testing.T) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	gelu32Fwd(xs, y)
-	gelu32Bwd(xs, ones, dx)
+	fwd(xs, y)
+	bwd(xs, ones, dx)
 	var worstY, worstD float64
 	for i, xf := range xs {
 		x := float64(xf)
@@ -63,7 +73,7 @@ func TestGELU32MatchesFloat64(t *testing.T) {
 	// dy scales dx, rounded once.
 	dys := []float32{0.37, -2.5, 1e-20}
 	x := []float32{-3.1, 0.4, 2.2}
-	gelu32Bwd(x, dys, dx)
+	bwd(x, dys, dx)
 	for i := range x {
 		_, wd := geluRef(float64(x[i]))
 		want := float64(dys[i]) * wd
