@@ -10,7 +10,8 @@ import (
 )
 
 // Bucket is a contiguous range of the flat gradient buffer that is reduced as one
-// collective. Its parameters are consecutive in the buffer (reverse registration order).
+// collective. Its parameters are consecutive in the buffer: in reverse registration order
+// for New, in the order Step is handed the learnables for NewSolver.
 type Bucket struct {
 	// Index is the bucket's position in launch order.
 	Index int

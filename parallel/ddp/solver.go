@@ -259,8 +259,12 @@ func (s *Solver) bind(model []G.ValueGrad) error {
 				return fmt.Errorf("%s: the learnables handed to Step: %w", s.name, err)
 			}
 		}
-		s.layout, s.views = layout, views
-		return s.lay()
+		s.layout, s.views = nil, views
+		if err := s.lay(); err != nil {
+			return err
+		}
+		s.layout = layout // only a complete layout is reused by the next Step
+		return nil
 	}
 	for i := range views {
 		views[i].param, views[i].lo, views[i].hi = s.views[i].param, s.views[i].lo, s.views[i].hi
@@ -354,10 +358,11 @@ func (s *Solver) lay() error {
 	for _, p := range params {
 		p.Grad = grad[p.Offset : p.Offset+p.Numel()]
 	}
-	s.d = newReducer(&nn.Model{Params: &nn.ParamSet{Params: params, Grad: grad}}, s.g, c, s.name)
-	if err := s.d.open(); err != nil {
+	d := newReducer(&nn.Model{Params: &nn.ParamSet{Params: params, Grad: grad}}, s.g, c, s.name)
+	if err := d.open(); err != nil {
 		return err
 	}
+	s.d = d
 	s.grad64 = make([]float64, n64)
 	for _, cut := range append(bucketcut.BySize(sizes64, c.bucketCap, c.bucketCap, 0), len(ends)) {
 		if cut > 0 {
@@ -393,27 +398,32 @@ func (s *Solver) accumulate() {
 }
 
 // reduce packs each gradient, plus its accumulated sum, and marks it ready to the reducer,
-// which launches each float32 bucket once it is packed; then it launches the float64
-// buckets, waits for every bucket and writes the averaged gradients back, divided by the
+// which launches each float32 bucket once it is packed and lands them all (finish); then
+// it launches the float64 buckets, waits for them and writes the averaged gradients back, divided by the
 // accumulated passes. In one process it only folds in the accumulation.
 func (s *Solver) reduce() error {
 	d := s.d
 	if d != nil {
 		d.beginStep(s.ctx, true)
 	}
-	var err error
+	refused := false
 	for i, v := range s.views {
 		s.pack(i)
-		if d != nil && v.param != nil && err == nil {
-			err = d.markReady(v.param)
+		if d != nil && v.param != nil && !refused {
+			// A refusal is kept in the step state, and finish reports it.
+			refused = d.markReady(v.param) != nil
 		}
 	}
+	var err error
 	if d != nil {
+		// The float64 buckets go out after finish: a comm hook may launch collectives of
+		// its own from another goroutine until its bucket's work is done (PowerSGD), and
+		// every rank must issue its collectives in one order.
+		err = d.finish(s.ctx, nil, nil)
 		works, lo := make([]comm.Work, len(s.ends64)), 0
 		for i, hi := range s.ends64 {
 			works[i], lo = s.g.AllReduce(comm.F64(s.grad64[lo:hi]), comm.Sum), hi
 		}
-		err = errors.Join(err, d.finish(s.ctx, nil, nil))
 		for _, w := range works {
 			if werr := w.Wait(s.ctx); werr != nil {
 				err = errors.Join(err, fmt.Errorf("%s: all-reduce of the float64 gradients: %w", s.name, werr))
