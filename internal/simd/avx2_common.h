@@ -1,5 +1,5 @@
 // Vector helpers shared by the AVX2 kernels (conv_avx2.h, norm_avx2.h, gemm_avx2.h,
-// softmax_avx2.h): lane masks, widening masked loads, partial stores and the horizontal sum
+// softmax_avx2.h) and the AVX-512 small GEMM's transpose: lane masks, widening masked loads, partial stores and the horizontal sum
 // in the order of GCC's _mm512_reduce_add_pd. Tails are partial plain stores, not masked
 // ones: vmaskmovps to memory is microcoded on AMD's cores (about 20 cycles on Zen 4,
 // against one for a plain store). Masked loads are cheap and fault-free.
@@ -94,6 +94,42 @@ static inline double gp2v_hsum(__m256d lo, __m256d hi) {
 	__m256d t = _mm256_add_pd(hi, lo);
 	__m128d u = _mm_add_pd(_mm256_extractf128_pd(t, 1), _mm256_castpd256_pd128(t));
 	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+}
+
+// gp2g_transpose sets bt (k×n, row-major) to bᵀ for b n×k (ldb), in 8×8 tiles transposed in
+// registers; partial tiles read (masked) and write only their elements.
+static inline void gp2g_transpose(const float *b, long ldb, int n, int k, float *bt) {
+	for (int j0 = 0; j0 < n; j0 += 8) {
+		int jr = n - j0 < 8 ? n - j0 : 8;
+		for (int k0 = 0; k0 < k; k0 += 8) {
+			int kr = k - k0 < 8 ? k - k0 : 8;
+			__m256i mk = gp2v_m8(kr);
+			__m256 r[8];
+			for (int t = 0; t < 8; t++) {
+				const float *p = b + (j0 + t) * ldb + k0;
+				r[t] = t >= jr ? _mm256_setzero_ps() : kr == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mk);
+			}
+			__m256 u0 = _mm256_unpacklo_ps(r[0], r[1]), u1 = _mm256_unpackhi_ps(r[0], r[1]);
+			__m256 u2 = _mm256_unpacklo_ps(r[2], r[3]), u3 = _mm256_unpackhi_ps(r[2], r[3]);
+			__m256 u4 = _mm256_unpacklo_ps(r[4], r[5]), u5 = _mm256_unpackhi_ps(r[4], r[5]);
+			__m256 u6 = _mm256_unpacklo_ps(r[6], r[7]), u7 = _mm256_unpackhi_ps(r[6], r[7]);
+			__m256 s0 = _mm256_shuffle_ps(u0, u2, 0x44), s1 = _mm256_shuffle_ps(u0, u2, 0xee);
+			__m256 s2 = _mm256_shuffle_ps(u1, u3, 0x44), s3 = _mm256_shuffle_ps(u1, u3, 0xee);
+			__m256 s4 = _mm256_shuffle_ps(u4, u6, 0x44), s5 = _mm256_shuffle_ps(u4, u6, 0xee);
+			__m256 s6 = _mm256_shuffle_ps(u5, u7, 0x44), s7 = _mm256_shuffle_ps(u5, u7, 0xee);
+			__m256 o[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+			               _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+			               _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+			               _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+			for (int t = 0; t < kr; t++) {
+				float *q = bt + (long)(k0 + t) * n + j0;
+				if (jr == 8)
+					_mm256_storeu_ps(q, o[t]);
+				else
+					gp2v_stp(q, o[t], jr);
+			}
+		}
+	}
 }
 
 #pragma GCC pop_options

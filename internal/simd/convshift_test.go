@@ -32,6 +32,11 @@ func TestConvShiftKernels(t *testing.T) {
 		{3, 16, 16, 16, 16, 3, 1},
 		{2, 5, 6, 8, 16, 3, 2},
 		{2, 8, 4, 32, 32, 3, 1},
+		// 4x4 maps over 128 images: the filter gradient reads dy in place, not through
+		// its copy of four channels.
+		{129, 3, 9, 2, 2, 3, 1},
+		{128, 3, 9, 3, 3, 3, 1},
+		{130, 2, 8, 4, 4, 1, 1},
 	}
 	for _, tc := range cases {
 		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_d%d", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.d)

@@ -13,7 +13,7 @@
 // compute twice get the same value twice (beta is 0, and c is not an input). Only n < 8
 // needs masked loads, and partial stores (gp2v_stp): vmaskmovps to memory is microcoded on
 // AMD's cores (about 20 cycles on Zen 4). When tb, bᵀ is transposed in 8x8 register tiles
-// (gp2g_transpose, which the AVX-512 kernel shares: about 120 ns for 49x32 on a Zen 4).
+// (gp2g_transpose of avx2_common.h, which the AVX-512 kernel shares).
 
 #include <immintrin.h>
 #include "avx2_common.h"
@@ -69,42 +69,6 @@ static inline __attribute__((always_inline)) void gp2g_rows(int R, int NV, int m
 		int i0 = i + R <= m ? i : m - R;
 		gp2g_block(R, NV, masked, a + i0 * ar, ar, ak, k, alpha, b, ldb, off, c + i0 * ldc, ldc, ml, nm);
 		if (i0 + R >= m) break;
-	}
-}
-
-// gp2g_transpose sets bt (k×n, row-major) to bᵀ for b n×k (ldb), in 8×8 tiles transposed in
-// registers; partial tiles read (masked) and write only their elements.
-static void gp2g_transpose(const float *b, long ldb, int n, int k, float *bt) {
-	for (int j0 = 0; j0 < n; j0 += 8) {
-		int jr = n - j0 < 8 ? n - j0 : 8;
-		for (int k0 = 0; k0 < k; k0 += 8) {
-			int kr = k - k0 < 8 ? k - k0 : 8;
-			__m256i mk = gp2v_m8(kr);
-			__m256 r[8];
-			for (int t = 0; t < 8; t++) {
-				const float *p = b + (j0 + t) * ldb + k0;
-				r[t] = t >= jr ? _mm256_setzero_ps() : kr == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mk);
-			}
-			__m256 u0 = _mm256_unpacklo_ps(r[0], r[1]), u1 = _mm256_unpackhi_ps(r[0], r[1]);
-			__m256 u2 = _mm256_unpacklo_ps(r[2], r[3]), u3 = _mm256_unpackhi_ps(r[2], r[3]);
-			__m256 u4 = _mm256_unpacklo_ps(r[4], r[5]), u5 = _mm256_unpackhi_ps(r[4], r[5]);
-			__m256 u6 = _mm256_unpacklo_ps(r[6], r[7]), u7 = _mm256_unpackhi_ps(r[6], r[7]);
-			__m256 s0 = _mm256_shuffle_ps(u0, u2, 0x44), s1 = _mm256_shuffle_ps(u0, u2, 0xee);
-			__m256 s2 = _mm256_shuffle_ps(u1, u3, 0x44), s3 = _mm256_shuffle_ps(u1, u3, 0xee);
-			__m256 s4 = _mm256_shuffle_ps(u4, u6, 0x44), s5 = _mm256_shuffle_ps(u4, u6, 0xee);
-			__m256 s6 = _mm256_shuffle_ps(u5, u7, 0x44), s7 = _mm256_shuffle_ps(u5, u7, 0xee);
-			__m256 o[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
-			               _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
-			               _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
-			               _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
-			for (int t = 0; t < kr; t++) {
-				float *q = bt + (long)(k0 + t) * n + j0;
-				if (jr == 8)
-					_mm256_storeu_ps(q, o[t]);
-				else
-					gp2v_stp(q, o[t], jr);
-			}
-		}
 	}
 }
 

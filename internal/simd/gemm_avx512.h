@@ -4,13 +4,13 @@
 // AVX-512 and called only at level AVX512 (level.go).
 //
 // Register blocking: up to seven rows by up to four vectors of 16 columns (the last vector
-// masked), 7x1, 7x2, 7x3 or 6x4 (24 to 28 accumulators: on one core 7x2 on 49x32x49 ran
-// 1.15x the 4x2 it replaced, 6x4 on 49x49x32 1.1x the 4x4), the rows that do not fill a
-// block in one smaller block (49 rows: seven blocks of seven, or eight of six and one row).
-// When tb, bᵀ is transposed in 8x8 register tiles (gp2g_transpose of gemm_avx2.h, which
-// must be included first): 0.27 µs for 49x32, against 0.94 µs element by element.
+// masked), 7x1, 7x2, 7x3 or 6x4 (24 to 28 accumulators, which keep both FMA ports busy on
+// attention's 49x32x49 and 49x49x32), the rows that do not fill a block in one smaller block
+// (49 rows: seven blocks of seven, or eight of six and one row). When tb, bᵀ is transposed
+// in 8x8 register tiles (gp2g_transpose of avx2_common.h).
 
 #include <immintrin.h>
+#include "avx2_common.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma")

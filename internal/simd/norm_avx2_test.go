@@ -192,11 +192,11 @@ func TestAVX2NormMatchesAVX512(t *testing.T) {
 		}
 		ms = append(ms, 49, 96, 100, 385, 768)
 		for _, m := range ms {
-			for _, rows := range []int{1, 2, 5} {
+			for _, rows := range []int{1, 2, 5, 11} {
 				x, dy := nxSpecials32(rng, rows*m+nxGuard, 3, special), nxSpecials32(rng, rows*m+nxGuard, 1, special)
 				gamma, beta := nxRand64(rng, m), nxRand64(rng, m)
 				dg0, db0 := nxRand64(rng, m), nxRand64(rng, m)
-				for _, r := range [][2]int{{0, rows}, {rows - 1, rows}} {
+				for _, r := range [][2]int{{0, rows}, {rows - 1, rows}, {1, rows}} {
 					lo, hi := r[0], r[1]
 					nxAtBoth(t, fmt.Sprintf("LN rows=%d m=%d [%d,%d) special=%v", rows, m, lo, hi, special), func() []any {
 						y, mean, istd := nxOut32(rows*m, 5), nxOut64(rows, 7), nxOut64(rows, 7)
@@ -249,9 +249,9 @@ func TestAVX2GemmMatchesAVX512(t *testing.T) {
 	}
 }
 
-// TestAVX2SoftmaxMatchesAVX512: the softmax and its gradient on every n to 70 (odd row
-// counts: rows go in pairs), with and without a mask, with rows holding -1000, ±Inf, NaN and
-// -0.
+// TestAVX2SoftmaxMatchesAVX512: the softmax and its gradient on every n×n to 70 (so every
+// count of rows left after the blocks of four), with and without a mask, with rows holding
+// -1000, ±Inf, NaN and -0.
 func TestAVX2SoftmaxMatchesAVX512(t *testing.T) {
 	nxNeedBoth(t)
 	rng := rand.New(rand.NewSource(23))

@@ -152,8 +152,7 @@ static void gp5_bn_grad_apply(const float *x, const float *dy, const float *sel,
 
 // gp5_ln_fwd_rows is lnForward's loop for the R rows from r0 (R at most 4), in step: each
 // row's sums are their own chains of adds in the order of the one-row loop, so the bits do
-// not depend on R, and R chains hide each other's latency (rows of 96 to 768 elements, one
-// core: 1.17x to 1.66x the row-by-row loop).
+// not depend on R, and R chains hide each other's latency.
 static inline __attribute__((always_inline)) void gp5_ln_fwd_rows(int R, const float *x, float *y, long r0, long m,
                                                                  const double *gamma, const double *beta, double eps,
                                                                  double *mean, double *istd) {

@@ -41,8 +41,8 @@ static inline __attribute__((always_inline)) __m512d gp5_sx_load(const float *s,
 
 // gp5_sx_rows is the softmax of the R rows from i0 (R at most 4) of n ≤ 64 elements, in
 // step, each row's values held in registers between the passes: the same operations per
-// element and the same order of each row's sum as one row at a time (49x49, one core:
-// 1.5x to 1.7x the row-by-row loop, which stored the rounded scores and read them back).
+// element and the same order of each row's sum as one row at a time, without storing the
+// rounded scores and reading them back between passes.
 static inline __attribute__((always_inline)) void gp5_sx_rows(int R, float *s, const double *bias, const float *mask,
                                                              int n, int i0) {
 	int nv = (n + 7) / 8;
@@ -106,8 +106,8 @@ static void gp5_softmax_rows(float *s, const double *bias, const float *mask, in
 }
 
 // gp5_sb_rows is gp5_softmax_bwd for the R rows from i0 (R at most 4) in step: each row's
-// dot product is its own chain in the one-row order, so the bits do not depend on R (49x49,
-// one core: 1.43x the row-by-row loop).
+// dot product is its own chain in the one-row order, so the bits do not depend on R, and R
+// chains hide each other's latency.
 static inline __attribute__((always_inline)) void gp5_sb_rows(int R, const float *p, float *d, double *acc, int n,
                                                              int i0) {
 	__m512d s[4], dot[4];

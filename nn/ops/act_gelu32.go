@@ -22,10 +22,9 @@ import "math"
 
 const (
 	// geluSplit: below it in |x| the forward and the backward are each one polynomial (no
-	// exp, no division), for the bulk of activations, which are O(1). At 2, with polynomials
-	// of degree 9, the C kernels took 1.3-1.6 times as long on 9.6M N(0, 1) activations: a
-	// third of their 8-lane vectors held a lane beyond 2 and paid for the tail (exp, a
-	// division and a mispredicted branch); beyond 3, one in 50 does.
+	// exp, no division), for the bulk of activations, which are O(1). An 8-lane vector pays
+	// for the tail (exp, a division and a mispredicted branch) when any lane is beyond the
+	// split: on N(0, 1) activations one vector in 50 has a lane beyond 3, one in 3 beyond 2.
 	geluSplit = 3.0
 	// geluClamp bounds |x| in the tail: beyond it φ(x) underflows float32 by hundreds of
 	// orders of magnitude, and the rational function's powers would overflow.
@@ -134,7 +133,7 @@ func geluDPoly(u float64) float64 {
 	return ((p01 + u2*p23) + u4*(p45+u2*p67)) + u8*((p89+u2*pAB)+u4*(pCD+u2*pEF))
 }
 
-// geluMills(a) ≈ (1-Φ(a))/φ(a) for a ∈ [2, 30]: a rational function of degree 4/5 fitted by
+// geluMills(a) ≈ (1-Φ(a))/φ(a) for a ∈ [2, 30] (used from geluSplit): a rational function of degree 4/5 fitted by
 // iterated weighted least squares (relative error 1.5e-10 against mpmath). Every coefficient
 // is positive, so nothing cancels and the denominator is ≥ 1.
 func geluMills(a float64) float64 {

@@ -23,6 +23,7 @@ import (
 func TestSimdGELUMatchesGo(t *testing.T) {
 	simdtest.Each(t, func(t *testing.T, _ simd.Level) {
 		special := []float32{0, float32(math.Copysign(0, -1)), 2, -2, 1.9999999, -1.9999999, 2.0000002, -2.0000002,
+			3, -3, 2.9999998, -2.9999998, 3.0000002, -3.0000002,
 			30, -30, 31, -31, 1e30, -1e30, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-30, -1e-30}
 		rng := rand.New(rand.NewSource(3))
 		for _, n := range []int{0, 1, 2, 7, 8, 9, 15, 16, 17, 33, 100, 1001} {
