@@ -24,10 +24,14 @@ import (
 // range being released or freed (they touch only pages that lie wholly inside that range,
 // and clear only elements inside it). Close, ReleaseAll, FreeAll and Sync must not run
 // concurrently with any other use of the region. Every method is a no-op on a nil *Region
-// (Held and Resident report 0), so an optional region need not be checked by its owner.
+// and on a closed one (Floats is nil, Held and Resident report 0, the rest return nil), so
+// an optional region need not be checked by its owner, and a use after Close does nothing.
+// Release and Free of a range that is reversed (lo > hi) or outside [0, n) fail with an
+// error naming the region and the range.
 //
-// Errors name the operation, the region's name and its size or file, and wrap the system's
-// error; they carry no package prefix, so the caller adds its own.
+// Errors name the operation and the region as String does (its name and its size or
+// file), and wrap the system's error where there is one; they carry no package prefix, so
+// the caller adds its own.
 //
 // Note [Two ways to give anonymous pages back]: a page released with MADV_DONTNEED is
 // zero-filled by a page fault the next time it is written, and a ZeRO-3 step writes every
@@ -52,10 +56,30 @@ type Region struct {
 	prot  int // an anonymous mapping's protection (region_bsd.go remaps with it)
 }
 
-// NewPlaceholder allocates n writable float32 zeros for memory that other code may write
-// but whose contents the owner never needs: reading them maps the kernel's zero page (no
-// memory); a page written costs memory until released (Release, ReleaseAll).
-func NewPlaceholder(name string, n int) (*Region, error) { return NewAnon(name, n) }
+// String names the region in errors: "name (N bytes)" for an anonymous region (N the size
+// of its memory, whole pages), "name (path)" for a file region. It is "nil region" for a
+// nil one and "name (closed)" after Close.
+func (r *Region) String() string {
+	switch {
+	case r == nil:
+		return "nil region"
+	case r.file != nil:
+		return fmt.Sprintf("%s (%s)", r.name, r.path)
+	case r.raw == nil:
+		return r.name + " (closed)"
+	}
+	return fmt.Sprintf("%s (%d bytes)", r.name, len(r.raw))
+}
+
+// checkRange is nil where [lo, hi) is a range of the region's elements (lo <= hi, both
+// in [0, n]), and otherwise an error naming op, the region and the range.
+func (r *Region) checkRange(op string, lo, hi int) error {
+	if lo < 0 || hi < lo || hi > len(r.f) {
+		return fmt.Errorf("%s %s: elements [%d, %d) are not a range of its %d elements: pass 0 <= lo <= hi <= %d",
+			op, r, lo, hi, len(r.f), len(r.f))
+	}
+	return nil
+}
 
 // Floats is the region's n elements (n as given to the constructor). The slice aliases
 // the region's memory: it is valid until Close and must not be used afterwards. It is nil
@@ -70,16 +94,21 @@ func (r *Region) Floats() []float32 {
 // Release gives the pages of elements [lo, hi) back to the kernel. An anonymous region reads
 // as zeros in [lo, hi) afterwards (elements on the partial pages at the ends are cleared
 // explicitly) and keeps every element outside it; a file region keeps all its contents, in
-// the file and the page cache, and only this process's mapping of the pages goes. Its
-// error is that of the system call, naming the region.
+// the file and the page cache, and only this process's mapping of the pages goes. A
+// read-only region (NewZeros) is never written: only the pages wholly inside [lo, hi) are
+// given back, and its elements read as zeros throughout. Its error names the region and
+// is that of the system call, or says that [lo, hi) is not a range of the region.
 func (r *Region) Release(lo, hi int) error {
-	if r == nil || lo >= hi {
+	if r == nil || r.raw == nil {
 		return nil
+	}
+	if err := r.checkRange("release", lo, hi); err != nil || lo == hi {
+		return err
 	}
 	a, z := lo*4, hi*4
 	pa := (a + r.pageB - 1) / r.pageB * r.pageB
 	pz := z / r.pageB * r.pageB
-	if r.file == nil {
+	if r.file == nil && !r.readOnly() {
 		if pa >= pz {
 			clear(r.f[lo:hi])
 			return nil
@@ -90,7 +119,7 @@ func (r *Region) Release(lo, hi int) error {
 		return nil
 	}
 	if err := r.discard(r.raw[pa:pz]); err != nil {
-		return fmt.Errorf("release %s: %w", r.name, err)
+		return fmt.Errorf("release %s: %w", r, err)
 	}
 	return nil
 }
@@ -99,10 +128,14 @@ func (r *Region) Release(lo, hi int) error {
 // to the kernel lazily (MADV_FREE, see the Note on Region): the contents of [lo, hi) are
 // undefined afterwards (the old values or zeros) until written; elements outside it are
 // kept. Use it for memory the owner overwrites before reading; Release for memory that
-// must read as zeros. A file region is released as by Release.
+// must read as zeros. A file region is released as by Release. Its error names the region
+// and is that of the system call, or says that [lo, hi) is not a range of the region.
 func (r *Region) Free(lo, hi int) error {
-	if r == nil || lo >= hi {
+	if r == nil || r.raw == nil {
 		return nil
+	}
+	if err := r.checkRange("free", lo, hi); err != nil || lo == hi {
+		return err
 	}
 	if r.file != nil {
 		return r.Release(lo, hi)
@@ -113,7 +146,7 @@ func (r *Region) Free(lo, hi int) error {
 		return nil
 	}
 	if err := madviseFree(r.raw[pa:pz]); err != nil {
-		return fmt.Errorf("free %s: %w", r.name, err)
+		return fmt.Errorf("free %s: %w", r, err)
 	}
 	return nil
 }
@@ -123,7 +156,7 @@ func (r *Region) FreeAll() error {
 	if r == nil || r.raw == nil {
 		return nil
 	}
-	return r.Free(0, len(r.raw)/4)
+	return r.Free(0, len(r.f))
 }
 
 // DropPages gives the pages that lie wholly inside f back to the kernel lazily (MADV_FREE,
@@ -149,11 +182,11 @@ func DropPages(f []float32) {
 // ReleaseAll releases the whole region (see Release): an anonymous region reads as zeros
 // afterwards, a file region keeps its contents in the file.
 func (r *Region) ReleaseAll() error {
-	if r == nil {
+	if r == nil || r.raw == nil {
 		return nil
 	}
 	if err := r.discard(r.raw); err != nil {
-		return fmt.Errorf("release %s: %w", r.name, err)
+		return fmt.Errorf("release %s: %w", r, err)
 	}
 	return nil
 }
@@ -162,7 +195,7 @@ func (r *Region) ReleaseAll() error {
 // that the next reads fault less; it does nothing to an anonymous region and returns
 // before the pages are in.
 func (r *Region) WillNeed() {
-	if r != nil && r.file != nil {
+	if r != nil && r.file != nil && r.raw != nil {
 		madviseWillNeed(r.raw)
 	}
 }

@@ -72,19 +72,20 @@ func NewFile(name, path string, n int) (*Region, error) {
 // Resident is the number of bytes of the region in this process's memory: mincore for an
 // anonymous region; for a file region the mapping's Rss in /proc/self/smaps (mincore would
 // report the page cache, which holds the file whether or not this process maps it). Without
-// smaps (darwin, the BSDs) a file region's is mincore's too, an upper bound. It is -1 where
-// mincore fails.
+// smaps (darwin, the BSDs) a file region's is mincore's too, an upper bound. Where it
+// cannot be measured (mincore fails, or smaps has no entry for the mapping) it is unknown
+// and reported as 0, so that it can be added into totals.
 func (r *Region) Resident() int64 {
 	if r == nil || r.raw == nil {
 		return 0
 	}
 	if r.file != nil && haveSmaps {
-		return smapsRss(uintptr(unsafe.Pointer(&r.raw[0])))
+		return max(0, smapsRss(uintptr(unsafe.Pointer(&r.raw[0]))))
 	}
 	pages := (len(r.raw) + r.pageB - 1) / r.pageB
 	vec := make([]byte, pages)
 	if mincore(r.raw, vec) != nil {
-		return -1
+		return 0
 	}
 	var n int64
 	for _, v := range vec {
@@ -98,11 +99,11 @@ func (r *Region) Resident() int64 {
 // Sync writes a file region's dirty pages back to its file and waits (msync MS_SYNC); it
 // does nothing to an anonymous region. The error names the region and its file.
 func (r *Region) Sync() error {
-	if r == nil || r.file == nil {
+	if r == nil || r.file == nil || r.raw == nil {
 		return nil
 	}
 	if err := msync(r.raw); err != nil {
-		return fmt.Errorf("msync %s (%s): %w", r.name, r.path, err)
+		return fmt.Errorf("msync %s: %w", r, err)
 	}
 	return nil
 }
@@ -114,6 +115,7 @@ func (r *Region) Close() error {
 	if r == nil || r.raw == nil {
 		return nil
 	}
+	name := r.String()
 	m := r.raw
 	if r.whole != nil {
 		m = r.whole
@@ -126,7 +128,11 @@ func (r *Region) Close() error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("unmap %s: %w", r.name, err)
+		return fmt.Errorf("unmap %s: %w", name, err)
 	}
 	return nil
 }
+
+// readOnly reports a region mapped without write permission (NewZeros), whose elements
+// Release must not clear.
+func (r *Region) readOnly() bool { return r.prot == protRead }

@@ -63,3 +63,6 @@ func (r *Region) Close() error {
 	}
 	return nil
 }
+
+// readOnly is false: heap regions, NewZeros's included, are writable.
+func (r *Region) readOnly() bool { return false }

@@ -285,10 +285,12 @@ func (e *Engine) allocate() error {
 	if e.leaves, err = region.NewZeros(fmt.Sprintf("rank %d parameter leaves", e.rank), largest); err != nil {
 		return regionErr(err)
 	}
-	if e.placeholder, err = region.NewPlaceholder(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
+	// The placeholders are writable zeros that other code may write but whose contents the
+	// engine never reads: untouched they cost nothing, a written page until released.
+	if e.placeholder, err = region.NewAnon(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
 		return regionErr(err)
 	}
-	if e.gradHolder, err = region.NewPlaceholder(fmt.Sprintf("rank %d gradient placeholder", e.rank), l.psi); err != nil {
+	if e.gradHolder, err = region.NewAnon(fmt.Sprintf("rank %d gradient placeholder", e.rank), l.psi); err != nil {
 		return regionErr(err)
 	}
 	return nil
