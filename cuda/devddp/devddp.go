@@ -23,10 +23,10 @@
 // (nccl.Group.AllReduceDeviceAfter), so the host never waits for a bucket. When ddp lands a
 // bucket, the compute stream waits for its "reduced" event and, in RunStep, the device
 // optimizer updates that bucket's parameters (State.StepRange). Under commhook.FP16Compress
-// and BF16Compress (a ddp.WireHook of a 16-bit type) the bucket is rounded, divided and
+// and BF16Compress (ddp.HookWire's 16-bit recipes) the bucket is rounded, divided and
 // rounded again into a 16-bit device buffer on the compute stream, all-reduced as 16-bit
-// values, and widened back on the compute stream when it lands: the host hooks' arithmetic, in device memory. Every other
-// hook (commhook.PowerSGD, a HookFunc) is Go code over host memory and runs as it is: the
+// values, and widened back on the compute stream when it lands: the host hooks' arithmetic,
+// in device memory. Every other hook (commhook.PowerSGD, a HookFunc) is Go code over host memory and runs as it is: the
 // bucket is copied to pinned host memory once its gradients are written, the hook runs on
 // the copy over the DDP's host group where the host path runs it, and its result is copied
 // back into the bucket before it lands (Note [Host hooks on the device]).
@@ -59,23 +59,23 @@ type Reducer interface {
 }
 
 // Backend is ddp.Backend on a CUDA device: a tape.State's device buffers, reduced by a
-// Reducer. It runs the hooks that are a ddp.WireHook (AllReduceHook, the default, and
-// commhook.FP16Compress and BF16Compress) in device memory; for a world that is not a power of two the division multiplies by the
-// float32 reciprocal of the world size (within an ulp of the host's division). Every other
-// hook (commhook.PowerSGD, a HookFunc) runs on a pinned host copy of each bucket over the DDP's
-// group (Note [Host hooks on the device]).
+// Reducer. It runs the hooks with a ddp.HookWire recipe (AllReduceHook, the default, and
+// commhook.FP16Compress and BF16Compress) in device memory; for a world that is not a power
+// of two the division multiplies by the float32 reciprocal of the world size (within an ulp
+// of the host's division). Every other hook (commhook.PowerSGD, a HookFunc) runs on a pinned
+// host copy of each bucket over the DDP's group (Note [Host hooks on the device]).
 type Backend struct {
 	dev            *cuda.Device
 	st             *tape.State // the DDP model's, made by Accept
 	red            Reducer
 	size           int
-	wire           comm.DType     // the type buckets are reduced in (ddp.WireHook)
+	wire           comm.DType     // the type buckets are reduced in (ddp.HookWire)
 	wires          *cuda.Tensor   // 16-bit copy of the gradient buffer, for compressed hooks
 	ready, reduced []driver.Event // by bucket index
 
 	// A hook that computes in host memory (Note [Host hooks on the device]):
 	group  comm.Group     // the DDP's group, given to the hook
-	onHost bool           // the hook is one (not a ddp.WireHook the device runs)
+	onHost bool           // the hook runs on the host (no ddp.HookWire recipe)
 	pins   []*cuda.Pinned // by bucket index: the bucket's pinned host copy
 	hosted []*ddp.Bucket  // by bucket index: the bucket over its pinned copy, as the hook sees it
 }
@@ -113,9 +113,9 @@ func (b *Backend) Close() {
 }
 
 // Accept makes the device state of m, the DDP's model, whose parameters are rank 0's by
-// then, and takes every hook: a ddp.WireHook (AllReduceHook, commhook.FP16Compress and
-// BF16Compress) runs in device memory, any other on pinned host copies of the buckets, over s.Group (Note [Host
-// hooks on the device]). SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm
+// then, and takes every hook: one with a ddp.HookWire recipe (AllReduceHook,
+// commhook.FP16Compress and BF16Compress) runs in device memory, any other on pinned host
+// copies of the buckets, over s.Group (Note [Host hooks on the device]). SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm
 // on the device]), its statistics summed over the DDP's host group. It refuses a backend
 // made without a device or reducer, one already accepted by a DDP (of another model, or of
 // this one), and a group whose size is not the reducer's.
@@ -138,12 +138,7 @@ func (b *Backend) Accept(m *nn.Model, s ddp.Settings) error {
 	}
 	b.st, b.size = st, b.red.Size()
 	h := s.Hook
-	wh, ok := h.(ddp.WireHook)
-	var dt comm.DType
-	if ok {
-		dt = wh.Wire()
-		ok = dt == comm.Float32 || dt == comm.Float16 || dt == comm.BFloat16
-	}
+	dt, ok := ddp.HookWire(h)
 	b.group, b.onHost = s.Group, !ok
 	if !ok {
 		return nil
@@ -299,9 +294,9 @@ func (b *Backend) Land(ctx context.Context, bk *ddp.Bucket, w comm.Work) error {
 
 // Note [Host hooks on the device]
 //
-// A hook that is not a ddp.WireHook (commhook.PowerSGD, a HookFunc) is Go code over
-// Bucket.Grad in host memory; it runs here as it is, with no device copy of its logic. Launch copies the
-// bucket's device range into the bucket's pinned host buffer on the compute stream, so after
+// A hook without a ddp.HookWire recipe (commhook.PowerSGD, a HookFunc) is Go code over
+// Bucket.Grad in host memory; it runs here as it is, with no device copy of its logic.
+// Launch copies the bucket's device range into the bucket's pinned host buffer on the compute stream, so after
 // the bucket's gradients (where the NCCL path records the ready event), waits for the copy
 // and calls the hook with the DDP's group on the goroutine that drives the DDP, at the point
 // of the step where the host path calls it: every rank issues the hook's collectives in the

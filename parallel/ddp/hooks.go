@@ -5,6 +5,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp/internal/wire"
 )
 
 // CommHook reduces one bucket of gradients over the group (PyTorch's communication hook).
@@ -20,24 +21,28 @@ type CommHook interface {
 	Reduce(g comm.Group, b *Bucket) comm.Work
 }
 
-// WireHook is a CommHook whose reduction a backend may run over its own memory instead of
-// calling Reduce, because the hook declares it as one of the fixed recipes below. Wire is
-// the element type the bucket travels in:
+// HookWire reports whether h is one of the hooks whose reduction is a fixed recipe, which a
+// backend may run over its own memory instead of calling Reduce, and the element type the
+// bucket travels in:
 //
-//   - comm.Float32: divide each gradient by the world size, then all-reduce with Sum
-//     (AllReduceHook). DDP then divides each gradient the moment it is ready and all-reduces
-//     the bucket as it is (the host) or in device memory (a device backend).
-//   - comm.Float16, comm.BFloat16: round the bucket to the 16-bit type (round to nearest,
-//     ties to even), divide it by the world size and round again, all-reduce the 16-bit
-//     values with Sum, and widen the result back into the bucket (commhook.FP16Compress,
-//     commhook.BF16Compress).
+//   - comm.Float32 (AllReduceHook): divide each gradient by the world size, then all-reduce
+//     with Sum. DDP then divides each gradient the moment it is ready and all-reduces the
+//     bucket as it is (the host) or in device memory (a device backend).
+//   - comm.Float16, comm.BFloat16 (commhook.FP16Compress, commhook.BF16Compress): round the
+//     bucket to the 16-bit type (round to nearest, ties to even), divide it by the world size
+//     and round again, all-reduce the 16-bit values with Sum, and widen the result back into
+//     the bucket.
 //
-// A hook that returns another type, or does not implement WireHook (commhook.PowerSGD, a
-// HookFunc), is Go code over Bucket.Grad in host memory: a device backend runs it on a host
-// copy of the bucket (cuda/devddp's Note [Host hooks on the device]).
-type WireHook interface {
-	CommHook
-	Wire() comm.DType
+// Only those hooks are: the mark cannot be given to a hook outside ddp and commhook, so any
+// other hook (commhook.PowerSGD, a HookFunc, a user's type, a wrapper around one of the
+// three) has its Reduce called, as Go code over Bucket.Grad in host memory; a device backend
+// runs it on a host copy of the bucket (cuda/devddp's Note [Host hooks on the device]).
+func HookWire(h CommHook) (comm.DType, bool) {
+	dt, ok := wire.Of(h)
+	if !ok || (dt != comm.Float32 && dt != comm.Float16 && dt != comm.BFloat16) {
+		return 0, false
+	}
+	return dt, true
 }
 
 // HookFunc adapts a function to CommHook.
@@ -47,32 +52,28 @@ type HookFunc func(g comm.Group, b *Bucket) comm.Work
 func (f HookFunc) Reduce(g comm.Group, b *Bucket) comm.Work { return f(g, b) }
 
 // AllReduceHook is the default hook, PyTorch's allreduce_hook: divide by the world size,
-// then all-reduce with Sum. It is a WireHook of comm.Float32.
+// then all-reduce with Sum: the comm.Float32 recipe of HookWire.
 //
 // Inside DDP the division does not take a pass of its own over the bucket: each parameter's
 // gradient is divided the moment it is ready, while it is still in the cache, and the bucket
 // is then all-reduced as it is. The numbers are the same.
-func AllReduceHook() CommHook { return allReduceHook{} }
+func AllReduceHook() CommHook { return allReduceHook{wire.Recipe{DType: comm.Float32}} }
 
-type allReduceHook struct{}
+type allReduceHook struct{ wire.Recipe }
 
 func (allReduceHook) Reduce(g comm.Group, b *Bucket) comm.Work {
 	DivideByWorld(b.Grad, g.Size())
 	return g.AllReduce(comm.F32(b.Grad), comm.Sum)
 }
 
-// Wire is comm.Float32: the default recipe (see WireHook).
-func (allReduceHook) Wire() comm.DType { return comm.Float32 }
-
-// plainAllReduce reports whether h reduces as AllReduceHook does (a WireHook of
-// comm.Float32), so that DDP may divide each gradient when it is ready and all-reduce the
-// bucket itself.
+// plainAllReduce reports whether h reduces as AllReduceHook does (HookWire's comm.Float32),
+// so that DDP may divide each gradient when it is ready and all-reduce the bucket itself.
 func plainAllReduce(h CommHook) bool {
-	w, ok := h.(WireHook)
-	return ok && w.Wire() == comm.Float32
+	dt, ok := HookWire(h)
+	return ok && dt == comm.Float32
 }
 
-// DivideByWorld divides x in place by the world size n, as the default hook does: for a
+// DivideByWorld divides x in place by the world size n (n >= 1), as the default hook does: for a
 // power of two it multiplies by the exact reciprocal (the same bits, subnormals included,
 // and several times cheaper); otherwise it divides. Hooks that average call it so that their
 // division is the default's, bit for bit.
