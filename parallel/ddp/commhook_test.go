@@ -7,9 +7,9 @@ import (
 
 // init hands package commhook's hooks to the tests of DDP with a hook (export_test.go).
 func init() {
-	ddp.Commhook.FP16Compress = commhook.FP16Compress
-	ddp.Commhook.BF16Compress = commhook.BF16Compress
-	ddp.Commhook.PowerSGD = func(rank, startIter int, minRate float64) (ddp.CommHook, error) {
+	ddp.Hooks.FP16Compress = commhook.FP16Compress
+	ddp.Hooks.BF16Compress = commhook.BF16Compress
+	ddp.Hooks.PowerSGD = func(rank, startIter int, minRate float64) (ddp.CommHook, error) {
 		return commhook.PowerSGD(commhook.PowerSGDRank(rank), commhook.PowerSGDStartIter(startIter),
 			commhook.PowerSGDMinCompressionRate(minRate))
 	}

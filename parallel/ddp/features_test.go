@@ -180,7 +180,7 @@ func TestCompressionHooks(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		hook CommHook
-	}{{"bf16", Commhook.BF16Compress()}, {"fp16", Commhook.FP16Compress()}} {
+	}{{"bf16", Hooks.BF16Compress()}, {"fp16", Hooks.FP16Compress()}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, comm.NewLocalGroups(world), false, per, WithCommHook(tc.hook), BucketCapBytes(256))
 			if err := c.train(steps, per, 1); err != nil {
@@ -204,7 +204,7 @@ func TestCompressionHooks(t *testing.T) {
 // (the compression acted).
 func TestPowerSGDInDDP(t *testing.T) {
 	const world, per, steps = 2, 2, 6
-	hook, err := Commhook.PowerSGD(1, 2, 2)
+	hook, err := Hooks.PowerSGD(1, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -389,7 +389,7 @@ func TestSolverCompressionHook(t *testing.T) {
 	got := make([][]float64, 2)
 	errs := onRanks(2, func(r int, g comm.Group) error {
 		p := newPlainNet(t, 4, tensor.Float32, true)
-		s, err := NewSolver(context.Background(), G.NewVanillaSolver(G.WithLearnRate(0.1)), p.g, WithGroup(g), WithCommHook(Commhook.BF16Compress()), BucketCapBytes(64))
+		s, err := NewSolver(context.Background(), G.NewVanillaSolver(G.WithLearnRate(0.1)), p.g, WithGroup(g), WithCommHook(Hooks.BF16Compress()), BucketCapBytes(64))
 		if err != nil {
 			return err
 		}
@@ -480,7 +480,7 @@ func TestSolverHookMatchesDDP(t *testing.T) {
 	results := map[string][]float32{} // rank 0's weights under each hook
 	ctx := context.Background()
 	powerSGD := func() CommHook {
-		h, err := Commhook.PowerSGD(1, 2, 1)
+		h, err := Hooks.PowerSGD(1, 2, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,8 +491,8 @@ func TestSolverHookMatchesDDP(t *testing.T) {
 		hook func() CommHook
 	}{
 		{"allreduce", AllReduceHook},
-		{"fp16", Commhook.FP16Compress},
-		{"bf16", Commhook.BF16Compress},
+		{"fp16", Hooks.FP16Compress},
+		{"bf16", Hooks.BF16Compress},
 		{"powersgd", powerSGD},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -609,7 +609,7 @@ func TestSolverMixedDtypesWithPowerSGD(t *testing.T) {
 			nodes, grads = append(nodes, n), append(grads, gt)
 		}
 		graphMu.Unlock()
-		h, err := Commhook.PowerSGD(1, 2, 1)
+		h, err := Hooks.PowerSGD(1, 2, 1)
 		if err != nil {
 			return err
 		}
