@@ -8,6 +8,10 @@ import (
 	"unsafe"
 )
 
+// Mapped is true where regions are memory mappings: file regions exist, and released or
+// freed pages go back to the system.
+const Mapped = true
+
 // NewAnon maps n zeroed float32 elements, private to this process, named name in errors.
 // The memory costs nothing until written; its pages lie between two inaccessible guard
 // pages, because the kernel merges adjacent anonymous mappings with equal protections and

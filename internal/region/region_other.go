@@ -10,6 +10,10 @@ import (
 	"unsafe"
 )
 
+// Mapped is false here: regions live on the Go heap, NewFile fails with
+// errors.ErrUnsupported, and Release and Free keep the memory.
+const Mapped = false
+
 // Without mmap (windows, and the systems region_mmap.go does not list) an anonymous region
 // is Go heap memory: a zeroed slice that Release clears, and that Free, DropPages and
 // WillNeed leave as it is. The contents promised hold; the memory is not given back, so
