@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/internal/procstatus"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/timeline"
-	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // finishReport writes the per-rank timelines and prints the end-of-run summary on rank 0:
@@ -130,7 +130,7 @@ func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *timeli
 
 // peakRSS is the process's peak resident set (VmHWM), in bytes; 0 where /proc is absent.
 func peakRSS() int64 {
-	b, err := zero.ProcStatus("VmHWM")
+	b, err := procstatus.Bytes("VmHWM")
 	if err != nil {
 		return 0
 	}

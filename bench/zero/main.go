@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gorgonia-parallel/gp/internal/procstatus"
 	"github.com/gorgonia-parallel/gp/train"
 	"log"
 	"math/rand"
@@ -293,10 +294,10 @@ func child(strategy string, p params) error {
 	runtime.GC()
 	debug.FreeOSMemory()
 	account()
-	if r.RSSBytes, err = zero.ProcStatus("VmRSS"); err != nil {
+	if r.RSSBytes, err = procstatus.Bytes("VmRSS"); err != nil {
 		return err
 	}
-	if r.PeakRSSBytes, err = zero.ProcStatus("VmHWM"); err != nil {
+	if r.PeakRSSBytes, err = procstatus.Bytes("VmHWM"); err != nil {
 		return err
 	}
 	// The program (its graph and the ops' buffers) is alive between steps of a training

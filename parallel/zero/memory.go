@@ -1,10 +1,7 @@
 package zero
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/internal/region"
@@ -109,27 +106,4 @@ func stateBytes(opt optim.Optimizer) int64 {
 		}
 	}
 	return n
-}
-
-// ProcStatus reads a "kB" field of /proc/self/status ("VmRSS", "VmHWM") in bytes.
-func ProcStatus(field string) (int64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, fmt.Errorf("zero: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || k != field {
-			continue
-		}
-		num := strings.TrimSuffix(strings.TrimSpace(v), " kB")
-		kb, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("zero: /proc/self/status %s=%q: %w", field, v, err)
-		}
-		return kb * 1024, nil
-	}
-	return 0, fmt.Errorf("zero: /proc/self/status has no %s", field)
 }

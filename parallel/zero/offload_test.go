@@ -2,6 +2,7 @@ package zero
 
 import (
 	"context"
+	"github.com/gorgonia-parallel/gp/internal/procstatus"
 	"github.com/gorgonia-parallel/gp/train"
 	"math"
 	"os"
@@ -75,7 +76,7 @@ func TestDiskOffload(t *testing.T) {
 	if err := disk.Optimizer().Step(); err != nil {
 		t.Fatal(err)
 	}
-	in, err := ProcStatus("VmRSS")
+	in, err := procstatus.Bytes("VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestDiskOffload(t *testing.T) {
 	if err := disk.releaseState(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ProcStatus("VmRSS")
+	out, err := procstatus.Bytes("VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
