@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #include "avx2_common.h"
 #include "geom.h"
+#include "gelu_coef.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -571,35 +572,19 @@ static void gp2_maxpool_scatter(const int *arg, const float *dy, float *dx, long
 // gp2c_fma is gp5_fma: the fused multiply-adds of both levels are the same ones.
 static inline __m256d gp2c_fma(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
 
-// gp2c_gelu_poly is gp5_gelu_poly (geluPoly).
-static inline __m256d gp2c_gelu_poly(__m256d u) {
+// gp2c_estrin15 is c[0] + c[1]·u + ... + c[15]·u¹⁵ (a table of gelu_coef.h) in Estrin's
+// form, as geluPoly and geluDPoly evaluate it.
+static inline __m256d gp2c_estrin15(__m256d u, const double *c) {
 	__m256d u2 = _mm256_mul_pd(u, u), u4 = _mm256_mul_pd(u2, u2), u8 = _mm256_mul_pd(u4, u4);
-	__m256d p01 = gp2c_fma(u, _mm256_set1_pd(-0.06649038006680015), _mm256_set1_pd(0.39894228040143004));
-	__m256d p23 = gp2c_fma(u, _mm256_set1_pd(-0.0011873282124595394), _mm256_set1_pd(0.0099735570091643178));
-	__m256d p45 = gp2c_fma(u, _mm256_set1_pd(-9.444649762361889e-06), _mm256_set1_pd(0.00011543468196476989));
-	__m256d p67 = gp2c_fma(u, _mm256_set1_pd(-4.1224035718357565e-08), _mm256_set1_pd(6.6596439329511334e-07));
-	__m256d p89 = gp2c_fma(u, _mm256_set1_pd(-1.1272713907955225e-10), _mm256_set1_pd(2.272518984736298e-09));
-	__m256d pAB = gp2c_fma(u, _mm256_set1_pd(-2.028748971068135e-13), _mm256_set1_pd(5.0528826071955501e-12));
-	__m256d pCD = gp2c_fma(u, _mm256_set1_pd(-1.9687353213115407e-16), _mm256_set1_pd(7.052033436517055e-15));
-	__m256d pEF = gp2c_fma(u, _mm256_set1_pd(-3.7847069480513205e-20), _mm256_set1_pd(3.8297665372266678e-18));
-	return gp2c_fma(u8, gp2c_fma(u4, gp2c_fma(u2, pEF, pCD), gp2c_fma(u2, pAB, p89)),
-		gp2c_fma(u4, gp2c_fma(u2, p67, p45), gp2c_fma(u2, p23, p01)));
+	__m256d p[8];
+	for (int i = 0; i < 8; i++) p[i] = gp2c_fma(u, _mm256_set1_pd(c[2 * i + 1]), _mm256_set1_pd(c[2 * i]));
+	return gp2c_fma(u8, gp2c_fma(u4, gp2c_fma(u2, p[7], p[6]), gp2c_fma(u2, p[5], p[4])),
+		gp2c_fma(u4, gp2c_fma(u2, p[3], p[2]), gp2c_fma(u2, p[1], p[0])));
 }
 
-// gp2c_gelu_dpoly is gp5_gelu_dpoly (geluDPoly).
-static inline __m256d gp2c_gelu_dpoly(__m256d u) {
-	__m256d u2 = _mm256_mul_pd(u, u), u4 = _mm256_mul_pd(u2, u2), u8 = _mm256_mul_pd(u4, u4);
-	__m256d p01 = gp2c_fma(u, _mm256_set1_pd(-0.26596152026562236), _mm256_set1_pd(0.79788456080282899));
-	__m256d p23 = gp2c_fma(u, _mm256_set1_pd(-0.0094986256541630155), _mm256_set1_pd(0.059841342041515748));
-	__m256d p45 = gp2c_fma(u, _mm256_set1_pd(-0.00011333571151029705), _mm256_set1_pd(0.0011543467391400277));
-	__m256d p67 = gp2c_fma(u, _mm256_set1_pd(-6.5955642667378339e-07), _mm256_set1_pd(9.3234421590961261e-06));
-	__m256d p89 = gp2c_fma(u, _mm256_set1_pd(-2.2522875125179206e-09), _mm256_set1_pd(4.0895929761412453e-08));
-	__m256d pAB = gp2c_fma(u, _mm256_set1_pd(-4.8211956449980554e-12), _mm256_set1_pd(1.1077464727698868e-10));
-	__m256d pCD = gp2c_fma(u, _mm256_set1_pd(-5.281241401235269e-15), _mm256_set1_pd(1.7926353332674225e-13));
-	__m256d pEF = gp2c_fma(u, _mm256_set1_pd(-1.0937834743485665e-18), _mm256_set1_pd(1.0712674082007008e-16));
-	return gp2c_fma(u8, gp2c_fma(u4, gp2c_fma(u2, pEF, pCD), gp2c_fma(u2, pAB, p89)),
-		gp2c_fma(u4, gp2c_fma(u2, p67, p45), gp2c_fma(u2, p23, p01)));
-}
+// gp2c_gelu_poly is geluPoly, gp2c_gelu_dpoly geluDPoly.
+static inline __m256d gp2c_gelu_poly(__m256d u) { return gp2c_estrin15(u, gp_gelu_p); }
+static inline __m256d gp2c_gelu_dpoly(__m256d u) { return gp2c_estrin15(u, gp_gelu_d); }
 
 // gp2c_mills is gp5_mills (geluMills).
 static inline __m256d gp2c_mills(__m256d a) {
