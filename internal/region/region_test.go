@@ -28,10 +28,12 @@ func fill(f []float32) {
 	}
 }
 
-// Every constructor gives n elements that read as zeros.
-func TestNewReadsZeros(t *testing.T) {
-	const n = 5000
-	for _, tc := range []struct {
+// constructors are the ways to make a region, a file region in a folder of t's.
+func constructors(t *testing.T) []struct {
+	name string
+	new  func(name string, n int) (*Region, error)
+} {
+	return []struct {
 		name string
 		new  func(name string, n int) (*Region, error)
 	}{
@@ -40,7 +42,13 @@ func TestNewReadsZeros(t *testing.T) {
 		{"file", func(name string, n int) (*Region, error) {
 			return NewFile(name, filepath.Join(t.TempDir(), "r.f32"), n)
 		}},
-	} {
+	}
+}
+
+// Every constructor gives n elements that read as zeros.
+func TestNewReadsZeros(t *testing.T) {
+	const n = 5000
+	for _, tc := range constructors(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := tc.new(tc.name, n)
 			if errors.Is(err, errors.ErrUnsupported) {
@@ -153,16 +161,7 @@ func TestReleaseAndFreeRanges(t *testing.T) {
 // After Close every method is a no-op, as on a nil region, whatever its range: Floats is
 // nil, Held and Resident 0, the others return nil, and a second Close does nothing.
 func TestClosedRegion(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		new  func(name string, n int) (*Region, error)
-	}{
-		{"anon", NewAnon},
-		{"zeros", NewZeros},
-		{"file", func(name string, n int) (*Region, error) {
-			return NewFile(name, filepath.Join(t.TempDir(), "r.f32"), n)
-		}},
-	} {
+	for _, tc := range constructors(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := tc.new(tc.name, 1000)
 			if errors.Is(err, errors.ErrUnsupported) {

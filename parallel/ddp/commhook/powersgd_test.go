@@ -18,7 +18,12 @@ import (
 // psgdParams lays out a bucket as DDP would: a conv weight [6,2,3,3] (a 6×18 matrix), a bias
 // [6], a linear weight [10,40] and a [2,2] weight too small to gain from compression at rate 2.
 func psgdParams() ([]*nn.Param, int) {
-	shapes := [][]int{{6, 2, 3, 3}, {6}, {10, 40}, {2, 2}}
+	return paramsOf([][]int{{6, 2, 3, 3}, {6}, {10, 40}, {2, 2}})
+}
+
+// paramsOf lays out parameters of the given shapes one after another in a bucket, and
+// returns them and the bucket's length.
+func paramsOf(shapes [][]int) ([]*nn.Param, int) {
 	var ps []*nn.Param
 	off := 0
 	for i, sh := range shapes {
@@ -353,17 +358,7 @@ func TestPowerSGDRefusals(t *testing.T) {
 // feedback, M·Q, Gram-Schmidt, Mᵀ·P, P·Qᵀ, at ranks 1 and 4. Compare with the plain hook's
 // division of the same bucket (BenchmarkPowerSGDCompute/none).
 func BenchmarkPowerSGDCompute(b *testing.B) {
-	shapes := [][]int{{10, 1024}, {10}, {1024, 1024}, {1024}, {1024, 784}, {1024}}
-	var ps []*nn.Param
-	off := 0
-	for i, sh := range shapes {
-		n := 1
-		for _, d := range sh {
-			n *= d
-		}
-		ps = append(ps, &nn.Param{Name: fmt.Sprint("p", i), Shape: sh, Data: make([]float32, n), Offset: off})
-		off += n
-	}
+	ps, off := paramsOf([][]int{{10, 1024}, {10}, {1024, 1024}, {1024}, {1024, 784}, {1024}})
 	grad := make([]float32, off)
 	rng := rand.New(rand.NewSource(1))
 	for i := range grad {
