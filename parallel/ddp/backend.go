@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
@@ -167,10 +168,10 @@ type hostExec struct {
 func (x hostExec) Compiled() *nn.Program        { return x.Program }
 func (x hostExec) Update(context.Context) error { return x.Program.Update() }
 
-// Ranged is the program's optimizer when it is a RangedOptimizer over the model's gradient
-// buffer.
+// Ranged is the program's optimizer when it is an optim.Ranged over the model's gradient
+// buffer (an optimizer that is not one steps whole after the last reduction).
 func (x hostExec) Ranged() BucketStepper {
-	r, ok := x.Optimizer().(RangedOptimizer)
+	r, ok := x.Optimizer().(optim.Ranged)
 	if !ok || !r.GradsWithin(x.d.Model.Params.Grad) {
 		return nil
 	}
@@ -180,7 +181,7 @@ func (x hostExec) Ranged() BucketStepper {
 // hostStepper updates a bucket in pieces, yielding between them to reductions still under
 // way (Note [Yielding to communication]); pieces give the same bits (optim.Ranged).
 type hostStepper struct {
-	r RangedOptimizer
+	r optim.Ranged
 	d *DDP
 }
 

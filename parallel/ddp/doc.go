@@ -56,7 +56,7 @@
 //
 // # Optimizer overlap
 //
-// Program.Step with an optimizer that can step in pieces (RangedOptimizer: optim.SGD, Adam,
+// Program.RunStep with an optimizer that can step in pieces (optim.Ranged: optim.SGD, Adam,
 // AdamW) updates each bucket's parameters as soon as that bucket's all-reduce completes,
 // while the later buckets are still reducing. The rank that finishes backward first spends
 // its wait for the slower rank's last gradients updating parameters instead of idling. The

@@ -157,18 +157,6 @@ func (p *Program) run(ctx context.Context, done func(*Bucket) error) error {
 // communication: 1 MiB of parameters, a few tenths of a millisecond of SGD or Adam.
 const stepPiece = 1 << 18
 
-// RangedOptimizer is an optimizer that can apply one step in pieces (optim.SGD, optim.Adam
-// and AdamW implement it; see optim.Ranged): RunStep then updates each bucket's parameters
-// as soon as that bucket's all-reduce has completed, while the later buckets are still
-// reducing, which fills the time a rank would otherwise spend waiting for the slowest rank's
-// last gradients. The result is bit-identical to Step after Run.
-type RangedOptimizer interface {
-	GradsWithin(buf []float32) bool
-	BeginStep() error
-	StepGrads(grad []float32) error
-	EndStep() error
-}
-
 // Step applies the program's optimizer (see Program) to the reduced gradients, with the
 // optimizer on the timeline, then zeroes the gradients.
 func (p *Program) Step(ctx context.Context) error {
@@ -185,7 +173,7 @@ func (p *Program) Step(ctx context.Context) error {
 }
 
 // RunStep is Run followed by Step. When the program's optimizer can update bucket by bucket
-// (Executor.Ranged: on the host a RangedOptimizer whose gradients all lie in the model's
+// (Executor.Ranged: on the host an optim.Ranged whose gradients all lie in the model's
 // gradient buffer, on a device the device state's) and the step reduces gradients (not
 // under NoSync), each bucket's parameters are updated as soon as the bucket's reduction has
 // landed. If a reduction fails, the buckets before it may already be updated: the group is
