@@ -273,6 +273,11 @@ func (w *work) describe() string {
 	return fmt.Sprintf("rank %d: %s seq %d (%s)", w.g.rank, w.kind, w.seq, humanBytes(w.bytes()))
 }
 
+// Failed returns a Work that has already completed with err: Done is closed and Wait
+// returns err. Callers that keep one Work per operation use it where the operation could
+// not be issued.
+func Failed(err error) Work { return doneWork{err} }
+
 // doneWork is a Work that has already completed.
 type doneWork struct{ err error }
 

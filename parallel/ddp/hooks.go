@@ -1,8 +1,6 @@
 package ddp
 
 import (
-	"context"
-
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 	"github.com/gorgonia-parallel/gp/parallel/ddp/internal/wire"
@@ -87,18 +85,3 @@ func DivideByWorld(x []float32, n int) {
 	}
 	simd.Div(x, float32(n))
 }
-
-// failedWork is a Work that has already failed.
-type failedWork struct {
-	err  error
-	done chan struct{}
-}
-
-func failed(err error) comm.Work {
-	w := &failedWork{err: err, done: make(chan struct{})}
-	close(w.done)
-	return w
-}
-
-func (w *failedWork) Done() <-chan struct{}      { return w.done }
-func (w *failedWork) Wait(context.Context) error { return w.err }

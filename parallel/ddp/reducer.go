@@ -140,7 +140,7 @@ func (d *DDP) launch(i int) {
 	start := time.Now()
 	w := d.be.Launch(d.st.ctx, b, d.cfg.hook)
 	if w == nil {
-		w = failed(errors.New("communication hook returned no Work"))
+		w = comm.Failed(errors.New("communication hook returned no Work"))
 	}
 	d.st.works[i] = w
 	step := d.steps

@@ -238,20 +238,11 @@ type DeviceWork interface {
 // FailedDeviceWork is a DeviceWork that failed before it was issued: Done and Enqueued are
 // closed, and Wait returns err. Callers that keep one DeviceWork per bucket or unit use it
 // where the collective could not be issued (an event that could not be recorded).
-func FailedDeviceWork(err error) DeviceWork {
-	w := &failedWork{err: err, done: make(chan struct{})}
-	close(w.done)
-	return w
-}
+func FailedDeviceWork(err error) DeviceWork { return failedWork{comm.Failed(err)} }
 
-type failedWork struct {
-	err  error
-	done chan struct{}
-}
+type failedWork struct{ comm.Work }
 
-func (w *failedWork) Done() <-chan struct{}      { return w.done }
-func (w *failedWork) Enqueued() <-chan struct{}  { return w.done }
-func (w *failedWork) Wait(context.Context) error { return w.err }
+func (w failedWork) Enqueued() <-chan struct{} { return w.Done() }
 
 // AllReduceDeviceAfter all-reduces n elements of type dt at device address p in place, on
 // the group's stream, ordered by events instead of host waits: the group's stream first
