@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/internal/bucketcut"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -246,11 +248,7 @@ func (s *Solver) bind(model []G.ValueGrad) error {
 		views[i] = v
 		layout[i] = fmt.Sprintf("learnable %s %v %v", v.name, []int(v.shape), v.dtype)
 	}
-	same := len(layout) == len(s.layout)
-	for i := 0; same && i < len(layout); i++ {
-		same = layout[i] == s.layout[i]
-	}
-	if !same {
+	if !slices.Equal(layout, s.layout) {
 		if s.passes > 0 {
 			return fmt.Errorf("%s: the learnables handed to Step changed within an accumulation of %d backward passes", s.name, s.cfg.backwardPasses)
 		}
@@ -385,15 +383,16 @@ func (s *Solver) accumulate() {
 		return
 	}
 	for i, v := range s.views {
-		sum := s.sums[i]
-		for j, x := range v.g32 {
-			sum[j] += float64(x)
-			v.g32[j] = 0
-		}
-		for j, x := range v.g64 {
-			sum[j] += x
-			v.g64[j] = 0
-		}
+		drain(s.sums[i], v.g32)
+		drain(s.sums[i], v.g64)
+	}
+}
+
+// drain adds g to sum and zeroes g.
+func drain[T float32 | float64](sum []float64, g []T) {
+	for j, x := range g {
+		sum[j] += float64(x)
+		g[j] = 0
 	}
 }
 
@@ -448,10 +447,7 @@ func (s *Solver) reduce() error {
 		copy(v.g32, dst32)
 		copy(v.g64, dst64)
 		if k > 1 {
-			inv := 1 / float32(k)
-			for j := range v.g32 {
-				v.g32[j] *= inv
-			}
+			simd.Scale(v.g32, 1/float32(k))
 			for j := range v.g64 {
 				v.g64[j] /= float64(k)
 			}
@@ -481,12 +477,14 @@ func (s *Solver) pack(i int) {
 	if s.passes == 0 || s.sums == nil {
 		return
 	}
-	sum := s.sums[i]
-	for j, x := range dst32 {
-		dst32[j] = float32(sum[j] + float64(x))
-	}
-	for j := range dst64 {
-		dst64[j] += sum[j]
+	addSum(dst32, s.sums[i])
+	addSum(dst64, s.sums[i])
+}
+
+// addSum adds sum to dst, rounding once to dst's type.
+func addSum[T float32 | float64](dst []T, sum []float64) {
+	for j, x := range dst {
+		dst[j] = T(sum[j] + float64(x))
 	}
 }
 
