@@ -47,13 +47,9 @@ func (d *DDP) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, err
 // graphUnused lists the parameters of ps that np's graph does not use (known at build
 // time): marked ready before backward under FindUnusedParameters and StaticGraph.
 func graphUnused(ps *nn.ParamSet, np *nn.Program) []*nn.Param {
-	used := map[*nn.Param]bool{}
-	for _, q := range np.Builder.UsedParams() {
-		used[q] = true
-	}
 	var out []*nn.Param
 	for _, q := range ps.Params {
-		if !used[q] {
+		if np.Builder.Leaf(q) == nil {
 			out = append(out, q)
 		}
 	}
@@ -105,9 +101,6 @@ func (p *Program) ZeroGrad() error {
 
 // Close releases the backend's program.
 func (p *Program) Close() error { return p.x.Close() }
-
-// GraphUnused lists the parameters the program's graph does not use (known at build time).
-func (p *Program) GraphUnused() []*nn.Param { return p.graphUnused }
 
 // Run runs one step on this rank: forward, and backward during which every full bucket of
 // gradients starts its reduction; then it waits for the reductions, so that on return the

@@ -319,11 +319,7 @@ func (d *DataParallel) bind(r *replica, b Batch, per map[string]int) error {
 		if shape == nil {
 			return fmt.Errorf("the graph declares no input %q", name)
 		}
-		got := 1
-		for _, s := range shape[1:] {
-			got *= s
-		}
-		if len(shape) == 0 || shape[0] != r.n || got != k {
+		if len(shape) == 0 || shape[0] != r.n || perSample(shape) != k {
 			return fmt.Errorf("input %q has shape %v, want a chunk of %d samples of %d values each", name, shape, r.n, k)
 		}
 	}
@@ -332,6 +328,16 @@ func (d *DataParallel) bind(r *replica, b Batch, per map[string]int) error {
 	}
 	r.prog = x
 	return nil
+}
+
+// perSample is the number of values in one sample of an input of the given shape (batch
+// first, len(shape) > 0): the product of its other dimensions.
+func perSample(shape []int) int {
+	n := 1
+	for _, s := range shape[1:] {
+		n *= s
+	}
+	return n
 }
 
 // program returns r's cached program for chunk size n, compiling it on first use.

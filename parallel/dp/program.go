@@ -66,10 +66,7 @@ func (p *Program) checkInput(name string, got int) error {
 	if len(shape) == 0 {
 		return fmt.Errorf("dp: the graph declares no input %q", name)
 	}
-	per := 1
-	for _, s := range shape[1:] {
-		per *= s
-	}
+	per := perSample(shape)
 	if want := p.n * per; got != want {
 		hint := ""
 		if got == sizes[0]*per {
