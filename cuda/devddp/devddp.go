@@ -266,14 +266,9 @@ func (b *Backend) Land(ctx context.Context, bk *ddp.Bucket, w comm.Work) error {
 	if !ok {
 		return w.Wait(ctx)
 	}
-	select {
-	case <-dw.Enqueued():
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the reduction to be enqueued: %w", ctx.Err())
-	}
 	dev := b.st.Device()
-	if err := dev.Context().StreamWaitEvent(dev.Stream(), b.reduced[bk.Index]); err != nil {
-		return fmt.Errorf("waiting for the reduction: %w", err)
+	if err := nccl.StreamWait(ctx, dev.Context(), dev.Stream(), dw, b.reduced[bk.Index], "reduction"); err != nil {
+		return err
 	}
 	if b.wire == comm.Float32 {
 		return nil
@@ -392,19 +387,8 @@ type exec struct {
 // Compiled is the nn program the device program was lowered from.
 func (x exec) Compiled() *nn.Program { return x.CPU() }
 
-// Update applies the device optimizer to every parameter (without zeroing the gradients).
-func (x exec) Update(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := x.st.BeginStep(); err != nil {
-		return err
-	}
-	if err := x.st.StepRange(0, x.st.Grads().Len()); err != nil {
-		return err
-	}
-	return x.st.EndStep()
-}
+// Update is the device state's Update.
+func (x exec) Update(ctx context.Context) error { return x.st.Update(ctx) }
 
 // Ranged is the device optimizer, stepping each bucket's range after its reduction.
 func (x exec) Ranged() ddp.BucketStepper {

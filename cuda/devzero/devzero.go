@@ -331,7 +331,7 @@ func (e *Backend) GatherParams(ctx context.Context) ([]float32, error) {
 	for i, u := range e.units {
 		blk, w, err := e.gather(i)
 		if err == nil {
-			err = e.streamWait(ctx, w, e.gathered[i], "all-gather")
+			err = nccl.StreamWait(ctx, e.dev.Context(), e.dev.Stream(), w, e.gathered[i], "all-gather")
 		}
 		var v *cuda.Tensor
 		if err == nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
-	"github.com/gorgonia-parallel/gp/cuda/driver"
 	"github.com/gorgonia-parallel/gp/cuda/libnccl"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/parallel/comm/nccl"
@@ -39,7 +38,7 @@ func (h unitHooks) Need(u int, ph tape.Phase) (*cuda.Tensor, error) {
 	e.emit("need", u, ph)
 	if w := e.pend[u]; w != nil {
 		e.pend[u] = nil
-		if err := e.streamWait(e.ctx, w, e.gathered[u], "all-gather"); err != nil {
+		if err := nccl.StreamWait(e.ctx, e.dev.Context(), e.dev.Stream(), w, e.gathered[u], "all-gather"); err != nil {
 			return nil, fmt.Errorf("devzero: rank %d: unit %s: %w", e.rank, e.units[u].Name, err)
 		}
 	}
@@ -113,20 +112,6 @@ func (e *Backend) gather(i int) (*cuda.Tensor, nccl.DeviceWork, error) {
 	}
 	w := e.coll.AllGatherDeviceAfter(blk.Ptr(), at(e.shardP, u.ShardBase), u.Shard, libnccl.Float32, e.gwait[i], e.gathered[i])
 	return blk, w, nil
-}
-
-// streamWait makes the compute stream wait for w, a collective (what) on the group's
-// stream that records done when it ends.
-func (e *Backend) streamWait(ctx context.Context, w nccl.DeviceWork, done driver.Event, what string) error {
-	select {
-	case <-w.Enqueued():
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the %s to be enqueued: %w", what, ctx.Err())
-	}
-	if err := e.dev.Context().StreamWaitEvent(e.dev.Stream(), done); err != nil {
-		return fmt.Errorf("waiting for the %s: %w", what, err)
-	}
-	return nil
 }
 
 // waitGathers waits for the Run's all-gathers to end and reports their errors.

@@ -146,7 +146,7 @@ func (r reducer) Launch(i int) nccl.DeviceWork {
 func (r reducer) Retire(i int, w nccl.DeviceWork) error {
 	e, u := r.e, r.e.units[i]
 	if w != nil {
-		if err := e.streamWait(e.ctx, w, e.reduced[i], "reduce-scatter"); err != nil {
+		if err := nccl.StreamWait(e.ctx, e.dev.Context(), e.dev.Stream(), w, e.reduced[i], "reduce-scatter"); err != nil {
 			return err
 		}
 		g, err := e.shardG.View(u.ShardBase, u.Shard)

@@ -224,9 +224,9 @@ func (s *State) ZeroGrad() error {
 	return nil
 }
 
-// Step applies the device optimizer to every parameter, then zeroes the gradients (train's
-// Step). Without an optimizer (no Compile gave one) it is an error.
-func (s *State) Step(ctx context.Context) error {
+// Update applies the device optimizer to every parameter, without zeroing the gradients.
+// Without an optimizer (no Compile gave one) it is an error.
+func (s *State) Update(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -236,7 +236,12 @@ func (s *State) Step(ctx context.Context) error {
 	if err := s.StepRange(0, s.grad.Len()); err != nil {
 		return err
 	}
-	if err := s.EndStep(); err != nil {
+	return s.EndStep()
+}
+
+// Step is Update, then ZeroGrad (train's Step).
+func (s *State) Step(ctx context.Context) error {
+	if err := s.Update(ctx); err != nil {
 		return err
 	}
 	return s.ZeroGrad()

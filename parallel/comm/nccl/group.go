@@ -244,6 +244,21 @@ type failedWork struct{ comm.Work }
 
 func (w failedWork) Enqueued() <-chan struct{} { return w.Done() }
 
+// StreamWait makes stream s of context c wait for w, a collective (what, for the errors)
+// whose end records done: it waits on the host only until w is enqueued, then queues the
+// event wait on s. It returns ctx's error if ctx ends first.
+func StreamWait(ctx context.Context, c driver.Context, s driver.Stream, w DeviceWork, done driver.Event, what string) error {
+	select {
+	case <-w.Enqueued():
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the %s to be enqueued: %w", what, ctx.Err())
+	}
+	if err := c.StreamWaitEvent(s, done); err != nil {
+		return fmt.Errorf("waiting for the %s: %w", what, err)
+	}
+	return nil
+}
+
 // AllReduceDeviceAfter all-reduces n elements of type dt at device address p in place, on
 // the group's stream, ordered by events instead of host waits: the group's stream first
 // waits for wait (recorded by the caller on its compute stream once the data is final; 0
