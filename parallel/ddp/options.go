@@ -120,14 +120,10 @@ func TimelineSteps(n int) Option { return func(c *config) { c.timelineSteps = ma
 // replica.DefaultCheckEvery; 0 turns the check off. Every rank must use the same value.
 func CheckEvery(steps int) Option { return func(c *config) { c.checkEvery = steps } }
 
-// WithBackend makes b the backend of the DDP that New makes: the model then runs and its
-// buckets reduce where b says (cuda/devddp.NewBackend: on a CUDA device, reduced by NCCL),
-// instead of in host memory over the group. New accepts b (Backend.Accept) after it has
-// checked the models and broadcast rank 0's parameters, so a backend that copies the
-// parameters elsewhere copies rank 0's; b refuses there, and New with it, an option it cannot
-// honour or a model it cannot hold, the error naming WithBackend and b. The optimizer is
-// Compile's nn.WithOptimizer on every backend. b stays the caller's, to close after the DDP's
-// last step (or after New failed). NewSolver refuses it: a wrapped solver steps host memory.
+// WithBackend makes b the backend of the DDP that New makes (cuda/devddp.NewBackend: a CUDA
+// device, reduced by NCCL) instead of host memory over the group; New accepts it as its
+// doc says. b stays the caller's, to close after the DDP's last step (or after New failed).
+// NewSolver refuses it: a wrapped solver steps host memory.
 func WithBackend(b Backend) Option {
 	return func(c *config) { c.backend, c.backendSet = b, true }
 }

@@ -21,11 +21,14 @@
 //     with the same weights, grad += Σ_i (n_i/N)·grad_i, so that the master holds the gradient
 //     a single process would compute for the global batch's mean loss, even for uneven chunks.
 //     Each replica accumulates into its own flat buffer (nn.WithGradBuffer) so that replicas
-//     never write the same memory. Like PyTorch's .grad, the master's buffer accumulates over
-//     Runs (gradient accumulation) until Step or ZeroGrad zeroes it.
+//     never write the same memory, and each element is summed in replica order
+//     (deterministic for a given R and chunking; docs/DESIGN.md §6 says why a direct sum and
+//     not an all-reduce). Like PyTorch's .grad, the master's buffer accumulates over Runs
+//     (gradient accumulation) until Step or ZeroGrad zeroes it.
 //
-// Step then applies the optimizer (or gorgonia solver) given at build time once, on the
-// master's buffers, and zeroes them.
+// Step then applies the optimizer (or gorgonia solver) given once, as nn.WithOptimizer in
+// [WithBuildOptions], on the master's buffers, and zeroes them. Where the replicas run is a
+// [Backend]'s; everything in this doc holds on every backend.
 //
 // PyTorch computes the loss on the master from the gathered outputs; here each replica's
 // graph ends in its chunk's mean loss (what users do to keep the loss off device 0, and what
@@ -33,28 +36,6 @@
 // the gathered batch scales each replica's output gradient by 1/N, here the reduction scales
 // the replica's mean-loss gradient by n_i/N. A loss that is a sum over samples takes
 // [WithSumLoss] (weights 1).
-//
-// # Parameters and devices
-//
-// Where replicas run is a [Backend]'s business; everything above is the DataParallel's, the
-// same on every backend. The host backend (the default) runs CPU replicas: every replica's
-// graph binds its parameter leaves to the model's flat value buffer (no copy, read-only
-// during a step), so there is no per-step replication. PyTorch broadcasts parameters to every
-// GPU each step, and so does cuda/devdp's backend ([WithBackend] with devdp.NewBackend(devs...)):
-// the parameters copied from the master's device to each replica's, the gradients added back
-// onto the master's, one optimizer step on the master's device. The optimizer is given once,
-// for every backend, as nn.WithOptimizer in [WithBuildOptions]; a backend refuses at [New],
-// naming it, an option it cannot honour. This package stays free of cgo; without a backend,
-// [New] refuses GPU devices with [ErrDeviceUnsupported].
-//
-// # Why a direct sum and not comm's in-process all-reduce
-//
-// DataParallel needs a reduce to one place, not an all-reduce: every replica's result but the
-// master's would be thrown away. The replicas' buffers are in this process, so the master
-// reads them directly: one pass over R buffers, elements split across goroutines, each
-// element summed in replica order (deterministic for a given R and chunking), no copies, no
-// message framing. comm's local backend would move every gradient through its transport and
-// give every rank the sum (R times the work); it exists for DDP's ranks, which do need it.
 //
 // # BatchNorm
 //
@@ -69,14 +50,6 @@
 // statistics of the whole global batch, in forward and in backward, and every rank's running
 // statistics move identically; it is equivalent to one process on the global batch, at the
 // cost of a collective per BatchNorm layer, twice per step.
-//
-// # Memory
-//
-// [DataParallel.Memory] reports the bytes each replica holds: the values of its graphs (input
-// chunks, activations and gradients, one set per cached chunk size) and its gradient buffer.
-// The master (replica 0) also holds the parameters, the running statistics, the optimizer
-// state and the gathered outputs, which is the imbalance the DataParallel literature measures
-// on GPU 0.
 //
 // # Threads
 //

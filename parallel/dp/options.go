@@ -46,10 +46,8 @@ func WithSumLoss() Option { return func(c *config) { c.sumLoss = true } }
 // result does not depend on n. A device backend sums on the master device and refuses it.
 func WithReduceWorkers(n int) Option { return func(c *config) { c.workers = n } }
 
-// WithBackend runs the replicas on b's devices: cuda/devdp's backend runs them on CUDA
-// devices (dp.WithBackend(devdp.NewBackend(devs...))). Everything else (the split, the
-// weights, the gather, failures, the verbs) is the DataParallel's, the same on every
-// backend. The default is the host's: goroutines over the model's host memory.
+// WithBackend runs the replicas on b (see Backend), for example on CUDA devices with
+// dp.WithBackend(devdp.NewBackend(devs...)). The default is the host backend.
 func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
 
 func newConfig(opts []Option) config {
