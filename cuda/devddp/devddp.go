@@ -26,10 +26,8 @@
 // and BF16Compress (ddp.HookWire's 16-bit recipes) the bucket is rounded, divided and
 // rounded again into a 16-bit device buffer on the compute stream, all-reduced as 16-bit
 // values, and widened back on the compute stream when it lands: the host hooks' arithmetic,
-// in device memory. Every other hook (commhook.PowerSGD, a HookFunc) is Go code over host memory and runs as it is: the
-// bucket is copied to pinned host memory once its gradients are written, the hook runs on
-// the copy over the DDP's host group where the host path runs it, and its result is copied
-// back into the bucket before it lands (Note [Host hooks on the device]).
+// in device memory. Every other hook (commhook.PowerSGD, a HookFunc) runs as it is on a
+// pinned host copy of each bucket (Note [Host hooks on the device]).
 //
 // Host-side collectives keep ddp's order: the buffer broadcast before forward (BatchNorm's
 // running statistics are the host's, Note [Running statistics on the device]), under
@@ -59,11 +57,9 @@ type Reducer interface {
 }
 
 // Backend is ddp.Backend on a CUDA device: a tape.State's device buffers, reduced by a
-// Reducer. It runs the hooks with a ddp.HookWire recipe (AllReduceHook, the default, and
-// commhook.FP16Compress and BF16Compress) in device memory; for a world that is not a power
-// of two the division multiplies by the float32 reciprocal of the world size (within an ulp
-// of the host's division). Every other hook (commhook.PowerSGD, a HookFunc) runs on a pinned
-// host copy of each bucket over the DDP's group (Note [Host hooks on the device]).
+// Reducer, every hook taken as the package doc says. For a world that is not a power of two
+// the division multiplies by the float32 reciprocal of the world size (within an ulp of the
+// host's division).
 type Backend struct {
 	dev            *cuda.Device
 	st             *tape.State // the DDP model's, made by Accept
@@ -81,11 +77,10 @@ type Backend struct {
 }
 
 // NewBackend returns the device backend on dev, its buckets reduced by red (an nccl.Group on
-// dev over the DDP's ranks), for ddp.WithBackend: ddp.New accepts it once it has checked the
-// models and broadcast rank 0's parameters, and the backend then copies the model to dev as
-// a tape.State (State). The optimizer is Compile's nn.WithOptimizer, copied to the device by
-// the state (tape.State.Compile). Close it after the DDP's last step, or after ddp.New
-// failed; the device and the groups are the caller's.
+// dev over the DDP's ranks), for ddp.WithBackend; ddp.New accepts it (Accept). The
+// optimizer is Compile's nn.WithOptimizer, copied to the device by the state
+// (tape.State.Compile). Close it after the DDP's last step, or after ddp.New failed; the
+// device and the groups are the caller's.
 func NewBackend(dev *cuda.Device, red Reducer) *Backend {
 	return &Backend{dev: dev, red: red, wire: comm.Float32}
 }
@@ -113,10 +108,9 @@ func (b *Backend) Close() {
 }
 
 // Accept makes the device state of m, the DDP's model, whose parameters are rank 0's by
-// then, and takes every hook: one with a ddp.HookWire recipe (AllReduceHook,
-// commhook.FP16Compress and BF16Compress) runs in device memory, any other on pinned host
-// copies of the buckets, over s.Group (Note [Host hooks on the device]). SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm
-// on the device]), its statistics summed over the DDP's host group. It refuses a backend
+// then, and takes every hook (a ddp.HookWire recipe in device memory, any other over
+// s.Group). SyncBatchNorm runs on the device (cuda/tape's Note [SyncBatchNorm on the
+// device]), its statistics summed over the DDP's host group. It refuses a backend
 // made without a device or reducer, one already accepted by a DDP (of another model, or of
 // this one), and a group whose size is not the reducer's.
 func (b *Backend) Accept(m *nn.Model, s ddp.Settings) error {

@@ -7,16 +7,11 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// Checkpoints are parallel/zero's (zero.Shard): the device backend copies its parameter
-// shard into the host master copy and its moments into the host optimizer's state buffers
-// (the segments' concatenation, padding left out), which the engine then writes as the host
-// engine does; a Load reads them there and the backend copies them to the device. Under
-// OffloadCPU the host copies are the state itself. The device's arithmetic is the host
-// optimizer's (its step count and learning rate are in the checkpoint), so a resumed run
-// continues bit for bit.
-
-// Checkpoint is zero.Backend's: the shard over the host copies, brought up to date from
-// the device for a Save (save true); for a Load, once the device is done with them.
+// Checkpoint is zero.Backend's: the shard over the host copies (the master shard and the
+// host optimizer's state buffers, or under OffloadCPU the state itself), brought up to date
+// from the device for a Save (save true); for a Load, once the device is done with them.
+// The engine writes and reads them as the host engine does, step count and learning rate
+// included, so a resumed run continues bit for bit.
 func (e *Backend) Checkpoint(ctx context.Context, save bool) (zero.Shard, error) {
 	s := zero.Shard{Group: e.coll, Params: e.model.Params, Segments: e.opt.segs, Optimizer: e.opt.host}
 	if save {

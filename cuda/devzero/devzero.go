@@ -11,61 +11,30 @@
 //	for each batch { p.SetInput(...); err = train.RunStep(ctx, p) }
 //	err = e.Save(ctx, dir, tag)                          // collective: parallel/zero's format
 //
-// The engine is zero.New's, with its options, names and contracts (New checks that the
-// ranks' models agree, broadcasts rank 0's parameters and buffers and cuts the units and
-// shards, zero.Layout: the flat parameter buffer is cut into units by a key of the
-// parameters' names, zero.DepthKey(1) by default, each unit padded to a multiple of the world
-// size N, and rank r owns elements [r·Shard, (r+1)·Shard) of every unit, which is what
-// NCCL's equal-count all-gather and reduce-scatter move). The Backend keeps the shards and
-// runs the programs, the gradient shard's operations included (the engine's UnscaleGrads,
-// ScaleGrads, GradSumSquares and ClipGradNorm; ShardGrad and ShardParams copy the shards to
-// the host); what exists only on the device is the Backend's (the device's Memory, SetTrace,
-// State). Checkpoints are zero's (zero.Shard, checkpoint.go):
-// the device shard and the optimizer's moments are copied to host memory and written as the
-// host engine writes them, so a checkpoint resumes bit-identically on either backend and,
-// resharded, at another world size.
+// The engine is zero.New's, with its options, names and contracts (it checks the models,
+// broadcasts rank 0's and cuts the units and shards, zero.Layout); the Backend keeps the
+// shards and runs the programs, the gradient shard's operations included. What exists only
+// on the device is the Backend's (Memory, SetTrace, State). Checkpoints are zero's
+// (Checkpoint), so one resumes bit-identically on either backend and, resharded, at another
+// world size.
 //
-// A training Run gathers a unit just before its first reader, ahead of use: cuda/tape's unit
-// hooks (tape.NewUnitState) call the backend right before the first step that reads a
-// unit's parameters and right after the last, in forward and again in backward. At "need
-// unit u" the backend issues the all-gathers of the next zero.WithPrefetch units of the
-// program's schedule (tape.Program.UnitSchedule) into blocks from the device's caching
-// allocator, on the group's stream after an event of the compute stream, and makes the
-// compute stream wait for u's; at "done with unit u" u's block is freed (the cache orders
-// its reuse after the kernels that read it). As parallel/zero on the CPU, a unit is freed
-// after its last forward reader and gathered again before its first backward reader (a
-// unit needed again within the prefetch window stays, as the last unit between forward and
-// backward). Gradients are added into a zeroed per-unit block; when the backward has handed
-// over a unit's last gradient, the compute stream records an event and the unit's
-// reduce-scatter (sum) is issued on the group's stream into a shard-sized block while the
-// backward goes on; at the next unit's reduction (or after the backward) the compute stream
-// waits for it, adds the result divided by N into the rank's gradient shard (gradients
-// accumulate there until Step or ZeroGrad) and frees the gradient block; the schedule is
-// parallel/zero's (zero.ReduceSchedule), as on the host, but it waits for every parameter of
-// a unit where the host waits for those the program uses: a unit holding a parameter that
+// In a training Run, cuda/tape's unit hooks (tape.NewUnitState) call the backend right
+// before a unit's first reader and after its last, in forward and again in backward: the
+// backend gathers the next zero.WithPrefetch units of the program's schedule ahead of use
+// and frees a unit's block after its last reader (Need, Done); a unit's gradients are
+// reduce-scattered as soon as the backward has handed over its last one, while the backward
+// goes on, and added into the gradient shard at the next unit's reduction (Retire). The
+// schedule is parallel/zero's (zero.ReduceSchedule), but it waits for every parameter of a
+// unit where the host waits for those the program uses: a unit holding a parameter that
 // does not reach the loss reduces after the backward, not beside it. RunStep
-// (train.Overlapped) steps each unit's shard with the device AdamW right after, while later
-// units still reduce.
-//
-// Memory: the persistent device state is the parameter shard, the gradient shard and the
-// optimizer's moments, 1/N each (plus under N elements of padding per unit); during a Run
-// the device holds the gathered parameters of the units in use and prefetched (about
-// 1+prefetch units) and the gradient blocks of the units being reduced, not Ψ: Memory
-// reports the peaks.
+// (train.Overlapped) steps each unit's shard right after its reduction.
 //
 // The optimizer is zero.WithOptimizer's, built over the rank's shard in host memory as the
-// host engine builds it. On the device it must be optim.Adam or AdamW (zero.AdamW): the
-// device kernel takes its hyperparameters, learning rate and step count (optim's scalars,
-// optim.Hyper.AdamStep), and its host moments are only a checkpoint's staging, written at
-// Save and Load. zero.WithOffload(zero.OffloadCPU, workers) keeps the master shard and the
-// optimizer state in host memory, and then any optimizer of package optim works: each
-// unit's gradient shard is copied into pinned host memory on the compute stream as soon as
-// its reduction has ended (while later units still reduce), Step runs the optimizer on the
-// CPU and copies the updated master shard back to the device asynchronously, ahead of the
-// next Run's gathers. zero.SyncBatchNorm sums the BatchNorm statistics over the group on the
-// host (cuda/tape's Note [SyncBatchNorm on the device]). zero.OffloadDisk, zero.WithOffloadDir
-// and zero.DiskMaster are the host engine's: zero.New refuses them, naming the option and
-// this backend.
+// host engine builds it: on the device optim.Adam or AdamW (zero.AdamW), stepped by a device
+// kernel with the host optimizer's scalars; under zero.WithOffload(zero.OffloadCPU, workers)
+// any optimizer of package optim, on a pinned host master shard. zero.SyncBatchNorm sums the
+// BatchNorm statistics over the group on the host (cuda/tape's Note [SyncBatchNorm on the
+// device]). Accept refuses the host engine's disk options, naming them.
 package devzero
 
 import (
