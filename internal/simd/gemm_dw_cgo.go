@@ -46,11 +46,17 @@ func GemmDW32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float
 }
 
 // GemmDWFits reports whether a linear layer's weight gradient, c (m×n) = aᵀ·b with k rows,
-// goes to GemmDW32 at the active level: n a multiple of 16, at least 4096 rows and c at most
-// 768×192 (swin_t's first two stages, where the kernel was measured 1.1x to 1.35x faster
-// than OpenBLAS at one thread). Larger c (its third and fourth stages, 1568 and 392 rows)
-// measured 0.8x to 1.04x: each block of k rows reads and writes all of c again, and OpenBLAS
-// is already near its roof there.
+// goes to GemmDW32 at the active level: n a multiple of 16, and either at least 4096 rows
+// with c at most 768×192 (swin_t's first two stages, where the kernel was measured 1.1x to
+// 1.35x faster than OpenBLAS at one thread), or, at level AVX512 only, at least 1536 rows
+// with c at most 384×384 (its third stage's attention projection, 1568 rows: 1.15x to
+// 1.19x; 0.58x at AVX2 against OpenBLAS's AVX-512 kernels). Larger c (the third stage's
+// other layers and the fourth's, 1568 and 392 rows) measured 0.8x to 1.04x: each block of k
+// rows reads and writes all of c again, and OpenBLAS is already near its roof there.
 func GemmDWFits(m, n, k int) bool {
-	return Current() != Off && m >= 1 && n%16 == 0 && k >= 4096 && m*n <= 768*192
+	l := Current()
+	if l == Off || m < 1 || n%16 != 0 {
+		return false
+	}
+	return k >= 4096 && m*n <= 768*192 || l == AVX512 && k >= 1536 && m*n <= 384*384
 }

@@ -9,12 +9,18 @@ package simd
 import "C"
 
 // GemmRowsFits reports whether GemmRows32 takes this product at the active level: AVX-512
-// only, n a multiple of 16, at least 4096 rows, op(b) at most 768×768, and k at most 768
-// when b is transposed (a linear layer's forward, y = x·wᵀ + b) or 384 when not (its data
-// gradient, dx = dy·w): the shapes of swin_t's first two stages, where the kernel was
-// measured faster than OpenBLAS at one thread (1.1x to 1.5x per layer, the bias in its
-// epilogue included) and slower beyond those k (0.65x on 6272x192x768 untransposed).
-func GemmRowsFits(tB bool, m, n, k int) bool { return m >= 4096 && rowsShape(tB, n, k) }
+// only, n a multiple of 16, op(b) at most 768×768, and k at most 768 when b is transposed (a
+// linear layer's forward, y = x·wᵀ + b) or 384 when not (its data gradient, dx = dy·w); and
+// at least 4096 rows, or at least 1536 with op(b) at most 384×384. Those are the shapes of
+// swin_t's first two stages and its third stage's attention projection (1568 rows, 384 by
+// 384), where the kernel was measured faster than OpenBLAS at one thread (1.1x to 1.5x per
+// layer, the bias in its epilogue included; 1.09x to 1.15x on the projection), and slower
+// beyond those k (0.65x on 6272x192x768 untransposed) or at 1568 rows with a larger op(b)
+// (0.94x to 0.97x on the third stage's qkv, fc1 and fc2 forwards, about 1.0x on its patch
+// merging).
+func GemmRowsFits(tB bool, m, n, k int) bool {
+	return rowsShape(tB, n, k) && (m >= 4096 || m >= 1536 && k*n <= 384*384)
+}
 
 // rowsShape is GemmRowsFits without the bound on rows, which applies to a whole product and
 // not to the row blocks it is split into.

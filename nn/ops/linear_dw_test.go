@@ -11,9 +11,10 @@ import (
 
 // TestLinearWeightGradMatchesReference runs the linear layer's weight gradient (dw = dyᵀ·x)
 // through linearGrad's GEMM choice at every SIMD level the CPU has, on shapes
-// simd.GemmDWFits takes (swin_t's first-stage qkv and fc2 at 4100 rows; out channels not a
-// multiple of the kernel's strips, rows not a multiple of its blocks) and on ones it leaves
-// to the BLAS (in not a multiple of 16, too few rows, too wide a product), and compares
+// simd.GemmDWFits takes (swin_t's first-stage qkv and fc2 at 4100 rows; its third-stage
+// projection at 1568 rows, at level AVX512 only; out channels not a multiple of the
+// kernel's strips, rows not a multiple of its blocks) and on ones it leaves to the BLAS (in
+// not a multiple of 16, too few rows, too wide a product for its rows), and compares
 // with a float64 product on a sample of elements (checkDW); on the kernel's shapes it must be
 // the bits simd.GemmDW32 gives called directly. At 1, 2 and 3 threads the gradient must be
 // the same bits.
@@ -23,15 +24,19 @@ func TestLinearWeightGradMatchesReference(t *testing.T) {
 		for _, s := range []struct {
 			rows, in, out int
 			kernel        bool // simd.GemmDWFits takes it at levels above Off
+			avx512        bool // ... at level AVX512 only
 		}{
-			{4100, 96, 288, true},   // qkv: m 288, n 96
-			{4100, 384, 96, true},   // fc2: m 96, n 384 (panels of 48 and, at AVX2, 16)
-			{4227, 80, 20, true},    // m 20: a part strip; rows not a multiple of 128
-			{4096, 24, 16, false},   // n 24: the BLAS
-			{1000, 96, 96, false},   // too few rows: the BLAS
-			{4096, 768, 384, false}, // c wider than the kernel's bound: the BLAS
+			{4100, 96, 288, true, false},   // qkv: m 288, n 96
+			{4100, 384, 96, true, false},   // fc2: m 96, n 384 (panels of 48 and, at AVX2, 16)
+			{4227, 80, 20, true, false},    // m 20: a part strip; rows not a multiple of 128
+			{4096, 24, 16, false, false},   // n 24: the BLAS
+			{1000, 96, 96, false, false},   // too few rows: the BLAS
+			{4096, 768, 384, false, false}, // c wider than the kernel's bound: the BLAS
+			{1568, 384, 384, true, true},   // third-stage projection: c at the bound for 1536 rows
+			{1568, 384, 768, false, false}, // third-stage patch merging: c wider, the BLAS
 		} {
-			if got := simd.GemmDWFits(s.out, s.in, s.rows); got != (s.kernel && lv != simd.Off) {
+			kernel := s.kernel && lv != simd.Off && (!s.avx512 || lv == simd.AVX512)
+			if got := simd.GemmDWFits(s.out, s.in, s.rows); got != kernel {
 				t.Fatalf("%v %+v: GemmDWFits = %v", lv, s, got)
 			}
 			x := make([]float32, s.rows*s.in)
@@ -61,7 +66,7 @@ func TestLinearWeightGradMatchesReference(t *testing.T) {
 				if first == nil {
 					first = dw
 					checkDW(t, lv, s.rows, s.in, s.out, dy, x, dw)
-					if s.kernel && lv != simd.Off {
+					if kernel {
 						// The kernel's own product, bit for bit: linearGrad took it.
 						ref := make([]float32, s.out*s.in)
 						if !simd.GemmDW32(s.out, s.in, s.rows, dy, s.out, x, s.in, ref, s.in) {

@@ -13,11 +13,14 @@ import (
 
 // TestLinearGemmMatchesReference runs the linear layer's products (forward with and without
 // bias, data gradient) through linearForward's and linearGrad's GEMM choice at every SIMD
-// level the CPU has, on swin_t's first-stage shapes (where the AVX-512 row kernel takes over
-// from the BLAS) and on odd ones (rows not a multiple of the kernel's 8 or 64, k not a
-// multiple of its 128, a last panel of 16 or 32 columns, shapes it leaves to the BLAS), and
-// compares with a float64 product. Bound: a float32 sum of k products in any order is within
-// k·2⁻²³ of Σ|a·b|, plus one rounding of the bias's addition.
+// level the CPU has, on swin_t's shapes where the AVX-512 row kernel takes over from the
+// BLAS (first stage; second-stage qkv, whose data gradient runs over wᵀ; third-stage
+// projection at 1568 rows) and on odd ones (rows not a multiple of the kernel's 8 or 64, k
+// not a multiple of its 128, a last panel of 16 or 32 columns, shapes it leaves to the BLAS),
+// and compares with a float64 product. Where the data gradient goes through wᵀ
+// (gemmRowsWT) it must be the bits simd.GemmRows32 gives on wᵀ called directly. Bound: a
+// float32 sum of k products in any order is within k·2⁻²³ of Σ|a·b|, plus one rounding of
+// the bias's addition.
 func TestLinearGemmMatchesReference(t *testing.T) {
 	simdtest.Each(t, func(t *testing.T, lv simd.Level) {
 		rng := rand.New(rand.NewSource(5))
@@ -25,14 +28,18 @@ func TestLinearGemmMatchesReference(t *testing.T) {
 			rows, in, out int
 			bias          bool
 		}{
-			{4100, 384, 96, true},  // fc2 forward: n 96, k 384
-			{4103, 96, 384, false}, // fc1 data gradient: n 96, k 384; fc2's: n 384, k 96
-			{4096, 96, 288, true},  // qkv: forward n 288, k 96; gradient n 96, k 288
-			{4105, 200, 80, true},  // k not a multiple of 128, last panel 32 columns
-			{4096, 16, 64, false},  // one 16-column panel in the gradient
-			{4099, 600, 48, true},  // forward k 600; gradient n 600, not a multiple of 16: the BLAS
-			{4096, 48, 500, false}, // gradient k 500: the BLAS
-			{1000, 96, 96, true},   // too few rows: the BLAS
+			{4100, 384, 96, true},   // fc2 forward: n 96, k 384
+			{4103, 96, 384, false},  // fc1 data gradient: n 96, k 384; fc2's: n 384, k 96
+			{4096, 96, 288, true},   // qkv: forward n 288, k 96; gradient n 96, k 288
+			{4105, 200, 80, true},   // k not a multiple of 128, last panel 32 columns
+			{4096, 16, 64, false},   // one 16-column panel in the gradient
+			{4099, 600, 48, true},   // forward k 600; gradient n 600, not a multiple of 16: the BLAS
+			{4096, 48, 500, false},  // gradient k 500: over wᵀ
+			{4100, 192, 576, true},  // second-stage qkv: gradient k 576, over wᵀ
+			{4096, 192, 800, false}, // gradient k 800, beyond the transposed bound too: the BLAS
+			{1000, 96, 96, true},    // too few rows: the BLAS
+			{1568, 384, 384, true},  // third-stage projection: op(b) at the bound for 1536 rows
+			{1568, 384, 768, true},  // larger op(b) at 1568 rows: the BLAS
 		} {
 			x := make([]float32, s.rows*s.in)
 			w := make([]float32, s.out*s.in)
@@ -69,6 +76,20 @@ func TestLinearGemmMatchesReference(t *testing.T) {
 			check(t, lv, "data gradient", s.rows, s.in, s.out, dx, func(i, j, p int) (float64, float64) {
 				return float64(dy[i*s.out+p]), float64(w[p*s.in+j])
 			}, nil)
+			if !simd.GemmRowsFits(false, s.rows, s.in, s.out) && simd.GemmRowsFits(true, s.rows, s.in, s.out) {
+				// The transposed-weight product, bit for bit: linearGrad took it.
+				wt := make([]float32, s.out*s.in)
+				transposeInto(w, s.out, s.in, wt, s.out)
+				ref := make([]float32, s.rows*s.in)
+				if !simd.GemmRows32(true, s.rows, s.in, s.out, dy, s.out, wt, s.out, nil, ref, s.in) {
+					t.Fatalf("%v %+v: GemmRows32 refused a shape GemmRowsFits takes", lv, s)
+				}
+				for i := range ref {
+					if math.Float32bits(ref[i]) != math.Float32bits(dx[i]) {
+						t.Fatalf("%v %+v: dx[%d] = %v, the kernel over wᵀ gives %v: linearGrad did not take it", lv, s, i, dx[i], ref[i])
+					}
+				}
+			}
 		}
 	})
 }
