@@ -6,6 +6,13 @@
 // block indices, shared memory and fibers are per thread and atomicAdd is a real atomic:
 // blocks interleave their atomics as on a GPU. 16-bit conversions round to nearest even with
 // subnormals and overflow to inf, as the GPU's cvt.rn instructions.
+//
+// Every kernel thread runs on a stack of EMU_STACK bytes aligned to its size (a fiber's, or
+// the runner's stack for kernels without __syncthreads), whose lowest bytes hold its
+// emu_frame: threadIdx and blockIdx are read from the frame found by masking the stack
+// pointer, with no thread-local-storage lookup. blockDim and gridDim are the launch's (one
+// launch at a time in the process). Shared memory (sh) is thread-local: the thread running a
+// block owns it.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -15,8 +22,30 @@ struct __half { uint16_t x; };
 struct __nv_bfloat16 { uint16_t x; };
 
 #define EMU_TLS __attribute__((visibility("hidden"))) thread_local
+#define EMU_STACK ((uintptr_t)64 << 10)
+
+// The bottom of every stack a kernel thread runs on: its indices, then the scheduler's state
+// (emu_sched.cc).
+struct emu_frame {
+	dim3 tid, bid;
+	void* ctx;             // the saved context while switched out (emu_sched.cc)
+	unsigned t;            // linear thread index in the block
+	struct emu_runner* run; // the scheduler of the thread this stack belongs to
+};
+static inline __attribute__((always_inline)) emu_frame* emu_self(void) {
+	uintptr_t sp;
+#if defined(__x86_64__)
+	__asm__("mov %%rsp, %0" : "=r"(sp));
+#else
+	sp = (uintptr_t)__builtin_frame_address(0);
+#endif
+	return (emu_frame*)(sp & ~(EMU_STACK - 1));
+}
+#define threadIdx (emu_self()->tid)
+#define blockIdx (emu_self()->bid)
+
 extern "C" {
-extern EMU_TLS dim3 threadIdx, blockIdx, blockDim, gridDim;
+extern __attribute__((visibility("hidden"))) dim3 blockDim, gridDim;
 void __syncthreads(void);
 }
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 extern "C" {
-EMU_TLS dim3 threadIdx, blockIdx, blockDim, gridDim;
+dim3 blockDim, gridDim; // the launch's, set before its blocks run
 EMU_TLS float sh[1 << 14]; // shared memory of the running block: kernels declare `extern __shared__ float sh[]`
 }
 
@@ -29,16 +29,24 @@ static dim3 grid, block;
 static std::atomic<unsigned> nextBlock;
 static unsigned nblocks;
 
-// Each thread's fibers.
-static thread_local std::vector<char> done;
-static thread_local std::vector<char*> stacks;
-static thread_local int cur;
-static const size_t stackSize = 64 << 10;
-
-static void fiber_main() {
-	kernel(params);
-	done[cur] = 1;
-}
+// emu_runner is one thread's scheduler: the stacks of its fibers (one per thread of a block
+// with __syncthreads, created as blocks need them and kept), a stack for the threads of
+// blocks without, and the fibers still live in the running block as a ring (nxt, prv) in
+// thread order. Each stack is EMU_STACK bytes aligned to its size with its emu_frame at the
+// bottom (emu.h).
+struct emu_runner {
+	void* sched = 0;              // the context of runBlocks while a fiber runs
+	std::vector<emu_frame*> fibers;
+	emu_frame* flat = 0;          // the stack of kernels without __syncthreads
+	std::vector<unsigned> nxt, prv;
+	unsigned live = 0;
+	~emu_runner() {
+		for (emu_frame* f : fibers) free_frame(f);
+		if (flat) free_frame(flat);
+	}
+	emu_frame* new_frame(unsigned t);
+	static void free_frame(emu_frame* f);
+};
 
 #if defined(__x86_64__)
 // A context switch without ucontext's signal-mask system calls: save the callee-saved
@@ -48,72 +56,128 @@ asm(".text\n.globl emu_switch\n.hidden emu_switch\n.type emu_switch,@function\ne
     "\tpush %rbp\n\tpush %rbx\n\tpush %r12\n\tpush %r13\n\tpush %r14\n\tpush %r15\n"
     "\tmov %rsp, (%rdi)\n\tmov %rsi, %rsp\n"
     "\tpop %r15\n\tpop %r14\n\tpop %r13\n\tpop %r12\n\tpop %rbx\n\tpop %rbp\n\tret\n");
-static thread_local void* schedSP;
-static thread_local std::vector<void*> fiberSP;
-extern "C" void __syncthreads(void) { emu_switch(&fiberSP[cur], schedSP); }
-static void fiber_entry() {
-	fiber_main();
-	void* dead;
-	emu_switch(&dead, schedSP); // never resumed
-}
-static void fiber_init(unsigned t) {
-	uintptr_t top = ((uintptr_t)(stacks[t] + stackSize)) & ~(uintptr_t)15;
+// ctx_init makes f's context start fn on f's stack; ctx_switch saves the running context in
+// *from and resumes to.
+static void ctx_init(emu_frame* f, void (*fn)()) {
+	uintptr_t top = (uintptr_t)f + EMU_STACK;
 	void** sp = (void**)(top - 8 * sizeof(void*));
 	for (int i = 0; i < 6; i++) sp[i] = 0; // r15..rbp
-	sp[6] = (void*)fiber_entry;            // ret target; rsp = top-8 at entry, as after a call
+	sp[6] = (void*)fn;                     // ret target; rsp = top-8 at entry, as after a call
 	sp[7] = 0;
-	fiberSP[t] = sp;
+	f->ctx = sp;
 }
-static void fiber_run(unsigned t) { emu_switch(&schedSP, fiberSP[t]); }
-static void fibers_resize(unsigned nt) { fiberSP.resize(nt); }
+static inline void ctx_switch(void** from, void* to) { emu_switch(from, to); }
+static void* ctx_new() { return 0; }
 #else
-static thread_local ucontext_t sched;
-static thread_local std::vector<ucontext_t> fibers;
-extern "C" void __syncthreads(void) { swapcontext(&fibers[cur], &sched); }
-static void fiber_init(unsigned t) {
-	getcontext(&fibers[t]);
-	fibers[t].uc_stack.ss_sp = stacks[t];
-	fibers[t].uc_stack.ss_size = stackSize;
-	fibers[t].uc_link = &sched;
-	makecontext(&fibers[t], fiber_main, 0);
+static void ctx_init(emu_frame* f, void (*fn)()) {
+	ucontext_t* uc = (ucontext_t*)f->ctx;
+	getcontext(uc);
+	uc->uc_stack.ss_sp = (char*)f + sizeof(emu_frame);
+	uc->uc_stack.ss_size = EMU_STACK - sizeof(emu_frame);
+	uc->uc_link = 0;
+	makecontext(uc, fn, 0);
 }
-static void fiber_run(unsigned t) { swapcontext(&sched, &fibers[t]); }
-static void fibers_resize(unsigned nt) { fibers.resize(nt); }
+// A context is a ucontext_t record that lives as long as its frame or runner: *from names
+// the record to save into.
+static inline void ctx_switch(void** from, void* to) { swapcontext((ucontext_t*)*from, (ucontext_t*)to); }
+static void* ctx_new() { return calloc(1, sizeof(ucontext_t)); }
 #endif
+
+emu_frame* emu_runner::new_frame(unsigned t) {
+	emu_frame* f = (emu_frame*)aligned_alloc(EMU_STACK, EMU_STACK);
+	if (!f) abort();
+	*f = emu_frame{};
+	f->t = t;
+	f->run = this;
+	f->ctx = ctx_new();
+	return f;
+}
+void emu_runner::free_frame(emu_frame* f) {
+#if !defined(__x86_64__)
+	free(f->ctx);
+#endif
+	free(f);
+}
+
+// __syncthreads switches from the calling fiber to the next live one in thread order (none
+// when it is the only one left): each fiber runs until its next __syncthreads or its end, in
+// turn, as rounds over the block's threads that skip finished ones.
+extern "C" void __syncthreads(void) {
+	emu_frame* f = emu_self();
+	emu_runner* r = f->run;
+	unsigned n = r->nxt[f->t];
+	if (n == f->t) return;
+	ctx_switch(&f->ctx, r->fibers[n]->ctx);
+}
+
+// fiber_entry runs the kernel for the fiber whose stack it is on, takes it out of the ring
+// and switches to the next live fiber, or back to the scheduler after the last.
+static void fiber_entry() {
+	emu_frame* f = emu_self();
+	kernel(params);
+	emu_runner* r = f->run;
+	unsigned t = f->t, n = r->nxt[t], p = r->prv[t];
+	r->nxt[p] = n, r->prv[n] = p;
+	// The context saved into f->ctx is never resumed: ctx_init starts the fiber afresh.
+	if (--r->live == 0) ctx_switch(&f->ctx, r->sched);
+	else ctx_switch(&f->ctx, r->fibers[n]->ctx);
+	abort(); // never resumed
+}
+
+// flat_entry runs, on the runner's flat stack, every thread of the launch's blocks that this
+// thread takes, one after the other (kernels without __syncthreads), then switches back.
+static void flat_entry() {
+	emu_frame* f = emu_self();
+	for (unsigned b; (b = nextBlock.fetch_add(1)) < nblocks;) {
+		f->bid = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+		for (unsigned z = 0; z < block.z; z++)
+			for (unsigned y = 0; y < block.y; y++)
+				for (unsigned x = 0; x < block.x; x++) {
+					f->tid = {x, y, z};
+					kernel(params);
+				}
+	}
+	ctx_switch(&f->ctx, f->run->sched);
+	abort(); // never resumed
+}
+
+static thread_local emu_runner runner;
 
 // runBlocks runs blocks of the launch in progress on this thread until none is left.
 static void runBlocks() {
+	emu_runner* r = &runner;
+#if !defined(__x86_64__)
+	if (!r->sched) r->sched = ctx_new();
+#endif
 	unsigned nt = block.x * block.y * block.z;
-	gridDim = grid;
-	blockDim = block;
-	if (syncs) {
-		fibers_resize(nt);
-		done.assign(nt, 0);
-		while (stacks.size() < nt) stacks.push_back((char*)malloc(stackSize));
+	if (nt == 0) { // blocks without threads: nothing runs
+		while (nextBlock.fetch_add(1) < nblocks) {}
+		return;
 	}
+	if (!syncs) { // no __syncthreads: the threads may run one after the other
+		if (!r->flat) r->flat = r->new_frame(0);
+		ctx_init(r->flat, flat_entry);
+		ctx_switch(&r->sched, r->flat->ctx);
+		return;
+	}
+	while (r->fibers.size() < nt) r->fibers.push_back(r->new_frame((unsigned)r->fibers.size()));
+	r->nxt.resize(nt);
+	r->prv.resize(nt);
 	for (unsigned b; (b = nextBlock.fetch_add(1)) < nblocks;) {
-		blockIdx = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
-		if (!syncs) { // no __syncthreads: the threads may run one after the other
-			for (unsigned t = 0; t < nt; t++) {
-				threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-				kernel(params);
-			}
-			continue;
-		}
-		for (unsigned t = 0; t < nt; t++) {
-			fiber_init(t);
-			done[t] = 0;
-		}
-		for (unsigned left = nt; left > 0;) {
-			left = 0;
-			for (unsigned t = 0; t < nt; t++) {
-				if (done[t]) continue;
-				cur = (int)t;
-				threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-				fiber_run(t);
-				if (!done[t]) left++;
-			}
-		}
+		dim3 bid = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+		unsigned t = 0;
+		for (unsigned z = 0; z < block.z; z++)
+			for (unsigned y = 0; y < block.y; y++)
+				for (unsigned x = 0; x < block.x; x++, t++) {
+					emu_frame* f = r->fibers[t];
+					f->tid = {x, y, z};
+					f->bid = bid;
+					ctx_init(f, fiber_entry);
+					r->nxt[t] = t + 1 == nt ? 0 : t + 1;
+					r->prv[t] = t == 0 ? nt - 1 : t - 1;
+				}
+		r->live = nt;
+		ctx_switch(&r->sched, r->fibers[0]->ctx);
 	}
 }
 
@@ -180,8 +244,8 @@ extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned g
 	if (!fn) return 500; /* CUDA_ERROR_NOT_FOUND */
 	if (shmem > sizeof sh) return 1;
 	kernel = fn, params = p, syncs = sync;
-	grid = {gx, gy, gz};
-	block = {bx, by, bz};
+	grid = gridDim = {gx, gy, gz};
+	block = blockDim = {bx, by, bz};
 	nblocks = gx * gy * gz;
 	nextBlock.store(0);
 	unsigned want = blockThreads(), n = want - 1 < nblocks ? want - 1 : nblocks - 1; // helpers for this launch

@@ -78,27 +78,89 @@ static void st(void* p, int dt, long i, float f) {
 		r = e > 15 ? 0x7c00 : (uint16_t)(((e + 15) << 10) | (int)q); }
 	((uint16_t*)p)[i] = sign | r;
 }
-/* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w). */
+/* widen returns the n elements of p (cudnnDataType dt) as float: p itself for float data,
+ * else a new array the caller frees (*owned). */
+static const float* widen(const void* p, int dt, long n, float** owned) {
+	*owned = 0;
+	if (dt == 0 || !p) return p;
+	float* f = malloc(sizeof(float) * (n > 0 ? n : 1));
+	for (long i = 0; i < n; i++) f[i] = ld(p, dt, i);
+	return *owned = f;
+}
+/* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w).
+ * Each output element sums its products in float, in the order of the loop nest
+ * n, k, oy, ox, ch, i, j over valid taps (forward: ch, i, j; backward data: k, oy, ox, that
+ * is, with the tap fixed by the position, i and j descending; backward filter: n, oy, ox),
+ * each product ld(a)*ld(b) with the operands in that order; the loops below visit the same
+ * products per output element in the same order, with the innermost loop over the output
+ * row so that it runs on contiguous memory. */
 static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
 		tdesc* yd, const void* y, void* out, void* ws) {
 	memset(ws, 0xab, 4096); /* the workspace must be writable device memory */
 	int N = xd->n, C = xd->c, H = xd->h, W = xd->w, K = wd->n, KH = wd->h, KW = wd->w, OH = yd->h, OW = yd->w, dt = xd->dt;
+	int U = c->u, V = c->v, PH = c->pad_h, PW = c->pad_w, DH = c->dh, DW = c->dw;
 	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
 	long total = (long)od->n * od->c * od->h * od->w;
 	float* acc = calloc(total, sizeof(float));
-	for (int n = 0; n < N; n++) for (int k = 0; k < K; k++) for (int oy = 0; oy < OH; oy++) for (int ox = 0; ox < OW; ox++) {
-		long yi = (((long)n * K + k) * OH + oy) * OW + ox;
-		for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
-			int iy = oy * c->u - c->pad_h + i * c->dh, ix = ox * c->v - c->pad_w + j * c->dw;
-			if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-			long xi = (((long)n * C + ch) * H + iy) * W + ix, wi = (((long)k * C + ch) * KH + i) * KW + j;
-			if (which == 0) acc[yi] += ld(x, dt, xi) * ld(w, dt, wi);
-			else if (which == 1) acc[xi] += ld(y, dt, yi) * ld(w, dt, wi);
-			else acc[wi] += ld(y, dt, yi) * ld(x, dt, xi);
+	float *ox_, *ow_, *oy_;
+	const float* xf = which != 1 ? widen(x, dt, (long)N * C * H * W, &ox_) : (ox_ = 0, (const float*)0);
+	const float* wf = which != 2 ? widen(w, dt, (long)K * C * KH * KW, &ow_) : (ow_ = 0, (const float*)0);
+	const float* yf = which != 0 ? widen(y, dt, (long)N * K * OH * OW, &oy_) : (oy_ = 0, (const float*)0);
+	for (int n = 0; n < N; n++) for (int k = 0; k < K; k++) {
+		if (which == 0) { /* acc[n,k,oy,ox] += x[n,ch,iy,ix] * w[k,ch,i,j], over ch, i, j */
+			float* a = acc + ((long)n * K + k) * OH * OW;
+			for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
+				float wv = wf[(((long)k * C + ch) * KH + i) * KW + j];
+				for (int oy = 0; oy < OH; oy++) {
+					int iy = oy * U - PH + i * DH;
+					if (iy < 0 || iy >= H) continue;
+					const float* xr = xf + (((long)n * C + ch) * H + iy) * W;
+					float* ar = a + (long)oy * OW;
+					for (int ox = 0; ox < OW; ox++) {
+						int ix = ox * V - PW + j * DW;
+						if (ix >= 0 && ix < W) ar[ox] += xr[ix] * wv;
+					}
+				}
+			}
+		} else if (which == 1) { /* acc[n,ch,iy,ix] += y[n,k,oy,ox] * w[k,ch,i,j], over k, then i, j descending */
+			const float* yk = yf + ((long)n * K + k) * OH * OW;
+			for (int ch = 0; ch < C; ch++) for (int i = KH - 1; i >= 0; i--) for (int j = KW - 1; j >= 0; j--) {
+				float wv = wf[(((long)k * C + ch) * KH + i) * KW + j];
+				for (int oy = 0; oy < OH; oy++) {
+					int iy = oy * U - PH + i * DH;
+					if (iy < 0 || iy >= H) continue;
+					float* ar = acc + (((long)n * C + ch) * H + iy) * W;
+					const float* yr = yk + (long)oy * OW;
+					for (int ox = 0; ox < OW; ox++) {
+						int ix = ox * V - PW + j * DW;
+						if (ix >= 0 && ix < W) ar[ix] += yr[ox] * wv;
+					}
+				}
+			}
+		} else { /* acc[k,ch,i,j] += y[n,k,oy,ox] * x[n,ch,iy,ix], over n, oy, ox */
+			const float* yk = yf + ((long)n * K + k) * OH * OW;
+			for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
+				float* a = acc + (((long)k * C + ch) * KH + i) * KW + j;
+				float s = *a;
+				for (int oy = 0; oy < OH; oy++) {
+					int iy = oy * U - PH + i * DH;
+					if (iy < 0 || iy >= H) continue;
+					const float* xr = xf + (((long)n * C + ch) * H + iy) * W;
+					const float* yr = yk + (long)oy * OW;
+					for (int ox = 0; ox < OW; ox++) {
+						int ix = ox * V - PW + j * DW;
+						if (ix >= 0 && ix < W) s += yr[ox] * xr[ix];
+					}
+				}
+				*a = s;
+			}
 		}
 	}
 	for (long i = 0; i < total; i++) st(out, dt, i, al * acc[i] + (be != 0 ? be * ld(out, dt, i) : 0));
 	free(acc);
+	free(ox_);
+	free(ow_);
+	free(oy_);
 }
 /* A convolution as queued: the descriptors by value (the caller may change or destroy its
  * own before the stream runs it). */
