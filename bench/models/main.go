@@ -64,11 +64,13 @@ type Row struct {
 	Reps        int       `json:"reps"`
 	RatioPerRep []float64 `json:"ratio_per_rep,omitempty"`
 	// FlopsPerImage is the training FLOPs of the model's products per image, RoofGFLOPs the
-	// machine's sgemm at this row's threads, RoofFraction and TorchRoofFraction how much of
-	// it each side's img/s reach (Note [Training FLOPs and the roof]).
+	// median of the machine's sgemm at this row's threads measured after each pair
+	// (RoofPerRep), RoofFraction and TorchRoofFraction the medians of how much of each
+	// repetition's roof each side's img/s reach (Note [Training FLOPs and the roof]).
 	FlopsPerImage     float64            `json:"flops_per_image"`
 	FlopsByKind       map[string]float64 `json:"flops_per_image_by_kind"`
 	RoofGFLOPs        float64            `json:"roof_gflops"`
+	RoofPerRep        []float64          `json:"roof_gflops_per_rep,omitempty"`
 	RoofSquareGFLOPs  float64            `json:"roof_square_gflops"`
 	RoofModelGFLOPs   float64            `json:"roof_model_shape_gflops"`
 	RoofFraction      float64            `json:"roof_fraction"`
@@ -256,7 +258,8 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			// reps measurements, ours then PyTorch's each time, so that a disturbance of this
 			// shared machine hits one pair rather than one side; the row reports medians and
 			// the median of the per-pair ratios.
-			var gos, gcpus, tvs, tcpus, ratios []float64
+			var gos, gcpus, tvs, tcpus, ratios, roofs, goFracs, torchFracs []float64
+			var rfs []roofReport
 			var terr error
 			for range reps {
 				goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
@@ -265,26 +268,35 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 					return nil, fmt.Errorf("%s, %d threads, simd %s: %w", w.arch, t, lv, err)
 				}
 				gos, gcpus = append(gos, goOut), append(gcpus, goCPU)
-				if terr != nil {
-					continue
-				}
 				var tv, tCPU float64
-				tv, tCPU, terr = runChild(benchutil.TorchEnv(env, blasimpl.Core()), "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
-					fmt.Sprint(w.warmup), fmt.Sprint(w.steps), fmt.Sprint(minSeconds))
+				if terr == nil { // once PyTorch has failed, the remaining repetitions are ours alone
+					tv, tCPU, terr = runChild(benchutil.TorchEnv(env, blasimpl.Core()), "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
+						fmt.Sprint(w.warmup), fmt.Sprint(w.steps), fmt.Sprint(minSeconds))
+					if terr == nil {
+						tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
+					}
+				}
+				// The roof is measured in every repetition, right after the pair it divides:
+				// this shared machine's speed moves within a run (Note [Training FLOPs and
+				// the roof]).
+				rf, err := runRoof(env, self, fl)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %d threads: sgemm roof: %w", w.arch, t, err)
+				}
+				roof := max(rf.Square, rf.Model) * 1e9
+				rfs, roofs = append(rfs, rf), append(roofs, roof/1e9)
+				goFracs = append(goFracs, goOut*fl.PerImage/roof)
 				if terr == nil {
-					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
+					torchFracs = append(torchFracs, tv*fl.PerImage/roof)
 				}
 			}
 			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
 			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
 				FlopsPerImage: fl.PerImage, FlopsByKind: fl.ByKind}
-			rf, err := runRoof(env, self, fl)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %d threads: sgemm roof: %w", w.arch, t, err)
-			}
-			row.RoofSquareGFLOPs, row.RoofModelGFLOPs = rf.Square, rf.Model
-			row.RoofGFLOPs = max(rf.Square, rf.Model)
-			row.RoofFraction = goOut * fl.PerImage / (row.RoofGFLOPs * 1e9)
+			row.RoofGFLOPs, row.RoofPerRep = benchutil.Median(roofs), roofs
+			row.RoofSquareGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Square }))
+			row.RoofModelGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Model }))
+			row.RoofFraction = benchutil.Median(goFracs)
 			torchCol, ratioCol := "", ""
 			if terr != nil {
 				row.Torch = "unavailable: " + benchutil.FirstLine(terr.Error())
@@ -292,7 +304,7 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			} else {
 				tv, tCPU, r := benchutil.Median(tvs), benchutil.Median(tcpus), benchutil.Median(ratios)
 				row.TorchImgsPerS, row.Ratio, row.TorchCPUPerStep = &tv, &r, &tCPU
-				tf := tv * fl.PerImage / (row.RoofGFLOPs * 1e9)
+				tf := benchutil.Median(torchFracs)
 				row.TorchRoofFraction = &tf
 				torchCol, ratioCol = fmt.Sprintf("%.2f", tv), fmt.Sprintf("%.2fx", r)
 			}
@@ -448,4 +460,13 @@ func sgdMomentum(w, g, mom []float32, lr, mu float32) {
 		}()
 	}
 	wg.Wait()
+}
+
+// pick maps xs through f.
+func pick[T any](xs []T, f func(T) float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
 }

@@ -21,8 +21,11 @@ import (
 // computed, so it is not counted). Element-wise ops, norms and softmax are left out: they are
 // memory-bound, and counting them would make the roof fraction look better than the products
 // are. roof_gflops is OpenBLAS's sgemm at the row's thread count on the model's own largest
-// product (its forward GEMM after im2col) and on a 2048³ square, measured in the same run;
-// roof_fraction is img/s × flops_per_image over the larger of the two.
+// product (its forward GEMM after im2col) and on a 2048³ square, measured right after each
+// (ours, PyTorch) pair, since a shared machine's speed moves within a run (the square roof
+// has been seen to fall from 165 to 92 GFLOP/s between rows); roof_fraction is the median
+// over the repetitions of img/s × flops_per_image over the larger of the two roofs measured
+// beside that repetition.
 
 // flopsReport is what -flops prints: the model's training FLOPs per image, by op kind, and
 // the shape of its largest forward product as a GEMM (M×K times K×N).
