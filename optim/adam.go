@@ -165,7 +165,7 @@ func (o *Adam) StateDict() []nn.StateEntry {
 // LoadStateDict restores the step, learning rate and moments. Every moment this optimizer
 // needs must be present unless the saved step is 0.
 func (o *Adam) LoadStateDict(entries []nn.StateEntry) error {
-	idx := indexEntries(entries)
+	idx := NewSlices(entries)
 	if err := o.loadScalars(idx); err != nil {
 		return err
 	}

@@ -27,6 +27,20 @@ func WithAllocator(a Allocator) Option { return func(c *config) { c.alloc = a } 
 // float32 wherever the allocator put it; the scalars (step, learning rate) are not counted.
 func (b *base) StateBytes() int64 { return 4 * b.stateElems }
 
+// StateBytes is the memory of opt's state: its own StateBytes where it has one (this
+// package's optimizers: the per-element state they allocated), else the size of the
+// tensors of its state dict, which alias the state.
+func StateBytes(opt Optimizer) int64 {
+	if s, ok := opt.(interface{ StateBytes() int64 }); ok {
+		return s.StateBytes()
+	}
+	var n int64
+	for _, e := range opt.StateDict() {
+		n += 4*int64(len(e.F32)) + 8*int64(len(e.F64)+len(e.I64))
+	}
+	return n
+}
+
 // allocState takes one buffer for the state kind from the configured allocator and cuts it
 // into one slice per segment.
 func (b *base) allocState(kind string) ([][]float32, error) {

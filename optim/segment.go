@@ -127,12 +127,7 @@ func segEnd(ps *nn.ParamSet, s Segment) int {
 	return ps.Param(last.Param).Offset + last.ParamOffset + last.Len
 }
 
-func partName(p Part) string {
-	if p.whole() {
-		return p.Param
-	}
-	return fmt.Sprintf("%s[%d:%d]", p.Param, p.ParamOffset, p.ParamOffset+p.Len)
-}
+func partName(p Part) string { return PartEntry(p.Param, p, nil).Name }
 
 func segName(parts []Part) string {
 	if len(parts) == 1 {

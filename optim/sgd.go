@@ -139,7 +139,7 @@ func (o *SGD) StateDict() []nn.StateEntry {
 // buffers are all absent starts afresh (PyTorch's first-step initialisation); one whose
 // buffers are only partly present is an error.
 func (o *SGD) LoadStateDict(entries []nn.StateEntry) error {
-	idx := indexEntries(entries)
+	idx := NewSlices(entries)
 	if err := o.loadScalars(idx); err != nil {
 		return err
 	}

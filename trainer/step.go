@@ -7,8 +7,8 @@ import (
 	"github.com/gorgonia-parallel/gp/amp"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/data"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/optim"
-	"github.com/gorgonia-parallel/gp/parallel/zero"
 	"github.com/gorgonia-parallel/gp/train"
 )
 
@@ -55,7 +55,7 @@ type gradBuffer interface {
 
 // hostGrads is a gradBuffer over gradients in host memory that every rank holds alike
 // (the replicated strategies' averaged gradients): no communication for the norm. The
-// arithmetic is the host ZeRO-3 shard's (amp.Unscale, zero.ScaleShard) and optim's.
+// arithmetic is the host ZeRO-3 shard's (amp.Unscale, simd.Scale) and optim's.
 type hostGrads func() []float32
 
 func (h hostGrads) UnscaleGrads(_ context.Context, scale float32) (bool, error) {
@@ -63,7 +63,7 @@ func (h hostGrads) UnscaleGrads(_ context.Context, scale float32) (bool, error) 
 }
 
 func (h hostGrads) ScaleGrads(_ context.Context, f float32) error {
-	zero.ScaleShard(h(), f)
+	simd.Scale(h(), f)
 	return nil
 }
 

@@ -137,7 +137,7 @@ func timeSteps(w workload, meas *measurement, step func() error) error {
 // running statistics, the gradient buffer and the optimizer state.
 func masterBytes(m *nn.Model, opt optim.Optimizer) int64 {
 	ps := m.Params
-	n := 8*int64(len(ps.Data)) + dp.StateBytes(opt.StateDict())
+	n := 8*int64(len(ps.Data)) + optim.StateBytes(opt)
 	for _, b := range ps.Buffers {
 		n += 4*int64(len(b.Data)) + 8*int64(len(b.Int64))
 	}

@@ -206,14 +206,11 @@ func child(strategy string, p params) error {
 			if dir := os.Getenv("GP_BENCH_ZERO_DEBUG"); dir != "" {
 				debugMemory(dir, strategy, g.Rank())
 			}
-			r.ModelStateBytes = 4 * int64(len(m.Params.Data)+len(m.Params.Grad))
-			for _, e := range opt.StateDict() {
-				r.ModelStateBytes += 4 * int64(len(e.F32))
-			}
+			r.ModelStateBytes = 4*int64(len(m.Params.Data)+len(m.Params.Grad)) + optim.StateBytes(opt)
 			r.FormulaBytes = 16 * float64(psi)
 		}
 	default:
-		opts := []zero.Option{zero.WithUnitDepth(p.unitDepth), zero.WithWeightDecay(1e-2), zero.WithOptimizer(zero.AdamW(1e-3, zero.Workers(p.procs, 1<<15)))}
+		opts := []zero.Option{zero.WithUnitDepth(p.unitDepth), zero.WithWeightDecay(1e-2), zero.WithOptimizer(zero.AdamW(1e-3, optim.WithWorkers(p.procs, 1<<15)))}
 		switch strategy {
 		case "zero3+cpu":
 			opts = append(opts, zero.WithOffload(zero.OffloadCPU, p.procs))

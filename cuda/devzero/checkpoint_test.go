@@ -382,7 +382,7 @@ func (j *job) state(t *testing.T) []float32 {
 // apart, with or without SyncBatchNorm).
 func TestSyncBatchNormMatchesHost(t *testing.T) {
 	cudatest.Require(t)
-	adam := zero.WithOptimizer(zero.AdamW(0.01, zero.Eps(1e-3)))
+	adam := zero.WithOptimizer(zero.AdamW(0.01, optim.WithEps(1e-3)))
 	syncBN := zero.SyncBatchNorm()
 	h := hostJob(t, convNet, world, adam, syncBN)
 	h.steps(t, 0, 3)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/optim"
-	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // The gradient shard's operations of zero.Backend, which the engine calls for its
@@ -14,7 +14,7 @@ import (
 // all-reduce are the engine's): on the device they are kernels over the gradient shard, as
 // cuda/tape's State's over a whole device gradient buffer; under zero.OffloadCPU they work on
 // the pinned host copy the CPU optimizer steps from (the device shard is only zeroed after
-// that), with the host engine's arithmetic (amp.Unscale, zero.ScaleShard). None is
+// that), with the host engine's arithmetic (amp.Unscale, simd.Scale). None is
 // collective; each waits for the device.
 
 // shardHost waits for the gradient shard's copies to the pinned host shard and returns it
@@ -67,7 +67,7 @@ func (e *Backend) ScaleGrads(ctx context.Context, f float32) error {
 		if err != nil {
 			return err
 		}
-		zero.ScaleShard(g, f)
+		simd.Scale(g, f)
 		return nil
 	}
 	if err := e.dev.Scale(e.shardG, e.shardG, f); err != nil {

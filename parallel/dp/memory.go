@@ -101,21 +101,12 @@ func (d *DataParallel) Memory(opt optim.Optimizer) MemoryReport {
 				m.Gathered += 4 * int64(len(g))
 			}
 			if opt != nil {
-				m.OptimizerState = StateBytes(opt.StateDict())
+				m.OptimizerState = optim.StateBytes(opt)
 			}
 		}
 		rep.Replicas = append(rep.Replicas, m)
 	}
 	return rep
-}
-
-// StateBytes is the size of a state dict's tensors (an optimizer's state).
-func StateBytes(entries []nn.StateEntry) int64 {
-	var n int64
-	for _, e := range entries {
-		n += 4*int64(len(e.F32)) + 8*int64(len(e.F64)) + 8*int64(len(e.I64))
-	}
-	return n
 }
 
 // ProgramBytes is the size of the tensor values a compiled program's graph holds after a

@@ -9,26 +9,22 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 )
 
-// Allocator is optim.Allocator: it gives an optimizer zeroed float32 memory for its state.
-// The engine's allocator hands out Go heap memory (no offload, OffloadCPU) or one
-// memory-mapped file per buffer under OffloadDisk, and releases it with the engine.
-type Allocator = optim.Allocator
-
 // OptimizerFunc builds the optimizer of a rank's shard over its segments, taking state
-// memory from mem. Any optimizer of package optim fits when handed
-// optim.WithAllocator(mem):
+// memory from mem: the engine's allocator, which hands out Go heap memory (no offload,
+// OffloadCPU) or one memory-mapped file per buffer under OffloadDisk, and releases it with
+// the engine. Any optimizer of package optim fits when handed optim.WithAllocator(mem):
 //
-//	func(segs []optim.Segment, mem zero.Allocator) (optim.Optimizer, error) {
+//	func(segs []optim.Segment, mem optim.Allocator) (optim.Optimizer, error) {
 //		return optim.NewSGD(segs, lr, optim.WithMomentum(0.9), optim.WithAllocator(mem))
 //	}
-type OptimizerFunc func(segs []optim.Segment, mem Allocator) (optim.Optimizer, error)
+type OptimizerFunc func(segs []optim.Segment, mem optim.Allocator) (optim.Optimizer, error)
 
 // Optim adapts a constructor of package optim that takes no allocator (optim.NewSGD,
 // optim.NewAdamW, ... in a closure) to an OptimizerFunc. Such an optimizer allocates its
 // state on the Go heap, so it cannot be combined with OffloadDisk (New fails); hand it
 // optim.WithAllocator in an OptimizerFunc instead.
 func Optim(f func(segs []optim.Segment) (optim.Optimizer, error)) OptimizerFunc {
-	return func(segs []optim.Segment, mem Allocator) (optim.Optimizer, error) {
+	return func(segs []optim.Segment, mem optim.Allocator) (optim.Optimizer, error) {
 		if _, ok := mem.(*fileAlloc); ok {
 			return nil, fmt.Errorf("zero: an optimizer built by zero.Optim keeps its state on the heap; under OffloadDisk pass optim.WithAllocator(mem) in an OptimizerFunc, or use zero.AdamW")
 		}
@@ -36,34 +32,21 @@ func Optim(f func(segs []optim.Segment) (optim.Optimizer, error)) OptimizerFunc 
 	}
 }
 
-// AdamOption configures AdamW: any option of package optim (optim.WithAMSGrad,
-// optim.WithMaximize, ...). Betas, Eps and Workers are the common ones under ZeRO's names.
-type AdamOption = optim.Option
-
-// Betas sets AdamW's running-average coefficients (default 0.9, 0.999): optim.WithBetas.
-func Betas(b1, b2 float64) AdamOption { return optim.WithBetas(b1, b2) }
-
-// Eps sets AdamW's denominator term (default 1e-8): optim.WithEps.
-func Eps(eps float64) AdamOption { return optim.WithEps(eps) }
-
-// Workers splits the update across n goroutines in pieces of at least minChunk elements
-// that may span parameters (n <= 0: GOMAXPROCS): optim.WithWorkers. The result is
-// bit-identical for every n.
-func Workers(n, minChunk int) AdamOption { return optim.WithWorkers(n, minChunk) }
-
 // AdamW returns the shard's torch.optim.AdamW: optim.NewAdamW over the rank's segments with
 // its moments (exp_avg, exp_avg_sq, and max_exp_avg_sq with optim.WithAMSGrad) taken from
 // the engine's allocator, one buffer each over the whole shard: heap, or files under
 // OffloadDisk. Being optim's AdamW, it is bit-identical to optim's AdamW on the same
 // segments, implements optim.Ranged, and its state dict uses optim's keys
-// ("optim.<param>.exp_avg[lo:hi]"), so it loads into optim's optimizers and back. Without
-// Workers the update runs on one goroutine, or on WithOffload's workers under offload.
-func AdamW(lr float64, opts ...AdamOption) OptimizerFunc {
+// ("optim.<param>.exp_avg[lo:hi]"), so it loads into optim's optimizers and back. opts are
+// optim's (optim.WithBetas, optim.WithEps, optim.WithAMSGrad, ...); without
+// optim.WithWorkers the update runs on one goroutine, or on WithOffload's workers under
+// offload.
+func AdamW(lr float64, opts ...optim.Option) OptimizerFunc {
 	opts = slices.Clone(opts)
-	return func(segs []optim.Segment, mem Allocator) (optim.Optimizer, error) {
+	return func(segs []optim.Segment, mem optim.Allocator) (optim.Optimizer, error) {
 		var all []optim.Option
 		if w, ok := mem.(updateWorkers); ok {
-			all = append(all, optim.WithWorkers(w.updateWorkers(), 1<<15)) // Workers in opts wins
+			all = append(all, optim.WithWorkers(w.updateWorkers(), 1<<15)) // optim.WithWorkers in opts wins
 		}
 		all = append(append(all, opts...), optim.WithAllocator(mem))
 		o, err := optim.NewAdamW(segs, lr, all...)
@@ -83,7 +66,7 @@ type fileAlloc struct {
 }
 
 // HeapAlloc is the engine's allocator without disk offload: Go heap memory. Workers is the
-// goroutine count AdamW gives its update under offload (unless it is given Workers itself);
+// goroutine count AdamW gives its update under offload (unless it is given optim.WithWorkers);
 // when State is not nil, every buffer handed out is kept in it by name (the device engine
 // stages its moments into them for a checkpoint).
 type HeapAlloc struct {

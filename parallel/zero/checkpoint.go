@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gorgonia-parallel/gp/nn"
@@ -114,7 +115,7 @@ func (s Shard) Save(ctx context.Context, dir, tag string) error {
 	var entries []nn.StateEntry
 	for _, sg := range s.Segments {
 		for _, p := range sg.Parts {
-			entries = append(entries, partEntry("", "", p, sg.Data[p.SegOffset:p.SegOffset+p.Len]))
+			entries = append(entries, optim.PartEntry(p.Param, p, sg.Data[p.SegOffset:p.SegOffset+p.Len]))
 		}
 	}
 	entries = append(entries, s.Optimizer.StateDict()...)
@@ -216,18 +217,9 @@ func ReadEntries(dir string) ([]nn.StateEntry, *Manifest, error) {
 // checkpoint written at any world size, on any backend (dir as for ReadManifest), or
 // from a consolidated .npz file with whole-parameter keys. It reads every shard file; no
 // communication.
+// Afterwards disk-offloaded state is dropped from memory, or the backend takes what was
+// loaded.
 func (e *Engine) Load(path string) error {
-	return e.load(path, func(s Shard) error { return s.Load(path) })
-}
-
-// LoadEntries is Load from entries already read.
-func (e *Engine) LoadEntries(entries []nn.StateEntry) error {
-	return e.load("entries", func(s Shard) error { return s.LoadEntries(entries) })
-}
-
-// load runs fn, Shard's Load or LoadEntries of what, on the engine's shard, then drops
-// disk-offloaded state from memory or has the backend take what was loaded.
-func (e *Engine) load(what string, fn func(Shard) error) error {
 	if e.closed {
 		return ErrClosed
 	}
@@ -235,15 +227,15 @@ func (e *Engine) load(what string, fn func(Shard) error) error {
 	if e.be != nil {
 		var err error
 		if s, err = e.be.Checkpoint(context.Background(), false); err != nil {
-			return fmt.Errorf("zero: rank %d: load %s: %w", e.rank, what, err)
+			return fmt.Errorf("zero: rank %d: load %s: %w", e.rank, path, err)
 		}
 		after = e.be.Loaded
 	}
-	if err := fn(s); err != nil {
+	if err := s.Load(path); err != nil {
 		return err
 	}
 	if err := after(); err != nil {
-		return fmt.Errorf("zero: rank %d: load %s: %w", e.rank, what, err)
+		return fmt.Errorf("zero: rank %d: load %s: %w", e.rank, path, err)
 	}
 	return nil
 }
@@ -267,16 +259,16 @@ func (s Shard) Load(path string) error {
 // LoadEntries is Load from entries already read.
 func (s Shard) LoadEntries(entries []nn.StateEntry) error {
 	rank := s.Group.Rank()
-	idx := newPieceIndex(entries)
+	idx := optim.NewSlices(entries)
 	for _, sg := range s.Segments {
 		for _, p := range sg.Parts {
-			if err := idx.fill(p.Param, sg.Data[p.SegOffset:p.SegOffset+p.Len], p.ParamOffset, numelOf(p.Shape)); err != nil {
+			if err := idx.Fill(p.Param, p, sg.Data[p.SegOffset:p.SegOffset+p.Len]); err != nil {
 				return fmt.Errorf("zero: rank %d: parameter %s: %w", rank, p.Param, err)
 			}
 		}
 	}
 	for _, b := range s.Params.Buffers {
-		saved, ok := idx.whole[b.Name]
+		saved, ok := idx.Whole[b.Name]
 		if !ok {
 			return fmt.Errorf("zero: rank %d: buffer %s missing from the checkpoint", rank, b.Name)
 		}
@@ -298,48 +290,31 @@ func (s Shard) LoadEntries(entries []nn.StateEntry) error {
 	return nil
 }
 
-// Consolidate merges the checkpoint in dir into one state dict: every parameter whole under
-// its torchvision name, the buffers, and with withOptim the optimizer state merged into
-// whole-parameter keys (optim.Consolidate). Write it with checkpoint.Save.
+// Consolidate merges the checkpoint in dir into one state dict (optim.Consolidate): every
+// parameter whole under its torchvision name, the buffers, and with withOptim the optimizer
+// state under whole-parameter keys. Write it with checkpoint.Save.
 func Consolidate(dir string, withOptim bool) ([]nn.StateEntry, *Manifest, error) {
 	entries, m, err := ReadEntries(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	idx := newPieceIndex(entries)
+	if !withOptim {
+		entries = slices.DeleteFunc(entries, func(e nn.StateEntry) bool { return strings.HasPrefix(e.Name, optim.Prefix) })
+	}
 	shapes := map[string][]int{}
-	var out []nn.StateEntry
 	for _, p := range m.Params {
-		n := numelOf(p.Shape)
-		buf := make([]float32, n)
-		if err := idx.fill(p.Name, buf, 0, n); err != nil {
-			return nil, nil, fmt.Errorf("zero: consolidate %s: parameter %s: %w", dir, p.Name, err)
-		}
-		out = append(out, nn.StateEntry{Name: p.Name, Shape: p.Shape, F32: buf})
 		shapes[p.Name] = p.Shape
 	}
-	var optEntries []nn.StateEntry
-	for _, en := range entries {
-		switch {
-		case strings.HasPrefix(en.Name, optim.Prefix):
-			optEntries = append(optEntries, en)
-		case shapes[en.Name] == nil && !isSlice(en.Name):
-			out = append(out, en) // a buffer
-		}
+	out, err := optim.Consolidate(entries, shapes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("zero: consolidate %s: %w", dir, err)
 	}
-	if withOptim {
-		merged, err := optim.Consolidate(optEntries, shapes)
-		if err != nil {
-			return nil, nil, fmt.Errorf("zero: consolidate %s: %w", dir, err)
+	for _, p := range m.Params {
+		if !slices.ContainsFunc(out, func(e nn.StateEntry) bool { return e.Name == p.Name }) {
+			return nil, nil, fmt.Errorf("zero: consolidate %s: parameter %s missing", dir, p.Name)
 		}
-		out = append(out, merged...)
 	}
 	return out, m, nil
-}
-
-func isSlice(name string) bool {
-	_, _, _, ok := splitRange(name)
-	return ok
 }
 
 // ErrNoCheckpoint is wrapped when a directory holds no complete checkpoint.

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
@@ -71,7 +72,7 @@ func (e *Engine) ScaleGrads(ctx context.Context, f float32) error {
 	if e.be != nil {
 		return e.be.ScaleGrads(ctx, f)
 	}
-	ScaleShard(e.grad, f)
+	simd.Scale(e.grad, f)
 	return nil
 }
 
@@ -112,12 +113,4 @@ func (e *Engine) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, er
 		}
 	}
 	return norm, nil
-}
-
-// ScaleShard is ScaleGrads' arithmetic on a gradient shard in host memory: g is multiplied
-// by f.
-func ScaleShard(g []float32, f float32) {
-	for i := range g {
-		g[i] *= f
-	}
 }

@@ -103,9 +103,7 @@ func (l *Layout) ShardLen() int { return l.shardLen }
 
 // Owned is the flat range [lo, hi) of unit u that this rank owns (empty when it owns only
 // padding); element lo is at u.ShardBase in the rank's shard buffers.
-func (l *Layout) Owned(u *Unit) (lo, hi int) { return l.owned(u) }
-
-func (l *Layout) owned(u *Unit) (lo, hi int) {
+func (l *Layout) Owned(u *Unit) (lo, hi int) {
 	lo = u.Lo + l.rank*u.Shard
 	hi = min(lo+u.Shard, u.Hi)
 	return lo, max(lo, hi)
@@ -115,7 +113,7 @@ func (l *Layout) owned(u *Unit) (lo, hi int) {
 func (l *Layout) paddingElems() int {
 	n := 0
 	for _, u := range l.units {
-		lo, hi := l.owned(u)
+		lo, hi := l.Owned(u)
 		n += u.Shard - (hi - lo)
 	}
 	return n
@@ -133,7 +131,7 @@ func (l *Layout) Segments(ps *nn.ParamSet, wd float64, master, grad []float32) (
 	var out []optim.Segment
 	var starts []int
 	for _, u := range l.units {
-		lo, hi := l.owned(u)
+		lo, hi := l.Owned(u)
 		if lo >= hi {
 			continue
 		}

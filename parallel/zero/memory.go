@@ -2,7 +2,6 @@ package zero
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/gorgonia-parallel/gp/internal/region"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -12,9 +11,8 @@ import (
 type Memory struct {
 	// Psi is the number of parameters (Ψ), World the world size.
 	Psi, World int
-	// ShardElems is the length of this rank's shard buffers, PaddingElems how many of
-	// them hold no parameter.
-	ShardElems, PaddingElems int
+	// PaddingElems is how many elements of this rank's shard buffers hold no parameter.
+	PaddingElems int
 	// MasterBytes, GradBytes and StateBytes are the float32 master shard, gradient shard
 	// and optimizer state, wherever they live.
 	MasterBytes, GradBytes, StateBytes int64
@@ -57,14 +55,14 @@ func (m Memory) String() string {
 // what the backend counts (Backend.CountMemory); the file and transient fields are the
 // host's.
 func (e *Engine) Memory() Memory {
-	m := Memory{Psi: e.lay.psi, World: e.world, ShardElems: e.lay.shardLen, PaddingElems: e.lay.paddingElems(), PeakStepBytes: e.peak}
+	m := Memory{Psi: e.lay.psi, World: e.world, PaddingElems: e.lay.paddingElems(), PeakStepBytes: e.peak}
 	if e.be != nil {
 		e.be.CountMemory(&m)
 		return m
 	}
 	m.MasterBytes = 4 * int64(len(e.master))
 	m.GradBytes = 4 * int64(len(e.grad))
-	m.StateBytes = stateBytes(e.opt)
+	m.StateBytes = optim.StateBytes(e.opt)
 	if fa, ok := e.alloc.(*fileAlloc); ok {
 		for _, r := range fa.regions {
 			m.FileBytes += 4 * int64(len(r.Floats()))
@@ -86,24 +84,9 @@ func (e *Engine) Memory() Memory {
 
 // persistentBytes is master + gradient + optimizer state held in memory.
 func (e *Engine) persistentBytes() int64 {
-	b := 4*int64(len(e.grad)) + stateBytes(e.opt)
+	b := 4*int64(len(e.grad)) + optim.StateBytes(e.opt)
 	if e.masterR == nil {
 		b += 4 * int64(len(e.master))
 	}
 	return b
-}
-
-// stateBytes counts the per-parameter state of opt: what it allocated (optim's
-// optimizers: StateBytes), else the float32 state in its state dict (which aliases it).
-func stateBytes(opt optim.Optimizer) int64 {
-	if s, ok := opt.(interface{ StateBytes() int64 }); ok {
-		return s.StateBytes()
-	}
-	var n int64
-	for _, e := range opt.StateDict() {
-		if strings.HasPrefix(e.Name, optim.Prefix) {
-			n += 4*int64(len(e.F32)) + 8*int64(len(e.F64)+len(e.I64))
-		}
-	}
-	return n
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/nn"
+	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
@@ -50,9 +51,9 @@ func trainMLP(t *testing.T, w int, opts ...Option) *Engine {
 func TestDiskOffload(t *testing.T) {
 	needMmap(t)
 	const w = 1024
-	cpu := trainMLP(t, w, WithOffload(OffloadCPU, 2), WithOptimizer(AdamW(lr, Workers(2, 1<<14))))
+	cpu := trainMLP(t, w, WithOffload(OffloadCPU, 2), WithOptimizer(AdamW(lr, optim.WithWorkers(2, 1<<14))))
 	dir := t.TempDir()
-	disk := trainMLP(t, w, WithOffload(OffloadDisk, 2), WithOffloadDir(dir), WithOptimizer(AdamW(lr, Workers(2, 1<<14))))
+	disk := trainMLP(t, w, WithOffload(OffloadDisk, 2), WithOffloadDir(dir), WithOptimizer(AdamW(lr, optim.WithWorkers(2, 1<<14))))
 	mem := disk.Memory()
 	if mem.FileBytes != mem.StateBytes || mem.StateBytes != 8*int64(mem.Psi) {
 		t.Fatalf("state %d B, in files %d B, want 8Ψ = %d", mem.StateBytes, mem.FileBytes, 8*mem.Psi)
@@ -110,7 +111,7 @@ func TestDiskOffload(t *testing.T) {
 			t.Fatalf("element %d: disk %g, cpu %g", i, b[i], a[i])
 		}
 	}
-	dm := trainMLP(t, 256, WithOffload(OffloadDisk, 1), WithOffloadDir(t.TempDir()), DiskMaster(), WithOptimizer(AdamW(lr, Workers(1, 1<<15))))
+	dm := trainMLP(t, 256, WithOffload(OffloadDisk, 1), WithOffloadDir(t.TempDir()), DiskMaster(), WithOptimizer(AdamW(lr, optim.WithWorkers(1, 1<<15))))
 	if m := dm.Memory(); m.FileBytes != m.StateBytes+m.MasterBytes || m.FileResidentBytes != 0 {
 		t.Errorf("DiskMaster: %v", m)
 	}
@@ -119,7 +120,7 @@ func TestDiskOffload(t *testing.T) {
 // The fused sharded AdamW is bit-identical to optim's AdamW on the same segments, for any
 // number of workers.
 func TestShardAdamWMatchesOptim(t *testing.T) {
-	a := trainMLP(t, 128, WithOptimizer(AdamW(lr, Workers(3, 100))))
+	a := trainMLP(t, 128, WithOptimizer(AdamW(lr, optim.WithWorkers(3, 100))))
 	b := trainMLP(t, 128, WithOptimizer(Optim(adamWSegs)))
 	pa, _ := a.GatherParams(context.Background())
 	pb, _ := b.GatherParams(context.Background())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/region"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
@@ -517,7 +518,7 @@ func (h hostReducer) Launch(u int) comm.Work {
 // unit's send and receive buffers.
 func (h hostReducer) Retire(u int, _ comm.Work) error {
 	e, un := h.p.e, h.p.e.lay.units[u]
-	addInto(e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.Floats()[un.ShardBase:un.ShardBase+un.Shard])
+	simd.AddTo(e.grad[un.ShardBase:un.ShardBase+un.Shard], e.recvR.Floats()[un.ShardBase:un.ShardBase+un.Shard])
 	h.p.st.live -= h.p.st.sent[u] + 4*int64(un.Shard)
 	return errors.Join(regionErr(e.sendR.Free(un.GatherBase, un.GatherBase+un.Padded)), regionErr(e.recvR.Free(un.ShardBase, un.ShardBase+un.Shard)))
 }
@@ -528,43 +529,19 @@ func (p *Program) sample() {
 	e.peak = max(e.peak, e.persistentBytes()+p.st.live)
 }
 
-// divideInto sets dst[i] = src[i]/n. For a power of two n it multiplies by 1/n, which is
-// exact and gives the same bits as dividing.
+// divideInto sets dst[i] = src[i]/n, the world average as ddp.DivideByWorld takes it: for a
+// power of two n it multiplies by 1/n, which is exact and gives the same bits as dividing.
 func divideInto(dst, src []float32, n int) {
 	dst = dst[:len(src)]
-	if n == 1 {
-		copy(dst, src)
+	pow2 := n&(n-1) == 0
+	if pow2 && n > 1 && simd.ScaleTo(src, dst, 1/float32(n)) {
 		return
 	}
-	if n&(n-1) != 0 {
-		d := float32(n)
-		for i, v := range src {
-			dst[i] = v / d
-		}
-		return
-	}
-	s := 1 / float32(n)
-	i := 0
-	for ; i+8 <= len(src); i += 8 {
-		d, x := dst[i:i+8:i+8], src[i:i+8:i+8]
-		d[0], d[1], d[2], d[3] = x[0]*s, x[1]*s, x[2]*s, x[3]*s
-		d[4], d[5], d[6], d[7] = x[4]*s, x[5]*s, x[6]*s, x[7]*s
-	}
-	for ; i < len(src); i++ {
-		dst[i] = src[i] * s
-	}
-}
-
-// addInto adds src into dst (same length).
-func addInto(dst, src []float32) {
-	dst = dst[:len(src)]
-	i := 0
-	for ; i+8 <= len(src); i += 8 {
-		d, x := dst[i:i+8:i+8], src[i:i+8:i+8]
-		d[0], d[1], d[2], d[3] = d[0]+x[0], d[1]+x[1], d[2]+x[2], d[3]+x[3]
-		d[4], d[5], d[6], d[7] = d[4]+x[4], d[5]+x[5], d[6]+x[6], d[7]+x[7]
-	}
-	for ; i < len(src); i++ {
-		dst[i] += src[i]
+	copy(dst, src)
+	switch {
+	case !pow2:
+		simd.Div(dst, float32(n))
+	case n > 1:
+		simd.Scale(dst, 1/float32(n))
 	}
 }

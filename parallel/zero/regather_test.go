@@ -101,7 +101,7 @@ func TestRegatherResNet(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			e, err := New(ctx, m, groups[r], WithUnitDepth(2), WithOptimizer(AdamW(lr, Eps(regatherEps))), WithWeightDecay(wd), SyncBatchNorm())
+			e, err := New(ctx, m, groups[r], WithUnitDepth(2), WithOptimizer(AdamW(lr, optim.WithEps(regatherEps))), WithWeightDecay(wd), SyncBatchNorm())
 			if err != nil {
 				return err
 			}

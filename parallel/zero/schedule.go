@@ -3,7 +3,6 @@ package zero
 import (
 	"strings"
 
-	"github.com/gorgonia-parallel/gp/nn"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -27,7 +26,6 @@ type schedule struct {
 	regather   []bool  // by unit: re-gathered by its barrier (it has backward readers)
 	atSink     [][]int // by Param.Index: units released when its gradient has been sunk
 	atBarrier  [][]int // by unit U: units released when U's barrier has run
-	readers    []int   // by unit: number of reader nodes (for tests and diagnostics)
 	dropGrad   []bool  // by Param.Index: the gradient\'s register may be released after the sink
 }
 
@@ -146,13 +144,12 @@ func (p *Program) plan(fwdMax int64) *schedule {
 	e := p.e
 	nu := len(e.lay.units)
 	s := &schedule{fwdRelease: make([]bool, nu), regather: make([]bool, nu), atSink: make([][]int, len(e.Model.Params.Params)),
-		atBarrier: make([][]int, nu), readers: make([]int, nu), dropGrad: make([]bool, len(e.Model.Params.Params))}
+		atBarrier: make([][]int, nu), dropGrad: make([]bool, len(e.Model.Params.Params))}
 	b := p.np.Builder
 	d := newDAG(b.Graph)
 	readers := make([][]int, nu)
 	for _, u := range p.order {
 		readers[u] = d.readersOf(p.gathers[u])
-		s.readers[u] = len(readers[u])
 	}
 	// Forward release at the next unit's first gather.
 	for _, u := range p.order {
@@ -263,6 +260,3 @@ func (p *Program) plan(fwdMax int64) *schedule {
 	}
 	return s
 }
-
-// paramUnit is the unit of prm.
-func (p *Program) paramUnit(prm *nn.Param) int { return p.e.lay.unitOf[prm.Index] }

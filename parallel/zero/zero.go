@@ -105,7 +105,7 @@ func WithUnitKey(key func(name string) string) Option { return func(c *Config) {
 // WithOptimizer chooses the optimizer of the shard (AdamW, Optim over any of optim's
 // optimizers, or an OptimizerFunc of one's own). It is required: New refuses an engine
 // without one, as PyTorch's and DeepSpeed's ZeRO make the optimizer explicit. Under
-// OffloadCPU and OffloadDisk, AdamW's Workers option spreads the update over cores.
+// OffloadCPU and OffloadDisk, AdamW's optim.WithWorkers spreads the update over cores.
 func WithOptimizer(f OptimizerFunc) Option { return func(c *Config) { c.Optimizer = f } }
 
 // WithWeightDecay is the decay handed to optim.Segments: every parameter gets wd except
@@ -118,7 +118,7 @@ func WithPrefetch(n int) Option { return func(c *Config) { c.Prefetch = max(n, 0
 
 // WithOffload selects offload. OffloadDisk needs a directory (WithOffloadDir). workers is
 // AdamW's goroutine count under OffloadCPU and OffloadDisk (<= 0: GOMAXPROCS) unless AdamW
-// is given Workers itself.
+// is given optim.WithWorkers.
 func WithOffload(o Offload, workers int) Option {
 	return func(c *Config) { c.Offload, c.Workers = o, workers }
 }
@@ -157,7 +157,7 @@ type Engine struct {
 	grad        []float32
 	opt         optim.Optimizer
 	segs        []optim.Segment
-	alloc       Allocator
+	alloc       optim.Allocator
 	masterR     *region.Region // DiskMaster only
 	leaves      *region.Region // read-only zeros: every program's parameter leaves (never read)
 	placeholder *region.Region // writable zeros: the ParamSet's Data after New
@@ -201,7 +201,10 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 	} else if cfg.Offload == OffloadDisk && cfg.Dir == "" {
 		return nil, fmt.Errorf("zero: rank %d: disk offload needs WithOffloadDir", e.rank)
 	}
-	if err := e.checkAndBroadcast(ctx); err != nil {
+	if err := replica.CheckModels(ctx, g, ps); err != nil {
+		return nil, fmt.Errorf("zero: %w", err)
+	}
+	if err := replica.Broadcast(ctx, g, ps, e.who()); err != nil {
 		return nil, err
 	}
 	lay, err := NewLayout(ps, e.world, e.rank, cfg.Key)
@@ -220,7 +223,7 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		return nil, err
 	}
 	for _, u := range lay.units {
-		lo, hi := lay.owned(u)
+		lo, hi := lay.Owned(u)
 		copy(e.master[u.ShardBase:], ps.Data[lo:hi])
 	}
 	segs, _, err := lay.Segments(ps, cfg.WeightDecay, e.master, e.grad)
@@ -273,7 +276,8 @@ func (e *Engine) allocate() error {
 		name string
 		n    int
 	}{{&e.gatherR, "gathered parameters", l.gatherLen}, {&e.sendR, "reduce-scatter input", l.gatherLen},
-		{&e.recvR, "reduce-scatter output", l.shardLen}} {
+		{&e.recvR, "reduce-scatter output", l.shardLen}, {&e.placeholder, "parameter placeholder", l.psi},
+		{&e.gradHolder, "gradient placeholder", l.psi}} {
 		if *r.dst, err = region.NewAnon(fmt.Sprintf("rank %d %s", e.rank, r.name), r.n); err != nil {
 			return regionErr(err)
 		}
@@ -285,24 +289,7 @@ func (e *Engine) allocate() error {
 	if e.leaves, err = region.NewZeros(fmt.Sprintf("rank %d parameter leaves", e.rank), largest); err != nil {
 		return regionErr(err)
 	}
-	// The placeholders are writable zeros that other code may write but whose contents the
-	// engine never reads: untouched they cost nothing, a written page until released.
-	if e.placeholder, err = region.NewAnon(fmt.Sprintf("rank %d parameter placeholder", e.rank), l.psi); err != nil {
-		return regionErr(err)
-	}
-	if e.gradHolder, err = region.NewAnon(fmt.Sprintf("rank %d gradient placeholder", e.rank), l.psi); err != nil {
-		return regionErr(err)
-	}
 	return nil
-}
-
-// checkAndBroadcast fails when the ranks' models differ in size, then copies rank 0's
-// parameters and buffers to every rank.
-func (e *Engine) checkAndBroadcast(ctx context.Context) error {
-	if err := replica.CheckModels(ctx, e.g, e.Model.Params); err != nil {
-		return fmt.Errorf("zero: %w", err)
-	}
-	return replica.Broadcast(ctx, e.g, e.Model.Params, e.who())
 }
 
 // checkAgreement runs the periodic agreement check (CheckEvery), before a training run on
