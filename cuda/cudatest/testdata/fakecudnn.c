@@ -87,13 +87,21 @@ static const float* widen(const void* p, int dt, long n, float** owned) {
 	for (long i = 0; i < n; i++) f[i] = ld(p, dt, i);
 	return *owned = f;
 }
+/* span sets [*lo, *hi) to the outputs o in [0, on) whose input o*stride - pad + tap*dil lies
+ * in [0, in) (a contiguous range, empty when *lo >= *hi). */
+static void span(int on, int in, int stride, int pad, int tap, int dil, int* lo, int* hi) {
+	*lo = 0, *hi = 0;
+	while (*lo < on && *lo * stride - pad + tap * dil < 0) (*lo)++;
+	*hi = *lo;
+	while (*hi < on && *hi * stride - pad + tap * dil < in) (*hi)++;
+}
 /* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w).
  * Each output element sums its products in float, in the order of the loop nest
  * n, k, oy, ox, ch, i, j over valid taps (forward: ch, i, j; backward data: k, oy, ox, that
  * is, with the tap fixed by the position, i and j descending; backward filter: n, oy, ox),
  * each product ld(a)*ld(b) with the operands in that order; the loops below visit the same
- * products per output element in the same order, with the innermost loop over the output
- * row so that it runs on contiguous memory. */
+ * products per output element in the same order, over the valid output ranges of each tap,
+ * with the innermost loop over an output row so that it runs on contiguous memory. */
 static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
 		tdesc* yd, const void* y, void* out, void* ws) {
 	memset(ws, 0xab, 4096); /* the workspace must be writable device memory */
@@ -102,6 +110,10 @@ static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc*
 	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
 	long total = (long)od->n * od->c * od->h * od->w;
 	float* acc = calloc(total, sizeof(float));
+	int* rng = malloc(sizeof(int) * 2 * (KH + KW)); /* oy range of tap row i, ox range of tap column j */
+	int *ylo = rng, *yhi = rng + KH, *xlo = rng + 2 * KH, *xhi = rng + 2 * KH + KW;
+	for (int i = 0; i < KH; i++) span(OH, H, U, PH, i, DH, &ylo[i], &yhi[i]);
+	for (int j = 0; j < KW; j++) span(OW, W, V, PW, j, DW, &xlo[j], &xhi[j]);
 	float *ox_, *ow_, *oy_;
 	const float* xf = which != 1 ? widen(x, dt, (long)N * C * H * W, &ox_) : (ox_ = 0, (const float*)0);
 	const float* wf = which != 2 ? widen(w, dt, (long)K * C * KH * KW, &ow_) : (ow_ = 0, (const float*)0);
@@ -111,46 +123,34 @@ static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc*
 			float* a = acc + ((long)n * K + k) * OH * OW;
 			for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
 				float wv = wf[(((long)k * C + ch) * KH + i) * KW + j];
-				for (int oy = 0; oy < OH; oy++) {
-					int iy = oy * U - PH + i * DH;
-					if (iy < 0 || iy >= H) continue;
-					const float* xr = xf + (((long)n * C + ch) * H + iy) * W;
+				long xc = ((long)n * C + ch) * H * W + j * DW - PW; /* x[n,ch,0,ix] is xf[xc + ox*V] */
+				for (int oy = ylo[i]; oy < yhi[i]; oy++) {
+					const float* xr = xf + xc + (long)(oy * U - PH + i * DH) * W;
 					float* ar = a + (long)oy * OW;
-					for (int ox = 0; ox < OW; ox++) {
-						int ix = ox * V - PW + j * DW;
-						if (ix >= 0 && ix < W) ar[ox] += xr[ix] * wv;
-					}
+					for (int ox = xlo[j]; ox < xhi[j]; ox++) ar[ox] += xr[ox * V] * wv;
 				}
 			}
 		} else if (which == 1) { /* acc[n,ch,iy,ix] += y[n,k,oy,ox] * w[k,ch,i,j], over k, then i, j descending */
 			const float* yk = yf + ((long)n * K + k) * OH * OW;
 			for (int ch = 0; ch < C; ch++) for (int i = KH - 1; i >= 0; i--) for (int j = KW - 1; j >= 0; j--) {
 				float wv = wf[(((long)k * C + ch) * KH + i) * KW + j];
-				for (int oy = 0; oy < OH; oy++) {
-					int iy = oy * U - PH + i * DH;
-					if (iy < 0 || iy >= H) continue;
-					float* ar = acc + (((long)n * C + ch) * H + iy) * W;
+				long ac = ((long)n * C + ch) * H * W + j * DW - PW;
+				for (int oy = ylo[i]; oy < yhi[i]; oy++) {
+					float* ar = acc + ac + (long)(oy * U - PH + i * DH) * W;
 					const float* yr = yk + (long)oy * OW;
-					for (int ox = 0; ox < OW; ox++) {
-						int ix = ox * V - PW + j * DW;
-						if (ix >= 0 && ix < W) ar[ix] += yr[ox] * wv;
-					}
+					for (int ox = xlo[j]; ox < xhi[j]; ox++) ar[ox * V] += yr[ox] * wv;
 				}
 			}
 		} else { /* acc[k,ch,i,j] += y[n,k,oy,ox] * x[n,ch,iy,ix], over n, oy, ox */
 			const float* yk = yf + ((long)n * K + k) * OH * OW;
 			for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
 				float* a = acc + (((long)k * C + ch) * KH + i) * KW + j;
+				long xc = ((long)n * C + ch) * H * W + j * DW - PW;
 				float s = *a;
-				for (int oy = 0; oy < OH; oy++) {
-					int iy = oy * U - PH + i * DH;
-					if (iy < 0 || iy >= H) continue;
-					const float* xr = xf + (((long)n * C + ch) * H + iy) * W;
+				for (int oy = ylo[i]; oy < yhi[i]; oy++) {
+					const float* xr = xf + xc + (long)(oy * U - PH + i * DH) * W;
 					const float* yr = yk + (long)oy * OW;
-					for (int ox = 0; ox < OW; ox++) {
-						int ix = ox * V - PW + j * DW;
-						if (ix >= 0 && ix < W) s += yr[ox] * xr[ix];
-					}
+					for (int ox = xlo[j]; ox < xhi[j]; ox++) s += yr[ox] * xr[ox * V];
 				}
 				*a = s;
 			}
@@ -158,6 +158,7 @@ static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc*
 	}
 	for (long i = 0; i < total; i++) st(out, dt, i, al * acc[i] + (be != 0 ? be * ld(out, dt, i) : 0));
 	free(acc);
+	free(rng);
 	free(ox_);
 	free(ow_);
 	free(oy_);
