@@ -87,75 +87,149 @@ static const float* widen(const void* p, int dt, long n, float** owned) {
 	for (long i = 0; i < n; i++) f[i] = ld(p, dt, i);
 	return *owned = f;
 }
+/* A convolution's shape, its operands widened to float, and the valid output range of each
+ * tap row (ylo, yhi) and column (xlo, xhi). */
+typedef struct {
+	int N, C, H, W, K, KH, KW, OH, OW, U, V, PH, PW, DH, DW;
+	const float *x, *w, *y;
+	int *ylo, *yhi, *xlo, *xhi;
+} cshape;
+/* Each output element of a convolution sums its products in float, in the order of the
+ * loop nest n, k, oy, ox, ch, i, j over valid taps: forward over ch, i, j; backward data
+ * over k, oy, ox, that is, with the tap fixed by the position, over k, then i and j
+ * descending; backward filter over n, oy, ox; each product ld(a)*ld(b) with the operands in
+ * that order (y*w, y*x). The two loop nests below visit the same products per output
+ * element in that order, skipping the taps outside the input, one with an output row
+ * innermost (rows: for large maps and few channels), the other with the output's channels
+ * innermost over transposed copies (chans: for small maps, where a row is a few elements). */
+static void conv_rows(int which, const cshape* s, float* acc) {
+	int N = s->N, C = s->C, H = s->H, W = s->W, K = s->K, KH = s->KH, KW = s->KW, OH = s->OH, OW = s->OW;
+	for (int n = 0; n < N; n++) for (int k = 0; k < K; k++) {
+		const float* yk = s->y ? s->y + ((long)n * K + k) * OH * OW : 0;
+		for (int ch = 0; ch < C; ch++) for (int ii = 0; ii < KH; ii++) for (int jj = 0; jj < KW; jj++) {
+			int i = which == 1 ? KH - 1 - ii : ii, j = which == 1 ? KW - 1 - jj : jj;
+			long wi = (((long)k * C + ch) * KH + i) * KW + j;
+			long xc = ((long)n * C + ch) * H * W + j * s->DW - s->PW; /* [n,ch,iy,ix] at xc + iy*W + ox*V */
+			if (which == 0) { /* acc[n,k,oy,ox] += x * w */
+				float wv = s->w[wi];
+				float* a = acc + ((long)n * K + k) * OH * OW;
+				for (int oy = s->ylo[i]; oy < s->yhi[i]; oy++) {
+					const float* xr = s->x + xc + (long)(oy * s->U - s->PH + i * s->DH) * W;
+					float* ar = a + (long)oy * OW;
+					for (int ox = s->xlo[j]; ox < s->xhi[j]; ox++) ar[ox] += xr[ox * s->V] * wv;
+				}
+			} else if (which == 1) { /* acc[n,ch,iy,ix] += y * w */
+				float wv = s->w[wi];
+				for (int oy = s->ylo[i]; oy < s->yhi[i]; oy++) {
+					float* ar = acc + xc + (long)(oy * s->U - s->PH + i * s->DH) * W;
+					const float* yr = yk + (long)oy * OW;
+					for (int ox = s->xlo[j]; ox < s->xhi[j]; ox++) ar[ox * s->V] += yr[ox] * wv;
+				}
+			} else { /* acc[k,ch,i,j] += y * x */
+				float v = acc[wi];
+				for (int oy = s->ylo[i]; oy < s->yhi[i]; oy++) {
+					const float* xr = s->x + xc + (long)(oy * s->U - s->PH + i * s->DH) * W;
+					const float* yr = yk + (long)oy * OW;
+					for (int ox = s->xlo[j]; ox < s->xhi[j]; ox++) v += yr[ox] * xr[ox * s->V];
+				}
+				acc[wi] = v;
+			}
+		}
+	}
+}
+static void conv_chans(int which, const cshape* s, float* acc) {
+	int N = s->N, C = s->C, H = s->H, W = s->W, K = s->K, KH = s->KH, KW = s->KW, OH = s->OH, OW = s->OW;
+	long taps = (long)KH * KW;
+	if (which == 0) { /* at[n,oy,ox,k] += x[n,ch,iy,ix] * wt[ch,i,j,k], over ch, i, j */
+		float* wt = malloc(sizeof(float) * K * C * taps);
+		float* at = calloc((long)N * OH * OW * K, sizeof(float));
+		for (int k = 0; k < K; k++) for (long q = 0; q < C * taps; q++) wt[q * K + k] = s->w[k * C * taps + q];
+		for (int n = 0; n < N; n++) for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++)
+			for (int oy = s->ylo[i]; oy < s->yhi[i]; oy++) {
+				int iy = oy * s->U - s->PH + i * s->DH;
+				for (int j = 0; j < KW; j++) for (int ox = s->xlo[j]; ox < s->xhi[j]; ox++) {
+					float xv = s->x[(((long)n * C + ch) * H + iy) * W + ox * s->V - s->PW + j * s->DW];
+					float* a = at + (((long)n * OH + oy) * OW + ox) * K;
+					const float* wr = wt + ((long)ch * taps + i * KW + j) * K;
+					for (int k = 0; k < K; k++) a[k] += xv * wr[k];
+				}
+			}
+		for (int n = 0; n < N; n++) for (long p = 0; p < (long)OH * OW; p++) for (int k = 0; k < K; k++)
+			acc[((long)n * K + k) * OH * OW + p] = at[((long)n * OH * OW + p) * K + k];
+		free(wt);
+		free(at);
+	} else if (which == 1) { /* at[n,iy,ix,ch] += y[n,k,oy,ox] * wt[k,i,j,ch], over k, i and j descending */
+		float* wt = malloc(sizeof(float) * K * C * taps);
+		float* at = calloc((long)N * H * W * C, sizeof(float));
+		for (int k = 0; k < K; k++) for (int ch = 0; ch < C; ch++) for (long q = 0; q < taps; q++)
+			wt[((long)k * taps + q) * C + ch] = s->w[((long)k * C + ch) * taps + q];
+		for (int n = 0; n < N; n++) for (int k = 0; k < K; k++) for (int i = KH - 1; i >= 0; i--)
+			for (int oy = s->ylo[i]; oy < s->yhi[i]; oy++) {
+				int iy = oy * s->U - s->PH + i * s->DH;
+				for (int j = KW - 1; j >= 0; j--) for (int ox = s->xlo[j]; ox < s->xhi[j]; ox++) {
+					int ix = ox * s->V - s->PW + j * s->DW;
+					float yv = s->y[(((long)n * K + k) * OH + oy) * OW + ox];
+					float* a = at + (((long)n * H + iy) * W + ix) * C;
+					const float* wr = wt + ((long)k * taps + i * KW + j) * C;
+					for (int ch = 0; ch < C; ch++) a[ch] += yv * wr[ch];
+				}
+			}
+		for (int n = 0; n < N; n++) for (long p = 0; p < (long)H * W; p++) for (int ch = 0; ch < C; ch++)
+			acc[((long)n * C + ch) * H * W + p] = at[((long)n * H * W + p) * C + ch];
+		free(wt);
+		free(at);
+	} else { /* at[k,i,j,ch] += y[n,k,oy,ox] * xt[n,iy,ix,ch], over n, oy, ox */
+		float* xt = malloc(sizeof(float) * N * C * H * W);
+		float* at = calloc((long)K * taps * C, sizeof(float));
+		for (int n = 0; n < N; n++) for (int ch = 0; ch < C; ch++) for (long p = 0; p < (long)H * W; p++)
+			xt[((long)n * H * W + p) * C + ch] = s->x[((long)n * C + ch) * H * W + p];
+		for (int n = 0; n < N; n++) for (int oy = 0; oy < OH; oy++) for (int ox = 0; ox < OW; ox++) for (int k = 0; k < K; k++) {
+			float yv = s->y[(((long)n * K + k) * OH + oy) * OW + ox];
+			for (int i = 0; i < KH; i++) {
+				if (oy < s->ylo[i] || oy >= s->yhi[i]) continue;
+				int iy = oy * s->U - s->PH + i * s->DH;
+				for (int j = 0; j < KW; j++) {
+					if (ox < s->xlo[j] || ox >= s->xhi[j]) continue;
+					int ix = ox * s->V - s->PW + j * s->DW;
+					float* a = at + (((long)k * KH + i) * KW + j) * C;
+					const float* xr = xt + (((long)n * H + iy) * W + ix) * C;
+					for (int ch = 0; ch < C; ch++) a[ch] += yv * xr[ch];
+				}
+			}
+		}
+		for (int k = 0; k < K; k++) for (int ch = 0; ch < C; ch++) for (long q = 0; q < taps; q++)
+			acc[((long)k * C + ch) * taps + q] = at[((long)k * taps + q) * C + ch];
+		free(xt);
+		free(at);
+	}
+}
 /* span sets [*lo, *hi) to the outputs o in [0, on) whose input o*stride - pad + tap*dil lies
  * in [0, in) (a contiguous range, empty when *lo >= *hi). */
 static void span(int on, int in, int stride, int pad, int tap, int dil, int* lo, int* hi) {
-	*lo = 0, *hi = 0;
+	*lo = 0;
 	while (*lo < on && *lo * stride - pad + tap * dil < 0) (*lo)++;
 	*hi = *lo;
 	while (*hi < on && *hi * stride - pad + tap * dil < in) (*hi)++;
 }
-/* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w).
- * Each output element sums its products in float, in the order of the loop nest
- * n, k, oy, ox, ch, i, j over valid taps (forward: ch, i, j; backward data: k, oy, ox, that
- * is, with the tap fixed by the position, i and j descending; backward filter: n, oy, ox),
- * each product ld(a)*ld(b) with the operands in that order; the loops below visit the same
- * products per output element in the same order, over the valid output ranges of each tap,
- * with the innermost loop over an output row so that it runs on contiguous memory. */
+/* which: 0 forward (out = y), 1 backward data (out = x), 2 backward filter (out = w). */
 static void conv(int which, float al, float be, tdesc* xd, const void* x, tdesc* wd, const void* w, cdesc* c,
 		tdesc* yd, const void* y, void* out, void* ws) {
 	memset(ws, 0xab, 4096); /* the workspace must be writable device memory */
-	int N = xd->n, C = xd->c, H = xd->h, W = xd->w, K = wd->n, KH = wd->h, KW = wd->w, OH = yd->h, OW = yd->w, dt = xd->dt;
-	int U = c->u, V = c->v, PH = c->pad_h, PW = c->pad_w, DH = c->dh, DW = c->dw;
+	int dt = xd->dt;
+	cshape s = {xd->n, xd->c, xd->h, xd->w, wd->n, wd->h, wd->w, yd->h, yd->w, c->u, c->v, c->pad_h, c->pad_w, c->dh, c->dw};
 	tdesc* od = which == 0 ? yd : which == 1 ? xd : wd;
 	long total = (long)od->n * od->c * od->h * od->w;
 	float* acc = calloc(total, sizeof(float));
-	int* rng = malloc(sizeof(int) * 2 * (KH + KW)); /* oy range of tap row i, ox range of tap column j */
-	int *ylo = rng, *yhi = rng + KH, *xlo = rng + 2 * KH, *xhi = rng + 2 * KH + KW;
-	for (int i = 0; i < KH; i++) span(OH, H, U, PH, i, DH, &ylo[i], &yhi[i]);
-	for (int j = 0; j < KW; j++) span(OW, W, V, PW, j, DW, &xlo[j], &xhi[j]);
+	int* rng = malloc(sizeof(int) * 2 * (s.KH + s.KW));
+	s.ylo = rng, s.yhi = rng + s.KH, s.xlo = rng + 2 * s.KH, s.xhi = rng + 2 * s.KH + s.KW;
+	for (int i = 0; i < s.KH; i++) span(s.OH, s.H, s.U, s.PH, i, s.DH, &s.ylo[i], &s.yhi[i]);
+	for (int j = 0; j < s.KW; j++) span(s.OW, s.W, s.V, s.PW, j, s.DW, &s.xlo[j], &s.xhi[j]);
 	float *ox_, *ow_, *oy_;
-	const float* xf = which != 1 ? widen(x, dt, (long)N * C * H * W, &ox_) : (ox_ = 0, (const float*)0);
-	const float* wf = which != 2 ? widen(w, dt, (long)K * C * KH * KW, &ow_) : (ow_ = 0, (const float*)0);
-	const float* yf = which != 0 ? widen(y, dt, (long)N * K * OH * OW, &oy_) : (oy_ = 0, (const float*)0);
-	for (int n = 0; n < N; n++) for (int k = 0; k < K; k++) {
-		if (which == 0) { /* acc[n,k,oy,ox] += x[n,ch,iy,ix] * w[k,ch,i,j], over ch, i, j */
-			float* a = acc + ((long)n * K + k) * OH * OW;
-			for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
-				float wv = wf[(((long)k * C + ch) * KH + i) * KW + j];
-				long xc = ((long)n * C + ch) * H * W + j * DW - PW; /* x[n,ch,0,ix] is xf[xc + ox*V] */
-				for (int oy = ylo[i]; oy < yhi[i]; oy++) {
-					const float* xr = xf + xc + (long)(oy * U - PH + i * DH) * W;
-					float* ar = a + (long)oy * OW;
-					for (int ox = xlo[j]; ox < xhi[j]; ox++) ar[ox] += xr[ox * V] * wv;
-				}
-			}
-		} else if (which == 1) { /* acc[n,ch,iy,ix] += y[n,k,oy,ox] * w[k,ch,i,j], over k, then i, j descending */
-			const float* yk = yf + ((long)n * K + k) * OH * OW;
-			for (int ch = 0; ch < C; ch++) for (int i = KH - 1; i >= 0; i--) for (int j = KW - 1; j >= 0; j--) {
-				float wv = wf[(((long)k * C + ch) * KH + i) * KW + j];
-				long ac = ((long)n * C + ch) * H * W + j * DW - PW;
-				for (int oy = ylo[i]; oy < yhi[i]; oy++) {
-					float* ar = acc + ac + (long)(oy * U - PH + i * DH) * W;
-					const float* yr = yk + (long)oy * OW;
-					for (int ox = xlo[j]; ox < xhi[j]; ox++) ar[ox * V] += yr[ox] * wv;
-				}
-			}
-		} else { /* acc[k,ch,i,j] += y[n,k,oy,ox] * x[n,ch,iy,ix], over n, oy, ox */
-			const float* yk = yf + ((long)n * K + k) * OH * OW;
-			for (int ch = 0; ch < C; ch++) for (int i = 0; i < KH; i++) for (int j = 0; j < KW; j++) {
-				float* a = acc + (((long)k * C + ch) * KH + i) * KW + j;
-				long xc = ((long)n * C + ch) * H * W + j * DW - PW;
-				float s = *a;
-				for (int oy = ylo[i]; oy < yhi[i]; oy++) {
-					const float* xr = xf + xc + (long)(oy * U - PH + i * DH) * W;
-					const float* yr = yk + (long)oy * OW;
-					for (int ox = xlo[j]; ox < xhi[j]; ox++) s += yr[ox] * xr[ox * V];
-				}
-				*a = s;
-			}
-		}
-	}
+	s.x = which != 1 ? widen(x, dt, (long)s.N * s.C * s.H * s.W, &ox_) : (ox_ = 0, (const float*)0);
+	s.w = which != 2 ? widen(w, dt, (long)s.K * s.C * s.KH * s.KW, &ow_) : (ow_ = 0, (const float*)0);
+	s.y = which != 0 ? widen(y, dt, (long)s.N * s.K * s.OH * s.OW, &oy_) : (oy_ = 0, (const float*)0);
+	if ((which == 0 ? s.K : s.C) >= 16 && s.OW < 16) conv_chans(which, &s, acc);
+	else conv_rows(which, &s, acc);
 	for (long i = 0; i < total; i++) st(out, dt, i, al * acc[i] + (be != 0 ? be * ld(out, dt, i) : 0));
 	free(acc);
 	free(rng);
