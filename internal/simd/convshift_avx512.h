@@ -155,65 +155,90 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 }
 
 // gp5s_wgrad_block sums output channels [o0, o0+NO) by rows [r0, r0+NR) of the filter
-// gradient over the N images: lane t of accumulator a<o><r> adds dy[n, o, k]·x[row r, k] for
-// the pixels k ≡ t (mod 16), images and chunks in order; dw[o·K + r] is then the lanes'
-// gp5s_hsum. dy is N×O×P. Named accumulators, as in gp5s_fwd_block.
+// gradient over units [ua, ub) of the batch's nu = N·ceil(P/16) (unit u: 16 pixels of image
+// u/nch, its chunk u%nch): lane t of accumulator a<o><r> adds dy[n, o, k]·x[row r, k] for the
+// pixels k ≡ t (mod 16), units in order. The lanes start at 0 (ua = 0) or from ab (16 floats
+// for each o·6 + r), where the units before ua left them; they are left in ab (ub < nu) or
+// their gp5s_hsum written to dw[o·K + r] (ub = nu). dy is N×O×P. Named accumulators, as in
+// gp5s_fwd_block. Whatever the split into unit ranges, each lane's sum has the same terms in
+// the same order: the same bits.
 //
-// A step (16 pixels of one image) takes NO·NR FMAs and reads x either through the masks
-// with zero-masked loads, or (PAD) from padded planes (gp_pad_planes) with plain loads, the
-// padding's zeros in the planes: row r of chunk j (line h, from column w0; OW a multiple of
-// 16) at n·C·pp + c·pp + poff[q] + h·lw + w0. The same products in the same order, so the
-// same bits. dy is read with plain loads but for the last chunk when P is not a multiple of
-// 16, zero-masked past P.
-//
-// Per FLOP this runs at 0.6-0.75 of gp5s_fwd_block's rate on 14x14 and 7x7 maps and 0.8 on 4x4
-// (BenchmarkConvShiftDemo: resnet8_s2's layers at batch 64). A masked step's six x loads are
-// zero-masked and its six masks moved into mask registers, each a micro-op on the two ports of
-// the FMAs: 24 FMAs and 12 more micro-ops where the forward's 24 take 6 more; a loop of that
-// mix alone, in L1, takes 1.2x the forward's time (with 4x4 maps, masks kept in registers and
-// dy's loads masked, 1.0x). Each block streams the whole batch's dy and x through the caches,
-// which at batch 64 leaves them in L2, not L1: merge-masked FMAs over plain loads of x (no
-// masked loads; the same bits while dy is finite) gained 1.15-1.2x with the batch in L1 (8
-// images) and nothing at 64. And with 64 channels of 4x4, the images lie 4 KiB apart in dy, so
-// a block's 64 images share their L1 sets: with one chunk an image, gp5s_wgrad copies the
-// block's channels of dy, image after image, to db (the same values, so the same bits), which
-// measured 1.27-1.42x against reading dy in place on resnet8_s2's 4x4 layers.
-#define GP5S_WO(o, r) \
-	if (NO > o) a##o##r = _mm512_fmadd_ps(d##o, xv, a##o##r);
-#define GP5S_WR(r, PAD, ONE)                                                                               \
-	if (NR > r) {                                                                                      \
-		if (!PAD && !ONE) k##r = mask[mq##r + j];                                                  \
-		__m512 xv = PAD ? _mm512_loadu_ps(xr + off##r) : _mm512_maskz_loadu_ps(k##r, xr + off##r); \
-		GP5S_WO(0, r) GP5S_WO(1, r) GP5S_WO(2, r) GP5S_WO(3, r)                                    \
+// A step (16 pixels of one image) takes NO·NR FMAs and reads x in one of three modes:
+//   0: through the masks, zero-masked loads (the definition: a pixel in the padding adds
+//      dy·0). Each is a vector ALU micro-op on the two ports of the FMAs, as is the move of
+//      its mask into a mask register: 24 FMAs and 12 more micro-ops a step, where the
+//      forward's 24 take 6 more.
+//   1: plain loads and merge-masked FMAs: a pixel in the padding leaves its lane's sum as
+//      it is, where mode 0 adds dy·0, and the mask moves are the only extra micro-ops. The
+//      same bits while dy is finite: a lane starts at +0, and an FMA's sum is -0 only from
+//      -0 + -0, so no lane is ever -0 and adding ±0 leaves it as it is; x's values in the
+//      padding's lanes never count. Taken for the images [nlo, nhi) (gp5s_wgrad_fast) where
+//      gp5s_wgrad_plan takes it.
+//   2: padded planes (PAD, gp_pad_planes): plain loads, plain FMAs, the padding's zeros in
+//      the planes; row r of chunk j (line h, from column w0; OW a multiple of 16) is read at
+//      n·C·pp + c·pp + poff[q] + h·lw + w0.
+// dy is read with plain loads but for the last chunk when P is not a multiple of 16,
+// zero-masked past P. With one chunk an image (4x4 maps) the masks are the same for every
+// step and stay in mask registers (mode 0), and dy is read from db, a copy of its channels
+// [o0, o0+NO) for the images [ua, ub) (gp5s_wgrad).
+#define GP5S_WO(o, r, MODE) \
+	if (NO > o) a##o##r = MODE == 1 ? _mm512_mask3_fmadd_ps(d##o, xv, a##o##r, k##r) : _mm512_fmadd_ps(d##o, xv, a##o##r);
+#define GP5S_WR(r, MODE, HOIST)                                                                          \
+	if (NR > r) {                                                                                    \
+		if (MODE != 2 && !HOIST) k##r = mask[mq##r + j];                                         \
+		__m512 xv = MODE == 0 ? _mm512_maskz_loadu_ps(k##r, xr + off##r) : _mm512_loadu_ps(xr + off##r); \
+		GP5S_WO(0, r, MODE) GP5S_WO(1, r, MODE) GP5S_WO(2, r, MODE) GP5S_WO(3, r, MODE)          \
 	}
 #define GP5S_WD(o, TAIL) \
 	if (NO > o) d##o = TAIL ? _mm512_maskz_loadu_ps(tm, dr + (long)o * P) : _mm512_loadu_ps(dr + (long)o * P);
-#define GP5S_WSTEP(PAD, TAIL, ONE)                                                  \
+#define GP5S_WSTEP(MODE, TAIL, HOIST)                                               \
 	{                                                                           \
 		__m512 d0 = z, d1 = z, d2 = z, d3 = z;                              \
 		GP5S_WD(0, TAIL) GP5S_WD(1, TAIL) GP5S_WD(2, TAIL) GP5S_WD(3, TAIL) \
-		GP5S_WR(0, PAD, ONE) GP5S_WR(1, PAD, ONE) GP5S_WR(2, PAD, ONE)      \
-		GP5S_WR(3, PAD, ONE) GP5S_WR(4, PAD, ONE) GP5S_WR(5, PAD, ONE)      \
+		GP5S_WR(0, MODE, HOIST) GP5S_WR(1, MODE, HOIST) GP5S_WR(2, MODE, HOIST) \
+		GP5S_WR(3, MODE, HOIST) GP5S_WR(4, MODE, HOIST) GP5S_WR(5, MODE, HOIST) \
 	}
-// GP5S_WIMG runs the steps of the N images in order, an image's chunks in order: the full
-// chunks, then the partial one (TAIL) if P is not a multiple of 16.
-#define GP5S_WIMG(PAD, TAIL)                                                                                    \
-	for (int n = 0; n < N; n++) {                                                                           \
-		const float *xb = x + (long)n * xnst, *dr = dy + ((long)n * O + o0) * P;                        \
-		long j = 0;                                                                                     \
-		for (; j < nfull; j++, dr += 16) {                                                              \
-			const float *xr = PAD ? xb + (j * 16 / g->ow) * g->lw + (j * 16) % g->ow : xb + j * 16; \
-			GP5S_WSTEP(PAD, 0, 0)                                                                   \
+// GP5S_WCH runs the steps of image n's chunks [ja, jb) in mode MODE, in order: the full
+// chunks, then the partial one (a TAIL step) if jb takes it.
+#define GP5S_WCH(MODE, n, ja, jb)                                                                               \
+	{                                                                                                       \
+		const float *xb = x + (n) * xnst, *dr = dy + ((n) * O + o0) * P + (ja) * 16;                    \
+		long j = ja;                                                                                    \
+		const long je = (jb) < nfull ? (jb) : nfull;                                                    \
+		for (; j < je; j++, dr += 16) {                                                                 \
+			const float *xr = MODE == 2 ? xb + (j * 16 / g->ow) * g->lw + (j * 16) % g->ow : xb + j * 16; \
+			GP5S_WSTEP(MODE, 0, 0)                                                                  \
 		}                                                                                               \
-		if (TAIL) {                                                                                     \
+		if (MODE != 2 && j < (jb)) {                                                                    \
 			const float *xr = xb + j * 16;                                                          \
-			GP5S_WSTEP(PAD, 1, 0)                                                                   \
+			GP5S_WSTEP(MODE, 1, 0)                                                                  \
 		}                                                                                               \
+	}
+// GP5S_WIMGS runs images [na, nb) whole in mode MODE; GP5S_WPART image n's chunks [ja, jb)
+// in its mode.
+#define GP5S_WIMGS(MODE, na, nb) \
+	for (long n = na; n < nb; n++) GP5S_WCH(MODE, n, 0, nch)
+#define GP5S_WPART(n, ja, jb)                                   \
+	{                                                       \
+		if (PAD)                                        \
+			GP5S_WCH(2, n, ja, jb)                  \
+		else if ((n) >= nlo && (n) < nhi)               \
+			GP5S_WCH(1, n, ja, jb)                  \
+		else                                            \
+			GP5S_WCH(0, n, ja, jb)                  \
 	}
 #define GP5S_WS1(o, r) \
 	if (NR > r) dw[(long)(o0 + o) * K + r0 + r] = gp5s_hsum(a##o##r);
 #define GP5S_WS(o) \
 	if (NO > o) { GP5S_WS1(o, 0) GP5S_WS1(o, 1) GP5S_WS1(o, 2) GP5S_WS1(o, 3) GP5S_WS1(o, 4) GP5S_WS1(o, 5) }
+#define GP5S_WL1(o, r) \
+	if (NR > r) a##o##r = _mm512_load_ps(ab + (o * 6 + r) * 16);
+#define GP5S_WL(o) \
+	if (NO > o) { GP5S_WL1(o, 0) GP5S_WL1(o, 1) GP5S_WL1(o, 2) GP5S_WL1(o, 3) GP5S_WL1(o, 4) GP5S_WL1(o, 5) }
+#define GP5S_WT1(o, r) \
+	if (NR > r) _mm512_store_ps(ab + (o * 6 + r) * 16, a##o##r);
+#define GP5S_WT(o) \
+	if (NO > o) { GP5S_WT1(o, 0) GP5S_WT1(o, 1) GP5S_WT1(o, 2) GP5S_WT1(o, 3) GP5S_WT1(o, 4) GP5S_WT1(o, 5) }
 // Row r's offset in an image (its channel's plane at its tap's offset) and its mask row.
 #define GP5S_WOFF(r) \
 	if (NR > r) off##r = (long)((r0 + r) / kk) * cst + qo[(r0 + r) % kk], mq##r = (long)((r0 + r) % kk) * nch;
@@ -221,7 +246,8 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 	if (NR > r) k##r = mask[mq##r];
 static inline __attribute__((always_inline)) void gp5s_wgrad_block(int PAD, int NO, int NR, const gp_shiftconv *g,
                                                                    const float *x, const float *dy, float *dw,
-                                                                   int N, int o0, int r0, const float *db) {
+                                                                   long nu, int o0, int r0, long ua, long ub,
+                                                                   long nlo, long nhi, const float *db, float *ab) {
 	const int O = g->O, kk = g->kk;
 	const long P = g->P, nch = (P + 15) / 16, nfull = P / 16;
 	const long xnst = PAD ? (long)g->C * g->pp : g->xn, cst = PAD ? g->pp : g->xc;
@@ -236,71 +262,169 @@ static inline __attribute__((always_inline)) void gp5s_wgrad_block(int PAD, int 
 	long mq0 = 0, mq1 = 0, mq2 = 0, mq3 = 0, mq4 = 0, mq5 = 0;
 	__mmask16 k0 = 0xffff, k1 = k0, k2 = k0, k3 = k0, k4 = k0, k5 = k0;
 	GP5S_WOFF(0) GP5S_WOFF(1) GP5S_WOFF(2) GP5S_WOFF(3) GP5S_WOFF(4) GP5S_WOFF(5)
-	if (PAD) {
-		GP5S_WIMG(1, 0)
-	} else if (nch == 1) {
-		// One chunk per image (4x4 maps): the masks hold for every image, so they stay in
-		// mask registers, and dy is read through the tail's.
+	if (ua > 0) { GP5S_WL(0) GP5S_WL(1) GP5S_WL(2) GP5S_WL(3) }
+	if (!PAD && nch == 1) {
 		GP5S_WK(0) GP5S_WK(1) GP5S_WK(2) GP5S_WK(3) GP5S_WK(4) GP5S_WK(5)
 		const long j = 0;
-		if (db) {
-			// dy's channels [o0, o0+4) in db, image after image, 16 floats each: P, the
-			// channel stride GP5S_WD reads dy at, is 16 there.
-			const float *xr = x, *dr = db;
-			const long P = 16;
-			for (int n = 0; n < N; n++, xr += xnst, dr += 4 * 16) GP5S_WSTEP(0, 1, 1)
-		} else {
-			const float *xr = x, *dr = dy + (long)o0 * P;
-			for (int n = 0; n < N; n++, xr += xnst, dr += (long)O * P) GP5S_WSTEP(0, 1, 1)
-		}
-	} else if (nfull < nch) {
-		GP5S_WIMG(0, 1)
+		const float *xr = x + ua * xnst;
+		// db: 16 floats a channel, four channels an image; P, the channel stride GP5S_WD
+		// reads dy at, is 16 there.
+		const float *dr = db;
+		const long P = 16;
+		for (long n = ua; n < ub; n++, xr += xnst, dr += 4 * 16) GP5S_WSTEP(0, 1, 1)
 	} else {
-		GP5S_WIMG(0, 0)
+		// The images whole in [ua, ub) run in loops of one mode each; a part of an image at
+		// either end, in its image's mode.
+		long n1 = (ua + nch - 1) / nch, n2 = ub / nch;
+		if (n1 > n2) { // [ua, ub) inside one image
+			const long n = ua / nch;
+			GP5S_WPART(n, ua % nch, ub - n * nch)
+		} else {
+			if (ua < n1 * nch) GP5S_WPART(n1 - 1, ua % nch, nch)
+			if (PAD) {
+				GP5S_WIMGS(2, n1, n2)
+			} else {
+				const long l0 = n2 < nlo ? n2 : nlo, l1 = n1 > nlo ? n1 : nlo;
+				const long l2 = n2 < nhi ? n2 : nhi, l3 = n1 > nhi ? n1 : nhi;
+				GP5S_WIMGS(0, n1, l0)
+				GP5S_WIMGS(1, l1, l2)
+				GP5S_WIMGS(0, l3, n2)
+			}
+			if (ub > n2 * nch) GP5S_WPART(n2, 0, ub - n2 * nch)
+		}
 	}
-	long K = (long)g->C * kk;
-	GP5S_WS(0) GP5S_WS(1) GP5S_WS(2) GP5S_WS(3)
+	const long K = (long)g->C * kk;
+	if (ub < nu) {
+		GP5S_WT(0) GP5S_WT(1) GP5S_WT(2) GP5S_WT(3)
+	} else {
+		GP5S_WS(0) GP5S_WS(1) GP5S_WS(2) GP5S_WS(3)
+	}
 }
 
-#define GP5S_WGRAD_R(NO)                                                                            \
-	do {                                                                                        \
-		int r0 = 0;                                                                         \
-		for (; r0 + 6 <= K; r0 += 6) gp5s_wgrad_block(PAD, NO, 6, g, x, dy, dw, N, o0, r0, db); \
-		switch (K - r0) {                                                                   \
-		case 5: gp5s_wgrad_block(PAD, NO, 5, g, x, dy, dw, N, o0, r0, db); break;               \
-		case 4: gp5s_wgrad_block(PAD, NO, 4, g, x, dy, dw, N, o0, r0, db); break;               \
-		case 3: gp5s_wgrad_block(PAD, NO, 3, g, x, dy, dw, N, o0, r0, db); break;               \
-		case 2: gp5s_wgrad_block(PAD, NO, 2, g, x, dy, dw, N, o0, r0, db); break;               \
-		case 1: gp5s_wgrad_block(PAD, NO, 1, g, x, dy, dw, N, o0, r0, db); break;               \
-		}                                                                                   \
-	} while (0)
+#define GP5S_WB(NR) \
+	gp5s_wgrad_block(PAD, NO, NR, g, x, dy, dw, nu, o0, r0, ua, ub, nlo, nhi, db, abuf + (long)(r0 - rc) * 64)
+// gp5s_wgrad_rows runs output channels [o0, o0+NO) by all K rows: rows in spans of rs, and
+// for each span the units in groups of gu, each group through the span's blocks of six rows
+// (the last block of K fewer).
+static inline __attribute__((always_inline)) void gp5s_wgrad_rows(int PAD, int NO, const gp_shiftconv *g,
+                                                                  const float *x, const float *dy, float *dw,
+                                                                  int N, int o0, long nlo, long nhi, long gu,
+                                                                  int rs, float *dbuf, float *abuf) {
+	const int K = g->C * g->kk;
+	const long P = g->P, nu = (long)N * ((P + 15) / 16);
+	const int cp = !PAD && P <= 16;
+	for (int rc = 0; rc < K; rc += rs) {
+		const int re = rc + rs < K ? rc + rs : K;
+		for (long ua = 0; ua < nu; ua += gu) {
+			const long ub = ua + gu < nu ? ua + gu : nu;
+			const float *db = 0;
+			if (cp) {
+				const __mmask16 tm = gp5s_tail(P);
+				for (long n = ua; n < ub; n++)
+					for (int o = 0; o < NO; o++)
+						_mm512_store_ps(dbuf + ((n - ua) * 4 + o) * 16,
+						                _mm512_maskz_loadu_ps(tm, dy + (n * g->O + o0 + o) * P));
+				db = dbuf;
+			}
+			int r0 = rc;
+			for (; r0 + 6 <= re; r0 += 6) GP5S_WB(6);
+			switch (re - r0) {
+			case 5: GP5S_WB(5); break;
+			case 4: GP5S_WB(4); break;
+			case 3: GP5S_WB(3); break;
+			case 2: GP5S_WB(2); break;
+			case 1: GP5S_WB(1); break;
+			}
+		}
+	}
+}
+#undef GP5S_WB
+
+// The sizes of gp5s_wgrad's groups and of its buffers on the stack: GP5S_WU units a group,
+// GP5S_WRS rows a span (abuf: the lanes of four output channels by those rows, 24 KiB), and
+// GP5S_WDB images a group of 4x4 maps (dbuf: four channels of dy for each, 32 KiB).
+#define GP5S_WU 64
+#define GP5S_WRS 96
+#define GP5S_WDB 128
+
+// gp5s_wgrad_plan sets how gp5s_wgrad runs the filter gradient of N images: in groups of *gu
+// units, the rows in spans of *rs (a group runs through all of a span's blocks of rows, so
+// that its dy and x stay in L1 meanwhile, where one pass over the batch for each block read
+// them from L2), and reports whether the images in the middle of the batch take mode 1
+// (gp5s_wgrad_fast). Measured at one thread against one pass over the batch for each block
+// in mode 0 (the same bits; alternating in one process, medians of 9, 3x3 with padding 1):
+// 1.18-1.30x on 7x7 maps of 16-64 channels at batch 64, 1.12x on 14x14, 1.09-1.17x on 56x56
+// of 64 channels at batch 8 and 1.25x at 32, 1.04x on 28x28 of 128, 1.13-1.16x on 14x14 of
+// 256, 1.01-1.04x on 7x7 of 512 at batch 8 and 1.16-1.19x at 32, 1.25-1.31x from padded
+// planes (16x16, 32x32). Not taken with one tap (1x1: no padding for mode 1 to skip and too
+// few rows to share dy, 0.93-1.0x). Where images lie a multiple of 4 KiB apart in x or dy
+// (8x8 maps of 32-128 channels), their pixels share L1 sets, and a group holds at most four
+// images: 0.94-0.98x with 16, 1.0-1.17x with 4. 4x4 maps run mode 0, their masks in
+// registers and dy copied to dbuf, in groups of GP5S_WDB images (one pass up to GP5S_WDB;
+// at 256 images 1.39-1.41x over one pass reading dy in place).
+static int gp5s_wgrad_plan(int PAD, const gp_shiftconv *g, int N, long *gu, int *rs) {
+	const int K = g->C * g->kk;
+	const long nch = (g->P + 15) / 16, nu = (long)N * nch;
+	*gu = nu, *rs = K;
+	if (!PAD && nch == 1) {
+		if (nu > GP5S_WDB) *gu = GP5S_WDB, *rs = K < GP5S_WRS ? K : GP5S_WRS;
+		return 0;
+	}
+	if (g->kk == 1) return 0;
+	const long xnst = PAD ? (long)g->C * g->pp : g->xn;
+	long u = GP5S_WU;
+	if ((xnst % 1024 == 0 || (long)g->O * g->P % 1024 == 0) && u > 4 * nch) u = 4 * nch;
+	if (nu > u) *gu = u, *rs = K < GP5S_WRS ? K : GP5S_WRS;
+	return !PAD;
+}
+
+// gp5s_wgrad_fast sets [*nlo, *nhi) to the images whose steps may read x with plain loads
+// (mode 1 of gp5s_wgrad_block): those whose reads at every tap's offset, 16 floats a chunk,
+// stay inside x's N images ((N-1)·xn + (C-1)·xc + P floats, the extent the caller checks);
+// none when dy's channels [oa, ob) of the batch hold a value that is not finite (there a
+// pixel in the padding must add dy·0, a NaN), or with one chunk an image.
+static void gp5s_wgrad_fast(const gp_shiftconv *g, const float *dy, int N, int oa, int ob, long *nlo, long *nhi) {
+	const long P = g->P, nch = (P + 15) / 16, xn = g->xn;
+	*nlo = *nhi = 0;
+	if (nch == 1) return;
+	long qmin = g->qoff[0], qmax = g->qoff[0];
+	for (int q = 1; q < g->kk; q++) {
+		if (g->qoff[q] < qmin) qmin = g->qoff[q];
+		if (g->qoff[q] > qmax) qmax = g->qoff[q];
+	}
+	const long ext = (long)(N - 1) * xn + (long)(g->C - 1) * g->xc + P;
+	const long reach = (long)(g->C - 1) * g->xc + qmax + nch * 16; // past an image's start
+	long lo = 0, hi = N;
+	while (lo < N && lo * xn + qmin < 0) lo++;
+	while (hi > lo && (hi - 1) * xn + reach > ext) hi--;
+	const long m = (long)(ob - oa) * P; // dy's channels [oa, ob) of an image, contiguous
+	__mmask16 bad = 0;
+	for (long n = lo; n < hi && !bad; n++) {
+		const float *d = dy + (n * g->O + oa) * P;
+		long k = 0;
+		for (; k + 16 <= m; k += 16) bad |= _mm512_fpclass_ps_mask(_mm512_loadu_ps(d + k), 0x99);
+		if (k < m) bad |= _mm512_fpclass_ps_mask(_mm512_maskz_loadu_ps(gp5s_tail(m - k), d + k), 0x99);
+	}
+	if (!bad) *nlo = lo, *nhi = hi;
+}
 
 // gp5s_wgrad is the filter gradient's rows [oa, ob): dw (O×K, K = C·kk) = dy·cols(x)ᵀ summed
-// over the N images, dy N×O×P; four output channels by six rows at a time, x as planes with
-// masks or padded planes (PAD). With one chunk an image and at most 128 images, each four
-// output channels of dy are first copied to dbuf (gp5s_wgrad_block's db), 0 past P.
+// over the N images, dy N×O×P; four output channels by six rows at a time (gp5s_wgrad_rows),
+// in the groups gp5s_wgrad_plan sets; x as planes with masks (mode 1 for images [nlo, nhi)
+// where the plan takes it, mode 0 for the others) or padded planes (PAD).
 static inline __attribute__((always_inline)) void gp5s_wgrad(int PAD, const gp_shiftconv *g, const float *x,
                                                              const float *dy, float *dw, int N, int oa, int ob) {
-	int K = g->C * g->kk;
+	float dbuf[GP5S_WDB * 4 * 16] __attribute__((aligned(64)));
+	float abuf[GP5S_WRS * 64] __attribute__((aligned(64)));
+	long gu, nlo = 0, nhi = 0;
+	int rs;
+	if (gp5s_wgrad_plan(PAD, g, N, &gu, &rs)) gp5s_wgrad_fast(g, dy, N, oa, ob, &nlo, &nhi);
 	int o0 = oa;
-	float dbuf[128 * 4 * 16] __attribute__((aligned(64))); // 32 KiB
-	const int cp = !PAD && g->P <= 16 && N <= 128;
-	const float *db = 0;
-	for (; o0 + 4 <= ob; o0 += 4) {
-		if (cp) {
-			const __mmask16 tm = gp5s_tail(g->P);
-			for (int n = 0; n < N; n++)
-				for (int o = 0; o < 4; o++)
-					_mm512_store_ps(dbuf + (n * 4 + o) * 16, _mm512_maskz_loadu_ps(tm, dy + ((long)n * g->O + o0 + o) * g->P));
-			db = dbuf;
-		}
-		GP5S_WGRAD_R(4);
-	}
-	db = 0;
+	for (; o0 + 4 <= ob; o0 += 4) gp5s_wgrad_rows(PAD, 4, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf);
 	switch (ob - o0) {
-	case 3: GP5S_WGRAD_R(3); break;
-	case 2: GP5S_WGRAD_R(2); break;
-	case 1: GP5S_WGRAD_R(1); break;
+	case 3: gp5s_wgrad_rows(PAD, 3, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf); break;
+	case 2: gp5s_wgrad_rows(PAD, 2, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf); break;
+	case 1: gp5s_wgrad_rows(PAD, 1, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf); break;
 	}
 }
 

@@ -17,29 +17,59 @@ import (
 // levels bit for bit against each other. Inputs and outputs lie against pages that cannot
 // be touched (guarded), so a load or store past either end faults; the outputs start as
 // sentinels, so a write the kernel should not make shows.
+//
+// With nf, image n/2 has +Inf and NaN in dy's output channel 0 and -Inf at the last pixel of
+// x's second line (read, masked off, as the padding left of the third line's first pixel): each
+// output is then NaN, +Inf or -Inf where the definition's is (dy·0 for a pixel in the
+// padding is NaN), and the same bits at every level but for NaN's payload. The filter
+// gradient runs as two calls, output channels [0, O/2) with the non-finite dy and [O/2, O)
+// without.
 func TestConvShiftKernels(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	cases := []struct{ n, c, o, h, w, k, d int }{
-		{2, 3, 5, 5, 5, 3, 1},
-		{3, 16, 16, 14, 14, 3, 1},
-		{2, 32, 32, 7, 7, 3, 1},
-		{5, 64, 64, 4, 4, 3, 1},
-		{1, 7, 13, 9, 6, 5, 1},
-		{2, 4, 9, 8, 11, 3, 2},
-		{3, 5, 3, 3, 17, 1, 1},
-		{1, 2, 19, 1, 1, 3, 1},
+	cases := []struct {
+		n, c, o, h, w, k, d int
+		nf                  bool
+	}{
+		{2, 3, 5, 5, 5, 3, 1, false},
+		{3, 16, 16, 14, 14, 3, 1, false},
+		{2, 32, 32, 7, 7, 3, 1, false},
+		{5, 64, 64, 4, 4, 3, 1, false},
+		{1, 7, 13, 9, 6, 5, 1, false},
+		{2, 4, 9, 8, 11, 3, 2, false},
+		{3, 5, 3, 3, 17, 1, 1, false},
+		{1, 2, 19, 1, 1, 3, 1, false},
 		// Lines of a multiple of 16 pixels: the filter gradient from padded planes too.
-		{3, 16, 16, 16, 16, 3, 1},
-		{2, 5, 6, 8, 16, 3, 2},
-		{2, 8, 4, 32, 32, 3, 1},
-		// 4x4 maps over 128 images: the filter gradient reads dy in place, not through
-		// its copy of four channels.
-		{129, 3, 9, 2, 2, 3, 1},
-		{128, 3, 9, 3, 3, 3, 1},
-		{130, 2, 8, 4, 4, 1, 1},
+		{3, 16, 16, 16, 16, 3, 1, false},
+		{2, 5, 6, 8, 16, 3, 2, false},
+		{2, 8, 4, 32, 32, 3, 1, false},
+		// Over 128 images: 4x4 maps take the filter gradient's copy of dy in groups.
+		{129, 3, 9, 2, 2, 3, 1, false},
+		{128, 3, 9, 3, 3, 3, 1, false},
+		{130, 2, 8, 4, 4, 1, 1, false},
+		{200, 5, 9, 4, 4, 3, 1, false},
+		{130, 3, 6, 7, 7, 3, 1, false},
+		// The filter gradient in groups of units (gp5s_wgrad_plan): of whole images, of
+		// parts of images (40x40, batch 1 and 2), with the rows in spans (C·kk = 180), at
+		// dilation 2, from padded planes.
+		{64, 4, 8, 7, 7, 3, 1, false},
+		{2, 3, 6, 40, 40, 3, 1, false},
+		{1, 3, 5, 40, 40, 3, 1, false},
+		{40, 20, 6, 9, 9, 3, 1, false},
+		{40, 3, 5, 8, 11, 3, 2, false},
+		{4, 4, 8, 32, 32, 3, 1, false},
+		{1, 16, 16, 14, 14, 3, 1, false},
+		// Inf and NaN.
+		{64, 4, 8, 7, 7, 3, 1, true},
+		{3, 3, 6, 40, 40, 3, 1, true},
+		{5, 64, 64, 4, 4, 3, 1, true},
+		{3, 16, 16, 16, 16, 3, 1, true},
+		{1, 7, 13, 9, 6, 5, 1, true},
 	}
 	for _, tc := range cases {
 		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_d%d", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.d)
+		if tc.nf {
+			name += "_nonfinite"
+		}
 		t.Run(name, func(t *testing.T) {
 			pad := tc.d * (tc.k - 1) / 2
 			g := &ConvGeom{C: tc.c, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: pad, PW: pad,
@@ -58,6 +88,14 @@ func TestConvShiftKernels(t *testing.T) {
 			}
 			for i := range dy {
 				dy[i] = float32(rng.NormFloat64())
+			}
+			if tc.nf {
+				// In image n/2: in the middle of the batch, where the kernels may read x
+				// with plain loads.
+				m := tc.n / 2
+				dy[m*tc.o*P] = float32(math.Inf(1))
+				dy[m*tc.o*P+min(5, P-1)] = float32(math.NaN())
+				x[m*tc.c*P+2*tc.w-1] = float32(math.Inf(-1))
 			}
 			w := make([]float32, tc.o*K) // O×K, as nn/ops's weights
 			wp := make([]float32, K*tc.o)
@@ -149,7 +187,7 @@ func TestConvShiftKernels(t *testing.T) {
 					}
 				})
 				for k := range y {
-					if padOK && math.Float32bits(y[k]) != math.Float32bits(yp[k]) {
+					if padOK && !sameBits(y[k], yp[k]) {
 						t.Errorf("%s: forward [%d] from padded planes %g, from x %g", l, k, yp[k], y[k])
 						break
 					}
@@ -158,7 +196,7 @@ func TestConvShiftKernels(t *testing.T) {
 					t.Errorf("%s: ConvShiftPadOK = %v for lines of %d pixels", l, padOK, tc.w)
 				}
 				for k := range dw {
-					if padOK && math.Float32bits(dw[k]) != math.Float32bits(dwp[k]) {
+					if padOK && !sameBits(dw[k], dwp[k]) {
 						t.Errorf("%s: filter gradient [%d] from padded planes %g, from x %g", l, k, dwp[k], dw[k])
 						break
 					}
@@ -177,7 +215,7 @@ func TestConvShiftKernels(t *testing.T) {
 			for i := 1; i < len(levels); i++ {
 				for what, pair := range map[string][2][]float32{"forward": {ys[0], ys[i]}, "filter gradient": {dws[0], dws[i]}} {
 					for k := range pair[0] {
-						if math.Float32bits(pair[0][k]) != math.Float32bits(pair[1][k]) {
+						if !sameBits(pair[0][k], pair[1][k]) {
 							t.Errorf("%s [%d]: %g at %s, %g at %s", what, k, pair[0][k], levels[0], pair[1][k], levels[i])
 							break
 						}
@@ -201,17 +239,32 @@ func testPad(h, w, k, d, pad int) *ConvPad {
 	return p
 }
 
-// relMax is max|got - want| / max|want| (NaN when got has a NaN).
+// relMax is max|got - want| / max|want| over the finite wants; NaN when got has a NaN
+// where want is finite, or where want is NaN, +Inf or -Inf and got is not the same.
 func relMax(got []float32, want []float64) float64 {
 	var e, m float64
 	for i, w := range want {
-		d := math.Abs(float64(got[i]) - w)
+		g := float64(got[i])
+		if math.IsNaN(w) || math.IsInf(w, 0) {
+			if !(math.IsNaN(w) && math.IsNaN(g) || g == w) {
+				return math.NaN()
+			}
+			continue
+		}
+		d := math.Abs(g - w)
 		if math.IsNaN(d) {
 			return math.NaN()
 		}
 		e, m = max(e, d), max(m, math.Abs(w))
 	}
 	return e / m
+}
+
+// sameBits reports whether a and b are the same bits, or both NaN: a NaN's payload, from
+// NaN operands, depends on the order of an instruction's operands, which the levels and
+// ways of reading x do not fix.
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
 }
 
 // TestPhaseSplitMerge checks PhaseSplit against its definition (plane a·s + b holds
