@@ -32,8 +32,8 @@ func (o *shardOptimizer) stageOut(ctx context.Context) error {
 	if err := o.e.shardP.CopyTo(ctx, o.master); err != nil {
 		return fmt.Errorf("parameter shard to the host: %w", err)
 	}
-	for i, kind := range o.kinds {
-		sh, err := o.moments[i].ToHost(ctx)
+	for i, kind := range o.flat.Kinds() {
+		sh, err := o.flat.State()[i].ToHost(ctx)
 		if err != nil {
 			return fmt.Errorf("optimizer state %s to the host: %w", kind, err)
 		}
@@ -58,12 +58,12 @@ func (o *shardOptimizer) stageIn() error {
 		return fmt.Errorf("parameter shard to the device: %w", err)
 	}
 	sh := make([]float32, e.shardLen)
-	for i, kind := range o.kinds {
+	for i, kind := range o.flat.Kinds() {
 		buf, off := o.state[kind], 0
 		for si, sg := range o.segs {
 			off += copy(sh[o.starts[si]:o.starts[si]+len(sg.Data)], buf[off:])
 		}
-		if err := o.moments[i].CopyFrom(sh); err != nil {
+		if err := o.flat.State()[i].CopyFrom(sh); err != nil {
 			return fmt.Errorf("optimizer state %s to the device: %w", kind, err)
 		}
 	}

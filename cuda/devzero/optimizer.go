@@ -6,40 +6,29 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-parallel/gp/cuda"
+	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/optim"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
 // shardOptimizer is the optimizer of the rank's shard. host is zero.WithOptimizer's
 // optimizer over segments of a host copy of the shard (zero.Layout.Segments, as the host
-// engine's). On the device it is an optim.Adam: the adam_f32 kernel steps ranges of the
-// device shard with its scalars (optim.Hyper.AdamStep at its learning rate and step count,
-// counted by its BeginStep), and its host moments and master copy are a checkpoint's
-// staging. Under offload it steps the pinned master shard itself.
+// engine's). On the device it is an optim.Adam stepped by tape.Flat over the device shard,
+// at the step count its BeginStep counts, and its host moments and master copy are a
+// checkpoint's staging. Under offload it steps the pinned master shard itself.
 type shardOptimizer struct {
 	e      *Backend
 	host   optim.Optimizer
-	adam   *optim.Adam     // host, on the device
-	segs   []optim.Segment // host's, over master and grad
-	starts []int           // where each segment starts in the shard
-	ranges []shardRange
+	adam   *optim.Adam          // host, on the device
+	segs   []optim.Segment      // host's, over master and grad
+	starts []int                // where each segment starts in the shard
 	state  map[string][]float32 // host's state buffers by kind (zero.HeapAlloc's)
-
-	// on the device
-	moments []*cuda.Tensor // exp_avg, exp_avg_sq (, max_exp_avg_sq)
-	kinds   []string       // the moments' state kinds
-	k       cuda.AdamArgs  // this step's scalars (Decay, WeightDecay per range)
+	flat   *tape.Flat           // the device's update and moments (nil under offload)
 
 	// offloaded: master and grad are pinned
 	offload          bool
 	pinM, pinG       *cuda.Pinned
 	master, gradHost []float32
-}
-
-// shardRange is elements [lo, hi) of the shard, of one weight decay.
-type shardRange struct {
-	lo, hi int
-	wd     float64
 }
 
 func newShardOptimizer(e *Backend, cfg zero.Config, shard []float32) (*shardOptimizer, error) {
@@ -72,9 +61,6 @@ func newShardOptimizer(e *Backend, cfg zero.Config, shard []float32) (*shardOpti
 		o.free()
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	for i, sg := range o.segs {
-		o.add(shardRange{o.starts[i], o.starts[i] + len(sg.Data), sg.WeightDecay})
-	}
 	if o.offload {
 		return o, nil
 	}
@@ -84,35 +70,20 @@ func newShardOptimizer(e *Backend, cfg zero.Config, shard []float32) (*shardOpti
 		return nil, fmt.Errorf("optimizer %T is not supported on the device (its kernel is optim.Adam's and AdamW's): use zero.AdamW, or zero.WithOffload(zero.OffloadCPU, workers) to step any optimizer on the CPU", o.host)
 	}
 	o.adam = a
-	o.kinds = []string{"exp_avg", "exp_avg_sq"}
-	if a.Hyper().AMSGrad {
-		o.kinds = append(o.kinds, "max_exp_avg_sq")
+	if o.flat, err = tape.NewFlat(e.dev, a, e.shardLen); err != nil {
+		o.free()
+		return nil, err
 	}
-	for _, kind := range o.kinds {
+	for i, sg := range o.segs {
+		o.flat.AddRange(o.starts[i], o.starts[i]+len(sg.Data), sg.WeightDecay)
+	}
+	for _, kind := range o.flat.Kinds() {
 		if o.state[kind] == nil {
 			o.free()
 			return nil, fmt.Errorf("optimizer state %s was not taken from the engine's allocator", kind)
 		}
-		t, err := e.dev.Alloc(cuda.Float32, e.shardLen)
-		if err == nil {
-			err = e.dev.Zero(t)
-		}
-		if err != nil {
-			o.free()
-			return nil, fmt.Errorf("optimizer state (%d floats): %w", e.shardLen, err)
-		}
-		o.moments = append(o.moments, t)
 	}
 	return o, nil
-}
-
-// add appends r, merged with the last range when they touch and decay alike.
-func (o *shardOptimizer) add(r shardRange) {
-	if n := len(o.ranges); n > 0 && o.ranges[n-1].hi == r.lo && o.ranges[n-1].wd == r.wd {
-		o.ranges[n-1].hi = r.hi
-		return
-	}
-	o.ranges = append(o.ranges, r)
 }
 
 // steps is the number of optimizer steps taken.
@@ -146,48 +117,22 @@ func (o *shardOptimizer) step(ctx context.Context) error {
 	return errors.Join(o.stepRange(0, o.e.shardLen), o.end())
 }
 
-// begin starts a device step: the host Adam counts it (BeginStep) and the kernel's scalars
-// are optim's for its learning rate and step count; stepRange then updates pieces of the
-// shard, and end closes the step.
+// begin starts a device step: the host Adam counts it (BeginStep), and the device's
+// scalars are optim's for its learning rate and step count; stepRange then updates pieces
+// of the shard on the compute stream (disjoint pieces covering the shard are one whole
+// step), and end closes the step.
 func (o *shardOptimizer) begin() error {
 	if err := o.adam.BeginStep(); err != nil {
 		return err
 	}
-	h := o.adam.Hyper() // a schedule may move beta1 (OneCycleLR) as it moves the rate
-	o.k = cuda.AdamArgs{AdamScalars: h.AdamStep(o.adam.LR(), o.adam.Steps()), Decoupled: o.adam.Decoupled(), Maximize: h.Maximize}
-	return nil
+	return o.flat.Begin(o.adam.Steps())
 }
 
-func (o *shardOptimizer) end() error { return o.adam.EndStep() }
-
-// stepRange updates the shard's elements within [lo, hi) on the compute stream: disjoint
-// ranges covering the shard give one whole step.
 func (o *shardOptimizer) stepRange(lo, hi int) error {
-	e := o.e
-	for _, r := range o.ranges {
-		a, z := max(lo, r.lo), min(hi, r.hi)
-		if a >= z {
-			continue
-		}
-		views := make([]*cuda.Tensor, 0, 5)
-		for _, t := range append([]*cuda.Tensor{e.shardP, e.shardG}, o.moments...) {
-			v, err := t.View(a, z-a)
-			if err != nil {
-				return err
-			}
-			views = append(views, v)
-		}
-		k := o.k.WithWeightDecay(o.adam.LR(), r.wd)
-		var vmax *cuda.Tensor
-		if len(views) > 4 {
-			vmax = views[4]
-		}
-		if err := e.dev.Adam(views[0], views[1], views[2], views[3], vmax, k); err != nil {
-			return fmt.Errorf("shard elements [%d,%d): %w", a, z, err)
-		}
-	}
-	return nil
+	return o.flat.StepRange(o.e.shardP, o.e.shardG, lo, hi)
 }
+
+func (o *shardOptimizer) end() error { return errors.Join(o.flat.End(), o.adam.EndStep()) }
 
 // stepCPU waits for the gradient copies, steps the host optimizer and copies the master
 // shard back to the device on the compute stream (the next Run's gathers are ordered after
@@ -211,14 +156,14 @@ func (o *shardOptimizer) memory(m *Memory) {
 		m.OptimizerHost = 2*4*o.e.shardLen + int(optim.StateBytes(o.host))
 		return
 	}
-	m.OptimizerDevice = 4 * o.e.shardLen * len(o.moments)
+	m.OptimizerDevice = 4 * o.e.shardLen * len(o.flat.State())
 }
 
 func (o *shardOptimizer) free() {
-	for _, t := range o.moments {
-		t.Free()
+	if o.flat != nil {
+		o.flat.Free()
+		o.flat = nil
 	}
-	o.moments = nil
 	for _, p := range []*cuda.Pinned{o.pinM, o.pinG} {
 		if p != nil {
 			p.Free()

@@ -263,7 +263,7 @@ func (s *State) StepRange(lo, hi int) error {
 	if s.opt == nil {
 		return errNoOptimizer
 	}
-	return s.opt.stepRange(s.data, s.grad, lo, hi)
+	return s.opt.StepRange(s.data, s.grad, lo, hi)
 }
 
 // EndStep ends a step started by BeginStep.
@@ -327,7 +327,7 @@ func (s *State) Close() {
 	s.data.Free()
 	s.grad.Free()
 	if s.opt != nil {
-		s.opt.free()
+		s.opt.Free()
 	}
 }
 
