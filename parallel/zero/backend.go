@@ -8,13 +8,9 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// Backend is where an engine keeps its shards and runs its programs. New does what every
-// backend shares, once: it resolves the options, checks that the ranks' models agree,
-// broadcasts rank 0's parameters and buffers and cuts the units and shards (Layout); the
-// Engine then answers Rank, World and Units and hands the rest to its backend. Without one
-// (the default) the engine keeps the shards itself, in host memory; cuda/devzero's backend
-// keeps them on a CUDA device (WithBackend). Every backend writes and reads the host's
-// checkpoints (Shard).
+// Backend is where an engine keeps its shards and runs its programs (WithBackend). New does
+// what every backend shares, once; the Engine then answers Rank, World and Units and hands
+// the rest to its backend. Every backend writes and reads the host's checkpoints (Shard).
 //
 // An engine calls its Backend from the goroutine that drives it, in this order: Accept,
 // then Open, then the rest, then Close once.
@@ -84,8 +80,8 @@ type Executor interface {
 }
 
 // WithBackend makes b the engine's backend: its shards live and its programs run where b
-// says (cuda/devzero.NewBackend(dev): on a CUDA device, over an NCCL group given to New as
-// its group). Without it they are this package's, in host memory. An engine owns its
-// backend: Engine.Close closes it. b refuses, at New and naming them, the options it cannot
-// honour.
+// says (cuda/devzero.NewBackend(dev): on a CUDA device, over an NCCL group on that device
+// given to New as its group, nccl.Group). Without it they are this package's, in host
+// memory. An engine owns its backend: Engine.Close closes it. b refuses, at New and naming
+// them, the options it cannot honour.
 func WithBackend(b Backend) Option { return func(c *Config) { c.Backend = b } }

@@ -26,10 +26,11 @@ const (
 	// OffloadCPU keeps the shard and optimizer state in host memory and steps with the
 	// multi-goroutine fused AdamW. On a CPU-only machine this is where they are anyway.
 	OffloadCPU
-	// OffloadDisk keeps the optimizer state (and with DiskMaster the master shard) in
-	// memory-mapped files under a directory.
-	// Where files cannot be mapped (windows) New fails with an error wrapping
-	// errors.ErrUnsupported.
+	// OffloadDisk keeps the optimizer state (and with DiskMaster the master shard) in files
+	// under a directory, mapped with mmap: the step reads the state back (MADV_WILLNEED)
+	// when the forward starts and drops it from the process (MADV_DONTNEED) after the
+	// optimizer step, so the process's RSS drops by its size. Where files cannot be mapped
+	// (windows) New fails with an error wrapping errors.ErrUnsupported.
 	OffloadDisk
 )
 
@@ -176,10 +177,8 @@ type Engine struct {
 // same options. It checks that the ranks' models have the same size, broadcasts rank 0's
 // parameters and buffers and cuts the units and shards (Layout). On the host (the default)
 // it then keeps this rank's shard, builds the optimizer over it, and drops the model's full
-// parameter and gradient buffers. WithBackend puts the shards, the optimizer and the
-// programs elsewhere: zero.WithBackend(devzero.NewBackend(dev)) on a CUDA device, g then
-// being an NCCL group on that device (nccl.Group); a backend refuses, naming the option and
-// itself, an option it cannot honour.
+// parameter and gradient buffers; WithBackend puts the shards, the optimizer and the
+// programs elsewhere.
 func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*Engine, error) {
 	if model == nil || model.Params == nil || g == nil {
 		return nil, errors.New("zero: nil model or process group")
