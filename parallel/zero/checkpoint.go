@@ -243,6 +243,7 @@ func (e *Engine) Load(path string) error {
 // Load fills the shard's segments, the optimizer state and the model's buffers as
 // Engine.Load describes.
 func (s Shard) Load(path string) error {
+	rank := s.Group.Rank()
 	var entries []nn.StateEntry
 	var err error
 	if st, serr := os.Stat(path); serr == nil && !st.IsDir() {
@@ -251,14 +252,8 @@ func (s Shard) Load(path string) error {
 		entries, _, err = ReadEntries(path)
 	}
 	if err != nil {
-		return fmt.Errorf("zero: rank %d: %w", s.Group.Rank(), err)
+		return fmt.Errorf("zero: rank %d: %w", rank, err)
 	}
-	return s.LoadEntries(entries)
-}
-
-// LoadEntries is Load from entries already read.
-func (s Shard) LoadEntries(entries []nn.StateEntry) error {
-	rank := s.Group.Rank()
 	idx := optim.NewSlices(entries)
 	for _, sg := range s.Segments {
 		for _, p := range sg.Parts {
