@@ -8,11 +8,10 @@
 // subnormals and overflow to inf, as the GPU's cvt.rn instructions.
 //
 // Every kernel thread runs on a stack of EMU_STACK bytes aligned to its size (a fiber's, or
-// the runner's stack for kernels without __syncthreads), whose lowest bytes hold its
-// emu_frame: threadIdx and blockIdx are read from the frame found by masking the stack
-// pointer, with no thread-local-storage lookup. blockDim and gridDim are the launch's (one
-// launch at a time in the process). Shared memory (sh) is thread-local: the thread running a
-// block owns it.
+// the runner's stack for kernels without __syncthreads) that holds its emu_frame near the
+// bottom: threadIdx and blockIdx are read from the frame found from the stack pointer, with
+// no thread-local-storage lookup. blockDim and gridDim are the launch's (one launch at a time
+// in the process). Shared memory (sh) is thread-local: the thread running a block owns it.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -24,14 +23,16 @@ struct __nv_bfloat16 { uint16_t x; };
 #define EMU_TLS __attribute__((visibility("hidden"))) thread_local
 #define EMU_STACK ((uintptr_t)64 << 10)
 
-// The bottom of every stack a kernel thread runs on: its indices, then the scheduler's state
-// (emu_sched.cc).
+// The frame of a stack: its kernel thread's indices and the scheduler's state (emu_sched.cc).
+// It lies emu_color(base) bytes above the stack's aligned base, and the stack's top as far
+// below its end, so that the frames and tops of a block's fibers, whose stacks are
+// consecutive, fall in different cache sets rather than all in one (64 KiB apart).
 struct emu_frame {
 	dim3 tid, bid;
-	void* ctx;             // the saved context while switched out (emu_sched.cc)
-	unsigned t;            // linear thread index in the block
+	unsigned t;             // linear thread index in the block
 	struct emu_runner* run; // the scheduler of the thread this stack belongs to
 };
+static inline uintptr_t emu_color(uintptr_t base) { return ((base / EMU_STACK) & 63) * 64; }
 static inline __attribute__((always_inline)) emu_frame* emu_self(void) {
 	uintptr_t sp;
 #if defined(__x86_64__)
@@ -39,7 +40,8 @@ static inline __attribute__((always_inline)) emu_frame* emu_self(void) {
 #else
 	sp = (uintptr_t)__builtin_frame_address(0);
 #endif
-	return (emu_frame*)(sp & ~(EMU_STACK - 1));
+	uintptr_t base = sp & ~(EMU_STACK - 1);
+	return (emu_frame*)(base + emu_color(base));
 }
 #define threadIdx (emu_self()->tid)
 #define blockIdx (emu_self()->bid)

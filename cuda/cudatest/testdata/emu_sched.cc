@@ -30,23 +30,31 @@ static std::atomic<unsigned> nextBlock;
 static unsigned nblocks;
 
 // emu_runner is one thread's scheduler: the stacks of its fibers (one per thread of a block
-// with __syncthreads, created as blocks need them and kept), a stack for the threads of
-// blocks without, and the fibers still live in the running block as a ring (nxt, prv) in
-// thread order. Each stack is EMU_STACK bytes aligned to its size with its emu_frame at the
-// bottom (emu.h).
+// with __syncthreads, carved 64 at a time from blocks of consecutive stacks as blocks need
+// them, and kept), a stack for the threads of blocks without, each stack's saved context
+// (ctx, dense: a switch reads the next fiber's from here), and the fibers still live in the
+// running block as a ring (nxt, prv) in thread order.
 struct emu_runner {
-	void* sched = 0;              // the context of runBlocks while a fiber runs
+	void* sched = 0;               // the context of runBlocks while a fiber runs
 	std::vector<emu_frame*> fibers;
-	emu_frame* flat = 0;          // the stack of kernels without __syncthreads
+	std::vector<void*> ctx;        // ctx[t]: fiber t's context
+	emu_frame* flat = 0;           // the stack of kernels without __syncthreads
+	void* flatCtx = 0;
 	std::vector<unsigned> nxt, prv;
 	unsigned live = 0;
-	~emu_runner() {
-		for (emu_frame* f : fibers) free_frame(f);
-		if (flat) free_frame(flat);
-	}
-	emu_frame* new_frame(unsigned t);
-	static void free_frame(emu_frame* f);
+	std::vector<char*> chunks;     // what the stacks were carved from
+	~emu_runner();
+	void grow(unsigned nt);
+	emu_frame* carve(unsigned t);
 };
+static const unsigned chunkStacks = 64;
+
+// stackBase and stackTop bound the stack of frame f: from above its frame to its top.
+static inline uintptr_t stackBase(emu_frame* f) { return ((uintptr_t)f & ~(EMU_STACK - 1)) + 4096 + 64; }
+static inline uintptr_t stackTop(emu_frame* f) {
+	uintptr_t base = (uintptr_t)f & ~(EMU_STACK - 1);
+	return base + EMU_STACK - emu_color(base);
+}
 
 #if defined(__x86_64__)
 // A context switch without ucontext's signal-mask system calls: save the callee-saved
@@ -56,47 +64,68 @@ asm(".text\n.globl emu_switch\n.hidden emu_switch\n.type emu_switch,@function\ne
     "\tpush %rbp\n\tpush %rbx\n\tpush %r12\n\tpush %r13\n\tpush %r14\n\tpush %r15\n"
     "\tmov %rsp, (%rdi)\n\tmov %rsi, %rsp\n"
     "\tpop %r15\n\tpop %r14\n\tpop %r13\n\tpop %r12\n\tpop %rbx\n\tpop %rbp\n\tret\n");
-// ctx_init makes f's context start fn on f's stack; ctx_switch saves the running context in
-// *from and resumes to.
-static void ctx_init(emu_frame* f, void (*fn)()) {
-	uintptr_t top = (uintptr_t)f + EMU_STACK;
-	void** sp = (void**)(top - 8 * sizeof(void*));
+// ctx_init makes *slot a context that starts fn on f's stack; ctx_switch saves the running
+// context in *from and resumes to.
+static void ctx_init(void** slot, emu_frame* f, void (*fn)()) {
+	void** sp = (void**)(stackTop(f) - 8 * sizeof(void*));
 	for (int i = 0; i < 6; i++) sp[i] = 0; // r15..rbp
 	sp[6] = (void*)fn;                     // ret target; rsp = top-8 at entry, as after a call
 	sp[7] = 0;
-	f->ctx = sp;
+	*slot = sp;
 }
 static inline void ctx_switch(void** from, void* to) { emu_switch(from, to); }
-static void* ctx_new() { return 0; }
+static void ctx_free(void*) {}
 #else
-static void ctx_init(emu_frame* f, void (*fn)()) {
-	ucontext_t* uc = (ucontext_t*)f->ctx;
+// A context is a ucontext_t record, made at a slot's first use and kept: *from names the
+// record to save into.
+static void* ctx_record(void** slot) {
+	if (!*slot && !(*slot = calloc(1, sizeof(ucontext_t)))) abort();
+	return *slot;
+}
+static void ctx_init(void** slot, emu_frame* f, void (*fn)()) {
+	ucontext_t* uc = (ucontext_t*)ctx_record(slot);
 	getcontext(uc);
-	uc->uc_stack.ss_sp = (char*)f + sizeof(emu_frame);
-	uc->uc_stack.ss_size = EMU_STACK - sizeof(emu_frame);
+	uc->uc_stack.ss_sp = (void*)stackBase(f);
+	uc->uc_stack.ss_size = stackTop(f) - stackBase(f);
 	uc->uc_link = 0;
 	makecontext(uc, fn, 0);
 }
-// A context is a ucontext_t record that lives as long as its frame or runner: *from names
-// the record to save into.
-static inline void ctx_switch(void** from, void* to) { swapcontext((ucontext_t*)*from, (ucontext_t*)to); }
-static void* ctx_new() { return calloc(1, sizeof(ucontext_t)); }
+static inline void ctx_switch(void** from, void* to) { swapcontext((ucontext_t*)ctx_record(from), (ucontext_t*)to); }
+static void ctx_free(void* c) { free(c); }
 #endif
 
-emu_frame* emu_runner::new_frame(unsigned t) {
-	emu_frame* f = (emu_frame*)aligned_alloc(EMU_STACK, EMU_STACK);
-	if (!f) abort();
+emu_runner::~emu_runner() {
+	for (void* c : ctx) ctx_free(c);
+	ctx_free(flatCtx);
+	ctx_free(sched);
+	for (char* c : chunks) free(c);
+}
+
+// carve takes the next stack of the newest chunk (a new chunk after every chunkStacks) and
+// puts a frame for thread t in it.
+emu_frame* emu_runner::carve(unsigned t) {
+	unsigned k = (unsigned)(fibers.size() + (flat ? 1 : 0)) % chunkStacks;
+	if (k == 0) {
+		char* c = (char*)aligned_alloc(EMU_STACK, chunkStacks * EMU_STACK);
+		if (!c) abort();
+		chunks.push_back(c);
+	}
+	uintptr_t base = (uintptr_t)chunks.back() + k * EMU_STACK;
+	emu_frame* f = (emu_frame*)(base + emu_color(base));
 	*f = emu_frame{};
 	f->t = t;
 	f->run = this;
-	f->ctx = ctx_new();
 	return f;
 }
-void emu_runner::free_frame(emu_frame* f) {
-#if !defined(__x86_64__)
-	free(f->ctx);
-#endif
-	free(f);
+
+// grow makes sure the runner has nt fibers.
+void emu_runner::grow(unsigned nt) {
+	while (fibers.size() < nt) {
+		fibers.push_back(carve((unsigned)fibers.size()));
+		ctx.push_back(0);
+	}
+	nxt.resize(fibers.size());
+	prv.resize(fibers.size());
 }
 
 // __syncthreads switches from the calling fiber to the next live one in thread order (none
@@ -105,22 +134,20 @@ void emu_runner::free_frame(emu_frame* f) {
 extern "C" void __syncthreads(void) {
 	emu_frame* f = emu_self();
 	emu_runner* r = f->run;
-	unsigned n = r->nxt[f->t];
-	if (n == f->t) return;
-	ctx_switch(&f->ctx, r->fibers[n]->ctx);
+	unsigned t = f->t, n = r->nxt[t];
+	if (n != t) ctx_switch(&r->ctx[t], r->ctx[n]);
 }
 
 // fiber_entry runs the kernel for the fiber whose stack it is on, takes it out of the ring
-// and switches to the next live fiber, or back to the scheduler after the last.
+// and switches to the next live fiber, or back to the scheduler after the last. The context
+// it saves is never resumed: runBlocks starts the fiber afresh for the next block.
 static void fiber_entry() {
 	emu_frame* f = emu_self();
 	kernel(params);
 	emu_runner* r = f->run;
 	unsigned t = f->t, n = r->nxt[t], p = r->prv[t];
 	r->nxt[p] = n, r->prv[n] = p;
-	// The context saved into f->ctx is never resumed: ctx_init starts the fiber afresh.
-	if (--r->live == 0) ctx_switch(&f->ctx, r->sched);
-	else ctx_switch(&f->ctx, r->fibers[n]->ctx);
+	ctx_switch(&r->ctx[t], --r->live == 0 ? r->sched : r->ctx[n]);
 	abort(); // never resumed
 }
 
@@ -137,7 +164,7 @@ static void flat_entry() {
 					kernel(params);
 				}
 	}
-	ctx_switch(&f->ctx, f->run->sched);
+	ctx_switch(&f->run->flatCtx, f->run->sched);
 	abort(); // never resumed
 }
 
@@ -146,23 +173,18 @@ static thread_local emu_runner runner;
 // runBlocks runs blocks of the launch in progress on this thread until none is left.
 static void runBlocks() {
 	emu_runner* r = &runner;
-#if !defined(__x86_64__)
-	if (!r->sched) r->sched = ctx_new();
-#endif
 	unsigned nt = block.x * block.y * block.z;
 	if (nt == 0) { // blocks without threads: nothing runs
 		while (nextBlock.fetch_add(1) < nblocks) {}
 		return;
 	}
 	if (!syncs) { // no __syncthreads: the threads may run one after the other
-		if (!r->flat) r->flat = r->new_frame(0);
-		ctx_init(r->flat, flat_entry);
-		ctx_switch(&r->sched, r->flat->ctx);
+		if (!r->flat) r->flat = r->carve(0);
+		ctx_init(&r->flatCtx, r->flat, flat_entry);
+		ctx_switch(&r->sched, r->flatCtx);
 		return;
 	}
-	while (r->fibers.size() < nt) r->fibers.push_back(r->new_frame((unsigned)r->fibers.size()));
-	r->nxt.resize(nt);
-	r->prv.resize(nt);
+	r->grow(nt);
 	for (unsigned b; (b = nextBlock.fetch_add(1)) < nblocks;) {
 		dim3 bid = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
 		unsigned t = 0;
@@ -172,12 +194,12 @@ static void runBlocks() {
 					emu_frame* f = r->fibers[t];
 					f->tid = {x, y, z};
 					f->bid = bid;
-					ctx_init(f, fiber_entry);
+					ctx_init(&r->ctx[t], f, fiber_entry);
 					r->nxt[t] = t + 1 == nt ? 0 : t + 1;
 					r->prv[t] = t == 0 ? nt - 1 : t - 1;
 				}
 		r->live = nt;
-		ctx_switch(&r->sched, r->fibers[0]->ctx);
+		ctx_switch(&r->sched, r->ctx[0]);
 	}
 }
 
