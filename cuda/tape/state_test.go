@@ -208,6 +208,69 @@ func TestStateRangedStepIsStep(t *testing.T) {
 	}
 }
 
+// A ranged step out of order is an optim.ErrStepState error and leaves the step as it
+// was: the step under way still completes, and AdamW counts it once (its bias correction
+// would otherwise use a wrong step).
+func TestStateStepOutOfOrder(t *testing.T) {
+	d := device(t)
+	ctx := context.Background()
+	build := gormlp.Fixed(1, 8)
+	for _, tc := range []struct {
+		name  string
+		calls []string // the last one is out of order
+		steps int64    // AdamW's count after the misuse and one whole step
+	}{
+		{"begin twice", []string{"begin", "begin"}, 1},
+		{"range without begin", []string{"range"}, 1},
+		{"end without begin", []string{"end"}, 1},
+		{"end twice", []string{"begin", "range", "end", "end"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := graphModel(t, build)
+			st, err := tape.NewState(d, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			host := newOpt(t, m, 0.01, func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewAdamW(s, 0.01) })
+			p, err := st.Compile(build, nn.WithOptimizer(host))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			n := st.Grads().Len()
+			call := map[string]func() error{
+				"begin": st.BeginStep,
+				"range": func() error { return st.StepRange(0, n) },
+				"end":   st.EndStep,
+			}
+			for i, c := range tc.calls {
+				err := call[c]()
+				if last := i == len(tc.calls)-1; last != (err != nil) || (last && !errors.Is(err, optim.ErrStepState)) {
+					t.Fatalf("call %d (%s): %v, want an optim.ErrStepState error only at the last call", i, c, err)
+				}
+			}
+			if tc.calls[0] != "begin" || len(tc.calls) > 2 {
+				if err := st.BeginStep(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.StepRange(0, n); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.EndStep(); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ToHost(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := host.(*optim.Adam).Steps(); got != tc.steps {
+				t.Fatalf("AdamW counts %d steps, want %d", got, tc.steps)
+			}
+		})
+	}
+}
+
 // hostOnly is an optimizer of host memory alone: the device state cannot step it.
 type hostOnly struct{}
 
