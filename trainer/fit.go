@@ -95,6 +95,15 @@ func (t *Trainer) start(ctx context.Context, m Model, src Source, evalOnly bool)
 		}
 		defer func() { leaveGroup(g, err) }()
 	}
+	stopProfile, err := cfg.startCPUProfile(g.Rank())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if perr := stopProfile(); err == nil {
+			err = perr
+		}
+	}()
 	r, err := newRun(ctx, &cfg, strat, g, m, src)
 	if err != nil {
 		return nil, err

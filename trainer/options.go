@@ -60,6 +60,7 @@ type settings struct {
 	Progress                             string
 	TensorBoard                          bool
 	TimelineSteps                        int
+	CPUProfile                           string // WithCPUProfile's path ("" off)
 	Timeout                              time.Duration
 	Group                                comm.Group
 	NumClasses                           int

@@ -105,6 +105,9 @@ type Config struct {
 	// GP_COMM_TIMEOUT environment variable, else comm's 30 minutes). A collective that times
 	// out fails naming the ranks that had not arrived and the last operation each ran.
 	Timeout time.Duration
+	// CPUProfile, when set, is where each rank writes a CPU profile of its run, as
+	// CPUProfile.rankN (trainer.WithCPUProfile).
+	CPUProfile string
 
 	// Group, when set, is the process group to train in (tests run ranks as goroutines);
 	// otherwise Run joins the group the torchrun environment describes.
@@ -192,6 +195,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.FailAtStep, "fail-at-step", 0, "exit with status 3 after this step in the first attempt (fault-injection tests)")
 	fs.Int64Var(&c.KillAtStep, "kill-at-step", 0, "rank -kill-rank sends itself SIGKILL during this step in the first attempt (fault-injection tests)")
 	fs.IntVar(&c.KillRank, "kill-rank", 0, "the rank -kill-at-step kills")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN (go tool pprof reads it)")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "timeout of each collective, like 10m (default: GP_COMM_TIMEOUT, else 30m)")
 }
 

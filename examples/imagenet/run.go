@@ -55,7 +55,7 @@ func (c *Config) options(out io.Writer) []trainer.Option {
 		trainer.WithLabelSmoothing(c.Smoothing), trainer.WithClipGrad(c.ClipGrad), trainer.WithMixup(c.Augment.mixup()), trainer.WithAutocast(c.AMP, c.AMPInitScale),
 		trainer.WithCommHook(c.CommHook), trainer.WithStrategy(c.Strategy), trainer.WithReplicas(max(c.DPReplicas, 1)), trainer.WithDevice(c.Device), trainer.WithOffload(c.Offload),
 		trainer.WithDir(c.Out), trainer.WithCheckpoints(c.CkptEvery, c.Keep), trainer.WithResume(resume), trainer.WithOutput(out), trainer.WithProgress(progress, c.PrintFreq),
-		trainer.WithTensorBoard(c.TensorBoard), trainer.WithTimeout(c.Timeout)}
+		trainer.WithTensorBoard(c.TensorBoard), trainer.WithTimeout(c.Timeout), trainer.WithCPUProfile(c.CPUProfile)}
 	if c.SyncBN {
 		opts = append(opts, trainer.WithSyncBatchNorm())
 	}
