@@ -163,7 +163,7 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 // gp5s_fwd_block. Whatever the split into unit ranges, each lane's sum has the same terms in
 // the same order: the same bits.
 //
-// A step (16 pixels of one image) takes NO·NR FMAs and reads x in one of three modes:
+// A step (16 pixels of one image) takes NO·NR FMAs and reads x in one of four modes:
 //   0: through the masks, zero-masked loads (the definition: a pixel in the padding adds
 //      dy·0). Each is a vector ALU micro-op on the two ports of the FMAs, as is the move of
 //      its mask into a mask register: 24 FMAs and 12 more micro-ops a step, where the
@@ -177,6 +177,9 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 //   2: padded planes (PAD, gp_pad_planes): plain loads, plain FMAs, the padding's zeros in
 //      the planes; row r of chunk j (line h, from column w0; OW a multiple of 16) is read at
 //      n·C·pp + c·pp + poff[q] + h·lw + w0.
+//   3: plain loads, plain FMAs, where no full chunk of any tap reads the padding (1x1 without
+//      padding: every mask 0xffff, so the loads of mode 0 with the masks, and its bits, at
+//      any dy); a partial last chunk runs in mode 0.
 // dy is read with plain loads but for the last chunk when P is not a multiple of 16,
 // zero-masked past P. With one chunk an image (4x4 maps) the masks are the same for every
 // step and stay in mask registers (mode 0), and dy is read from db, a copy of its channels
@@ -185,7 +188,7 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 	if (NO > o) a##o##r = MODE == 1 ? _mm512_mask3_fmadd_ps(d##o, xv, a##o##r, k##r) : _mm512_fmadd_ps(d##o, xv, a##o##r);
 #define GP5S_WR(r, MODE, HOIST)                                                                          \
 	if (NR > r) {                                                                                    \
-		if (MODE != 2 && !HOIST) k##r = mask[mq##r + j];                                         \
+		if (MODE < 2 && !HOIST) k##r = mask[mq##r + j];                                          \
 		__m512 xv = MODE == 0 ? _mm512_maskz_loadu_ps(k##r, xr + off##r) : _mm512_loadu_ps(xr + off##r); \
 		GP5S_WO(0, r, MODE) GP5S_WO(1, r, MODE) GP5S_WO(2, r, MODE) GP5S_WO(3, r, MODE)          \
 	}
@@ -211,7 +214,7 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 		}                                                                                               \
 		if (MODE != 2 && j < (jb)) {                                                                    \
 			const float *xr = xb + j * 16;                                                          \
-			GP5S_WSTEP(MODE, 1, 0)                                                                  \
+			GP5S_WSTEP((MODE == 3 ? 0 : MODE), 1, 0)                                                \
 		}                                                                                               \
 	}
 // GP5S_WIMGS runs images [na, nb) whole in mode MODE; GP5S_WPART image n's chunks [ja, jb)
@@ -222,6 +225,8 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 	{                                                       \
 		if (PAD)                                        \
 			GP5S_WCH(2, n, ja, jb)                  \
+		else if (full)                                  \
+			GP5S_WCH(3, n, ja, jb)                  \
 		else if ((n) >= nlo && (n) < nhi)               \
 			GP5S_WCH(1, n, ja, jb)                  \
 		else                                            \
@@ -247,7 +252,7 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 static inline __attribute__((always_inline)) void gp5s_wgrad_block(int PAD, int NO, int NR, const gp_shiftconv *g,
                                                                    const float *x, const float *dy, float *dw,
                                                                    long nu, int o0, int r0, long ua, long ub,
-                                                                   long nlo, long nhi, const float *db, float *ab) {
+                                                                   long nlo, long nhi, int full, const float *db, float *ab) {
 	const int O = g->O, kk = g->kk;
 	const long P = g->P, nch = (P + 15) / 16, nfull = P / 16;
 	const long xnst = PAD ? (long)g->C * g->pp : g->xn, cst = PAD ? g->pp : g->xc;
@@ -283,6 +288,8 @@ static inline __attribute__((always_inline)) void gp5s_wgrad_block(int PAD, int 
 			if (ua < n1 * nch) GP5S_WPART(n1 - 1, ua % nch, nch)
 			if (PAD) {
 				GP5S_WIMGS(2, n1, n2)
+			} else if (full) {
+				GP5S_WIMGS(3, n1, n2)
 			} else {
 				const long l0 = n2 < nlo ? n2 : nlo, l1 = n1 > nlo ? n1 : nlo;
 				const long l2 = n2 < nhi ? n2 : nhi, l3 = n1 > nhi ? n1 : nhi;
@@ -302,13 +309,13 @@ static inline __attribute__((always_inline)) void gp5s_wgrad_block(int PAD, int 
 }
 
 #define GP5S_WB(NR) \
-	gp5s_wgrad_block(PAD, NO, NR, g, x, dy, dw, nu, o0, r0, ua, ub, nlo, nhi, db, abuf + (long)(r0 - rc) * 64)
+	gp5s_wgrad_block(PAD, NO, NR, g, x, dy, dw, nu, o0, r0, ua, ub, nlo, nhi, full, db, abuf + (long)(r0 - rc) * 64)
 // gp5s_wgrad_rows runs output channels [o0, o0+NO) by all K rows: rows in spans of rs, and
 // for each span the units in groups of gu, each group through the span's blocks of six rows
 // (the last block of K fewer).
 static inline __attribute__((always_inline)) void gp5s_wgrad_rows(int PAD, int NO, const gp_shiftconv *g,
                                                                   const float *x, const float *dy, float *dw,
-                                                                  int N, int o0, long nlo, long nhi, long gu,
+                                                                  int N, int o0, long nlo, long nhi, int full, long gu,
                                                                   int rs, float *dbuf, float *abuf) {
 	const int K = g->C * g->kk;
 	const long P = g->P, nu = (long)N * ((P + 15) / 16);
@@ -350,16 +357,17 @@ static inline __attribute__((always_inline)) void gp5s_wgrad_rows(int PAD, int N
 // gp5s_wgrad_plan sets how gp5s_wgrad runs the filter gradient of N images: in groups of *gu
 // units, the rows in spans of *rs (a group runs through all of a span's blocks of rows, so
 // that its dy and x stay in L1 meanwhile, where one pass over the batch for each block read
-// them from L2), and reports whether the images in the middle of the batch take mode 1
-// (gp5s_wgrad_fast). Measured at one thread against one pass over the batch for each block
-// in mode 0 (the same bits; alternating in one process, medians of 9, 3x3 with padding 1):
-// 1.18-1.30x on 7x7 maps of 16-64 channels at batch 64, 1.12x on 14x14, 1.09-1.17x on 56x56
-// of 64 channels at batch 8 and 1.25x at 32, 1.04x on 28x28 of 128, 1.13-1.16x on 14x14 of
-// 256, 1.01-1.04x on 7x7 of 512 at batch 8 and 1.16-1.19x at 32, 1.25-1.31x from padded
-// planes (16x16, 32x32). Not taken with one tap (1x1: no padding for mode 1 to skip and too
-// few rows to share dy, 0.93-1.0x). Where images lie a multiple of 4 KiB apart in x or dy
-// (8x8 maps of 32-128 channels), their pixels share L1 sets, and a group holds at most four
-// images: 0.94-0.98x with 16, 1.0-1.17x with 4. 4x4 maps run mode 0, their masks in
+// them from L2), and reports the mode: 1 where the images in the middle of the batch take
+// mode 1 (gp5s_wgrad_fast), 3 where all take mode 3, else 0. Measured at one thread against
+// one pass over the batch for each block in mode 0 (the same bits; alternating in one
+// process, medians of 9, 3x3 with padding 1): 1.18-1.30x on 7x7 maps of 16-64 channels at
+// batch 64, 1.12x on 14x14, 1.09-1.17x on 56x56 of 64 channels at batch 8 and 1.25x at 32,
+// 1.04x on 28x28 of 128, 1.13-1.16x on 14x14 of 256, 1.01-1.04x on 7x7 of 512 at batch 8
+// and 1.16-1.19x at 32, 1.25-1.31x from padded planes (16x16, 32x32). 1x1 without padding
+// runs mode 3 in one pass: 1.10-1.13x on 7x7 and 14x14, 1.0x on 28x28 (groups with mode 1
+// took 0.93-1.0x: too few rows share dy). Where images lie a multiple of 4 KiB apart in x
+// or dy (8x8 maps of 32-128 channels), their pixels share L1 sets, and a group holds at most
+// four images: 0.94-0.98x with 16, 1.0-1.17x with 4. 4x4 maps run mode 0, their masks in
 // registers and dy copied to dbuf, in groups of GP5S_WDB images (one pass up to GP5S_WDB;
 // at 256 images 1.39-1.41x over one pass reading dy in place).
 static int gp5s_wgrad_plan(int PAD, const gp_shiftconv *g, int N, long *gu, int *rs) {
@@ -369,6 +377,11 @@ static int gp5s_wgrad_plan(int PAD, const gp_shiftconv *g, int N, long *gu, int 
 	if (!PAD && nch == 1) {
 		if (nu > GP5S_WDB) *gu = GP5S_WDB, *rs = K < GP5S_WRS ? K : GP5S_WRS;
 		return 0;
+	}
+	if (!PAD && nch > 1) {
+		int ones = 1; // every tap's every full chunk in the map, none in the padding
+		for (long i = 0; i < (long)g->kk * nch && ones; i++) ones = i % nch >= g->P / 16 || g->mask[i] == 0xffff;
+		if (ones) return 3;
 	}
 	if (g->kk == 1) return 0;
 	const long xnst = PAD ? (long)g->C * g->pp : g->xn;
@@ -418,13 +431,14 @@ static inline __attribute__((always_inline)) void gp5s_wgrad(int PAD, const gp_s
 	float abuf[GP5S_WRS * 64] __attribute__((aligned(64)));
 	long gu, nlo = 0, nhi = 0;
 	int rs;
-	if (gp5s_wgrad_plan(PAD, g, N, &gu, &rs)) gp5s_wgrad_fast(g, dy, N, oa, ob, &nlo, &nhi);
+	const int plan = gp5s_wgrad_plan(PAD, g, N, &gu, &rs), full = plan == 3; // mode 3
+	if (plan == 1) gp5s_wgrad_fast(g, dy, N, oa, ob, &nlo, &nhi);
 	int o0 = oa;
-	for (; o0 + 4 <= ob; o0 += 4) gp5s_wgrad_rows(PAD, 4, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf);
+	for (; o0 + 4 <= ob; o0 += 4) gp5s_wgrad_rows(PAD, 4, g, x, dy, dw, N, o0, nlo, nhi, full, gu, rs, dbuf, abuf);
 	switch (ob - o0) {
-	case 3: gp5s_wgrad_rows(PAD, 3, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf); break;
-	case 2: gp5s_wgrad_rows(PAD, 2, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf); break;
-	case 1: gp5s_wgrad_rows(PAD, 1, g, x, dy, dw, N, o0, nlo, nhi, gu, rs, dbuf, abuf); break;
+	case 3: gp5s_wgrad_rows(PAD, 3, g, x, dy, dw, N, o0, nlo, nhi, full, gu, rs, dbuf, abuf); break;
+	case 2: gp5s_wgrad_rows(PAD, 2, g, x, dy, dw, N, o0, nlo, nhi, full, gu, rs, dbuf, abuf); break;
+	case 1: gp5s_wgrad_rows(PAD, 1, g, x, dy, dw, N, o0, nlo, nhi, full, gu, rs, dbuf, abuf); break;
 	}
 }
 

@@ -58,12 +58,17 @@ func TestConvShiftKernels(t *testing.T) {
 		{40, 3, 5, 8, 11, 3, 2, false},
 		{4, 4, 8, 32, 32, 3, 1, false},
 		{1, 16, 16, 14, 14, 3, 1, false},
+		// 1x1 without padding: the filter gradient's plain loads (mode 3), with and
+		// without a partial last chunk.
+		{2, 4, 6, 8, 8, 1, 1, false},
+		{70, 5, 6, 7, 7, 1, 1, false},
 		// Inf and NaN.
 		{64, 4, 8, 7, 7, 3, 1, true},
 		{3, 3, 6, 40, 40, 3, 1, true},
 		{5, 64, 64, 4, 4, 3, 1, true},
 		{3, 16, 16, 16, 16, 3, 1, true},
 		{1, 7, 13, 9, 6, 5, 1, true},
+		{4, 5, 6, 7, 7, 1, 1, true},
 	}
 	for _, tc := range cases {
 		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_d%d", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.d)
