@@ -104,7 +104,7 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 		g = g.ExactSubgraphRoots(roots...)
 	}
 	p.graph = g
-	p.machine = G.NewTapeMachine(g)
+	p.machine = G.NewTapeMachine(g, G.WithEngine(engine{}))
 	if len(p.grads) > 0 {
 		if err := p.AliasGrads(cfg.gradBuf); err != nil {
 			return nil, err
