@@ -102,9 +102,8 @@ type BucketStepper interface {
 
 // hostBackend runs nn programs in host memory and reduces over the DDP's comm.Group.
 type hostBackend struct {
-	d       *DDP
-	byParam []int  // by Param.Index: bucket index
-	avg     []bool // by bucket: the default hook all-reduces with comm.Avg (Note [Division in place])
+	d   *DDP
+	avg []bool // by bucket: the default hook all-reduces with comm.Avg (Note [Division in place])
 }
 
 func (h *hostBackend) Accept(*nn.Model, Settings) error { return nil }
@@ -119,12 +118,8 @@ func (h *hostBackend) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (Execu
 
 func (h *hostBackend) Layout(buckets []*Bucket) error {
 	n := h.d.size
-	h.byParam = make([]int, len(h.d.Model.Params.Params))
 	h.avg = make([]bool, len(buckets))
 	for i, b := range buckets {
-		for _, p := range b.Params {
-			h.byParam[p.Index] = i
-		}
 		// A power-of-two world only: comm divides by others with a cgo kernel, which
 		// costs the communication goroutine its P (see comm's divideBlock).
 		h.avg[i] = n&(n-1) == 0 && comm.InPlace(h.d.g, b.Grad)
@@ -133,7 +128,7 @@ func (h *hostBackend) Layout(buckets []*Bucket) error {
 }
 
 func (h *hostBackend) Divide(p *nn.Param) error {
-	if !h.avg[h.byParam[p.Index]] {
+	if !h.avg[h.d.byParam[p.Index]] {
 		DivideByWorld(h.d.Model.Params.Grad[p.Offset:p.Offset+p.Numel()], h.d.size)
 	}
 	return nil

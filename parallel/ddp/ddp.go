@@ -176,10 +176,7 @@ func (d *DDP) checkAgreement(ctx context.Context) error {
 	}
 	ps := d.Model.Params
 	ts := replica.Replicated(ps, true, d.cfg.broadcastBuffers || d.cfg.syncBN)
-	if err := d.checker.Check(ctx, d.g, ts, d.steps, d.who()); err != nil {
-		return err
-	}
-	return nil
+	return d.checker.Check(ctx, d.g, ts, d.steps, d.who())
 }
 
 // who prefixes the errors of the shared mechanisms; made once, as the buffer broadcast

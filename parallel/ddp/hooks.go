@@ -51,10 +51,6 @@ func (f HookFunc) Reduce(g comm.Group, b *Bucket) comm.Work { return f(g, b) }
 
 // AllReduceHook is the default hook, PyTorch's allreduce_hook: divide by the world size,
 // then all-reduce with Sum: the comm.Float32 recipe of HookWire.
-//
-// Inside DDP the division does not take a pass of its own over the bucket: each parameter's
-// gradient is divided the moment it is ready, while it is still in the cache, and the bucket
-// is then all-reduced as it is. The numbers are the same.
 func AllReduceHook() CommHook { return allReduceHook{wire.Recipe{DType: comm.Float32}} }
 
 type allReduceHook struct{ wire.Recipe }
