@@ -84,28 +84,26 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 }
 static inline float __bfloat162float(__nv_bfloat16 h) { return u2f((uint32_t)h.x << 16); }
 
+// __float2half_rn and __half2float work on the bits: the same results as rounding the
+// float's value in double arithmetic to 10 fraction bits (nearest even), for every float.
 static inline __half __float2half_rn(float f) {
+	uint32_t u = f2u(f), a = u & 0x7fffffff;
 	__half r;
-	uint16_t sign = (f2u(f) >> 16) & 0x8000;
-	double a = fabs((double)f);
-	if (isnan(f)) { r.x = sign | 0x7e00; return r; }
-	if (a >= 65520.0) { r.x = sign | 0x7c00; return r; }
-	if (a < ldexp(1.0, -14)) { r.x = sign | (uint16_t)nearbyint(a / ldexp(1.0, -24)); return r; }
-	int e;
-	double m = frexp(a, &e); // a = m * 2^e, m in [0.5, 1)
-	e -= 1;
-	m *= 2;
-	double q = nearbyint((m - 1) * 1024);
-	if (q == 1024) { q = 0; e++; }
-	if (e > 15) { r.x = sign | 0x7c00; return r; }
-	r.x = sign | (uint16_t)((e + 15) << 10) | (uint16_t)q;
+	uint16_t sign = (u >> 16) & 0x8000;
+	if (a > 0x7f800000) { r.x = sign | 0x7e00; return r; }  // NaN
+	if (a >= 0x477ff000) { r.x = sign | 0x7c00; return r; } // 65520 and above round to inf
+	if (a < 0x38800000) { // below 2^-14: a subnormal, in units of 2^-24 (an exact scaling)
+		r.x = sign | (uint16_t)nearbyintf(u2f(a) * 0x1p24f);
+		return r;
+	}
+	// Rebias the exponent and round the fraction to nearest even; a carry out of the
+	// fraction raises the exponent.
+	r.x = sign | (uint16_t)(((a + 0xfff + ((a >> 13) & 1)) >> 13) - (112 << 10));
 	return r;
 }
 static inline float __half2float(__half h) {
-	int sign = h.x >> 15, e = (h.x >> 10) & 0x1f, m = h.x & 0x3ff;
-	double v;
-	if (e == 0) v = ldexp((double)m, -24);
-	else if (e == 31) v = m ? NAN : INFINITY;
-	else v = ldexp(1.0 + m / 1024.0, e - 15);
-	return (float)(sign ? -v : v);
+	uint32_t sign = (uint32_t)(h.x >> 15) << 31, e = (h.x >> 10) & 0x1f, m = h.x & 0x3ff;
+	if (e == 0) { float v = (float)m * 0x1p-24f; return sign ? -v : v; }
+	if (e == 31) return m ? (sign ? -NAN : NAN) : u2f(sign | 0x7f800000);
+	return u2f(sign | (e + 112) << 23 | m << 13);
 }
