@@ -506,12 +506,7 @@ func (s *Solver) checkFinite() error {
 
 // finite reports whether every element of x is neither NaN nor infinite.
 func finite[T float32 | float64](x []T) bool {
-	for _, e := range x {
-		if math.IsNaN(float64(e)) || math.IsInf(float64(e), 0) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(x, func(e T) bool { return math.IsNaN(float64(e)) || math.IsInf(float64(e), 0) })
 }
 
 // clip scales the averaged gradients to ClipGradNorm's maximum global norm (float32 only).
