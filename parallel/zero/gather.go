@@ -3,6 +3,7 @@ package zero
 import (
 	"fmt"
 	"hash"
+	"slices"
 
 	"github.com/chewxy/hm"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -76,15 +77,9 @@ func (op *gatherOp) OverwritesInput() int { return -1 }
 func (op *gatherOp) WriteHash(h hash.Hash) {
 	fmt.Fprintf(h, "zero-gather-%d-%s-%d", op.id, op.name, op.prev)
 }
-func (op *gatherOp) Hashcode() uint32 { return ops.HashOf(op) }
-func (op *gatherOp) String() string   { return "ZeroGather{" + op.name + "}" }
-func (op *gatherOp) DiffWRT(n int) []bool {
-	out := make([]bool, n)
-	for i := range out {
-		out[i] = true
-	}
-	return out
-}
+func (op *gatherOp) Hashcode() uint32     { return ops.HashOf(op) }
+func (op *gatherOp) String() string       { return "ZeroGather{" + op.name + "}" }
+func (op *gatherOp) DiffWRT(n int) []bool { return slices.Repeat([]bool{true}, n) }
 
 func (op *gatherOp) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if op.prev < 0 {

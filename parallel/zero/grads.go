@@ -11,15 +11,6 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/comm"
 )
 
-// What a training step does to the rank's gradient shard between a training Run and Step,
-// the same on every backend: the loss scale's unscaling with its inf/NaN check
-// (UnscaleGrads), a scaling (ScaleGrads: gradient accumulation's 1/A, the clip's factor),
-// the shard's sum of squares (GradSumSquares) and the clip to the global norm
-// (ClipGradNorm, optim's rule over the sums all-reduced across the ranks). On the host they
-// work on the shard in host memory; a backend runs them where it keeps the shard (the
-// device's kernels, or its pinned host copy under OffloadCPU). ShardGrad and ShardParams
-// read the shards as host copies on every backend.
-
 // ShardGrad is a copy in host memory of this rank's gradient shard, valid after a training
 // Run: Σ Shard floats, unit by unit (unit u's at u.ShardBase, the rank's elements
 // [rank·Shard, (rank+1)·Shard) of the unit, padding included). Writing it does not change
@@ -64,7 +55,8 @@ func (e *Engine) UnscaleGrads(ctx context.Context, scale float32) (foundInf bool
 	return amp.Unscale(e.grad, scale), nil
 }
 
-// ScaleGrads multiplies the gradient shard by f. It is not collective.
+// ScaleGrads multiplies the gradient shard by f (gradient accumulation's 1/A). It is not
+// collective.
 func (e *Engine) ScaleGrads(ctx context.Context, f float32) error {
 	if e.closed {
 		return ErrClosed

@@ -11,6 +11,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
+	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/replica"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -529,19 +530,13 @@ func (p *Program) sample() {
 	e.peak = max(e.peak, e.persistentBytes()+p.st.live)
 }
 
-// divideInto sets dst[i] = src[i]/n, the world average as ddp.DivideByWorld takes it: for a
-// power of two n it multiplies by 1/n, which is exact and gives the same bits as dividing.
+// divideInto sets dst[i] = src[i]/n, the world average as ddp.DivideByWorld takes it (a
+// power of two's exact reciprocal multiplies, in the same pass as the copy where it can).
 func divideInto(dst, src []float32, n int) {
 	dst = dst[:len(src)]
-	pow2 := n&(n-1) == 0
-	if pow2 && n > 1 && simd.ScaleTo(src, dst, 1/float32(n)) {
+	if n > 1 && n&(n-1) == 0 && simd.ScaleTo(src, dst, 1/float32(n)) {
 		return
 	}
 	copy(dst, src)
-	switch {
-	case !pow2:
-		simd.Div(dst, float32(n))
-	case n > 1:
-		simd.Scale(dst, 1/float32(n))
-	}
+	ddp.DivideByWorld(dst, n)
 }

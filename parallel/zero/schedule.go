@@ -1,6 +1,8 @@
 package zero
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	G "gorgonia.org/gorgonia"
@@ -131,11 +133,7 @@ func (d *dag) readersOf(gathers []*G.Node) []int {
 			readers[c] = true
 		}
 	}
-	out := make([]int, 0, len(readers))
-	for r := range readers {
-		out = append(out, r)
-	}
-	return out
+	return slices.Collect(maps.Keys(readers))
 }
 
 // plan proves the release schedule of p's graph (see schedule). fwdMax is the largest ID
@@ -191,32 +189,10 @@ func (p *Program) plan(fwdMax int64) *schedule {
 	if !p.training {
 		return s
 	}
-	// The register holding a parameter's gradient may lose its pages once the sink has
-	// copied it when the op that made it owns its output (no view, no in-place write) and
-	// nothing but the gradient hook (and barriers, which ignore values) reads it.
-	for _, prm := range b.UsedParams() {
-		leaf := b.Leaf(prm)
-		if leaf == nil || leaf.Deriv() == nil {
-			continue
-		}
-		h, ok := d.idx[leaf.Deriv().ID()]
-		if !ok || len(d.in[h]) != 1 {
-			continue
-		}
-		src := d.in[h][0]
-		op := d.nodes[src].Op()
-		if op == nil || op.ReturnsPtr() || op.OverwritesInput() >= 0 {
-			continue
-		}
-		only := true
-		for _, c := range d.out[src] {
-			if _, barrier := d.nodes[c].Op().(*barrierOp); c != h && !barrier {
-				only = false
-			}
-		}
-		s.dropGrad[prm.Index] = only
-	}
-	// Backward release at the first event every reader precedes.
+	// Backward release at the first event every reader precedes: a gradient's sink, or a
+	// barrier. The register holding a parameter's gradient may lose its pages once the sink
+	// has copied it when the op that made it owns its output (no view, no in-place write)
+	// and nothing but the gradient hook (and barriers, which ignore values) reads it.
 	type event struct {
 		node int
 		add  func(u int)
@@ -227,16 +203,28 @@ func (p *Program) plan(fwdMax int64) *schedule {
 		if leaf == nil || leaf.Deriv() == nil {
 			continue
 		}
-		if i, ok := d.idx[leaf.Deriv().ID()]; ok {
-			k := prm.Index
-			events = append(events, event{i, func(u int) { s.atSink[k] = append(s.atSink[k], u) }})
+		h, ok := d.idx[leaf.Deriv().ID()]
+		if !ok {
+			continue
 		}
+		k := prm.Index
+		events = append(events, event{h, func(u int) { s.atSink[k] = append(s.atSink[k], u) }})
+		if len(d.in[h]) != 1 {
+			continue
+		}
+		src := d.in[h][0]
+		if op := d.nodes[src].Op(); op == nil || op.ReturnsPtr() || op.OverwritesInput() >= 0 {
+			continue
+		}
+		s.dropGrad[k] = !slices.ContainsFunc(d.out[src], func(c int) bool {
+			_, barrier := d.nodes[c].Op().(*barrierOp)
+			return c != h && !barrier
+		})
 	}
 	for _, u := range p.order {
 		if l := p.links[u]; l != nil && l.op.barrier != nil {
 			if i, ok := d.idx[l.op.barrier.ID()]; ok {
-				uu := u
-				events = append(events, event{i, func(v int) { s.atBarrier[uu] = append(s.atBarrier[uu], v) }})
+				events = append(events, event{i, func(v int) { s.atBarrier[u] = append(s.atBarrier[u], v) }})
 			}
 		}
 	}
@@ -246,14 +234,7 @@ func (p *Program) plan(fwdMax int64) *schedule {
 			if s.fwdRelease[u] && !s.regather[u] || len(readers[u]) == 0 {
 				continue
 			}
-			all := true
-			for _, r := range readers[u] {
-				if !anc[r] {
-					all = false
-					break
-				}
-			}
-			if all {
+			if !slices.ContainsFunc(readers[u], func(r int) bool { return !anc[r] }) {
 				ev.add(u)
 			}
 		}

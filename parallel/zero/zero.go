@@ -230,9 +230,8 @@ func New(ctx context.Context, model *nn.Model, g comm.Group, opts ...Option) (*E
 		e.Close()
 		return nil, err
 	}
-	fn := cfg.Optimizer
 	e.segs = segs
-	if e.opt, err = fn(segs, e.alloc); err != nil {
+	if e.opt, err = cfg.Optimizer(segs, e.alloc); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("zero: rank %d: optimizer: %w", e.rank, err)
 	}
