@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/region"
@@ -83,10 +84,7 @@ func (e *Engine) Compile(build nn.BuildFunc, opts ...nn.BuildOption) (*Program, 
 		return &Program{e: e, x: x, training: x.Training()}, nil
 	}
 	nu := len(e.lay.units)
-	p := &Program{e: e, pos: make([]int, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
-	for i := range p.pos {
-		p.pos[i] = -1
-	}
+	p := &Program{e: e, pos: slices.Repeat([]int{-1}, nu), gathers: make([][]*G.Node, nu), links: make([]*link, nu)}
 	all := []nn.BuildOption{nn.WithParamHook(p.gatherHook), nn.WithParamBacking(e.leafBacking), nn.WithGradSink(p.sink)}
 	all = append(all, opts...)
 	all = append(all, nn.WithGradHook(p.onGrad))
