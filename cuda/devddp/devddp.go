@@ -16,18 +16,10 @@
 // (comm never imports ddp), tape runs the graph on the device and owns the device state;
 // this package only does what ddp's Backend interface asks, on the device.
 //
-// A step: each gradient the tape's GradHook has added into the state's device buffer is
-// divided by the world size on the compute stream (default hook); when ddp launches a
-// bucket (a range of the device buffer), an event is recorded on the compute stream and the
-// bucket is all-reduced in place on the NCCL group's stream after waiting for that event
-// (nccl.Group.AllReduceDeviceAfter), so the host never waits for a bucket. When ddp lands a
-// bucket, the compute stream waits for its "reduced" event and, in RunStep, the device
-// optimizer updates that bucket's parameters (State.StepRange). Under commhook.FP16Compress
-// and BF16Compress (ddp.HookWire's 16-bit recipes) the bucket is rounded, divided and
-// rounded again into a 16-bit device buffer on the compute stream, all-reduced as 16-bit
-// values, and widened back on the compute stream when it lands: the host hooks' arithmetic,
-// in device memory. Every other hook (commhook.PowerSGD, a HookFunc) runs as it is on a
-// pinned host copy of each bucket (Note [Host hooks on the device]).
+// A step divides, launches and lands each bucket in stream order, the host never waiting
+// for a bucket, as docs/DESIGN.md §9 says (Divide, Launch, Land); a hook without a
+// ddp.HookWire recipe runs on a pinned host copy of each bucket (Note [Host hooks on the
+// device]).
 //
 // Host-side collectives keep ddp's order: the buffer broadcast before forward (BatchNorm's
 // running statistics are the host's, Note [Running statistics on the device]), under

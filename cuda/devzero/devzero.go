@@ -18,16 +18,10 @@
 // (Checkpoint), so one resumes bit-identically on either backend and, resharded, at another
 // world size.
 //
-// In a training Run, cuda/tape's unit hooks (tape.NewUnitState) call the backend right
-// before a unit's first reader and after its last, in forward and again in backward: the
-// backend gathers the next zero.WithPrefetch units of the program's schedule ahead of use
-// and frees a unit's block after its last reader (Need, Done); a unit's gradients are
-// reduce-scattered as soon as the backward has handed over its last one, while the backward
-// goes on, and added into the gradient shard at the next unit's reduction (Retire). The
-// schedule is parallel/zero's (zero.ReduceSchedule), but it waits for every parameter of a
-// unit where the host waits for those the program uses: a unit holding a parameter that
-// does not reach the loss reduces after the backward, not beside it. RunStep
-// (train.Overlapped) steps each unit's shard right after its reduction.
+// A training Run gathers and reduce-scatters the units as docs/DESIGN.md §9 says. Its
+// gradient schedule is zero.ReduceSchedule's, waiting for every parameter of a unit where
+// the host waits for those the program uses: a unit holding a parameter that does not reach
+// the loss reduces after the backward, not beside it.
 //
 // The optimizer is zero.WithOptimizer's, built over the rank's shard in host memory as the
 // host engine builds it: on the device optim.Adam or AdamW (zero.AdamW), stepped by a device
@@ -265,11 +259,8 @@ func (e *Backend) Close() error {
 		e.opt.free()
 	}
 	e.freeBlocks()
-	for _, t := range []*cuda.Tensor{e.shardP, e.shardG} {
-		if t != nil {
-			t.Free()
-		}
-	}
+	e.shardP.Free()
+	e.shardG.Free()
 	if e.st != nil {
 		e.st.Close()
 		e.st = nil
@@ -312,9 +303,7 @@ func (e *Backend) GatherParams(ctx context.Context) ([]float32, error) {
 		if w != nil {
 			err = errors.Join(err, w.Wait(ctx))
 		}
-		if blk != nil {
-			blk.Free()
-		}
+		blk.Free()
 		if err != nil {
 			return nil, fmt.Errorf("devzero: rank %d: unit %s to the host: %w", e.rank, u.Name, err)
 		}

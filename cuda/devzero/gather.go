@@ -150,10 +150,8 @@ func (e *Backend) freeGrad(u int) {
 		e.gradBlk[u] = nil
 		e.account(1, -4*e.units[u].Padded)
 	}
-	if r := e.rsDst[u]; r != nil {
-		r.Free()
-		e.rsDst[u] = nil
-	}
+	e.rsDst[u].Free()
+	e.rsDst[u] = nil
 }
 
 // freeBlocks frees what a Run left (one that failed); its collectives have ended.

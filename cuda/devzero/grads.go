@@ -9,16 +9,9 @@ import (
 	"github.com/gorgonia-parallel/gp/optim"
 )
 
-// The gradient shard's operations of zero.Backend, which the engine calls for its
-// UnscaleGrads, ScaleGrads, GradSumSquares and ClipGradNorm (the clip's rule and its
-// all-reduce are the engine's): on the device they are kernels over the gradient shard, as
-// cuda/tape's State's over a whole device gradient buffer; under zero.OffloadCPU they work on
-// the pinned host copy the CPU optimizer steps from (the device shard is only zeroed after
-// that), with the host engine's arithmetic (amp.Unscale, simd.Scale). None is
-// collective; each waits for the device.
-
 // shardHost waits for the gradient shard's copies to the pinned host shard and returns it
-// (offload only).
+// (offload only): under zero.OffloadCPU the gradient operations work there, with the host
+// engine's arithmetic, and the device shard is only zeroed after that.
 func (e *Backend) shardHost(ctx context.Context) ([]float32, error) {
 	if err := e.dev.Synchronize(ctx); err != nil {
 		return nil, fmt.Errorf("devzero: rank %d: waiting for the gradient shard's copy to the host: %w", e.rank, err)
