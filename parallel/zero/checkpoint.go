@@ -273,12 +273,7 @@ func (s Shard) Load(path string) error {
 		copy(b.Data, saved.F32)
 		copy(b.Int64, saved.I64)
 	}
-	var optEntries []nn.StateEntry
-	for _, en := range entries {
-		if strings.HasPrefix(en.Name, optim.Prefix) {
-			optEntries = append(optEntries, en)
-		}
-	}
+	optEntries := slices.DeleteFunc(slices.Clone(entries), func(e nn.StateEntry) bool { return !strings.HasPrefix(e.Name, optim.Prefix) })
 	if err := s.Optimizer.LoadStateDict(optEntries); err != nil {
 		return fmt.Errorf("zero: rank %d: optimizer state: %w", rank, err)
 	}
