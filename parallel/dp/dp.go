@@ -7,7 +7,6 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -70,12 +69,11 @@ type ReplicaError struct {
 
 // Error implements error.
 func (e *ReplicaError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "dp: replica %d (%s, samples %d:%d): %v", e.Replica, e.Device, e.Lo, e.Hi, e.Err)
+	s := fmt.Sprintf("dp: replica %d (%s, samples %d:%d): %v", e.Replica, e.Device, e.Lo, e.Hi, e.Err)
 	if len(e.Stopped) > 0 {
-		fmt.Fprintf(&b, " (replicas %v stopped)", e.Stopped)
+		s += fmt.Sprintf(" (replicas %v stopped)", e.Stopped)
 	}
-	return b.String()
+	return s
 }
 
 // Unwrap returns the replica's error.
