@@ -285,6 +285,17 @@ func (m *Metrics) Plot(path string) (err error) {
 	if err != nil {
 		return err
 	}
+	return drawPanels(panels, path)
+}
+
+// drawPanels draws panels, one above the other, into the PNG at path; it reads nothing of
+// the Metrics they came from, so it may run while the log grows.
+func drawPanels(panels []panel, path string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("trainer: plot %s: gonum/plot failed: %v", path, p)
+		}
+	}()
 	const w, h = 6 * vg.Inch, 3 * vg.Inch
 	img := vgimg.New(w, h*vg.Length(len(panels)))
 	dc := draw.New(img)

@@ -221,6 +221,9 @@ func (r *run) close() {
 
 // closeOutputs closes what openOutputs opened.
 func (r *run) closeOutputs() {
+	if r.side != nil {
+		r.side.waitPlot() // a run that failed may leave a drawing running
+	}
 	if r.side != nil && r.side.m != nil {
 		if err := r.side.m.Close(); err != nil {
 			r.side.warn("metrics log", r.side.m.path, err)
@@ -405,12 +408,13 @@ func (r *run) validate(ctx context.Context, epoch int) error {
 	return r.endEpoch(ctx, epoch, ep)
 }
 
-// endEpoch writes the epoch's checkpoint and plot and runs the callbacks' OnEpochEnd.
+// endEpoch writes the epoch's checkpoint, starts its plot (drawn in the background: sideOutputs.plotAsync)
+// and runs the callbacks' OnEpochEnd.
 func (r *run) endEpoch(ctx context.Context, epoch int, ep Epoch) error {
 	if err := r.save(ctx, r.step, epoch+1); err != nil {
 		return err
 	}
-	if p := r.side.plot(); p != "" {
+	if p := r.side.plotAsync(); p != "" {
 		r.res.PlotPath = p
 	}
 	ep.Checkpoint = r.res.Checkpoint
@@ -442,6 +446,9 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 	}
 	if err := r.eng.report(ctx, r.cfg, res); err != nil {
 		return nil, err
+	}
+	if !r.side.waitPlot() {
+		res.PlotPath = ""
 	}
 	if res.PlotPath == "" && r.step > 0 {
 		// A run that ended before its first validation still plots its training curves.

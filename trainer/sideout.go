@@ -14,6 +14,8 @@ type sideOutputs struct {
 	plotTo string // curves.png in the run directory
 	log    *slog.Logger
 	warned map[string]bool
+	// drawing, while plotAsync's drawing runs, receives its error (nil: written).
+	drawing chan error
 }
 
 // warn reports err of output what, once per what.
@@ -48,15 +50,53 @@ func (s *sideOutputs) scalar(tag string, step int64, v float64) {
 	}
 }
 
-// plot draws curves.png from the log; it returns the path written, or "" when none was
-// (a plot that cannot be drawn is skipped with one warning).
+// plot draws curves.png from the log, waiting for a drawing that plotAsync started; it
+// returns the path written, or "" when none was (a plot that cannot be drawn is skipped with
+// one warning).
 func (s *sideOutputs) plot() string {
 	if s.m == nil {
 		return ""
 	}
+	s.waitPlot()
 	if err := s.m.Plot(s.plotTo); err != nil {
 		s.warn("plot", s.plotTo, err)
 		return ""
 	}
 	return s.plotTo
+}
+
+// plotAsync reads the log's curves now and draws and writes curves.png in the background,
+// so that rank 0 does not hold the other ranks at the next step while it renders and syncs
+// the file; the plot has the records logged before the call, as plot's would. It first
+// waits for the drawing it started before. It returns the path it is writing, or "" (no
+// log, or the log could not be read: warned as plot's).
+func (s *sideOutputs) plotAsync() string {
+	if s.m == nil {
+		return ""
+	}
+	s.waitPlot()
+	panels, err := s.m.panels()
+	if err != nil {
+		s.warn("plot", s.plotTo, err)
+		return ""
+	}
+	done := make(chan error, 1)
+	s.drawing = done
+	go func() { done <- drawPanels(panels, s.plotTo) }()
+	return s.plotTo
+}
+
+// waitPlot waits for the drawing plotAsync started, if any, warning as plot does when it
+// failed, and reports whether the last plot started was written.
+func (s *sideOutputs) waitPlot() bool {
+	if s.drawing == nil {
+		return true
+	}
+	err := <-s.drawing
+	s.drawing = nil
+	if err != nil {
+		s.warn("plot", s.plotTo, err)
+		return false
+	}
+	return true
 }

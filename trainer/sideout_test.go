@@ -55,3 +55,54 @@ func TestPlotFailureIsOneWarning(t *testing.T) {
 		t.Errorf("the warning does not name curves.png")
 	}
 }
+
+// The plot each epoch draws in the background is the plot of the whole log once Fit
+// returns: byte for byte what a synchronous Metrics.Plot of the final log draws, with the
+// last epoch's validation in it, and no drawing is left running.
+func TestBackgroundPlotIsTheFinalLogs(t *testing.T) {
+	dir := t.TempDir()
+	src := DatasetSource{Train: blobs{24}, Val: blobs{12}, Classes: 3, Workers: 1}
+	res := fitWorld(t, 2, Graph(dense).Named("dense"), src, func() []Option {
+		return []Option{WithBatchSize(8), WithEpochs(3), WithDir(dir), WithOptimizer(SGD(0.5, 0.9)), WithOutput(io.Discard),
+			WithTimelines(0), WithProgress("log", 1)}
+	})
+	r := res[0]
+	if r.PlotPath != filepath.Join(dir, "curves.png") {
+		t.Fatalf("plot %q, want %s", r.PlotPath, filepath.Join(dir, "curves.png"))
+	}
+	recs := readRecords(t, r.MetricsPath)
+	if last := recs[len(recs)-1]; last.Kind != "val" || last.Step != 9 {
+		t.Fatalf("the log ends with %+v, want the validation of step 9", last)
+	}
+	got, err := os.ReadFile(r.PlotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := OpenMetrics(r.MetricsPath, r.Steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync := filepath.Join(t.TempDir(), "sync.png")
+	if err := m.Plot(sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("curves.png (%d bytes) is not the plot of the final log (%d bytes)", len(got), len(want))
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("a plot's temporary file %s is left", e.Name())
+		}
+	}
+}
