@@ -11,9 +11,10 @@ import (
 // engine is the tensor engine of a Program's machine: gorgonia's, with the float32
 // elementwise Add into a given tensor (gorgonia's graph sums the gradients of a value that
 // several ops read with it, in place or into the machine's buffer) run by simd.SumF32 (one
-// pass, no cgo call) instead of the scalar loop. Each element is the same one rounding of a[i] + b[i] as before, so
-// the bits are the same; every other case (a safe Add that allocates, WithIncr, views,
-// broadcasting, other types, a result that is b's memory) is gorgonia's.
+// pass, no cgo call) instead of the scalar loop. Each element is the same one rounding of
+// a[i] + b[i] as before, so the bits are the same; every other case (a safe Add that
+// allocates, WithIncr, views, broadcasting, other types, a result that is b's memory) is
+// gorgonia's.
 type engine struct{ G.StandardEngine }
 
 // Add is tensor.Adder's Add: a + b into opts' reuse tensor, or into a with UseUnsafe.
