@@ -170,8 +170,9 @@ func (p *Program) Step(ctx context.Context) error {
 // gradient buffer, on a device the device state's) and the step reduces gradients (not
 // under NoSync), each bucket's parameters are updated as soon as the bucket's reduction has
 // landed, while later buckets still reduce: the same bits as Step after Run, with the wait
-// for the slowest rank's last gradients spent updating. If a reduction fails, the buckets before it may already be updated: the group is
-// broken, and the error says which bucket failed.
+// for the slowest rank's last gradients spent updating. If a reduction fails, the buckets
+// before it may already be updated: the group is broken, and the error says which bucket
+// failed.
 func (p *Program) RunStep(ctx context.Context) error {
 	if s := p.x.Ranged(); s != nil && p.training && !p.d.noSync {
 		if err := p.rangedStep(ctx, s); err != nil {

@@ -136,10 +136,10 @@ func (g *Group) issue(kind string, bytes int, setup func(*op)) comm.Work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return doneWork{fmt.Errorf("rank %d: %s: %w", g.rank, kind, comm.ErrClosed)}
+		return comm.Failed(fmt.Errorf("rank %d: %s: %w", g.rank, kind, comm.ErrClosed))
 	}
 	if err := g.failure(); err != nil {
-		return doneWork{fmt.Errorf("rank %d: %s: group failed earlier: %w", g.rank, kind, err)}
+		return comm.Failed(fmt.Errorf("rank %d: %s: group failed earlier: %w", g.rank, kind, err))
 	}
 	g.seq++
 	o.seq = g.seq
@@ -160,10 +160,10 @@ func (g *Group) issueP2P(kind string, bytes, peer, tag int, setup func(*op)) com
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return doneWork{fmt.Errorf("rank %d: %s: %w", g.rank, kind, comm.ErrClosed)}
+		return comm.Failed(fmt.Errorf("rank %d: %s: %w", g.rank, kind, comm.ErrClosed))
 	}
 	if err := g.failure(); err != nil {
-		return doneWork{fmt.Errorf("rank %d: %s: group failed earlier: %w", g.rank, kind, err)}
+		return comm.Failed(fmt.Errorf("rank %d: %s: group failed earlier: %w", g.rank, kind, err))
 	}
 	setup(o)
 	g.arm(o)
@@ -228,16 +228,8 @@ func (g *Group) failure() error {
 }
 
 func (g *Group) invalid(kind string, err error) comm.Work {
-	return doneWork{fmt.Errorf("rank %d: %s: %w: %w", g.rank, kind, comm.ErrInvalid, err)}
+	return comm.Failed(fmt.Errorf("rank %d: %s: %w: %w", g.rank, kind, comm.ErrInvalid, err))
 }
-
-// doneWork is a Work that has already completed.
-type doneWork struct{ err error }
-
-var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (d doneWork) Wait(context.Context) error { return d.err }
-func (d doneWork) Done() <-chan struct{}      { return closedCh }
 
 // view returns the first element, length and MPI datatype of a slice buffer: float32,
 // float64, int64, or any 2-byte element type (moved as uint16).
