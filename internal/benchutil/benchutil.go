@@ -40,9 +40,9 @@ func FirstLine(s string) string {
 }
 
 // Launch starts n processes as the ranks of one job, each with the torchrun variables
-// (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT) added to this
-// process's environment and env; cmdline(rank) is the program and its first arguments, args
-// follow. Each process must print its result as a JSON line on stdout (the last one that
+// (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
+// MASTER_PORT) added to this process's environment and env; cmdline(rank) is the program
+// and its first arguments, args follow. Each process must print its result as a JSON line on stdout (the last one that
 // decodes into T counts); stderr passes through. It fails, naming the ranks, when a process
 // fails, prints no result, or the job outlives timeout.
 func Launch[T any](n int, cmdline func(rank int) []string, args, env []string, timeout time.Duration) ([]T, error) {
@@ -60,7 +60,7 @@ func Launch[T any](n int, cmdline func(rank int) []string, args, env []string, t
 		c := cmdline(r)
 		cmd := exec.CommandContext(ctx, c[0], append(c[1:], args...)...)
 		cmd.Env = append(append(os.Environ(), env...), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+			"WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
 		outs[r] = new(bytes.Buffer)
 		cmd.Stdout, cmd.Stderr = outs[r], os.Stderr
 		if err := cmd.Start(); err != nil {

@@ -156,12 +156,12 @@ func setPriority(tid int, p priority) error {
 func watch(mon int, normal, low priority) {
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
-	cores := runtime.NumCPU()
+	cores, own := runtime.NumCPU(), ownThreads()
 	load := float64(cores) // runnable threads, smoothed over about a second
 	isLow := true
 	for range tick.C {
 		if r, ok := runnable(); ok {
-			load += (float64(r) - load) * loadSmoothing
+			load += (float64(max(r-own, 0)) - load) * loadSmoothing
 		}
 		if want := keepLowered(isLow, load, cores); want != isLow {
 			p := normal
@@ -198,7 +198,13 @@ func watch(mon int, normal, low priority) {
 // at load 13 (the demo's job for one epoch): 311 s with sysmon lowered against 175 s
 // without. So the watcher smooths the number of runnable threads (procs_running in
 // /proc/loadavg) and gives sysmon its priority back above overloaded × cores, lowering it
-// again below lowerBelow × cores (the gap keeps it from flapping).
+// again below lowerBelow × cores (the gap keeps it from flapping). The count leaves out the
+// job's own waiting (ownThreads): the thread reading /proc/loadavg, and each local rank's
+// monitor, which is runnable whenever it polls and the cores are busy, lowered or not. Left
+// in, one rank per core on an otherwise idle machine counted about 2 × cores (the ranks
+// plus their monitors), so a passing extra thread restored sysmon and it was never lowered
+// again (bench/ddp, world 2 on 2 cores: procs_running 3-7 during the run, the monitors at
+// normal priority waiting 0.7-0.9 of the time).
 const (
 	overloaded    = 2.0
 	lowerBelow    = 1.5
@@ -212,6 +218,18 @@ func keepLowered(isLow bool, load float64, cores int) bool {
 		return load <= overloaded*float64(cores)
 	}
 	return load < lowerBelow*float64(cores)
+}
+
+// ownThreads is how many of the machine's runnable threads the watcher discounts as the
+// job's own waiting rather than load (Note [Lowered only while the cores suffice]): the
+// thread reading /proc/loadavg, and one monitor per rank on this host (LOCAL_WORLD_SIZE,
+// as launchers set it; one, this process's, without it).
+func ownThreads() int {
+	ranks, err := strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
+	if err != nil || ranks < 1 {
+		ranks = 1
+	}
+	return 1 + ranks
 }
 
 // runnable is the number of threads running or ready to run on the machine (the fourth

@@ -230,3 +230,23 @@ func TestKeepLoweredFollowsLoad(t *testing.T) {
 		}
 	}
 }
+
+// The watcher discounts the reader and one monitor per local rank: with LOCAL_WORLD_SIZE=2
+// on 2 cores, the two ranks' compute and monitors plus the reader (5 runnable) leave 2,
+// under lowerBelow × cores, so a restored monitor is lowered again; at load 13 the 10 left
+// keep it restored.
+func TestOwnThreads(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{{"", 2}, {"2", 3}, {"8", 9}, {"0", 2}, {"x", 2}} {
+		t.Setenv("LOCAL_WORLD_SIZE", tc.env)
+		if got := ownThreads(); got != tc.want {
+			t.Errorf("LOCAL_WORLD_SIZE=%q: ownThreads() = %d, want %d", tc.env, got, tc.want)
+		}
+	}
+	t.Setenv("LOCAL_WORLD_SIZE", "2")
+	if own := ownThreads(); !keepLowered(false, float64(5-own), 2) || keepLowered(false, float64(13-own), 2) {
+		t.Errorf("two ranks on 2 cores: 5 runnable must lower a restored monitor again and 13 must not (own threads %d)", own)
+	}
+}
