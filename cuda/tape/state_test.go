@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/cuda"
 	"github.com/gorgonia-parallel/gp/cuda/tape"
 	"github.com/gorgonia-parallel/gp/internal/gormlp"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -226,12 +227,7 @@ func TestStateStepOutOfOrder(t *testing.T) {
 		{"end twice", []string{"begin", "range", "end", "end"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := graphModel(t, build)
-			st, err := tape.NewState(d, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			m, st := graphState(t, d, build)
 			host := newOpt(t, m, 0.01, func(s []optim.Segment) (optim.Optimizer, error) { return optim.NewAdamW(s, 0.01) })
 			p, err := st.Compile(build, nn.WithOptimizer(host))
 			if err != nil {
@@ -330,12 +326,7 @@ func TestStateCompileOptimizer(t *testing.T) {
 		}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := graphModel(t, build)
-			st, err := tape.NewState(d, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			m, st := graphState(t, d, build)
 			cs := tc.compiles(m)
 			for i, c := range cs {
 				b := build
@@ -362,7 +353,7 @@ func TestStateCompileOptimizer(t *testing.T) {
 			if st.HasOptimizer() != tc.stepping {
 				t.Fatalf("HasOptimizer %v, want %v", st.HasOptimizer(), tc.stepping)
 			}
-			err = st.Step(ctx)
+			err := st.Step(ctx)
 			if tc.stepping && err != nil {
 				t.Fatalf("Step: %v", err)
 			}
@@ -389,6 +380,18 @@ func rangedStep(st *tape.State, cut int) error {
 		return err
 	}
 	return st.ZeroGrad()
+}
+
+// graphState is build's graph model and a device state of it, closed when t ends.
+func graphState(t *testing.T, d *cuda.Device, build nn.BuildFunc) (*nn.Model, *tape.State) {
+	t.Helper()
+	m := graphModel(t, build)
+	st, err := tape.NewState(d, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return m, st
 }
 
 func graphModel(t *testing.T, build nn.BuildFunc) *nn.Model {
