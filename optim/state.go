@@ -91,6 +91,9 @@ func NewSlices(entries []nn.StateEntry) *Slices {
 			s.pieces[e.Name] = append(s.pieces[e.Name], piece{lo: 0, hi: -1, data: e.F32, key: e.Name})
 		}
 	}
+	for _, pcs := range s.pieces { // Fill walks each tensor's pieces by start
+		sort.SliceStable(pcs, func(i, j int) bool { return pcs[i].lo < pcs[j].lo })
+	}
 	return s
 }
 
@@ -108,7 +111,6 @@ func (s *Slices) Fill(name string, p Part, dst []float32) error {
 	}
 	n := p.numel()
 	lo, hi := p.ParamOffset, p.ParamOffset+p.Len
-	sort.Slice(pcs, func(i, j int) bool { return pcs[i].lo < pcs[j].lo })
 	covered := lo
 	for _, pc := range pcs {
 		plo, phi := pc.lo, pc.hi
