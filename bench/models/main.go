@@ -10,15 +10,17 @@
 // -simd avx2,avx512 (or "all") measures our side at each SIMD level the CPU has, one table a
 // level (GP_SIMD in the children), every row still paired with PyTorch's in the same run.
 //
-// Each row is the median of -reps (default 3) measurement pairs, ours then PyTorch's, and
-// its ratio the median of the pairs' ratios. Each measurement runs in a child process with
-// GOMAXPROCS and OPENBLAS_NUM_THREADS set to the thread count (OpenBLAS reads its thread
-// count at start-up), and times at least -min-seconds (default 4) of steps after its warm-up:
-// a resnet18 step takes 0.15 s, and a handful of steps moved a row by ±20% on this shared
-// machine.
+// Each row is the median of -reps (default 5) measurement pairs and its ratio the median of
+// the pairs' ratios. Each side runs in one live child process per row, with GOMAXPROCS and
+// OPENBLAS_NUM_THREADS set to the thread count (OpenBLAS reads its thread count at
+// start-up); a pair is one timed window of each, back to back, the order alternating
+// (Note [Alternated windows], alternate.go). A window times at least -min-seconds (default
+// 4) of steps: a resnet18 step takes 0.15 s, and a handful of steps moved a row by ±20% on
+// this shared machine.
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -100,10 +102,11 @@ func main() {
 	out := flag.String("out", "bench/results/models.json", "result file")
 	levels := flag.String("simd", "", "comma-separated SIMD levels of our kernels to measure, each a table (avx512, avx2, off; default the best this CPU has); \"all\" for every level the CPU has")
 	profile := flag.String("cpuprofile", "", "internal: write a CPU profile of -child's timed steps")
+	serveMode := flag.Bool("serve", false, "internal: -child stays alive and times one window per line of stdin")
 	opProfile := flag.String("profile", "", "instead of the table: profile our training step of each arch at one thread and write where its time goes, by op and by kernel, to this JSON file (e.g. bench/results/models-profile.json)")
 	roof := flag.String("roof", "", "internal: print sgemm's GFLOP/s on a 2048³ square and on this M,N,K product")
-	flag.IntVar(&reps, "reps", 3, "measurement pairs (ours, PyTorch) per row; the table shows medians")
-	flag.Float64Var(&minSeconds, "min-seconds", 4, "each measurement times at least this long (and at least the workload's steps), ours and PyTorch's alike")
+	flag.IntVar(&reps, "reps", 5, "measurement pairs (a window of ours and one of PyTorch's, alternated in two live processes) per row; the table shows medians")
+	flag.Float64Var(&minSeconds, "min-seconds", 4, "each window times at least this long (and at least the workload's steps), ours and PyTorch's alike")
 	flag.Parse()
 	if *roof != "" {
 		var m, n, k int
@@ -112,6 +115,13 @@ func main() {
 			os.Exit(2)
 		}
 		if err := roofChild(m, n, k); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/models:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *child != "" && *serveMode {
+		if err := serve(*child, *batch, *size, *warmup, *steps); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/models:", err)
 			os.Exit(1)
 		}
@@ -255,32 +265,40 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 				return nil, fmt.Errorf("bad thread count %q", ts)
 			}
 			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t), "GP_SIMD="+lv.String())
-			// reps measurements, ours then PyTorch's each time, so that a disturbance of this
-			// shared machine hits one pair rather than one side; the row reports medians and
-			// the median of the per-pair ratios.
+			// reps pairs of windows from two live processes, ours and PyTorch's, alternated
+			// (Note [Alternated windows]); the row reports medians and the median of the
+			// per-pair ratios.
 			var gos, gcpus, tvs, tcpus, ratios, roofs, goFracs, torchFracs []float64
 			var rfs []roofReport
-			var terr error
-			for range reps {
-				goOut, goCPU, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
-					"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps), "-min-seconds", fmt.Sprint(minSeconds))
+			steps, warm := fmt.Sprint(w.steps), fmt.Sprint(w.warmup)
+			ours, err := startServer(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
+				"-warmup", warm, "-steps", steps, "-min-seconds", fmt.Sprint(minSeconds), "-serve")
+			if err != nil {
+				return nil, fmt.Errorf("%s, %d threads, simd %s: %w", w.arch, t, lv, err)
+			}
+			torch, terr := startServer(benchutil.TorchEnv(env, blasimpl.Core()), "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
+				warm, steps, fmt.Sprint(minSeconds), "serve")
+			for i := range reps {
+				goOut, goCPU, tv, tCPU, err := pair(ours, torch, terr, i%2 == 1)
 				if err != nil {
+					ours.close()
+					torch.close()
 					return nil, fmt.Errorf("%s, %d threads, simd %s: %w", w.arch, t, lv, err)
 				}
 				gos, gcpus = append(gos, goOut), append(gcpus, goCPU)
-				var tv, tCPU float64
-				if terr == nil { // once PyTorch has failed, the remaining repetitions are ours alone
-					tv, tCPU, terr = runChild(benchutil.TorchEnv(env, blasimpl.Core()), "/usr/bin/python3", "bench/models/torch_bench.py", w.arch, fmt.Sprint(t), xp, yp,
-						fmt.Sprint(w.warmup), fmt.Sprint(w.steps), fmt.Sprint(minSeconds))
-					if terr == nil {
-						tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
-					}
+				if terr == nil && tv < 0 { // PyTorch failed in this window: ours alone from here
+					terr = torch.err
+				}
+				if terr == nil {
+					tvs, tcpus, ratios = append(tvs, tv), append(tcpus, tCPU), append(ratios, goOut/tv)
 				}
 				// The roof is measured in every repetition, right after the pair it divides:
 				// this shared machine's speed moves within a run (Note [Training FLOPs and
 				// the roof]).
 				rf, err := runRoof(env, self, fl)
 				if err != nil {
+					ours.close()
+					torch.close()
 					return nil, fmt.Errorf("%s, %d threads: sgemm roof: %w", w.arch, t, err)
 				}
 				roof := max(rf.Square, rf.Model) * 1e9
@@ -290,6 +308,10 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 					torchFracs = append(torchFracs, tv*fl.PerImage/roof)
 				}
 			}
+			if err := ours.close(); err != nil {
+				return nil, fmt.Errorf("%s, %d threads, simd %s: %w", w.arch, t, lv, err)
+			}
+			torch.close()
 			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
 			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
 				FlopsPerImage: fl.PerImage, FlopsByKind: fl.ByKind}
@@ -389,22 +411,28 @@ func runChild(env []string, name string, args ...string) (ips, cpu float64, err 
 	return ips, cpu, err
 }
 
-// measure builds arch (1000 classes, seed 0) and times training steps on the inputs the
-// parent wrote (regenerated here from the same seed).
-func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float64, err error) {
+// stepper is one training step of a model on the inputs the parent wrote (regenerated here
+// from the same seed): forward, backward and SGD with momentum, as PyTorch's side.
+type stepper struct {
+	batch int
+	step  func() error
+	close func()
+}
+
+// newStepper builds arch (1000 classes, seed 0) at batch and size.
+func newStepper(arch string, batch, size int) (*stepper, error) {
 	mod, err := models.New(arch, 1000)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	m, err := nn.NewModel(mod)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	p, err := nn.Compile(m, nn.Classify(batch, []int{3, size, size}, 0))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer p.Close()
 	rng := rand.New(rand.NewSource(1))
 	x, _ := p.Input("images")
 	for i := range x {
@@ -423,25 +451,71 @@ func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float
 		sgdMomentum(m.Params.Data, m.Params.Grad, mom, 0.01, 0.9)
 		return nil
 	}
+	return &stepper{batch: batch, step: step, close: func() { p.Close() }}, nil
+}
+
+// window times at least steps steps and at least minSeconds, and returns images/s and CPU
+// seconds (user+system, every thread) per step.
+func (s *stepper) window(steps int) (ips, cpuPerStep float64, err error) {
+	cpu0 := benchutil.CPUSeconds()
+	start := time.Now()
+	done := 0
+	for done < steps || time.Since(start).Seconds() < minSeconds {
+		if err := s.step(); err != nil {
+			return 0, 0, err
+		}
+		done++
+	}
+	ips = float64(s.batch*done) / time.Since(start).Seconds()
+	return ips, (benchutil.CPUSeconds() - cpu0) / float64(done), nil
+}
+
+// measure builds arch, runs warmup untimed steps and times one window.
+func measure(arch string, batch, size, warmup, steps int) (ips, cpuPerStep float64, err error) {
+	s, err := newStepper(arch, batch, size)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.close()
 	for range warmup {
-		if err := step(); err != nil {
+		if err := s.step(); err != nil {
 			return 0, 0, err
 		}
 	}
 	if afterWarmup != nil {
 		afterWarmup()
 	}
-	cpu0 := benchutil.CPUSeconds()
-	start := time.Now()
-	done := 0
-	for done < steps || time.Since(start).Seconds() < minSeconds {
-		if err := step(); err != nil {
-			return 0, 0, err
-		}
-		done++
+	return s.window(steps)
+}
+
+// serve builds arch, runs warmup untimed steps, prints "ready", then answers each line of
+// stdin with one untimed step (caches refilled after the other side's window) and one timed
+// window, printed as images/s and CPU s/step; it returns at the end of stdin. The parent
+// keeps both sides alive and alternates their windows (Note [Alternated windows]).
+func serve(arch string, batch, size, warmup, steps int) error {
+	s, err := newStepper(arch, batch, size)
+	if err != nil {
+		return err
 	}
-	ips = float64(batch*done) / time.Since(start).Seconds()
-	return ips, (benchutil.CPUSeconds() - cpu0) / float64(done), nil
+	defer s.close()
+	for range warmup {
+		if err := s.step(); err != nil {
+			return err
+		}
+	}
+	fmt.Println("ready")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if err := s.step(); err != nil {
+			return err
+		}
+		ips, cpu, err := s.window(steps)
+		if err != nil {
+			return err
+		}
+		fmt.Println(ips, cpu)
+	}
+	return sc.Err()
 }
 
 // sgdMomentum is torch.optim.SGD's step with momentum (no dampening or weight decay):
