@@ -1,11 +1,12 @@
 // Command ddp benchmarks DistributedDataParallel: resnet18 at 64x64, batch 16 per rank, one
 // thread per rank (OPENBLAS_NUM_THREADS=1, GOMAXPROCS=1, torch.set_num_threads(1)). It
 // measures images/s of one plain process (no DDP) and of DDP at world 2 as two real
-// processes over loopback TCP, and the same for PyTorch DDP (gloo) in the same run, then
-// prints a table and writes bench/results/ddp.json. Scaling efficiency is the strict
-// definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead counts
-// against it. The plain process runs before and after DDP in each repetition, and its
-// throughput is the mean of the two (this machine's speed drifts within a minute).
+// processes (over shared memory, comm's default when every rank is on this host; the
+// result's transport says), and the same for PyTorch DDP (gloo, over loopback TCP) in the
+// same run, then prints a table and writes bench/results/ddp.json. Scaling efficiency is
+// the strict definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead
+// counts against it. The plain process runs before and after DDP in each repetition, and
+// its throughput is the mean of the two (this machine's speed drifts within a minute).
 //
 // Every process lowers the Go runtime's monitor thread as the programs a launcher starts as
 // ranks do (GP_SYSMON, parallel/sysmon); GP_SYSMON=default measures without it.
@@ -61,6 +62,9 @@ type result struct {
 	RunDelay float64 `json:"run_delay_s"`
 	// BucketList is the bucket sizes after the rebuild, launch order, e.g. "1.95 MiB, 25.00 MiB, ...".
 	BucketList string `json:"bucket_list,omitempty"`
+	// Transport is the collectives' transport (comm.TransportOf): "shm" when the ranks share
+	// this host, as here by default.
+	Transport string `json:"transport,omitempty"`
 	// Check is the time of one replica agreement check (hash every parameter and buffer,
 	// all-gather the hashes), measured after the timed steps, seconds.
 	Check float64 `json:"check_s,omitempty"`
@@ -206,7 +210,7 @@ func run(p params, procs, reps int, py, out string) error {
 	}
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
-		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList,
+		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
 		"check_s": r0.Check, "check_share_of_step_time": checkShare, "check_every": replica.DefaultCheckEvery,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
@@ -395,6 +399,7 @@ func child(role string, p params) error {
 			sizes = append(sizes, fmt.Sprintf("%.2f MiB", float64(b.Bytes())/(1<<20)))
 		}
 		res.BucketList = strings.Join(sizes, ", ")
+		res.Transport = comm.TransportOf(g)
 		res.Backward, res.AllRed, res.Wait = s.Backward.Seconds(), s.AllReduce.Seconds(), s.Wait.Seconds()
 		if err := writeTrace(ctx, d, p.trace); err != nil {
 			return err
