@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -118,6 +119,9 @@ type Builder struct {
 	inputs  map[string]*G.Node
 	outputs map[string]*G.Node
 	fired   []bool // per used parameter: its gradient hook ran in this run
+	// replace makes the first gradient of each parameter in this run overwrite its slice of
+	// the gradient buffer instead of adding to it (Program.RunZeroed).
+	replace bool
 
 	// probe collects the learnables of a plain gorgonia graph while NewGraphModel discovers
 	// them; nil when compiling.
@@ -195,9 +199,15 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 			}
 		} else {
 			// AVX-512 where the CPU has it, else a Go loop unrolled by 8, big tensors split
-			// across threads: resnet18 adds 11.7M elements a step.
+			// across threads: resnet18 adds 11.7M elements a step. Under RunZeroed the
+			// first arrival is written with stores that bypass the cache instead: it reads
+			// neither the old gradient nor, to own its lines, the destination.
 			dst := b.cfg.gradBuf[p.Offset : p.Offset+len(g)]
-			splitChunks(len(g), func(lo, hi int) { simd.AddTo(dst[lo:hi], g[lo:hi]) })
+			if b.replace && !b.fired[idx] {
+				splitChunks(len(g), func(lo, hi int) { simd.CopyNT(f32Bytes(dst[lo:hi]), f32Bytes(g[lo:hi])) })
+			} else {
+				splitChunks(len(g), func(lo, hi int) { simd.AddTo(dst[lo:hi], g[lo:hi]) })
+			}
 		}
 		b.fired[idx] = true
 		for _, h := range b.cfg.gradHooks {
@@ -263,3 +273,11 @@ func (b *Builder) UsedParams() []*Param { return b.used }
 
 // Leaf returns the leaf node bound to p's memory, or nil when the graph does not use p.
 func (b *Builder) Leaf(p *Param) *G.Node { return b.leaves[p] }
+
+// f32Bytes is the memory of s as bytes (no copy).
+func f32Bytes(s []float32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
+}

@@ -28,6 +28,7 @@ type Program struct {
 	grads   G.Nodes         // by used parameter: the gradient node G.Grad returned (the leaf's deriv)
 	views   []*tensor.Dense // by used parameter: the tensor its gradient node is bound to after a run
 	aliased []float32       // the buffer views look into
+	unused  []*Param        // the model's parameters the graph does not use (RunZeroed zeroes them)
 	update  func() error    // the optimizer or solver of WithOptimizer/WithSolver, nil without
 }
 
@@ -105,6 +106,11 @@ func Compile(m *Model, build BuildFunc, opts ...BuildOption) (*Program, error) {
 	}
 	p.graph = g
 	p.machine = G.NewTapeMachine(g, G.WithEngine(engine{}))
+	for _, prm := range m.Params.Params {
+		if b.leaves[prm] == nil {
+			p.unused = append(p.unused, prm)
+		}
+	}
 	if len(p.grads) > 0 {
 		if err := p.AliasGrads(cfg.gradBuf); err != nil {
 			return nil, err
@@ -129,6 +135,48 @@ func (p *Program) Run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return p.run()
+}
+
+// RunZeroed is ZeroGrad then Run, with one pass over the gradient buffer instead of two:
+// the first gradient backward produces for each parameter is written into the buffer instead
+// of added to the zeros ZeroGrad would have written, and the gradients that backward did
+// not produce (parameters the graph does not use, or whose gradient did not reach the taps)
+// are zeroed once the run ends. When it returns, with or without an error, the buffer holds
+// exactly what ZeroGrad then Run leave; gradient hooks see the same values as under Run,
+// except that a parameter's slice is undefined until its gradient arrives. Programs that do
+// not write the buffer (evaluation, WithGradSink) run ZeroGrad then Run.
+func (p *Program) RunZeroed(ctx context.Context) error {
+	b := p.Builder
+	if len(p.grads) == 0 || b.cfg.sink != nil {
+		if err := p.ZeroGrad(); err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		if zerr := p.ZeroGrad(); zerr != nil {
+			return zerr
+		}
+		return err
+	}
+	b.replace = true
+	defer func() {
+		b.replace = false
+		buf := b.cfg.gradBuf
+		for _, prm := range p.unused {
+			clear(buf[prm.Offset : prm.Offset+len(prm.Data)])
+		}
+		for i, prm := range b.used {
+			if !b.fired[i] {
+				clear(buf[prm.Offset : prm.Offset+len(prm.Data)])
+			}
+		}
+	}()
+	return p.run()
+}
+
+func (p *Program) run() error {
 	for i := range p.Builder.fired {
 		p.Builder.fired[i] = false
 	}

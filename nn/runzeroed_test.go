@@ -1,0 +1,171 @@
+package nn
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+)
+
+// zeroNet is smallNet plus a parameter the forward never asks for ("extra": the graph does
+// not use it and its gradient never arrives). newZeroNet widens the last layer so that its
+// weight (1600 values) takes the copy that bypasses the cache, with a head and a tail.
+type zeroNet struct {
+	body  *Sequential
+	extra *Param
+}
+
+func (n *zeroNet) Declare(s *Scope) error {
+	n.extra = s.Param("extra", []int{7}, nil)
+	return s.Child("body", n.body)
+}
+
+func newZeroNet() *zeroNet {
+	body := smallNet()
+	body.Layers[0].(*Conv2d).Out = 16
+	body.Layers[1].(*BatchNorm2d).C = 16
+	body.Layers[5] = &Linear{In: 16, Out: 100}
+	return &zeroNet{body: body}
+}
+
+func (n *zeroNet) Forward(b *Builder, x *G.Node) (*G.Node, error) { return n.body.Forward(b, x) }
+
+func TestRunZeroedLeavesWhatZeroGradThenRunLeave(t *testing.T) {
+	ctx := context.Background()
+	errHook := errors.New("hook failed")
+	for _, tc := range []struct {
+		name    string
+		ownBuf  bool // WithGradBuffer instead of the model's buffer
+		failAt  int  // the gradient hook fails at this arrival (1-based), 0 never
+		wantErr bool
+	}{
+		{name: "model buffer"},
+		{name: "own buffer", ownBuf: true},
+		{name: "hook fails midway", failAt: 3, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := newZeroNet()
+			m, err := NewModel(net, WithSeed(4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := m.Params.Grad
+			arrivals := 0
+			arrived := map[*Param]bool{}
+			opts := []BuildOption{WithGradHook(func(prm *Param) error {
+				arrived[prm] = true
+				if arrivals++; arrivals == tc.failAt {
+					return errHook
+				}
+				return nil
+			})}
+			if tc.ownBuf {
+				buf = make([]float32, len(m.Params.Grad))
+				opts = append(opts, WithGradBuffer(buf))
+			}
+			p, err := Compile(m, classify(3, 6, 5), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			fill(t, p, 5)
+			garbage := func() {
+				for i := range buf {
+					buf[i] = float32(i%13) - 6.5
+				}
+			}
+			run := func(f func(context.Context) error) []float32 {
+				arrivals = 0
+				clear(arrived)
+				if err := f(ctx); (err != nil) != tc.wantErr || err != nil && !strings.Contains(err.Error(), errHook.Error()) {
+					t.Fatalf("run: %v, want an error: %v", err, tc.wantErr)
+				}
+				return append([]float32(nil), buf...)
+			}
+			garbage()
+			want := run(func(ctx context.Context) error {
+				if err := p.ZeroGrad(); err != nil {
+					return err
+				}
+				return p.Run(ctx)
+			})
+			garbage()
+			got := run(p.RunZeroed)
+			if !arrived[net.body.Layers[5].(*Linear).B] || arrived[net.extra] || tc.failAt > 0 && len(arrived) != tc.failAt {
+				t.Fatalf("arrived %v: want the last layer's gradients and not extra's, %d of them when a hook fails", arrived, tc.failAt)
+			}
+			for _, prm := range m.Params.Params {
+				if arrived[prm] {
+					continue
+				}
+				for i, g := range buf[prm.Offset : prm.Offset+len(prm.Data)] {
+					if g != 0 {
+						t.Fatalf("%s[%d] = %g after RunZeroed: its gradient never arrived, want 0", prm.Name, i, g)
+					}
+				}
+			}
+			nonzero := 0
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("grad[%d] = %g after RunZeroed, %g after ZeroGrad then Run", i, got[i], want[i])
+				}
+				if want[i] != 0 {
+					nonzero++
+				}
+			}
+			if nonzero == 0 {
+				t.Fatal("no gradient arrived: the comparison says nothing")
+			}
+			if tc.wantErr {
+				return
+			}
+			// Without ZeroGrad, runs add: RunZeroed then Run is twice one run's gradient.
+			got = run(p.Run)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]+want[i]) {
+					t.Fatalf("grad[%d] = %g after RunZeroed then Run, want 2×%g", i, got[i], want[i])
+				}
+			}
+			// And a Run onto values already there adds to them, whatever they are.
+			garbage()
+			base := append([]float32(nil), buf...)
+			got = run(p.Run)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(base[i]+want[i]) {
+					t.Fatalf("grad[%d] = %g after a Run onto %g, want %g", i, got[i], base[i], base[i]+want[i])
+				}
+			}
+		})
+	}
+}
+
+// ZeroGrad then Run leaves zero the gradients that did not arrive, of the model's buffer and
+// of every parameter's view of it.
+func TestZeroGradThenRunZeroesWhatDidNotArrive(t *testing.T) {
+	net := newZeroNet()
+	m, err := NewModel(net, WithSeed(6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(m, classify(2, 5, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	fill(t, p, 7)
+	for i := range m.Params.Grad {
+		m.Params.Grad[i] = 1
+	}
+	m.Params.ZeroGrad()
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range net.extra.Grad {
+		if g != 0 {
+			t.Fatalf("extra.Grad[%d] = %g: its gradient never arrived, want 0", i, g)
+		}
+	}
+}
