@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 )
 
@@ -159,7 +160,36 @@ func (ps *ParamSet) useGrad(buf []float32) {
 // ZeroGrad sets every gradient to zero, split across ops.Threads() goroutines (as
 // PyTorch's zero_grad fills in parallel): one pass over resnet18's 11.7M gradients is 2% of
 // a training step.
-func (ps *ParamSet) ZeroGrad() { splitChunks(len(ps.Grad), func(lo, hi int) { clear(ps.Grad[lo:hi]) }) }
+func (ps *ParamSet) ZeroGrad() { zeroFloats(ps.Grad) }
+
+// zeroFloats sets buf to zero, split across ops.Threads() goroutines (splitChunks), each
+// chunk of 1 MiB up written with stores that bypass the cache: a gradient buffer is read
+// again only when backward next adds into it, long after the cache has moved on. Go's clear
+// does so itself from 32 MiB up, and below that reads every line before writing it (a
+// 23 MiB chunk, resnet18's half at two threads: 1.2 ms against 2.0 ms).
+func zeroFloats(buf []float32) {
+	splitChunks(len(buf), func(lo, hi int) {
+		d := buf[lo:hi]
+		if len(d) < ntClearMin || len(d) >= ntClearMax {
+			clear(d)
+			return
+		}
+		for len(d) > 0 {
+			n := min(len(d), len(zeroBlock))
+			simd.CopyNT(f32Bytes(d[:n]), f32Bytes(zeroBlock[:n]))
+			d = d[n:]
+		}
+	})
+}
+
+// ntClearMin and ntClearMax bound the chunks zeroFloats writes past the cache (1 to 32 MiB
+// of float32); zeroBlock is the zeros it copies from (64 KiB, read from the L2 cache).
+const (
+	ntClearMin = 1 << 18
+	ntClearMax = 1 << 23
+)
+
+var zeroBlock [1 << 14]float32
 
 // splitGrain is the fewest elements worth a goroutine in splitChunks (a memory-bound pass
 // over 1M floats takes about 100 µs, a goroutine's start-up about 1 µs).

@@ -165,11 +165,11 @@ func (p *Program) RunZeroed(ctx context.Context) error {
 		b.replace = false
 		buf := b.cfg.gradBuf
 		for _, prm := range p.unused {
-			clear(buf[prm.Offset : prm.Offset+len(prm.Data)])
+			zeroFloats(buf[prm.Offset : prm.Offset+len(prm.Data)])
 		}
 		for i, prm := range b.used {
 			if !b.fired[i] {
-				clear(buf[prm.Offset : prm.Offset+len(prm.Data)])
+				zeroFloats(buf[prm.Offset : prm.Offset+len(prm.Data)])
 			}
 		}
 	}()
@@ -262,8 +262,7 @@ func (p *Program) Step(ctx context.Context) error {
 // another). Gradients accumulate over Runs until Step or ZeroGrad, as in PyTorch and as
 // gorgonia's dual values do until a solver's step.
 func (p *Program) ZeroGrad() error {
-	buf := p.Builder.cfg.gradBuf
-	splitChunks(len(buf), func(lo, hi int) { clear(buf[lo:hi]) })
+	zeroFloats(p.Builder.cfg.gradBuf)
 	return nil
 }
 

@@ -169,3 +169,33 @@ func TestZeroGradThenRunZeroesWhatDidNotArrive(t *testing.T) {
 		}
 	}
 }
+
+// zeroFloats zeroes every element of its slice, and only those, at every size and
+// alignment: through Go's clear and through the copy past the cache, with its head and tail.
+func TestZeroFloats(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		off, n int
+	}{
+		{"empty", 0, 0},
+		{"small", 1, 5},
+		{"below the copy", 0, ntClearMin - 1},
+		{"copy, unaligned", 1, ntClearMin + 3},
+		{"copy, blocks and a tail", 3, 3*len(zeroBlock) + 7},
+		{"large", 0, ntClearMax},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			buf := make([]float32, tc.off+tc.n+2)
+			for i := range buf {
+				buf[i] = float32(i%5) + 1
+			}
+			zeroFloats(buf[tc.off : tc.off+tc.n])
+			for i, v := range buf {
+				inside := i >= tc.off && i < tc.off+tc.n
+				if inside && v != 0 || !inside && v != float32(i%5)+1 {
+					t.Fatalf("buf[%d] = %g after zeroing [%d, %d)", i, v, tc.off, tc.off+tc.n)
+				}
+			}
+		})
+	}
+}
