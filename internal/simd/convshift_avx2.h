@@ -21,7 +21,7 @@ static inline float gp2s_hsum(__m256 lo, __m256 hi) {
 	return _mm_cvtss_f32(c);
 }
 
-// gp2s_fwd_block is gp5s_fwd_block for one unit (image n, chunk j) and output channels [o0,
+// gp2s_fwd_block is gp5f_block for one unit (image n, chunk j) and output channels [o0,
 // o0+NO).
 static inline __attribute__((always_inline)) void gp2s_fwd_block(int NO, const gp_shiftconv *g, long n, long j,
                                                                  const float *x, const float *wp, const float *bias,

@@ -3,7 +3,8 @@
 // build is a plane of the input read at tap q's offset, the pixels in the padding masked off
 // by 16-lane masks (gp_shiftconv, convshift.h); each kernel loads those 16 pixels straight
 // from the input where it needs them. Compiled for AVX-512 by the pragma below and called
-// only at level AVX512 (level.go). The sums are the same bits as convshift_avx2.h's.
+// only at level AVX512 (level.go). The sums are the same bits as convshift_avx2.h's. The
+// forward is convshift_fwd_avx512.h's.
 
 #include <immintrin.h>
 #include "convshift.h"
@@ -26,142 +27,14 @@ static inline float gp5s_hsum(__m512 v) {
 	return _mm_cvtss_f32(c);
 }
 
-// gp5s_fwd_block computes output channels [o0, o0+NO) of units u[0..NV), a unit being 16
-// pixels of one image (its chunk j of ceil(P/16)): acc = Σ_r wp[r·O + o]·x[row r, k] in the
-// order of r, then + bias[o] when bias is not NULL. The accumulators are named variables
-// (a<o><v>), not an array: GCC at -O3 keeps an array of them in registers but also stores
-// it to the stack on every iteration.
-#define GP5S_FMA(o)                                                                     \
-	if (NO > o) {                                                                       \
-		__m512 w = _mm512_set1_ps(wr[o]);                                               \
-		a##o##0 = _mm512_fmadd_ps(w, x0, a##o##0);                                      \
-		if (NV > 1) a##o##1 = _mm512_fmadd_ps(w, x1, a##o##1);                          \
-		if (NV > 2) a##o##2 = _mm512_fmadd_ps(w, x2, a##o##2);                          \
-	}
-#define GP5S_ST1(o, v)                                                                  \
-	{                                                                                   \
-		__m512 r = a##o##v;                                                             \
-		if (bias) r = _mm512_add_ps(r, _mm512_set1_ps(bias[o0 + o]));                   \
-		_mm512_mask_storeu_ps(y##v + (long)(o0 + o) * yc, t##v, r);                     \
-	}
-#define GP5S_ST(o)                                                                      \
-	if (NO > o) {                                                                       \
-		GP5S_ST1(o, 0)                                                                  \
-		if (NV > 1) GP5S_ST1(o, 1)                                                      \
-		if (NV > 2) GP5S_ST1(o, 2)                                                      \
-	}
-static inline __attribute__((always_inline)) void gp5s_fwd_block(int PAD, int NO, int NV, const gp_shiftconv *g,
-                                                                 const long *un, const long *uj, const float *x,
-                                                                 const float *wp, const float *bias, float *y,
-                                                                 int o0) {
-	const int C = g->C, O = g->O, kk = g->kk;
-	const long P = g->P, xc = g->xc, yc = g->yc, nch = (P + 15) / 16;
-	const int *qoff = g->qoff;
-	const __m512 z = _mm512_setzero_ps();
-	__m512 a00 = z, a01 = z, a02 = z, a10 = z, a11 = z, a12 = z, a20 = z, a21 = z, a22 = z, a30 = z, a31 = z,
-	       a32 = z, a40 = z, a41 = z, a42 = z, a50 = z, a51 = z, a52 = z, a60 = z, a61 = z, a62 = z, a70 = z,
-	       a71 = z, a72 = z;
-	// Unit v's pixels of channel 0 and its masks (mask row q at m<v>[q·nch]); from padded
-	// planes (PAD), its line's first pixel, read with plain loads.
-#define GP5S_XB(v) (PAD ? x + un[v] * (long)C * g->pp + (uj[v] * 16 / g->ow) * g->lw + (uj[v] * 16) % g->ow \
-	                : x + un[v] * g->xn + uj[v] * 16)
-	const float *xb0 = GP5S_XB(0), *xb1 = xb0, *xb2 = xb0;
-	const unsigned short *m0 = PAD ? 0 : g->mask + uj[0], *m1 = m0, *m2 = m0;
-	if (NV > 1) xb1 = GP5S_XB(1), m1 = PAD ? 0 : g->mask + uj[1];
-	if (NV > 2) xb2 = GP5S_XB(2), m2 = PAD ? 0 : g->mask + uj[2];
-#undef GP5S_XB
-	const long cst = PAD ? g->pp : xc;
-	const int *qo = PAD ? g->poff : qoff;
-	const float *wr = wp + o0;
-	for (int c = 0; c < C; c++) {
-		for (int q = 0; q < kk; q++, wr += O) {
-			long off = (long)c * cst + qo[q], mo = (long)q * nch;
-			__m512 x0, x1, x2;
-			if (PAD) {
-				x0 = _mm512_loadu_ps(xb0 + off), x1 = x0, x2 = x0;
-				if (NV > 1) x1 = _mm512_loadu_ps(xb1 + off);
-				if (NV > 2) x2 = _mm512_loadu_ps(xb2 + off);
-			} else {
-				x0 = _mm512_maskz_loadu_ps(m0[mo], xb0 + off), x1 = x0, x2 = x0;
-				if (NV > 1) x1 = _mm512_maskz_loadu_ps(m1[mo], xb1 + off);
-				if (NV > 2) x2 = _mm512_maskz_loadu_ps(m2[mo], xb2 + off);
-			}
-			GP5S_FMA(0) GP5S_FMA(1) GP5S_FMA(2) GP5S_FMA(3) GP5S_FMA(4) GP5S_FMA(5) GP5S_FMA(6) GP5S_FMA(7)
-		}
-	}
-	float *y0 = y + un[0] * g->yn + uj[0] * 16, *y1 = y0, *y2 = y0;
-	__mmask16 t0 = gp5s_tail(P - uj[0] * 16), t1 = t0, t2 = t0;
-	if (NV > 1) y1 = y + un[1] * g->yn + uj[1] * 16, t1 = gp5s_tail(P - uj[1] * 16);
-	if (NV > 2) y2 = y + un[2] * g->yn + uj[2] * 16, t2 = gp5s_tail(P - uj[2] * 16);
-	GP5S_ST(0) GP5S_ST(1) GP5S_ST(2) GP5S_ST(3) GP5S_ST(4) GP5S_ST(5) GP5S_ST(6) GP5S_ST(7)
-}
-
-#define GP5S_FWD_O(NV)                                                                   \
-	do {                                                                                 \
-		int o0 = 0;                                                                      \
-		for (; o0 + 8 <= O; o0 += 8) gp5s_fwd_block(PAD, 8, NV, g, un, uj, x, wp, bias, y, o0); \
-		switch (O - o0) {                                                                \
-		case 7: gp5s_fwd_block(PAD, 7, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 6: gp5s_fwd_block(PAD, 6, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 5: gp5s_fwd_block(PAD, 5, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 4: gp5s_fwd_block(PAD, 4, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 3: gp5s_fwd_block(PAD, 3, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 2: gp5s_fwd_block(PAD, 2, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		case 1: gp5s_fwd_block(PAD, 1, NV, g, un, uj, x, wp, bias, y, o0); break;            \
-		}                                                                                \
-	} while (0)
-
-// gp5s_fwd_units is the forward of units [u0, u1) (unit u: image u/nch, pixels 16·(u%nch)
-// on): y = wpᵀ·cols(x) (+ bias), wp the weights packed K×O (K = C·kk rows in im2col's
-// order), three units and eight output channels at a time; x as planes with masks, or
-// padded planes (PAD).
-static inline __attribute__((always_inline)) void gp5s_fwd_units(int PAD, const gp_shiftconv *g, const float *x,
-                                                                 const float *wp, const float *bias, float *y,
-                                                                 long u0, long u1) {
-	const int O = g->O;
-	long nch = (g->P + 15) / 16;
-	long un[3], uj[3];
-	long u = u0;
-	for (; u + 3 <= u1; u += 3) {
-		for (int v = 0; v < 3; v++) un[v] = (u + v) / nch, uj[v] = (u + v) % nch;
-		GP5S_FWD_O(3);
-	}
-	if (u1 - u == 2) {
-		for (int v = 0; v < 2; v++) un[v] = (u + v) / nch, uj[v] = (u + v) % nch;
-		GP5S_FWD_O(2);
-	} else if (u1 - u == 1) {
-		un[0] = u / nch, uj[0] = u % nch;
-		GP5S_FWD_O(1);
-	}
-}
-
-// gp5_conv_shift_fwd is gp5s_fwd_units reading x through the masks.
-static void gp5_conv_shift_fwd(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x, const float *wp, const float *bias, float *y,
-                               long u0, long u1) {
-	gp_shiftconv gs = *g0;
-	gs.qoff = qoff, gs.mask = mask;
-	gp5s_fwd_units(0, &gs, x, wp, bias, y, u0, u1);
-}
-
-// gp5_conv_shift_fwd_pad is gp5s_fwd_units reading padded planes xp (lines of ow pixels, a
-// multiple of 16, lw apart, planes of pp, tap q at poff[q]) with plain loads: the same
-// products in the same order as gp5_conv_shift_fwd's, so the same bits, without a vector
-// ALU micro-op for each masked load.
-static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long ow, long lw, long pp, const float *xp,
-                                   const float *wp, const float *bias, float *y, long u0, long u1) {
-	gp_shiftconv gs = *g0;
-	gs.poff = poff, gs.ow = ow, gs.lw = lw, gs.pp = pp;
-	gp5s_fwd_units(1, &gs, xp, wp, bias, y, u0, u1);
-}
-
 // gp5s_wgrad_block sums output channels [o0, o0+NO) by rows [r0, r0+NR) of the filter
 // gradient over units [ua, ub) of the batch's nu = N·ceil(P/16) (unit u: 16 pixels of image
 // u/nch, its chunk u%nch): lane t of accumulator a<o><r> adds dy[n, o, k]·x[row r, k] for the
 // pixels k ≡ t (mod 16), units in order. The lanes start at 0 (ua = 0) or from ab (16 floats
 // for each o·6 + r), where the units before ua left them; they are left in ab (ub < nu) or
 // their gp5s_hsum written to dw[o·K + r] (ub = nu). dy is N×O×P. Named accumulators, as in
-// gp5s_fwd_block. Whatever the split into unit ranges, each lane's sum has the same terms in
-// the same order: the same bits.
+// gp5f_block (convshift_fwd_avx512.h). Whatever the split into unit ranges, each lane's sum
+// has the same terms in the same order: the same bits.
 //
 // A step (16 pixels of one image) takes NO·NR FMAs and reads x in one of four modes:
 //   0: through the masks, zero-masked loads (the definition: a pixel in the padding adds

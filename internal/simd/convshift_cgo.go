@@ -5,6 +5,7 @@ package simd
 /*
 #cgo CFLAGS: -O3
 #include "convshift_avx512.h"
+#include "convshift_fwd_avx512.h"
 #include "convshift_avx2.h"
 */
 import "C"
@@ -43,7 +44,7 @@ func ConvShiftFwd(s *ConvShift, x, wp, bias, y []float32, n, u0, u1 int) bool {
 	}
 	cs := cShift(s)
 	if l == AVX512 {
-		C.gp5_conv_shift_fwd(&cs, i32p(s.Off), u16p(s.Mask), f32p(x), f32p(wp), f32p(bias), f32p(y), C.long(u0), C.long(u1))
+		C.gp5_conv_shift_fwd(&cs, i32p(s.Off), u16p(s.Mask), f32p(x), f32p(wp), f32p(bias), f32p(y), C.long(n), C.long(u0), C.long(u1))
 	} else {
 		C.gp2_conv_shift_fwd(&cs, i32p(s.Off), u16p(s.Mask), f32p(x), f32p(wp), f32p(bias), f32p(y), C.long(u0), C.long(u1))
 	}

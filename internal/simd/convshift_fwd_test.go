@@ -1,0 +1,133 @@
+//go:build cgo && amd64 && !purego && linux
+
+package simd
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// TestConvShiftFwdReads checks the forward (ConvShiftFwd) where the AVX-512 kernel reads x
+// with plain loads and merge-masked FMAs (the units whose reads stay inside x, with finite
+// weights) and where it must not: against a float64 convolution from the definition (within
+// 2e-6 relative in the max norm; NaN, +Inf and -Inf where the definition has them) and every
+// level bit for bit against the others. x lies against a page that cannot be touched, at its
+// start or at its end, so a plain load past either end faults; the units are split into
+// calls at odd places, so that blocks of three units straddle the edges of the plain range.
+// x holds -Inf and NaN where a tap reads it masked off (the padding left and right of a
+// line); an Inf or NaN weight meets the padding, where the definition's w·0 is NaN.
+func TestConvShiftFwdReads(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	for _, tc := range []struct {
+		n, c, o, h, w, k int
+		badW             float64 // 0, or a weight of output channel 1 set to it
+		xAtEnd           bool
+	}{
+		{3, 4, 9, 7, 7, 3, 0, true},
+		{3, 4, 9, 7, 7, 3, 0, false},
+		{2, 5, 8, 14, 14, 3, 0, true},
+		{2, 5, 8, 14, 14, 3, 0, false},
+		{7, 3, 17, 4, 4, 3, 0, true},
+		{7, 3, 17, 4, 4, 3, 0, false},
+		{5, 6, 5, 5, 3, 5, 0, true},
+		{4, 3, 6, 7, 7, 1, 0, true},
+		{3, 4, 9, 7, 7, 3, math.Inf(1), true},
+		{7, 3, 17, 4, 4, 3, math.Inf(-1), false},
+		{2, 5, 8, 14, 14, 3, math.NaN(), true},
+	} {
+		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_w%g_end%v", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.badW, tc.xAtEnd)
+		t.Run(name, func(t *testing.T) {
+			pad := tc.k / 2
+			g := &ConvGeom{C: tc.c, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: pad, PW: pad,
+				DH: 1, DW: 1, OH: tc.h, OW: tc.w}
+			shift, mask := ShiftTables(g)
+			P, kk := tc.h*tc.w, tc.k*tc.k
+			K, nch := tc.c*kk, (P+15)/16
+			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			x, fx := guarded(t, tc.n*tc.c*P, tc.xAtEnd)
+			defer fx()
+			fillRand(rng, x)
+			if tc.w > 1 && tc.h > 1 {
+				// In image n/2, the last pixel of channel 0's second line and the first of
+				// channel 1's: a tap one column to the right, or left, reads them masked off.
+				b := tc.n / 2 * tc.c * P
+				x[b+2*tc.w-1] = float32(math.Inf(-1))
+				if tc.c > 1 {
+					x[b+P+tc.w] = float32(math.NaN())
+				}
+			}
+			w := make([]float32, tc.o*K)
+			fillRand(rng, w)
+			if tc.badW != 0 {
+				w[1*K] = float32(tc.badW) // input channel 0, tap (0, 0): the padding above
+			}
+			wp := make([]float32, K*tc.o)
+			for o := 0; o < tc.o; o++ {
+				for r := 0; r < K; r++ {
+					wp[r*tc.o+o] = w[o*K+r]
+				}
+			}
+			bias := make([]float32, tc.o)
+			fillRand(rng, bias)
+			want := make([]float64, tc.n*tc.o*P)
+			for n := 0; n < tc.n; n++ {
+				for o := 0; o < tc.o; o++ {
+					for k := 0; k < P; k++ {
+						v := float64(bias[o])
+						for c := 0; c < tc.c; c++ {
+							for i := 0; i < tc.k; i++ {
+								for j := 0; j < tc.k; j++ {
+									ih, iw := k/tc.w-pad+i, k%tc.w-pad+j
+									xv := 0.0
+									if ih >= 0 && ih < tc.h && iw >= 0 && iw < tc.w {
+										xv = float64(x[(n*tc.c+c)*P+ih*tc.w+iw])
+									}
+									v += float64(w[o*K+(c*tc.k+i)*tc.k+j]) * xv
+								}
+							}
+						}
+						want[(n*tc.o+o)*P+k] = v
+					}
+				}
+			}
+			u := tc.n * nch
+			cuts := []int{0, min(3, u), min(4, u), max(min(4, u), u-3), u}
+			var ys [][]float32
+			var levels []Level
+			for _, l := range []Level{AVX512, AVX2} {
+				if Supported(l) != nil {
+					continue
+				}
+				y, fy := guarded(t, tc.n*tc.o*P, true)
+				defer fy()
+				for i := range y {
+					y[i] = float32(math.NaN())
+				}
+				at(t, l, func() {
+					for i := 1; i < len(cuts); i++ {
+						if !ConvShiftFwd(s, x, wp, bias, y, tc.n, cuts[i-1], cuts[i]) {
+							t.Fatalf("%s: ConvShiftFwd did not run on units [%d, %d)", l, cuts[i-1], cuts[i])
+						}
+					}
+				})
+				if e := relMax(y, want); !(e <= 2e-6) {
+					t.Errorf("%s: forward differs from the definition by %.3g (max-norm relative, bound 2e-6)", l, e)
+				}
+				ys, levels = append(ys, y), append(levels, l)
+			}
+			if len(levels) == 0 {
+				t.Skip("no SIMD level runs here")
+			}
+			for i := 1; i < len(levels); i++ {
+				for k := range ys[0] {
+					if !sameBits(ys[0][k], ys[i][k]) {
+						t.Errorf("forward [%d]: %g at %s, %g at %s", k, ys[0][k], levels[0], ys[i][k], levels[i])
+						break
+					}
+				}
+			}
+		})
+	}
+}
