@@ -22,6 +22,47 @@ static void gp_sgemm_small(int level, int ta, int tb, int m, int n, int k, float
 		gp2_sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc);
 	_mm_setcsr(csr);
 }
+
+// gp_attn_fwd is window attention's forward for one window, every head, as models/swin's
+// attnForward runs it through SmallGemm32 and SoftmaxRows32 (the same kernels, calls and
+// bits): per head h, S = scale·Q·Kᵀ into p + h·n·n, its softmax with bias + h·n·n and mask
+// (n×n or NULL), then Y = P·V into y's columns of head h. qkv is the window's [n, 3c], y
+// its [n, c].
+static void gp_attn_fwd(int level, const float *qkv, float *y, float *p, const double *bias, const float *mask,
+                        int heads, int n, int c, float scale) {
+	int hd = c / heads;
+	long ld = 3L * c, nn = (long)n * n;
+	for (int h = 0; h < heads; h++) {
+		float *s = p + h * nn;
+		gp_sgemm_small(level, 0, 1, n, n, hd, scale, qkv + h * hd, ld, qkv + c + h * hd, ld, s, n);
+		if (level == 5)
+			gp5_softmax_rows(s, bias + h * nn, mask, n);
+		else
+			gp2_softmax_rows(s, bias + h * nn, mask, n);
+		gp_sgemm_small(level, 0, 0, n, hd, n, 1, s, n, qkv + 2 * c + h * hd, ld, y + h * hd, c);
+	}
+}
+
+// gp_attn_bwd is window attention's backward for one window, every head, as models/swin's
+// attnBackward runs it: per head, dV = Pᵀ·dO, dP = dO·Vᵀ into ds (n×n scratch), dS from
+// the softmax gradient (added into acc + h·n·n), dQ = scale·dS·K, dK = scale·dSᵀ·Q, into
+// dq ([n, 3c]); dy is the window's [n, c].
+static void gp_attn_bwd(int level, const float *qkv, const float *dy, float *dq, const float *p, float *ds,
+                        double *acc, int heads, int n, int c, float scale) {
+	int hd = c / heads;
+	long ld = 3L * c, nn = (long)n * n;
+	for (int h = 0; h < heads; h++) {
+		const float *pr = p + h * nn, *dO = dy + h * hd;
+		gp_sgemm_small(level, 1, 0, n, hd, n, 1, pr, n, dO, c, dq + 2 * c + h * hd, ld);
+		gp_sgemm_small(level, 0, 1, n, n, hd, 1, dO, c, qkv + 2 * c + h * hd, ld, ds, n);
+		if (level == 5)
+			gp5_softmax_bwd(pr, ds, acc + h * nn, n);
+		else
+			gp2_softmax_bwd(pr, ds, acc + h * nn, n);
+		gp_sgemm_small(level, 0, 0, n, hd, n, scale, ds, n, qkv + c + h * hd, ld, dq + h * hd, ld);
+		gp_sgemm_small(level, 1, 0, n, hd, n, scale, ds, n, qkv + h * hd, ld, dq + c + h * hd, ld);
+	}
+}
 */
 import "C"
 
@@ -56,11 +97,7 @@ func SmallGemm32(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, 
 		_ = b[(k-1)*ldb+n-1]
 	}
 	_ = c[(m-1)*ldc+n-1]
-	level := C.int(2)
-	if l == AVX512 {
-		level = 5
-	}
-	C.gp_sgemm_small(level, cbool(tA), cbool(tB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+	C.gp_sgemm_small(cLevel(), cbool(tA), cbool(tB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		f32p(a), C.long(lda), f32p(b), C.long(ldb), f32p(c), C.long(ldc))
 	return true
 }
@@ -106,4 +143,56 @@ func SoftmaxBwd(p, d []float32, acc []float64, n int) bool {
 		C.gp2_softmax_bwd(f32p(p), f32p(d), f64p(acc), C.int(n))
 	}
 	return true
+}
+
+// AttnWindowFits reports whether AttnWindowFwd32 and AttnWindowBwd32 take windows of n
+// tokens and heads of hd channels at the active level: every product of the window's heads
+// within SmallGemm32's bounds.
+func AttnWindowFits(n, hd int) bool {
+	return Current() != Off && n >= 1 && hd >= 1 && n*n*hd <= SmallGemmMax && n*max(n, hd) <= SmallGemmMax/16
+}
+
+// AttnWindowFwd32 is models/swin's window-attention forward for one window and all its
+// heads in one call, with the same kernels in the same order as its per-head loop through
+// SmallGemm32 and SoftmaxRows32, so the same bits: qkv [n, 3c] (channels ordered 3, heads,
+// c/heads), y [n, c], p [heads, n, n] (the probabilities, kept for the backward), bias
+// [heads, n, n], mask [n, n] or nil. It returns false, doing nothing, where AttnWindowFits
+// does not take the shape or heads does not divide c.
+func AttnWindowFwd32(qkv, y, p []float32, bias []float64, mask []float32, heads, n, c int, scale float32) bool {
+	if heads < 1 || c%heads != 0 || !AttnWindowFits(n, c/heads) {
+		return false
+	}
+	// The kernels read and write without bounds checks: check the last element of each.
+	_, _, _, _ = qkv[n*3*c-1], y[n*c-1], p[heads*n*n-1], bias[heads*n*n-1]
+	var mp *C.float
+	if mask != nil {
+		_ = mask[n*n-1]
+		mp = f32p(mask)
+	}
+	C.gp_attn_fwd(cLevel(), f32p(qkv), f32p(y), f32p(p), f64p(bias), mp, C.int(heads), C.int(n), C.int(c), C.float(scale))
+	return true
+}
+
+// AttnWindowBwd32 is models/swin's window-attention backward for one window and all its
+// heads in one call, as its per-head loop computes it (the same bits): from qkv [n, 3c],
+// the output gradient dy [n, c] and the probabilities p [heads, n, n], dq [n, 3c] (dQ, dK,
+// dV), with ds [n, n] scratch and the softmax gradients added into acc [heads, n, n]. It
+// returns false, doing nothing, where AttnWindowFits does not take the shape or heads does
+// not divide c.
+func AttnWindowBwd32(qkv, dy, dq, p, ds []float32, acc []float64, heads, n, c int, scale float32) bool {
+	if heads < 1 || c%heads != 0 || !AttnWindowFits(n, c/heads) {
+		return false
+	}
+	_, _, _, _, _, _ = qkv[n*3*c-1], dy[n*c-1], dq[n*3*c-1], p[heads*n*n-1], ds[n*n-1], acc[heads*n*n-1]
+	C.gp_attn_bwd(cLevel(), f32p(qkv), f32p(dy), f32p(dq), f32p(p), f32p(ds), f64p(acc), C.int(heads), C.int(n),
+		C.int(c), C.float(scale))
+	return true
+}
+
+// cLevel is the C kernels' number of the active level: 5 for AVX512, else 2 (AVX2).
+func cLevel() C.int {
+	if Current() == AVX512 {
+		return 5
+	}
+	return 2
 }

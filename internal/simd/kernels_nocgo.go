@@ -119,3 +119,16 @@ func PhaseSplit(x, xp []float32, nc, h, w, oh, ow, s int, used uint64) bool { re
 
 // PhaseMerge is the C kernel's stand-in: it reports false.
 func PhaseMerge(xp, dx []float32, nc, h, w, oh, ow, s int, used uint64) bool { return false }
+
+// AttnWindowFits is the C kernels' stand-in: it reports false.
+func AttnWindowFits(n, hd int) bool { return false }
+
+// AttnWindowFwd32 is the C kernel's stand-in: it reports false.
+func AttnWindowFwd32(qkv, y, p []float32, bias []float64, mask []float32, heads, n, c int, scale float32) bool {
+	return false
+}
+
+// AttnWindowBwd32 is the C kernel's stand-in: it reports false.
+func AttnWindowBwd32(qkv, dy, dq, p, ds []float32, acc []float64, heads, n, c int, scale float32) bool {
+	return false
+}

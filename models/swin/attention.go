@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/chewxy/hm"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -114,10 +115,18 @@ func gatherBias[T float](op *attnOp, tab []T) {
 	}
 }
 
+// attnPerHead, when true, makes attnForward and attnBackward run their per-head loops where
+// the C kernels would take whole windows: for the tests that compare the two.
+var attnPerHead bool
+
 func attnForward[T float](op *attnOp, qkv, y, p []T) {
 	n, c, hd := op.n, op.c, op.c/op.heads
 	nn := n * n
 	scale := T(1 / math.Sqrt(float64(hd)))
+	q32, whole := any(qkv).([]float32)
+	y32, _ := any(y).([]float32)
+	p32, _ := any(p).([]float32)
+	whole = whole && !attnPerHead && simd.AttnWindowFits(n, hd)
 	parallel(op.bw, func(_, lo, hi int) {
 		for b := lo; b < hi; b++ {
 			base := qkv[b*n*3*c:]
@@ -125,6 +134,11 @@ func attnForward[T float](op *attnOp, qkv, y, p []T) {
 			if op.mask != nil {
 				w := b % op.nW
 				mask = op.mask[w*nn : (w+1)*nn]
+			}
+			// The window's heads in one call of the C kernels (the same bits as the loop).
+			if whole && simd.AttnWindowFwd32(q32[b*n*3*c:], y32[b*n*c:], p32[b*op.heads*nn:], op.bias, mask, op.heads, n, c,
+				float32(scale)) {
+				continue
 			}
 			for h := range op.heads {
 				q, k, v := base[h*hd:], base[c+h*hd:], base[2*c+h*hd:]

@@ -66,12 +66,22 @@ func attnBackward[T float](op *attnGradOp, qkv, dy, dq, p []T, scratch *[][]T) {
 	for len(op.acc) < workers {
 		op.acc = append(op.acc, make([]float64, f.heads*nn))
 	}
+	q32, whole := any(qkv).([]float32)
+	dy32, _ := any(dy).([]float32)
+	dq32, _ := any(dq).([]float32)
+	p32, _ := any(p).([]float32)
+	whole = whole && !attnPerHead && simd.AttnWindowFits(n, hd)
 	used := parallel(f.bw, func(w, lo, hi int) {
 		ds := (*scratch)[w]
 		acc := op.acc[w]
 		clear(acc)
 		for b := lo; b < hi; b++ {
 			base, dbase := qkv[b*n*3*c:], dq[b*n*3*c:]
+			// The window's heads in one call of the C kernels (the same bits as the loop).
+			if whole && simd.AttnWindowBwd32(q32[b*n*3*c:], dy32[b*n*c:], dq32[b*n*3*c:], p32[b*f.heads*nn:],
+				any(ds).([]float32), acc, f.heads, n, c, float32(scale)) {
+				continue
+			}
 			for h := range f.heads {
 				q, k, v := base[h*hd:], base[c+h*hd:], base[2*c+h*hd:]
 				pr := p[(b*f.heads+h)*nn : (b*f.heads+h+1)*nn]

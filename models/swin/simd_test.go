@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/internal/simd/simdtest"
+	"gorgonia.org/tensor"
 )
 
 // TestSmallGemmMatchesReference checks gemm's small float32 path (the C kernel at each SIMD level
@@ -206,6 +207,75 @@ func TestSmallGemmSubnormalOperands(t *testing.T) {
 		x := math.Float32frombits(2) // the second smallest subnormal
 		if h := x * float32(rng.Float64()*0.25+0.5); h == 0 {
 			t.Fatal("the small GEMM left subnormals flushed to zero in the caller's floating-point mode")
+		}
+	})
+}
+
+// TestAttnWindowKernelsMatchPerHead: the window-attention ops' float32 forward and backward
+// through the C kernels that take a whole window (all heads in one call) give the same bits
+// as their per-head loops through the small GEMM and softmax kernels, at each SIMD level the
+// CPU has (at level off both run the loops): outputs, probabilities, the qkv gradient and
+// the bias gradient. Shapes: swin_t's 7x7 windows (masked, as in a shifted block, and not)
+// and a small odd one (2x2 windows, heads of 3 channels).
+func TestAttnWindowKernelsMatchPerHead(t *testing.T) {
+	simdtest.Each(t, func(t *testing.T, _ simd.Level) {
+		for _, s := range []struct {
+			win, heads, c, bw, nW int
+			masked                bool
+		}{{7, 3, 96, 6, 3, true}, {7, 2, 64, 3, 1, false}, {2, 2, 6, 4, 2, true}} {
+			n := s.win * s.win
+			rng := rand.New(rand.NewSource(int64(31 + s.c)))
+			var mask []float32
+			if s.masked {
+				mask = make([]float32, s.nW*n*n)
+				for i := range mask {
+					if rng.Intn(3) == 0 {
+						mask[i] = -100
+					}
+				}
+			}
+			rel := relativePositionIndex(s.win)
+			tRows := (2*s.win - 1) * (2*s.win - 1)
+			randT := func(shape ...int) *tensor.Dense {
+				x := tensor.New(tensor.WithShape(shape...), tensor.Of(tensor.Float32))
+				for i, d := 0, x.Data().([]float32); i < len(d); i++ {
+					d[i] = float32(rng.NormFloat64())
+				}
+				return x
+			}
+			qkv, tab, dy := randT(s.bw, n, 3*s.c), randT(tRows, s.heads), randT(s.bw, n, s.c)
+			run := func(perHead bool) (y, p, dq []float32, dBias []float64) {
+				attnPerHead = perHead
+				defer func() { attnPerHead = false }()
+				fwd := &attnOp{opBase: newOpBase("WindowAttention"), windowAttn: windowAttn{heads: s.heads, n: n, c: s.c, relIdx: rel, nW: s.nW, mask: mask}, bw: s.bw, tRows: tRows}
+				bwd := &attnGradOp{opBase: newOpBase("WindowAttentionGrad"), fwd: fwd}
+				yv, err := fwd.Do(qkv, tab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dv, err := bwd.Do(qkv, dy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return yv.Data().([]float32), fwd.p32, dv.Data().([]float32), fwd.dBias
+			}
+			yw, pw, dw, bw := run(false)
+			yh, ph, dh, bh := run(true)
+			for _, c := range []struct {
+				name      string
+				got, want []float32
+			}{{"y", yw, yh}, {"P", pw, ph}, {"dqkv", dw, dh}} {
+				for i := range c.want {
+					if math.Float32bits(c.got[i]) != math.Float32bits(c.want[i]) {
+						t.Fatalf("%+v: %s[%d] = %g by window, %g by head", s, c.name, i, c.got[i], c.want[i])
+					}
+				}
+			}
+			for i := range bh {
+				if bw[i] != bh[i] {
+					t.Fatalf("%+v: bias gradient [%d] = %g by window, %g by head", s, i, bw[i], bh[i])
+				}
+			}
 		}
 	})
 }
