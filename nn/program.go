@@ -139,13 +139,14 @@ func (p *Program) Run(ctx context.Context) error {
 }
 
 // RunZeroed is ZeroGrad then Run, with one pass over the gradient buffer instead of two:
-// the first gradient backward produces for each parameter is written into the buffer instead
-// of added to the zeros ZeroGrad would have written, and the gradients that backward did
-// not produce (parameters the graph does not use, or whose gradient did not reach the taps)
-// are zeroed once the run ends. When it returns, with or without an error, the buffer holds
-// exactly what ZeroGrad then Run leave; gradient hooks see the same values as under Run,
-// except that a parameter's slice is undefined until its gradient arrives. Programs that do
-// not write the buffer (evaluation, WithGradSink) run ZeroGrad then Run.
+// the first gradient backward produces for each parameter is written into the buffer (as
+// g + 0) instead of added to the zeros ZeroGrad would have written, and the gradients that
+// backward did not produce (parameters the graph does not use, or whose gradient did not
+// reach the taps) are zeroed once the run ends. When it returns, with or without an error,
+// the buffer holds bit for bit what ZeroGrad then Run leave; gradient hooks see the same
+// values as under Run, except that a parameter's slice is undefined until its gradient
+// arrives. Programs that do not write the buffer (evaluation, WithGradSink) run ZeroGrad
+// then Run.
 func (p *Program) RunZeroed(ctx context.Context) error {
 	b := p.Builder
 	if len(p.grads) == 0 || b.cfg.sink != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -197,5 +198,44 @@ func TestZeroFloats(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// plusZero writes what adding src into zeros writes, bit for bit: -0 becomes +0 and a
+// signalling NaN is quieted, as the add does, at every length and in every lane.
+func TestPlusZeroIsAddIntoZeros(t *testing.T) {
+	negZero := math.Float32frombits(1 << 31)
+	sNaN := math.Float32frombits(0x7f800001)
+	for _, n := range []int{0, 5, 8, 67, 3*len(zeroBlock) + 5} {
+		src := make([]float32, n)
+		for i := range src {
+			switch i % 6 {
+			case 0:
+				src[i] = negZero
+			case 1:
+				src[i] = float32(i) - 0.5
+			case 2:
+				src[i] = sNaN
+			case 3:
+				src[i] = float32(math.Inf(-1))
+			case 4:
+				src[i] = -float32(i) * 1e-38 // subnormal and small
+			}
+		}
+		want := make([]float32, n)
+		simd.AddTo(want, src)
+		got := make([]float32, n)
+		for i := range got {
+			got[i] = 7
+		}
+		plusZero(got, src)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n=%d: [%d] = %#x, adding %#x into zeros gives %#x", n, i, math.Float32bits(got[i]), math.Float32bits(src[i]), math.Float32bits(want[i]))
+			}
+		}
+		if n > 0 && math.Float32bits(got[0]) != 0 {
+			t.Fatalf("n=%d: -0 + 0 gave %#x, want +0", n, math.Float32bits(got[0]))
+		}
 	}
 }
