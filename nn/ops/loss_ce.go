@@ -102,6 +102,7 @@ type ceGradOp struct {
 	n, k int
 	s    float64
 	out  *tensor.Dense
+	exp  []float64 // one row's exp(x - max), reused from call to call
 }
 
 func (op *ceGradOp) Arity() int    { return 3 }
@@ -126,10 +127,13 @@ func (op *ceGradOp) Do(in ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := ownedOut(&op.out, x.Dtype(), x.Shape())
+	if len(op.exp) != op.k {
+		op.exp = make([]float64, op.k)
+	}
 	if x.Dtype() == tensor.Float32 {
-		err = ceBackward(flat[float32](x), flat[float32](y), flat[float32](out), op.n, op.k, op.s, g)
+		err = ceBackward(flat[float32](x), flat[float32](y), flat[float32](out), op.exp, op.n, op.k, op.s, g)
 	} else {
-		err = ceBackward(flat[float64](x), flat[float64](y), flat[float64](out), op.n, op.k, op.s, g)
+		err = ceBackward(flat[float64](x), flat[float64](y), flat[float64](out), op.exp, op.n, op.k, op.s, g)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: logits %v: %w", op.name, x.Shape(), err)
@@ -183,20 +187,34 @@ func ceForward[T Float](x, y []T, n, k int, s float64) (float64, error) {
 	return total / float64(n), nil
 }
 
-func ceBackward[T Float](x, y, dx []T, n, k int, s, g float64) error {
+// ceBackward writes d loss/d logits into dx (n×k, like x): row i is g/n·(softmax(x_i) -
+// (1-s)·onehot(y_i) - s/k), the softmax computed in float64 as exp(x - max) / Σ exp(x - max),
+// one exponential per logit. e is k float64s of scratch.
+func ceBackward[T Float](x, y, dx []T, e []float64, n, k int, s, g float64) error {
 	scale := g / float64(n)
-	off := s / float64(k)
+	off := scale * s / float64(k)
+	e = e[:k]
 	for i := 0; i < n; i++ {
 		c, err := label(y[i], i, k)
 		if err != nil {
 			return err
 		}
 		row, d := x[i*k:(i+1)*k], dx[i*k:(i+1)*k]
-		mx, lse := logSumExp(row)
-		for j, v := range row {
-			d[j] = T(scale * (math.Exp(float64(v)-mx-lse) - off))
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = max(mx, float64(v))
 		}
-		d[c] = T(scale * (math.Exp(float64(row[c])-mx-lse) - off - (1 - s)))
+		var sum float64
+		for j, v := range row {
+			e[j] = math.Exp(float64(v) - mx)
+			sum += e[j]
+		}
+		// A row of +Inf or NaN logits gives NaN, as exp(x - max - log sum) did.
+		r := scale / sum
+		for j := range d {
+			d[j] = T(e[j]*r - off)
+		}
+		d[c] = T(e[c]*r - off - scale*(1-s))
 	}
 	return nil
 }
