@@ -166,6 +166,12 @@ func PhaseSplit(x, xp []float32, nc, h, w, oh, ow, s int, used uint64) bool {
 		return true
 	}
 	_, _ = x[nc*h*w-1], xp[nc*s*s*oh*ow-1]
+	// All four phases of stride 2 (3x3 with padding 1) at AVX-512 by permutes: 1.4-1.7x
+	// the generic copy on resnet8_s2's layers; one phase (1x1) measured 0.8-0.9x.
+	if s == 2 && used&15 == 15 && Current() == AVX512 {
+		C.gp5_phase_split2(f32p(x), f32p(xp), C.long(nc), C.long(h), C.long(w), C.long(oh), C.long(ow), C.ulonglong(used))
+		return true
+	}
 	C.gp_phase_split(f32p(x), f32p(xp), C.long(nc), C.long(h), C.long(w), C.long(oh), C.long(ow), C.long(s), C.ulonglong(used))
 	return true
 }

@@ -1,8 +1,8 @@
 // AVX-512 forward of the implicit convolution (convshift_cgo.go's ConvShiftFwd and
-// ConvShiftFwdPad; the data gradient runs as a forward over dy), beside convshift_avx512.h's
-// filter gradient, whose gp5s_tail it uses (convshift_cgo.go includes that file first).
-// Compiled for AVX-512 by the pragma below and called only at level AVX512 (level.go). The
-// sums are the same bits as convshift_avx2.h's gp2_conv_shift_fwd.
+// ConvShiftFwdPad; the data gradient runs as a forward over dy) and the stride-2 phase
+// split before it (PhaseSplit), beside convshift_avx512.h's filter
+// gradient. Compiled for AVX-512 by the pragma below and called only at level AVX512
+// (level.go). The sums are the same bits as convshift_avx2.h's gp2_conv_shift_fwd.
 
 #include <immintrin.h>
 #include "convshift.h"
@@ -10,6 +10,9 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
 #pragma GCC optimize("fp-contract=off")
+
+// gp5f_lanes is the lane mask of the first n of 16 lanes, none for n <= 0.
+static inline __mmask16 gp5f_lanes(long n) { return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
 
 // gp5f_kload loads the 16-bit mask at p into a mask register with one load micro-op (GCC
 // loads it into a general register and moves it over, a micro-op on a vector port).
@@ -93,9 +96,9 @@ static inline __attribute__((always_inline)) void gp5f_block(int MODE, int NO, i
 		}
 	}
 	float *y0 = y + un[0] * g->yn + uj[0] * 16, *y1 = y0, *y2 = y0;
-	__mmask16 t0 = gp5s_tail(P - uj[0] * 16), t1 = t0, t2 = t0;
-	if (NV > 1) y1 = y + un[1] * g->yn + uj[1] * 16, t1 = gp5s_tail(P - uj[1] * 16);
-	if (NV > 2) y2 = y + un[2] * g->yn + uj[2] * 16, t2 = gp5s_tail(P - uj[2] * 16);
+	__mmask16 t0 = gp5f_lanes(P - uj[0] * 16), t1 = t0, t2 = t0;
+	if (NV > 1) y1 = y + un[1] * g->yn + uj[1] * 16, t1 = gp5f_lanes(P - uj[1] * 16);
+	if (NV > 2) y2 = y + un[2] * g->yn + uj[2] * 16, t2 = gp5f_lanes(P - uj[2] * 16);
 	GP5F_ST(0) GP5F_ST(1) GP5F_ST(2) GP5F_ST(3) GP5F_ST(4) GP5F_ST(5) GP5F_ST(6) GP5F_ST(7)
 }
 #undef GP5F_LD
@@ -128,7 +131,7 @@ static int gp5f_finite(const float *p, long n) {
 	__mmask16 bad = 0;
 	long k = 0;
 	for (; k + 16 <= n; k += 16) bad |= _mm512_fpclass_ps_mask(_mm512_loadu_ps(p + k), 0x99);
-	if (k < n) bad |= _mm512_fpclass_ps_mask(_mm512_maskz_loadu_ps(gp5s_tail(n - k), p + k), 0x99);
+	if (k < n) bad |= _mm512_fpclass_ps_mask(_mm512_maskz_loadu_ps(gp5f_lanes(n - k), p + k), 0x99);
 	return !bad;
 }
 
@@ -198,6 +201,51 @@ static void gp5_conv_shift_fwd_pad(const gp_shiftconv *g0, const int *poff, long
 	gp_shiftconv gs = *g0;
 	gs.poff = poff, gs.ow = ow, gs.lw = lw, gs.pp = pp;
 	gp5f_units(1, &gs, xp, wp, bias, y, u0, u1, 0, 0);
+}
+
+// gp5_phase_split2 is gp_phase_split at stride 2 (convshift.h: plane a·2 + b of each of the
+// nc planes of x holds x[2i + a, 2j + b], 0 past x's edge, for the phases in used), 16
+// pixels of each phase at a time: 32 of x's row loaded (zero-masked past its end) and
+// split into even and odd lanes by two permutes. A copy: the same values as gp_phase_split.
+static void gp5_phase_split2(const float *x, float *xp, long nc, long h, long w, long oh, long ow,
+                             unsigned long long used) {
+	const long P = oh * ow, hw = h * w;
+	const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	const __m512 z = _mm512_setzero_ps();
+	for (long p = 0; p < nc; p++) {
+		const float *src = x + p * hw;
+		float *pl = xp + p * 4 * P;
+		for (long a = 0; a < 2; a++) {
+			const int u0 = (used >> (a * 2)) & 1, u1 = (used >> (a * 2 + 1)) & 1;
+			if (!u0 && !u1) continue;
+			for (long i = 0; i < oh; i++) {
+				float *d0 = pl + (a * 2) * P + i * ow, *d1 = d0 + P;
+				const long ih = 2 * i + a;
+				for (long j = 0; j < ow; j += 16) {
+					// Lanes past the line's end land on the plane's next lines, written
+					// after this one: plain stores where all 16 stay in the plane.
+					const __mmask16 st = gp5f_lanes(ow - j);
+					const int full = i * ow + j + 16 <= P;
+					__m512 e = z, o = z;
+					if (ih < h) {
+						const float *sr = src + ih * w + 2 * j;
+						const long n = w - 2 * j; // x's pixels from sr on, in this row
+						const __m512 lo = _mm512_maskz_loadu_ps(gp5f_lanes(n), sr);
+						const __m512 hi = n > 16 ? _mm512_maskz_loadu_ps(gp5f_lanes(n - 16), sr + 16) : z;
+						e = _mm512_permutex2var_ps(lo, ev, hi), o = _mm512_permutex2var_ps(lo, od, hi);
+					}
+					if (full) {
+						if (u0) _mm512_storeu_ps(d0 + j, e);
+						if (u1) _mm512_storeu_ps(d1 + j, o);
+					} else {
+						if (u0) _mm512_mask_storeu_ps(d0 + j, st, e);
+						if (u1) _mm512_mask_storeu_ps(d1 + j, st, o);
+					}
+				}
+			}
+		}
+	}
 }
 
 #pragma GCC pop_options

@@ -131,3 +131,78 @@ func TestConvShiftFwdReads(t *testing.T) {
 		})
 	}
 }
+
+// TestPhaseSplitMergeStride2 checks PhaseSplit and PhaseMerge at stride 2 at every level
+// this CPU runs (AVX-512 splits all four phases with its own loop) against their
+// definitions (TestPhaseSplitMerge's), on rows of several 32-pixel chunks, odd sizes and
+// phase planes wider than x's phases.
+func TestPhaseSplitMergeStride2(t *testing.T) {
+	for _, tc := range []struct{ nc, h, w, oh, ow int }{
+		{3, 28, 28, 14, 14}, {2, 14, 14, 7, 7}, {2, 7, 7, 4, 4}, {2, 70, 66, 35, 33}, {1, 9, 8, 5, 4},
+		{2, 5, 5, 4, 5}, {1, 1, 1, 1, 1}, {1, 3, 40, 2, 20}, {1, 4, 33, 2, 17}, {1, 3, 17, 2, 9},
+	} {
+		for _, used := range []uint64{1, 15, 0b1010, 0b0110} {
+			ran := 0
+			for _, l := range []Level{AVX512, AVX2} {
+				if Supported(l) != nil {
+					continue
+				}
+				ran++
+				name := fmt.Sprintf("%s %+v used %04b", l, tc, used)
+				P := tc.oh * tc.ow
+				x, fx := guarded(t, tc.nc*tc.h*tc.w, true)
+				defer fx()
+				for i := range x {
+					x[i] = float32(i + 1)
+				}
+				xp, fxp := guarded(t, tc.nc*4*P, true)
+				defer fxp()
+				for i := range xp {
+					xp[i] = -1
+				}
+				dx, fdx := guarded(t, len(x), true)
+				defer fdx()
+				for i := range dx {
+					dx[i] = -2
+				}
+				at(t, l, func() {
+					if !PhaseSplit(x, xp, tc.nc, tc.h, tc.w, tc.oh, tc.ow, 2, used) ||
+						!PhaseMerge(xp, dx, tc.nc, tc.h, tc.w, tc.oh, tc.ow, 2, used) {
+						t.Fatalf("%s: PhaseSplit or PhaseMerge did not run", name)
+					}
+				})
+				for p := 0; p < tc.nc; p++ {
+					for ph := 0; ph < 4; ph++ {
+						a, b := ph/2, ph%2
+						for k := 0; k < P; k++ {
+							i, j := k/tc.ow, k%tc.ow
+							want := float32(-1)
+							if used>>uint(ph)&1 == 1 {
+								want = 0
+								if ih, iw := 2*i+a, 2*j+b; ih < tc.h && iw < tc.w {
+									want = x[(p*tc.h+ih)*tc.w+iw]
+								}
+							}
+							if got := xp[(p*4+ph)*P+k]; got != want {
+								t.Fatalf("%s: split plane %d [%d,%d] of %d = %g, want %g", name, ph, i, j, p, got, want)
+							}
+						}
+					}
+					for k := 0; k < tc.h*tc.w; k++ {
+						ih, iw := k/tc.w, k%tc.w
+						want := float32(0)
+						if ih/2 < tc.oh && iw/2 < tc.ow && used>>uint(ih%2*2+iw%2)&1 == 1 {
+							want = x[p*tc.h*tc.w+k]
+						}
+						if got := dx[p*tc.h*tc.w+k]; got != want {
+							t.Fatalf("%s: merge [%d,%d] of %d = %g, want %g", name, ih, iw, p, got, want)
+						}
+					}
+				}
+			}
+			if ran == 0 {
+				t.Skip("no SIMD level runs here")
+			}
+		}
+	}
+}
