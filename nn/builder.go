@@ -202,7 +202,8 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 			// across threads: resnet18 adds 11.7M elements a step. Under RunZeroed the
 			// first arrival is written as g + 0 instead, which ZeroGrad's zeros plus g are
 			// bit for bit (a -0 becomes +0 and a NaN is quieted alike), without the pass
-			// that wrote the zeros.
+			// that wrote the zeros, with stores that bypass the cache: it reads neither the
+			// old gradient nor, to own its lines, the destination.
 			dst := b.cfg.gradBuf[p.Offset : p.Offset+len(g)]
 			if b.replace && !b.fired[idx] {
 				splitChunks(len(g), func(lo, hi int) { plusZero(dst[lo:hi], g[lo:hi]) })
@@ -275,19 +276,8 @@ func (b *Builder) UsedParams() []*Param { return b.used }
 // Leaf returns the leaf node bound to p's memory, or nil when the graph does not use p.
 func (b *Builder) Leaf(p *Param) *G.Node { return b.leaves[p] }
 
-// plusZero sets dst[i] = src[i] + 0 (equal lengths): simd.SumF32 against zeroBlock, a
-// block at a time, the elements it leaves in Go.
-func plusZero(dst, src []float32) {
-	for len(src) > 0 {
-		n := min(len(src), len(zeroBlock))
-		d, s, z := dst[:n], src[:n], zeroBlock[:n]
-		xs := [2][]float32{s, z}
-		for i := simd.SumF32(d, xs[:]); i < n; i++ {
-			d[i] = s[i] + z[i]
-		}
-		dst, src = dst[n:], src[n:]
-	}
-}
+// plusZero sets dst[i] = src[i] + 0 (equal lengths), past the cache (simd.PlusZeroNT).
+func plusZero(dst, src []float32) { simd.PlusZeroNT(dst, src) }
 
 // f32Bytes is the memory of s as bytes (no copy).
 func f32Bytes(s []float32) []byte {

@@ -224,18 +224,20 @@ func TestPlusZeroIsAddIntoZeros(t *testing.T) {
 		}
 		want := make([]float32, n)
 		simd.AddTo(want, src)
-		got := make([]float32, n)
-		for i := range got {
-			got[i] = 7
-		}
-		plusZero(got, src)
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("n=%d: [%d] = %#x, adding %#x into zeros gives %#x", n, i, math.Float32bits(got[i]), math.Float32bits(src[i]), math.Float32bits(want[i]))
+		for off := range 3 { // dst's alignment: the head before the 16-byte boundary
+			got := make([]float32, n+off)[off:]
+			for i := range got {
+				got[i] = 7
 			}
-		}
-		if n > 0 && math.Float32bits(got[0]) != 0 {
-			t.Fatalf("n=%d: -0 + 0 gave %#x, want +0", n, math.Float32bits(got[0]))
+			plusZero(got, src)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d, dst at +%d: [%d] = %#x, adding %#x into zeros gives %#x", n, off, i, math.Float32bits(got[i]), math.Float32bits(src[i]), math.Float32bits(want[i]))
+				}
+			}
+			if n > 0 && math.Float32bits(got[0]) != 0 {
+				t.Fatalf("n=%d: -0 + 0 gave %#x, want +0", n, math.Float32bits(got[0]))
+			}
 		}
 	}
 }

@@ -29,3 +29,22 @@ func CopyNT(dst, src []byte) {
 	}
 	sse2.CopyNT(dst, src)
 }
+
+// PlusZeroNT sets dst[i] = src[i] + 0 (dst at least as long as src): bit for bit what adding
+// src into a zeroed dst leaves (a -0 becomes +0, a signalling NaN is quieted), without
+// reading dst. From 4 KiB up (amd64, level not off) it writes with stores that bypass the
+// cache, for a result nothing reads again soon (a gradient written into a buffer much larger
+// than the cache).
+func PlusZeroNT(dst, src []float32) {
+	if !On() {
+		dst = dst[:len(src)]
+		for i, v := range src {
+			dst[i] = v + zeroF32
+		}
+		return
+	}
+	sse2.PlusZeroNT(dst, src)
+}
+
+// zeroF32 is a variable, not a constant, so that the compiler keeps the additions.
+var zeroF32 float32
