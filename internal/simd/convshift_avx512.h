@@ -40,7 +40,8 @@ static inline float gp5s_hsum(__m512 v) {
 //   0: through the masks, zero-masked loads (the definition: a pixel in the padding adds
 //      dy·0). Each is a vector ALU micro-op on the two ports of the FMAs, as is the move of
 //      its mask into a mask register: 24 FMAs and 12 more micro-ops a step, where the
-//      forward's 24 take 6 more.
+//      forward's masked path takes 6 more (its plain-load path in gp5f_block none: its
+//      masks are loaded from memory, by the load ports).
 //   1: plain loads and merge-masked FMAs: a pixel in the padding leaves its lane's sum as
 //      it is, where mode 0 adds dy·0, and the mask moves are the only extra micro-ops. The
 //      same bits while dy is finite: a lane starts at +0, and an FMA's sum is -0 only from
