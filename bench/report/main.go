@@ -33,16 +33,15 @@ func main() {
 	fmt.Printf("bench/report: wrote %s from %s\n", *out, *results)
 }
 
-// render reads every *.json of dir (sorted by name) and returns the page.
+// render reads every result of dir (resultFiles) and returns the page.
 func render(dir string) ([]byte, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	names, err := resultFiles(dir)
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
+		return nil, err
 	}
 	if len(names) == 0 {
 		return nil, fmt.Errorf("no *.json in %s: run from the repository root or pass -results", dir)
 	}
-	sort.Strings(names)
 	var files []*result
 	for _, name := range names {
 		r, err := readResult(name)
@@ -57,6 +56,23 @@ func render(dir string) ([]byte, error) {
 		writeSection(&b, r)
 	}
 	return b.Bytes(), nil
+}
+
+// resultFiles lists dir's *.json sorted by name, without the Chrome traces benchmarks write
+// beside their results (*_trace.json, a timeline to open in a trace viewer; git ignores them).
+func resultFiles(dir string) ([]string, error) {
+	all, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var names []string
+	for _, n := range all {
+		if !strings.HasSuffix(n, "_trace.json") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
 }
 
 func writeHead(b *bytes.Buffer, dir string, files []*result) {

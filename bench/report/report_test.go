@@ -89,6 +89,23 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestTracesLeftOut: a Chrome trace beside the results gets no section.
+func TestTracesLeftOut(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"ddp.json": `{"efficiency":0.9}`, "ddp_trace.json": `{"traceEvents":[]}`} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := render(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "\n## ddp.json\n") || strings.Contains(string(page), "ddp_trace") {
+		t.Errorf("want a section for ddp.json and none for ddp_trace.json:\n%s", page)
+	}
+}
+
 // TestCommittedResults renders every committed result: each file has its section, and the
 // folded tables close.
 func TestCommittedResults(t *testing.T) {
@@ -97,7 +114,10 @@ func TestCommittedResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	names, err := resultFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range names {
 		if !strings.Contains(string(page), "\n## "+filepath.Base(n)+"\n") {
 			t.Errorf("no section for %s", n)
