@@ -18,11 +18,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gorgonia-parallel/gp/data/synth"
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 )
@@ -36,21 +36,10 @@ type job struct {
 	done     chan struct{}
 	took     time.Duration
 	exitCode int
-	mu       sync.Mutex
-	out      bytes.Buffer
+	out      benchutil.Output // gprun's and the workers' output
 }
 
-func (j *job) Write(p []byte) (int, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.out.Write(p)
-}
-
-func (j *job) output() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.out.String()
-}
+func (j *job) output() string { return j.out.String() }
 
 // startJob starts the soak's job: 2 ranks of DDP resnet18 on 16x16 images, cfg.Steps steps
 // with a checkpoint every cfg.CkptEvery, resuming automatically from the latest checkpoint in
@@ -65,10 +54,10 @@ func startJob(b binaries, dataDir, out string, cfg config) *job {
 		"-max-steps", strconv.Itoa(cfg.Steps), "-ckpt-every", strconv.Itoa(cfg.CkptEvery), "-keep", "2",
 		"-resume", "auto", "-quiet", "-print-freq", "1", "-timeout", "60s", "-out", out)
 	j.cmd.Env = append(os.Environ(), "GP_CHAOS_JOB="+j.id, "OPENBLAS_NUM_THREADS=1")
-	j.cmd.Stdout, j.cmd.Stderr = j, j
+	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
 	j.start = time.Now()
 	if err := j.cmd.Start(); err != nil {
-		fmt.Fprintf(j, "chaos: starting gprun: %v\n", err)
+		fmt.Fprintf(&j.out, "chaos: starting gprun: %v\n", err)
 		j.exitCode = -1
 		close(j.done)
 		return j

@@ -2,15 +2,15 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 )
 
 // Note [Alternated windows]
@@ -38,32 +38,14 @@ type server struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	lines  chan string
-	stderr *lockedBuffer
+	stderr *benchutil.Output
 	err    error // the first failure; the server is unusable after it
-}
-
-// lockedBuffer collects a child's stderr while the parent may read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.b.String())
 }
 
 // startServer starts name with args and env, and waits until it prints "ready" (model
 // built, warm-up done). On error the returned server is nil-safe to close.
 func startServer(env []string, name string, args ...string) (*server, error) {
-	s := &server{name: filepath.Base(name), stderr: &lockedBuffer{}, lines: make(chan string, 4)}
+	s := &server{name: filepath.Base(name), stderr: &benchutil.Output{}, lines: make(chan string, 4)}
 	s.cmd = exec.Command(name, args...)
 	s.cmd.Env = env
 	s.cmd.Stderr = s.stderr
@@ -103,12 +85,12 @@ func (s *server) next() (string, error) {
 	select {
 	case line, ok := <-s.lines:
 		if !ok {
-			s.err = fmt.Errorf("%s ended: %s", s.name, s.stderr.String())
+			s.err = fmt.Errorf("%s ended: %s", s.name, strings.TrimSpace(s.stderr.String()))
 			return "", s.err
 		}
 		return line, nil
 	case <-time.After(stepTimeout):
-		s.err = fmt.Errorf("%s: no answer within %v: %s", s.name, stepTimeout, s.stderr.String())
+		s.err = fmt.Errorf("%s: no answer within %v: %s", s.name, stepTimeout, strings.TrimSpace(s.stderr.String()))
 		return "", s.err
 	}
 }
@@ -119,7 +101,7 @@ func (s *server) window() (ips, cpu float64, err error) {
 		return 0, 0, s.err
 	}
 	if _, err := io.WriteString(s.in, "window\n"); err != nil {
-		s.err = fmt.Errorf("%s: %w: %s", s.name, err, s.stderr.String())
+		s.err = fmt.Errorf("%s: %w: %s", s.name, err, strings.TrimSpace(s.stderr.String()))
 		return 0, 0, s.err
 	}
 	line, err := s.next()
@@ -152,7 +134,7 @@ func (s *server) close() error {
 	select {
 	case err := <-done:
 		if err != nil && s.err == nil {
-			return fmt.Errorf("%s: %w: %s", s.name, err, s.stderr.String())
+			return fmt.Errorf("%s: %w: %s", s.name, err, strings.TrimSpace(s.stderr.String()))
 		}
 		return nil
 	case <-time.After(time.Minute):

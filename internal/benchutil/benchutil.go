@@ -1,5 +1,6 @@
 // Package benchutil holds what the benchmarks under bench/ share: medians of repetitions,
-// the process's CPU time, and a launcher of benchmark processes in a torchrun environment.
+// the process's CPU time, a launcher of benchmark processes in a torchrun environment, and
+// a collector of a child's output (Output).
 package benchutil
 
 import (

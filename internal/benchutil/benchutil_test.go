@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -99,5 +100,25 @@ func TestTorchEnv(t *testing.T) {
 		if got != c.want {
 			t.Errorf("TorchEnv(%v, %q): OPENBLAS_CORETYPE %q, want %q", c.env, c.core, got, c.want)
 		}
+	}
+}
+
+// TestOutput: a child's writes from several goroutines all arrive while String reads.
+func TestOutput(t *testing.T) {
+	var o Output
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				o.Write([]byte("ab"))
+				_ = o.String()
+			}
+		}()
+	}
+	wg.Wait()
+	if got := len(o.String()); got != 800 {
+		t.Errorf("%d bytes, want 800", got)
 	}
 }
