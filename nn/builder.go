@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -206,7 +205,7 @@ func (b *Builder) gradFunc(p *Param, idx int) GradFunc {
 			// old gradient nor, to own its lines, the destination.
 			dst := b.cfg.gradBuf[p.Offset : p.Offset+len(g)]
 			if b.replace && !b.fired[idx] {
-				splitChunks(len(g), func(lo, hi int) { plusZero(dst[lo:hi], g[lo:hi]) })
+				splitChunks(len(g), func(lo, hi int) { simd.PlusZeroNT(dst[lo:hi], g[lo:hi]) })
 			} else {
 				splitChunks(len(g), func(lo, hi int) { simd.AddTo(dst[lo:hi], g[lo:hi]) })
 			}
@@ -275,14 +274,3 @@ func (b *Builder) UsedParams() []*Param { return b.used }
 
 // Leaf returns the leaf node bound to p's memory, or nil when the graph does not use p.
 func (b *Builder) Leaf(p *Param) *G.Node { return b.leaves[p] }
-
-// plusZero sets dst[i] = src[i] + 0 (equal lengths), past the cache (simd.PlusZeroNT).
-func plusZero(dst, src []float32) { simd.PlusZeroNT(dst, src) }
-
-// f32Bytes is the memory of s as bytes (no copy).
-func f32Bytes(s []float32) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
-}

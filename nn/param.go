@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math/rand"
+	"unsafe"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -215,4 +216,12 @@ func numel(shape []int) (int, error) {
 		n *= d
 	}
 	return n, nil
+}
+
+// f32Bytes is the memory of s as bytes (no copy).
+func f32Bytes(s []float32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
 }

@@ -229,7 +229,7 @@ func TestPlusZeroIsAddIntoZeros(t *testing.T) {
 			for i := range got {
 				got[i] = 7
 			}
-			plusZero(got, src)
+			simd.PlusZeroNT(got, src)
 			for i := range got {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("n=%d, dst at +%d: [%d] = %#x, adding %#x into zeros gives %#x", n, off, i, math.Float32bits(got[i]), math.Float32bits(src[i]), math.Float32bits(want[i]))
