@@ -119,7 +119,8 @@ demo-synthetic: deps
 bench: bench-ops bench-models bench-comm bench-ddp bench-dp bench-data bench-zero bench-amp
 
 ## bench-tta: time to 91% test top-1 on the demo's job, ours against PyTorch DDP (gloo) with
-## the same model, initial weights and recipe (bench/results/tta.json).
+## the same model, initial weights and recipe, three times in alternating order; the ratio is
+## the median (bench/results/tta.json; about 15 minutes on 2 cores).
 bench-tta: deps
 	$(GO) run ./bench/tta
 

@@ -8,9 +8,13 @@
 // first 128 training images within 1e-5 (cmd/modelcheck against PyTorch). It writes
 // bench/results/tta.json: per side the wall seconds to the first epoch whose test top-1
 // reaches the target (none when it never does: then the best is reported, never a time) and
-// the final top-1; ratio is PyTorch's seconds over ours.
+// the final top-1; ratio is PyTorch's seconds over ours. With -reps N (default 3) the two
+// sides run N times in alternating order (ours first, then PyTorch's first, ...), so that a
+// machine whose speed drifts during a run does not favour the side that always runs first;
+// ratio is then the median of the repetitions' ratios, sides are the median repetition's, and
+// every repetition is kept under reps.
 //
-//	go run ./bench/tta [-target 91] [-epochs 8]     (make bench-tta)
+//	go run ./bench/tta [-target 91] [-epochs 8] [-reps 3]     (make bench-tta)
 //
 // Without PyTorch (Debian's python3-torch for /usr/bin/python3) it says so and reports ours.
 package main
@@ -28,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -58,13 +63,25 @@ func main() {
 	epochs := flag.Int("epochs", 8, "epochs")
 	dataDir := flag.String("data", "/usr/share/datasets/fashion-mnist", "Fashion-MNIST's IDX files")
 	out := flag.String("out", "bench/results/tta.json", "result file")
+	reps := flag.Int("reps", 3, "repetitions of both sides, in alternating order; ratio is their median")
 	flag.Parse()
-	if err := run(*target, *epochs, *dataDir, *out); err != nil {
+	if *reps < 1 {
+		log.Fatalf("bench/tta: -reps %d: give at least 1", *reps)
+	}
+	if err := run(*target, *epochs, *reps, *dataDir, *out); err != nil {
 		log.Fatal("bench/tta: ", err)
 	}
 }
 
-func run(target float64, epochs int, dataDir, out string) error {
+// repetition is one run of each side.
+type repetition struct {
+	First string   `json:"first"` // the side that ran first
+	Sides []side   `json:"sides"`
+	Ratio *float64 `json:"ratio"` // null when a side did not reach the target or PyTorch is missing
+	Load  float64  `json:"load_avg_1m_after"`
+}
+
+func run(target float64, epochs, reps int, dataDir, out string) error {
 	work, err := os.MkdirTemp("", "gp-tta-")
 	if err != nil {
 		return err
@@ -78,7 +95,7 @@ func run(target float64, epochs int, dataDir, out string) error {
 		}
 	}
 	doc := map[string]any{
-		"command": fmt.Sprintf("go run ./bench/tta -target %g -epochs %d", target, epochs),
+		"command": fmt.Sprintf("go run ./bench/tta -target %g -epochs %d -reps %d", target, epochs, reps),
 		"unit":    "wall seconds from the start of training to the end of the first epoch (its test evaluation included) whose test top-1 reaches the target",
 		"target":  target, "epochs": epochs, "machine": machine,
 	}
@@ -95,36 +112,39 @@ func run(target float64, epochs int, dataDir, out string) error {
 		fmt.Println("PyTorch is not installed for", python, "(apt-get install python3-torch): reporting ours alone")
 		doc["torch"] = "not installed"
 	}
-	ours, err := runOurs(work, dataDir, weights, epochs, target)
-	if err != nil {
-		return err
-	}
-	sides := []side{ours}
-	if torchOK {
-		th, err := runTorch(work, dataDir, weights, epochs, target)
+	var all []repetition
+	for r := range reps {
+		rp, err := runRep(work, dataDir, weights, epochs, target, r, torchOK)
 		if err != nil {
 			return err
 		}
-		sides = append(sides, th)
-		if ours.SecondsToGoal != nil && th.SecondsToGoal != nil {
-			doc["ratio"] = *th.SecondsToGoal / *ours.SecondsToGoal
+		all = append(all, rp)
+		printSides(fmt.Sprintf("repetition %d of %d (%s first)", r+1, reps, rp.First), rp.Sides, target)
+	}
+	med := medianRep(all)
+	machine.Load = benchutil.LoadAvg()
+	doc["machine"], doc["sides"], doc["reps"] = machine, all[med].Sides, all
+	var ratios []float64
+	for _, rp := range all {
+		if rp.Ratio != nil {
+			ratios = append(ratios, *rp.Ratio)
+		}
+	}
+	if torchOK {
+		doc["ratio_per_rep"] = ratios
+		if len(ratios) > 0 {
+			doc["ratio"] = *all[med].Ratio
+			if len(ratios) < len(all) {
+				doc["ratio_note"] = fmt.Sprintf("%d of %d repetitions had a side that did not reach the target: the median is of the other %d", len(all)-len(ratios), len(all), len(ratios))
+			}
 		} else {
 			doc["ratio"] = nil
-			doc["ratio_note"] = "a side did not reach the target: no ratio"
+			doc["ratio_note"] = "a side did not reach the target in any repetition: no ratio"
 		}
 	}
-	machine.Load = benchutil.LoadAvg()
-	doc["machine"], doc["sides"] = machine, sides
-	fmt.Printf("\n| side | seconds to %.0f%% | epoch | final top-1 | best top-1 | total s |\n|---|---|---|---|---|---|\n", target)
-	for _, s := range sides {
-		secs, ep := "not reached", "-"
-		if s.SecondsToGoal != nil {
-			secs, ep = fmt.Sprintf("%.1f", *s.SecondsToGoal), strconv.Itoa(*s.EpochOfGoal+1)
-		}
-		fmt.Printf("| %s | %s | %s | %.2f | %.2f | %.1f |\n", s.Name, secs, ep, s.FinalTop1, s.BestTop1, s.TotalSeconds)
-	}
+	printSides(fmt.Sprintf("median repetition (%d of %d)", med+1, reps), all[med].Sides, target)
 	if r, ok := doc["ratio"].(float64); ok {
-		fmt.Printf("ratio (PyTorch's seconds over ours): %.2f\n", r)
+		fmt.Printf("ratio (PyTorch's seconds over ours), median of %d: %.2f (each: %s)\n", len(ratios), r, fmtRatios(ratios))
 	}
 	fmt.Printf("load average after the run: %.2f\n", machine.Load)
 	raw, err := json.MarshalIndent(doc, "", "  ")
@@ -132,6 +152,93 @@ func run(target float64, epochs int, dataDir, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(raw, '\n'), 0o644)
+}
+
+// runRep runs both sides once, PyTorch's first in odd repetitions.
+func runRep(work, dataDir, weights string, epochs int, target float64, r int, torchOK bool) (repetition, error) {
+	rp := repetition{First: "ours"}
+	if torchOK && r%2 == 1 {
+		rp.First = "PyTorch"
+	}
+	var ours, th side
+	var err error
+	runO := func() error {
+		ours, err = runOurs(filepath.Join(work, fmt.Sprintf("ours-%d", r)), work, dataDir, weights, epochs, target)
+		return err
+	}
+	runT := func() error {
+		th, err = runTorch(work, dataDir, weights, epochs, target)
+		return err
+	}
+	steps := []func() error{runO}
+	if torchOK {
+		steps = append(steps, runT)
+		if rp.First == "PyTorch" {
+			steps[0], steps[1] = steps[1], steps[0]
+		}
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return rp, fmt.Errorf("repetition %d: %w", r+1, err)
+		}
+	}
+	rp.Sides = []side{ours}
+	if torchOK {
+		rp.Sides = append(rp.Sides, th)
+		if ours.SecondsToGoal != nil && th.SecondsToGoal != nil {
+			v := *th.SecondsToGoal / *ours.SecondsToGoal
+			rp.Ratio = &v
+		}
+	}
+	rp.Load = benchutil.LoadAvg()
+	return rp, nil
+}
+
+// medianRep is the index of the median repetition: by ratio among those that have one (the
+// lower middle of an even count), else by our seconds to the target, else by our best top-1.
+func medianRep(all []repetition) int {
+	idx := make([]int, 0, len(all))
+	key := func(i int) float64 { return *all[i].Ratio }
+	for i, rp := range all {
+		if rp.Ratio != nil {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		for i, rp := range all {
+			if rp.Sides[0].SecondsToGoal != nil {
+				idx = append(idx, i)
+			}
+		}
+		key = func(i int) float64 { return *all[i].Sides[0].SecondsToGoal }
+	}
+	if len(idx) == 0 {
+		for i := range all {
+			idx = append(idx, i)
+		}
+		key = func(i int) float64 { return -all[i].Sides[0].BestTop1 }
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return key(idx[a]) < key(idx[b]) })
+	return idx[(len(idx)-1)/2]
+}
+
+func printSides(title string, sides []side, target float64) {
+	fmt.Printf("\n%s\n| side | seconds to %.0f%% | epoch | final top-1 | best top-1 | total s |\n|---|---|---|---|---|---|\n", title, target)
+	for _, s := range sides {
+		secs, ep := "not reached", "-"
+		if s.SecondsToGoal != nil {
+			secs, ep = fmt.Sprintf("%.1f", *s.SecondsToGoal), strconv.Itoa(*s.EpochOfGoal+1)
+		}
+		fmt.Printf("| %s | %s | %s | %.2f | %.2f | %.1f |\n", s.Name, secs, ep, s.FinalTop1, s.BestTop1, s.TotalSeconds)
+	}
+}
+
+func fmtRatios(r []float64) string {
+	parts := make([]string, len(r))
+	for i, v := range r {
+		parts[i] = fmt.Sprintf("%.2f", v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // checkModels has PyTorch write the initial weights and a batch, then compares the parameter
@@ -177,8 +284,7 @@ func checkModels(work, dataDir string) (map[string]any, error) {
 }
 
 // runOurs runs the demo's job under gprun and reads its metrics log.
-func runOurs(work, dataDir, weights string, epochs int, target float64) (side, error) {
-	dir := filepath.Join(work, "ours")
+func runOurs(dir, work, dataDir, weights string, epochs int, target float64) (side, error) {
 	args := []string{"--nproc-per-node", "2", "--", filepath.Join(work, "imagenet"),
 		"-data-format", "fashion-mnist", "-data", dataDir, "-arch", "resnet8_s2", "-image-size", "28", "-b", "128",
 		"-epochs", strconv.Itoa(epochs), "-sched", "cosine", "-warmup-epochs", "0", "-lr", "0.2", "-wd", "5e-4",
