@@ -22,7 +22,7 @@ func TestLoneCheckpointFailureEndsJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("launches processes")
 	}
-	cfg := tinyConfig(t, t.TempDir())
+	cfg := smallConfig(t, t.TempDir())
 	cfg.Resume, cfg.CkptEvery, cfg.PrintFreq = "none", 4, 100
 	bad := filepath.Join(cfg.Out, "ckpt-000000004.npz")
 	if err := os.Mkdir(bad, 0o755); err != nil {

@@ -42,7 +42,7 @@ func TestRunReleasesItsEngine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := t.TempDir()
-			cfg := tinyConfig(t, out)
+			cfg := smallConfig(t, out)
 			cfg.Strategy, cfg.Offload, cfg.Optimizer = "zero3", "disk", "adamw"
 			cfg.Epochs, cfg.MaxSteps, cfg.Resume = 1, 2, filepath.Join(out, tc.resume)
 			if tc.resume == "auto" {

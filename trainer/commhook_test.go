@@ -59,7 +59,7 @@ func TestCommHookReachesDDP(t *testing.T) {
 		}},
 	} {
 		t.Run(fmt.Sprintf("%s rank %d start %d", tc.hook.Name, tc.hook.PowerSGDRank, tc.hook.PowerSGDStartIter), func(t *testing.T) {
-			cfg := tinyConfig(t, t.TempDir())
+			cfg := smallConfig(t, t.TempDir())
 			cfg.MaxSteps, cfg.Epochs = steps, 1
 			cfg.CommHook = tc.hook
 			groups := comm.NewLocalGroups(2)

@@ -65,7 +65,7 @@ func TestKilledJobResumesSameTrajectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("launches processes")
 	}
-	base := tinyConfig(t, "")
+	base := smallConfig(t, "")
 	base.PrintFreq, base.Resume = 1, "auto"
 	whole := base
 	whole.Out = t.TempDir()

@@ -82,7 +82,7 @@ func TestSummaryReportsOnlyWhatHappened(t *testing.T) {
 // the weight average.
 func TestRunLogTensorBoardAndRecipe(t *testing.T) {
 	out := t.TempDir()
-	cfg := tinyConfig(t, out)
+	cfg := smallConfig(t, out)
 	cfg.Quiet, cfg.TensorBoard, cfg.Resume = false, true, "none"
 	cfg.StartEpoch, cfg.GradAccum = 1, 2 // 12 batches a rank: 6 steps an epoch; the run does epoch 2's
 	cfg.Mix = Mixup{Mixup: 0.2, Cutmix: 1, Prob: 1, SwitchProb: 0.5}
@@ -173,7 +173,7 @@ func TestRunLogTensorBoardAndRecipe(t *testing.T) {
 // exist.
 func TestMaxStepsEndsWithCheckpoint(t *testing.T) {
 	out := t.TempDir()
-	cfg := tinyConfig(t, out)
+	cfg := smallConfig(t, out)
 	cfg.Quiet, cfg.MaxSteps, cfg.PrintFreq, cfg.Resume = false, 3, 1, "none"
 	var console bytes.Buffer
 	r := runWorldTo(t, 1, cfg, &console)[0]

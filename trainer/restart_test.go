@@ -53,7 +53,7 @@ func TestSIGKILLMidEpochResumesBitIdentical(t *testing.T) {
 	}{{"ddp", 0}, {"zero3", 1}} {
 		strategy := tc.strategy
 		t.Run(strategy, func(t *testing.T) {
-			base := tinyConfig(t, "")
+			base := smallConfig(t, "")
 			base.ClipGrad = tc.clip
 			// 96 images, batch 8 over 2 ranks: 12 steps an epoch; 16 steps in all (an epoch
 			// and a third), checkpoints every 5 steps, at the epoch's end and at the last step.
