@@ -1,6 +1,7 @@
 // Package benchutil holds what the benchmarks under bench/ share: medians of repetitions,
 // the process's CPU time, a launcher of benchmark processes in a torchrun environment, and
-// a collector of a child's output (Output).
+// a collector of a child's output (Output), and what every results file records about how
+// it was made (Provenance: the reproducing command and the machine).
 package benchutil
 
 import (
