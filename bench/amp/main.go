@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/amp"
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/nn"
@@ -52,6 +53,7 @@ func main() {
 }
 
 func run(steps, warmup, batch, size int, out string) error {
+	prov := benchutil.Start("amp", os.Args[1:])
 	fmt.Printf("autocast step time on the CPU: %dx%d, batch %d, median of %d interleaved steps after %d warm-up, BLAS %s, GOMAXPROCS %d\n",
 		size, size, batch, steps, warmup, blasimpl.Name(), runtime.GOMAXPROCS(0))
 	fmt.Println("emulated 16-bit: rounding passes added to float32 compute, so overhead, not speed-up")
@@ -106,7 +108,10 @@ func run(steps, warmup, batch, size int, out string) error {
 	}
 	res := map[string]any{"bench": "amp", "image": size, "batch": batch, "steps": steps,
 		"blas": blasimpl.Name(), "gomaxprocs": runtime.GOMAXPROCS(0), "rows": rows,
-		"note": "emulated autocast: float32 compute plus rounding passes; overhead is relative to float32 step time"}
+		"note":  "emulated autocast: float32 compute plus rounding passes; overhead is relative to float32 step time",
+		"units": map[string]string{"image": "pixels per side", "batch": "images per step", "overhead_vs_fp32": "fraction of the fp32 step time (0.1: 10% slower)"}}
+	prov.End()
+	prov.Set(res)
 	line, err := json.Marshal(res)
 	if err != nil {
 		return err

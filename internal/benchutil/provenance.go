@@ -50,7 +50,8 @@ func Command(name string, args []string) string {
 }
 
 // shellQuote is s as one POSIX shell word: as it is when it has only characters no shell
-// reads specially, else in single quotes (a single quote inside as '\”).
+// reads specially, else in single quotes (a single quote inside closes them, is escaped
+// with a backslash, and reopens them).
 func shellQuote(s string) string {
 	if s == "" {
 		return "''"
