@@ -26,10 +26,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 )
 
 type config struct {
@@ -69,12 +73,14 @@ func (e *episode) ok() bool {
 }
 
 type results struct {
-	Config     config     `json:"config"`
-	CleanRunS  float64    `json:"clean_run_s"`
-	CleanAgree bool       `json:"clean_runs_bitwise_equal"` // two clean runs, compared as the episodes are
-	Episodes   []*episode `json:"episodes"`
-	Summary    []row      `json:"summary"`
-	AllOK      bool       `json:"all_ok"`
+	benchutil.Provenance
+	Units      map[string]string `json:"units"`
+	Config     config            `json:"config"`
+	CleanRunS  float64           `json:"clean_run_s"`
+	CleanAgree bool              `json:"clean_runs_bitwise_equal"` // two clean runs, compared as the episodes are
+	Episodes   []*episode        `json:"episodes"`
+	Summary    []row             `json:"summary"`
+	AllOK      bool              `json:"all_ok"`
 }
 
 // row is one line of the table: a fault kind and its outcomes.
@@ -130,7 +136,8 @@ func run(cfg config, jsonPath string) error {
 
 	// Two clean runs: the reference, and a check that the comparison is meaningful (a clean
 	// run repeats itself bit for bit).
-	res := &results{Config: cfg}
+	res := &results{Provenance: provenance(cfg), Config: cfg, Units: map[string]string{
+		"summary": "jobs (each counted once per column that applies)", "clean_run_s": "seconds", "episodes.seconds": "seconds of the job under the fault"}}
 	cleanDirs := []string{filepath.Join(work, "clean0"), filepath.Join(work, "clean1")}
 	for _, d := range cleanDirs {
 		j := startJob(bins, dataDir, d, cfg)
@@ -177,6 +184,7 @@ func run(cfg config, jsonPath string) error {
 	res.Summary, res.AllOK = summarize(res.Episodes)
 	res.AllOK = res.AllOK && res.CleanAgree
 	printTable(res)
+	res.End()
 	if err := os.MkdirAll(filepath.Dir(jsonPath), 0o755); err != nil {
 		return err
 	}
@@ -194,6 +202,18 @@ func run(cfg config, jsonPath string) error {
 		return fmt.Errorf("some outcomes were neither the clean run's parameters nor a clear error, or left something behind")
 	}
 	return nil
+}
+
+// provenance is the run's command and machine; the command has -seed even when the user
+// left it to the clock, so that it replays the same faults.
+func provenance(cfg config) benchutil.Provenance {
+	args := os.Args[1:]
+	seeded := false
+	flag.Visit(func(f *flag.Flag) { seeded = seeded || f.Name == "seed" })
+	if !seeded {
+		args = append(slices.Clone(args), "-seed", strconv.FormatUint(cfg.Seed, 10))
+	}
+	return benchutil.Start("chaos", args)
 }
 
 // runEpisode runs one job under ep's fault and classifies how it ended.
