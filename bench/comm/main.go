@@ -75,6 +75,14 @@ type row struct {
 	measuredGloo bool
 }
 
+// units says the unit of the row fields whose names do not.
+var units = map[string]string{
+	"bytes":      "bytes in each rank's buffer",
+	"busbw_gbps": "GB/s (10^9 bytes per second) of bus bandwidth, as nccl-tests define it; so are shared_, tcp_ and gloo_busbw_gbps",
+	"ratio":      "our bus bandwidth over gloo's (shared_ratio: ours on comm.AllocFloat32 memory over gloo's)",
+	"loadavg":    "one-minute load average before our job (gloo_loadavg: before gloo's)",
+}
+
 type sample struct {
 	Op        string  `json:"op"`
 	World     int     `json:"world"`
@@ -103,6 +111,7 @@ func main() {
 
 func parent() error {
 	ctx := context.Background()
+	prov := benchutil.Start("comm", os.Args[1:])
 	var args []string
 	for _, p := range plan() {
 		args = append(args, fmt.Sprintf("%d:%d", p[0], p[1]))
@@ -187,10 +196,11 @@ func parent() error {
 		}
 	}
 	printTable(rows)
-	if err := os.MkdirAll(filepath.Join("bench", "results"), 0o755); err != nil {
+	prov.End()
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(rows, "", "  ")
+	b, _ := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows}, "", "  ")
 	fmt.Printf("wrote %s (%d rows)\n", *out, len(rows))
 	return os.WriteFile(*out, append(b, '\n'), 0o644)
 }
