@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/scaling"
 )
 
@@ -171,8 +171,8 @@ func readDDPNet(path string) ([]ddpnetRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rs []ddpnetRow
-	if err := json.Unmarshal(b, &rs); err != nil {
+	rs, err := benchutil.DecodeRows[ddpnetRow](b)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rs, nil

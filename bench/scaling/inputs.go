@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/scaling"
 	"github.com/gorgonia-parallel/gp/models/resnet"
 	"github.com/gorgonia-parallel/gp/models/swin"
@@ -146,8 +147,8 @@ func readNetbed(path string) (netbedRows, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rs netbedRows
-	if err := json.Unmarshal(b, &rs); err != nil {
+	rs, err := benchutil.DecodeRows[netbedRow](b)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rs, nil

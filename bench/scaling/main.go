@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/netbed"
 	"github.com/gorgonia-parallel/gp/internal/scaling"
 	"github.com/gorgonia-parallel/gp/models/resnet"
@@ -49,6 +50,7 @@ func main() {
 }
 
 func run(dir string) error {
+	prov := benchutil.Start("scaling", os.Args[1:])
 	var rows []row
 	add := func(point, qty string, pred, meas float64, src string) {
 		rows = append(rows, row{point, qty, pred, meas, 100 * (pred - meas) / meas, src})
@@ -201,7 +203,9 @@ func run(dir string) error {
 	}
 	out := map[string]any{"rows": rows, "summary": summary, "check_within_15pct": within, "check_points": len(abs), "check_median_abs_error_pct": abs[len(abs)/2],
 		"shm_link": shm, "bed_model": bed, "netbed_ddp_measured": ddpnet, "trace_link": busy.Intra, "published": pubOut, "netbed_ddp_predictions": bedPred,
-		"profile": "resnet18 64x64 batch 16, rank 0 of bench/ddp's world-2 timeline (EvGradient instants)", "buckets_mib": scaling.BucketBytes(prof.Layers, cuts)}
+		"profile": "resnet18 64x64 batch 16, rank 0 of bench/ddp's world-2 timeline (EvGradient instants)", "buckets_mib": scaling.BucketBytes(prof.Layers, cuts),
+		"unit": "rows: predicted and measured in the unit their quantity names (ms, or a fraction for efficiency); error_pct in percent of the measured value"}
+	prov.Set(out)
 	b, err := json.MarshalIndent(out, "", " ")
 	if err != nil {
 		return err
@@ -268,15 +272,15 @@ func shmLink(path string) (scaling.Link, error) {
 	if err != nil {
 		return scaling.Link{}, err
 	}
-	var rs []struct {
+	rs, err := benchutil.DecodeRows[struct {
 		Op        string  `json:"op"`
 		World     int     `json:"world"`
 		Bytes     int     `json:"bytes"`
 		Transport string  `json:"transport"`
 		Bus       float64 `json:"busbw_gbps"`
 		Lat       float64 `json:"latency_s"`
-	}
-	if err := json.Unmarshal(b, &rs); err != nil {
+	}](b)
+	if err != nil {
 		return scaling.Link{}, fmt.Errorf("%s: %w", path, err)
 	}
 	var l scaling.Link
