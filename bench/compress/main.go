@@ -90,6 +90,14 @@ type result struct {
 	Load        float64 `json:"loadavg_before"`
 }
 
+// units says the unit of the result fields whose names do not.
+var units = map[string]string{
+	"target_loss":    "training loss (a cross-entropy, no unit), the mean of the last 20 steps",
+	"final_loss":     "training loss (a cross-entropy, no unit), the mean of the last 20 steps",
+	"test_accuracy":  "fraction of the test images classified right",
+	"loadavg_before": "one-minute load average before the run",
+}
+
 func main() {
 	flag.Parse()
 	var err error
@@ -111,6 +119,7 @@ func parent() error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
+	prov := benchutil.Start("compress", os.Args[1:])
 	var rows []result
 	port := 29600
 	for _, rate := range strings.Split(*rates, ",") {
@@ -122,7 +131,8 @@ func parent() error {
 	}
 	table := formatTable(rows)
 	fmt.Print(table)
-	js, err := json.MarshalIndent(rows, "", " ")
+	prov.End()
+	js, err := json.MarshalIndent(benchutil.Rows[result]{Provenance: prov, Units: units, Rows: rows}, "", " ")
 	if err != nil {
 		return err
 	}
@@ -131,7 +141,7 @@ func parent() error {
 	}
 	txt := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".txt"
 	fmt.Println("JSON", *out, "table", txt)
-	return os.WriteFile(txt, []byte(commandLine()+"\n\n"+table), 0o644)
+	return os.WriteFile(txt, []byte(commandLine(prov.Command)+"\n\n"+table), 0o644)
 }
 
 // onRate runs every hook on one bed shaped to rate, and removes the bed whatever happens.
@@ -232,10 +242,10 @@ func tail(s string, n int) string {
 	return s
 }
 
-func commandLine() string {
+// commandLine is the first line of the table file: the command, then what the run was.
+func commandLine(command string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "go run ./bench/compress")
-	flag.Visit(func(f *flag.Flag) { fmt.Fprintf(&b, " -%s=%s", f.Name, f.Value) })
+	b.WriteString(command)
 	fmt.Fprintf(&b, "  (%s, 2 hosts x %d rank(s), MLP 784-%d-%d-10 on Fashion-MNIST, batch %dx%d, %d steps, SGD lr %g momentum 0.9, PowerSGD from step %d)",
 		time.Now().UTC().Format(time.RFC3339), *perHost, *hidden, *hidden, 2**perHost, *per, *steps, *lr, *start)
 	return b.String()
