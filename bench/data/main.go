@@ -20,6 +20,7 @@ import (
 	"github.com/gorgonia-parallel/gp/data"
 	"github.com/gorgonia-parallel/gp/data/rgb"
 	"github.com/gorgonia-parallel/gp/data/transforms"
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 )
 
 type row struct {
@@ -39,6 +40,7 @@ func main() {
 	out := flag.String("out", filepath.Join("bench", "results", "data.json"), "JSON results")
 	py := flag.String("python", "/usr/bin/python3", "Python with torch and torchvision")
 	flag.Parse()
+	prov := benchutil.Start("data", os.Args[1:])
 	if err := generate(*cache, *n); err != nil {
 		log.Fatal(err)
 	}
@@ -69,7 +71,12 @@ func main() {
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		log.Fatal(err)
 	}
-	b, _ := json.MarshalIndent(rows, "", "  ")
+	prov.End()
+	b, _ := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: map[string]string{
+		"ratio":      "ours over torchvision's images per second",
+		"images":     "images decoded and transformed per measurement",
+		"resolution": "pixels, source -> output",
+	}, Rows: rows}, "", "  ")
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
 		log.Fatal(err)
 	}
