@@ -122,7 +122,9 @@ func matrixStrategyNamed(t *testing.T, name string) matrixStrategy {
 }
 
 // launchJob runs cfg as a job of world processes launched as gprun launches them, at any
-// world size (trainOn runs world 1 in this process), and returns their output.
+// world size (trainOn runs world 1 in this process), and returns their output. The ranks
+// run the emulator's blocks as it chooses (emulatorEnv's setting for this process cleared):
+// a world-2 job's two processes already fill the two cores.
 func launchJob(world int, cfg runConfig) (string, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -133,7 +135,7 @@ func launchJob(world int, cfg runConfig) (string, error) {
 	defer cancel()
 	err = launch.Run(ctx, launch.Config{
 		NProcPerNode: world, Program: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0"},
+		Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0", emuBlockThreads + "="},
 		Stdout: &out, Stderr: &out,
 	})
 	return out.String(), err

@@ -25,6 +25,12 @@ var (
 // the process's first cuda.Open, and inherited by the ranks a test launches), with
 // GP_FAKE_DEVICES=devices when devices > 1, or skips the test, saying why (a build without
 // cgo, no C or C++ compiler).
+//
+// The device of this process (the world-1 runs) runs each launch's blocks on two threads
+// (GP_EMU_BLOCK_THREADS, read at the process's first launch): the blocks of a launch are
+// independent, as on a GPU, and a run of this process's ranks otherwise leaves one of the
+// machine's two cores idle. launchJob clears it for the ranks it launches, which keep the
+// emulator's own choice (one thread; two under cudatest.AsyncProcesses' seed).
 func emulatorEnv(t *testing.T, devices int) {
 	t.Helper()
 	if !cudatest.Cgo {
@@ -41,10 +47,14 @@ func emulatorEnv(t *testing.T, devices int) {
 	for k, v := range emuEnv {
 		t.Setenv(k, v)
 	}
+	t.Setenv(emuBlockThreads, "2")
 	if devices > 1 {
 		t.Setenv("GP_FAKE_DEVICES", strconv.Itoa(devices))
 	}
 }
+
+// emuBlockThreads names how many threads the emulator runs a launch's blocks on.
+const emuBlockThreads = "GP_EMU_BLOCK_THREADS"
 
 // removeEmulator deletes what emulatorEnv built outside the cache.
 func removeEmulator() {

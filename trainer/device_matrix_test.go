@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/gorgonia-parallel/gp/cuda/cudatest"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/parallel/comm"
-	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 
 // TestDeviceMatrix checks the device against the CPU in one table: a tiny ResNet and the smallest Swin
@@ -269,22 +267,11 @@ func trainOn(t *testing.T, world int, cfg runConfig) ([]float64, string, error) 
 		}
 		return metricsByStep(t, cfg.Out), out.String(), nil
 	}
-	js, err := json.Marshal(cfg)
+	out, err := launchJob(world, cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, out, err
 	}
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	err = launch.Run(ctx, launch.Config{
-		NProcPerNode: world, Program: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:    []string{"GP_TRAINER_TEST_WORKER=" + string(js), "OPENBLAS_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0"},
-		Stdout: &out, Stderr: &out,
-	})
-	if err != nil {
-		return nil, out.String(), err
-	}
-	return metricsByStep(t, cfg.Out), out.String(), nil
+	return metricsByStep(t, cfg.Out), out, nil
 }
 
 // compareParams compares the model's tensors (parameters and BatchNorm statistics, not the
