@@ -104,6 +104,7 @@ func main() {
 }
 
 func run(p params, procs, reps int, py, out string) error {
+	prov := benchutil.Start("ddp", os.Args[1:])
 	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
 		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace,
 		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64),
@@ -217,6 +218,14 @@ func run(p params, procs, reps int, py, out string) error {
 	if torchNote != "" {
 		res["torch_note"] = torchNote
 	}
+	res["units"] = map[string]string{
+		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling and the per-repetition lists)",
+		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
+		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
+		"loadavg_per_repetition": "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
+	}
+	prov.End()
+	prov.Set(res)
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
