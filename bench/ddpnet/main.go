@@ -91,6 +91,16 @@ type row struct {
 	Loads     []float64 `json:"loadavg_per_repetition"`
 }
 
+// units says the unit of the row fields whose names do not. Rows marked run=earlier were
+// measured by an earlier run, not by the command the file records.
+var units = map[string]string{
+	"rate":                   "link rate of each host, tc syntax (bits per second)",
+	"efficiency":             "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling and the per-repetition lists)",
+	"overlap_fraction":       "fraction of the all-reduce time hidden behind backward",
+	"tx_mb_per_step":         "MB (10^6 bytes) host 1 sent on eth0 per timed step, headers included",
+	"loadavg_per_repetition": "one-minute load average of each repetition",
+}
+
 var (
 	rates     = flag.String("rates", "1gbit,10gbit", "link rates (tc syntax)")
 	hooksFlag = flag.String("hooks", "none,fp16,bf16,powersgd", "DDP communication hooks: none, fp16, bf16, powersgd (both frameworks)")
@@ -129,6 +139,7 @@ type hookRun struct {
 }
 
 func run(ctx context.Context) error {
+	prov := benchutil.Start("ddpnet", os.Args[1:])
 	tmp, err := os.MkdirTemp("", "ddpnet")
 	if err != nil {
 		return err
@@ -158,7 +169,8 @@ func run(ctx context.Context) error {
 		rows = append(rows, earlier(*outFlag)...)
 	}
 	printTable(rows)
-	js, err := json.MarshalIndent(rows, "", " ")
+	prov.End()
+	js, err := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows}, "", " ")
 	if err != nil {
 		return err
 	}
@@ -169,9 +181,12 @@ func run(ctx context.Context) error {
 // earlier is the rows of the JSON file at path to keep: those written before -hooks existed
 // (marked run=earlier) and those of rate and hook pairs this run does not measure.
 func earlier(path string) []row {
-	var old []row
 	b, err := os.ReadFile(path)
-	if err != nil || json.Unmarshal(b, &old) != nil {
+	if err != nil {
+		return nil
+	}
+	old, err := benchutil.DecodeRows[row](b)
+	if err != nil {
 		return nil
 	}
 	now := map[[2]string]bool{}
