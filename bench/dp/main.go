@@ -94,6 +94,7 @@ func main() {
 }
 
 func drive(ctx context.Context, w workload, out string) error {
+	prov := benchutil.Start("dp", os.Args[1:])
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -101,7 +102,7 @@ func drive(ctx context.Context, w workload, out string) error {
 	args := []string{"-replicas", fmt.Sprint(w.replicas), "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
 		"-steps", fmt.Sprint(w.steps), "-warmup", fmt.Sprint(w.warmup)}
 	fmt.Printf("bench/dp: resnet18 %dx%d, global batch %d, %d measured steps after %d warm-up; load average %.2f\n",
-		w.size, w.size, w.batch, w.steps, w.warmup, benchutil.LoadAvg())
+		w.size, w.size, w.batch, w.steps, w.warmup, prov.Machine.Load)
 	child := func(name, role string, procs, threads int) (row, error) {
 		fmt.Printf("  running %s ...\n", name)
 		cmd := exec.CommandContext(ctx, self, append([]string{"-role", role}, args...)...)
@@ -141,7 +142,7 @@ func drive(ctx context.Context, w workload, out string) error {
 		return err
 	}
 	rows := []row{single1, single2, dpRow, ddpRow}
-	return report(rows, w, out)
+	return report(rows, w, out, prov)
 }
 
 // collect parses the measurements of n processes of one configuration. For several ranks
@@ -186,7 +187,8 @@ func imbalance(mem []int64) float64 {
 	return float64(hi) / float64(lo)
 }
 
-func report(rows []row, w workload, out string) error {
+// report prints the table and writes out; prov is the run's, its end load read here.
+func report(rows []row, w workload, out string, prov benchutil.Provenance) error {
 	base := rows[0].StepS
 	mib := func(v int64) string { return fmt.Sprintf("%.0f", float64(v)/(1<<20)) }
 	fmt.Printf("\n%-26s %9s %9s %9s %8s %9s %-24s %10s %s\n", "configuration", "s/step", "img/s", "speedup", "vs 2core", "CPU s/step", "memory MiB per replica", "imbalance", "Go heap MiB per process")
@@ -226,8 +228,15 @@ func report(rows []row, w workload, out string) error {
 		"cpu_s_per_step":              []float64{rows[0].CPUS, rows[1].CPUS, rows[2].CPUS, rows[3].CPUS},
 		"dp_run_s":                    rows[2].RunS,
 		"dp_master_reduce_s":          rows[2].MasterS,
-		"load_average":                benchutil.LoadAvg(),
+		"units": map[string]string{
+			"image": "pixels per side", "global_batch": "images per step",
+			"dp_speedup":          "ratio: 1 replica on 1 core's step time over this one's (so are ddp_speedup and the _vs_2thread ones, over 1 replica with 2 BLAS threads)",
+			"dp_memory_imbalance": "ratio: the largest replica's memory over the smallest's (so is ddp_memory_imbalance)",
+			"cpu_s_per_step":      "CPU seconds per step of all threads of all processes: 1 replica on 1 core, on 2 cores, DataParallel, DDP",
+		},
 	}
+	prov.End()
+	prov.Set(res)
 	js, err := json.Marshal(res)
 	if err != nil {
 		return err
