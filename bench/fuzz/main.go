@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 )
 
 // target is one fuzz function and what a run of it reached.
@@ -91,6 +93,7 @@ func main() {
 	out := flag.String("out", "", "write the results as JSON here (e.g. bench/results/fuzz.json); with -run, the targets run replace theirs in the file and the others stay")
 	flag.Parse()
 	log.SetFlags(0)
+	prov := benchutil.Start("fuzz", os.Args[1:])
 	filter := regexp.MustCompile(*match)
 
 	targets, err := discover(".")
@@ -123,7 +126,13 @@ func main() {
 		"cpus":            runtime.NumCPU(),
 		"targets":         ran,
 		"targets_failing": failed,
+		"units": map[string]string{
+			"baseline_corpus": "inputs (seeds and cached) run before fuzzing", "new_interesting": "inputs that reached new coverage",
+			"execs": "inputs executed while fuzzing", "targets": "with -run, the targets not matched are an earlier run's, kept from -out",
+		},
 	}
+	prov.End()
+	prov.Set(res)
 	line, _ := json.Marshal(res)
 	fmt.Println(string(line))
 	if *out != "" {
