@@ -45,7 +45,7 @@ import (
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 )
 
-// Row is one line of bench/results/models.json. TorchImgsPerS and Ratio are null when
+// Row is one row of bench/results/models.json (under "rows"). TorchImgsPerS and Ratio are null when
 // PyTorch could not run; Torch then says why.
 type Row struct {
 	Arch          string   `json:"arch"`
@@ -77,6 +77,16 @@ type Row struct {
 	RoofModelGFLOPs   float64            `json:"roof_model_shape_gflops"`
 	RoofFraction      float64            `json:"roof_fraction"`
 	TorchRoofFraction *float64           `json:"torch_roof_fraction"`
+}
+
+// rowUnits says the unit of the Row fields whose names do not.
+var rowUnits = map[string]string{
+	"batch":           "images per step",
+	"size":            "pixels per side",
+	"ratio":           "our images/s over PyTorch's (ratio_per_rep: each pair's)",
+	"flops_per_image": "floating-point operations of a training step's products per image (flops_per_image_by_kind: the same by kind of op)",
+	"roof_fraction":   "fraction of roof_gflops that img/s times flops_per_image reaches (torch_roof_fraction: PyTorch's)",
+	"roof_gflops":     "GFLOP/s (10^9 per second) of the machine's sgemm at this row's threads; so are the other roof_ fields",
 }
 
 type workload struct {
@@ -208,6 +218,7 @@ func simdLevels(s string) ([]simd.Level, error) {
 }
 
 func parent(levels []simd.Level, threadList, archs, out string) error {
+	prov := benchutil.Start("models", os.Args[1:])
 	tmp, err := os.MkdirTemp("", "bench-models")
 	if err != nil {
 		return err
@@ -228,7 +239,9 @@ func parent(levels []simd.Level, threadList, archs, out string) error {
 		}
 		rows = append(rows, r...)
 	}
-	b, err := json.Marshal(rows)
+	prov.End()
+	doc := benchutil.Rows[Row]{Provenance: prov, Units: rowUnits, Rows: rows}
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return err
 	}
@@ -236,7 +249,7 @@ func parent(levels []simd.Level, threadList, archs, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	ind, _ := json.MarshalIndent(rows, "", "  ")
+	ind, _ := json.MarshalIndent(doc, "", "  ")
 	return os.WriteFile(out, append(ind, '\n'), 0o644)
 }
 

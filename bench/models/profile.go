@@ -44,8 +44,8 @@ func profileAll(archs, out string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	machine := benchutil.ReadMachine()
-	fmt.Printf("where a training step's time goes at one thread: %s; OpenBLAS %s kernels\n", machine, blasimpl.Core())
+	prov := benchutil.Start("models", os.Args[1:])
+	fmt.Printf("where a training step's time goes at one thread: %s; OpenBLAS %s kernels\n", prov.Machine, blasimpl.Core())
 	var profs []Profile
 	todo, err := profileWorkloads(archs)
 	if err != nil {
@@ -71,12 +71,12 @@ func profileAll(archs, out string) error {
 	}
 	res := map[string]any{
 		"what":     "CPU profile of our training step (forward, backward, SGD momentum) at one thread, shares of the sampled CPU time",
-		"command":  "go run ./bench/models -profile " + out,
-		"machine":  machine,
 		"openblas": blasimpl.Core(),
 		"go":       runtime.Version(),
 		"profiles": profs,
 	}
+	prov.End()
+	prov.Set(res)
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return err
