@@ -94,6 +94,7 @@ func sizes() []int {
 }
 
 func run() error {
+	prov := benchutil.Start("mpi", os.Args[1:])
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -134,8 +135,17 @@ func run() error {
 		}
 	}
 	printTable(rows, ns, opNames, names, benchutil.FirstLine(string(mpirunVersion)))
-	buf, err := json.MarshalIndent(map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rounds": *rounds,
-		"thresholds": thresholds(), "rows": rows}, "", " ")
+	doc := map[string]any{"mpirun": benchutil.FirstLine(string(mpirunVersion)), "reps": *reps, "rounds": *rounds,
+		"thresholds": thresholds(), "rows": rows, "units": map[string]string{
+			"bytes":      "bytes of the whole buffer (S of nccl-tests)",
+			"busbw_gbps": "GB/s (10^9 bytes per second) of bus bandwidth as nccl-tests define it (send-recv: bytes one way over half the round trip); so are busbw_rounds",
+			"cpu_s":      "CPU seconds of all ranks together per operation",
+			"loadavg":    "one-minute load average before the job, the mean over the rounds",
+			"thresholds": "bytes from which the mpi backend runs its own ring instead of MPI's collective (0: never)",
+		}}
+	prov.End()
+	prov.Set(doc)
+	buf, err := json.MarshalIndent(doc, "", " ")
 	if err != nil {
 		return err
 	}
