@@ -98,7 +98,20 @@ func main() {
 	}
 }
 
+// units says the unit of the row fields (of both modes) whose names do not.
+var units = map[string]string{
+	"rate":          "link rate of each host, tc syntax (bits per second)",
+	"bytes":         "bytes of each rank's buffer (-raw: bytes each host sends per timed run)",
+	"busbw_gbps":    "GB/s (10^9 bytes per second) of bus bandwidth as nccl-tests define it: flat_, hier_ and gloo_busbw_gbps",
+	"link_fraction": "fraction of the link rate the host-level bus bandwidth reaches: flat_, hier_ and gloo_link_fraction (-raw: link_fraction)",
+	"gbps":          "-raw: GB/s (10^9 bytes per second) each host sends, and as much it receives",
+	"io_bytes":      "-raw: bytes per write and read call",
+	"busy_cores":    "-raw: machine-wide busy cores over the timed runs",
+	"loadavg":       "one-minute load average before the bed's (-raw: the stream count's) measurements",
+}
+
 func parent() error {
+	prov := benchutil.Start("netbed", os.Args[1:])
 	var rows []row
 	port := 29500
 	err := eachBed(20*time.Minute, func(ctx context.Context, hosts int, rate string, bps float64, bed *netbed.Bed) error {
@@ -154,7 +167,8 @@ func parent() error {
 		return err
 	}
 	printTable(rows)
-	js, err := json.MarshalIndent(rows, "", " ")
+	prov.End()
+	js, err := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows}, "", " ")
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,7 @@ type rawRow struct {
 
 // rawParent runs the raw workers for every host count, rate and stream count.
 func rawParent() error {
+	prov := benchutil.Start("netbed", os.Args[1:])
 	var rows []rawRow
 	port := 29700
 	err := eachBed(10*time.Minute, func(ctx context.Context, hosts int, rate string, bps float64, bed *netbed.Bed) error {
@@ -115,7 +116,8 @@ func rawParent() error {
 	if len(rows) > 0 {
 		fmt.Printf("links: %s\n", rows[0].Shaping)
 	}
-	js, err := json.MarshalIndent(rows, "", " ")
+	prov.End()
+	js, err := json.MarshalIndent(benchutil.Rows[rawRow]{Provenance: prov, Units: units, Rows: rows}, "", " ")
 	if err != nil {
 		return err
 	}
