@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/nn/ops"
 	"gonum.org/v1/gonum/blas"
@@ -58,18 +59,21 @@ type ConvResult struct {
 	BytesPerCall float64 `json:"bytes_alloc_per_call"`
 }
 
-// Report is the JSON line.
+// Report is the JSON line. The file's top level also has the run's Provenance and Units;
+// a -child's line (and so each PerThreads entry) has neither.
 type Report struct {
-	Bench       string       `json:"bench"`
-	BLAS        string       `json:"blas"`
-	Threads     int          `json:"blas_threads"`
-	GOMAXPROCS  int          `json:"gomaxprocs"`
-	SquareGEMM  float64      `json:"sgemm_1024_gflops"`
-	Convs       []ConvResult `json:"convs"`
-	MinPct      float64      `json:"min_pct_of_gemm_roof"`
-	Note        string       `json:"note"`
-	PerThreads  []Report     `json:"per_threads,omitempty"`
-	GeneratedAt string       `json:"generated_at,omitempty"`
+	*benchutil.Provenance
+	Units       map[string]string `json:"units,omitempty"`
+	Bench       string            `json:"bench"`
+	BLAS        string            `json:"blas"`
+	Threads     int               `json:"blas_threads"`
+	GOMAXPROCS  int               `json:"gomaxprocs"`
+	SquareGEMM  float64           `json:"sgemm_1024_gflops"`
+	Convs       []ConvResult      `json:"convs"`
+	MinPct      float64           `json:"min_pct_of_gemm_roof"`
+	Note        string            `json:"note"`
+	PerThreads  []Report          `json:"per_threads,omitempty"`
+	GeneratedAt string            `json:"generated_at,omitempty"`
 }
 
 func main() {
@@ -85,6 +89,7 @@ func main() {
 }
 
 func run(threads string, reps int, out string, child bool) error {
+	prov := benchutil.Start("ops", os.Args[1:])
 	var rep Report
 	if threads == "" {
 		r, err := measure(reps, !child)
@@ -109,6 +114,10 @@ func run(threads string, reps int, out string, child bool) error {
 		rep.GOMAXPROCS = rep.PerThreads[0].GOMAXPROCS
 	}
 	rep.GeneratedAt = time.Now().UTC().Format(time.RFC3339)
+	if !child {
+		prov.End()
+		rep.Provenance, rep.Units = &prov, units
+	}
 	line, err := json.Marshal(rep)
 	if err != nil {
 		return err
@@ -123,6 +132,14 @@ func run(threads string, reps int, out string, child bool) error {
 	}
 	fmt.Println(string(line))
 	return nil
+}
+
+// units says the unit of the fields whose names do not.
+var units = map[string]string{
+	"sgemm_1024_gflops": "GFLOP/s (10^9 floating-point operations per second)",
+	"fwd_bwd_gflops":    "GFLOP/s (so is gemm_roof_gflops)",
+	"gflop_per_call":    "GFLOP (10^9 floating-point operations) of one forward and backward",
+	"pct_of_gemm_roof":  "percent of gemm_roof_gflops (pct_of_sgemm_1024: of sgemm_1024_gflops)",
 }
 
 // runChild reruns this binary with OPENBLAS_NUM_THREADS=t and parses its JSON line.
