@@ -41,7 +41,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
 
-// row is one line of bench/results/zero.json.
+// row is one row of bench/results/zero.json (under "rows").
 type row struct {
 	Strategy        string  `json:"strategy"`
 	World           int     `json:"world"`
@@ -96,6 +96,7 @@ func main() {
 }
 
 func run(p params, out string) error {
+	prov := benchutil.Start("zero", os.Args[1:])
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -144,7 +145,13 @@ func run(p params, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(rows, "", "  ")
+	prov.End()
+	b, err := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: map[string]string{
+		"psi":                   "parameters of the model (Ψ)",
+		"formula_bytes":         "bytes: 16Ψ (DDP) or 16Ψ/N (ZeRO-3) of model state per rank",
+		"step_s":                "seconds per timed step, the mean over the steps, slowest rank",
+		"minor_faults_per_step": "page faults per timed step, worst rank (so is major_faults_per_step)",
+	}, Rows: rows}, "", "  ")
 	if err != nil {
 		return err
 	}
