@@ -36,6 +36,13 @@ func TestSectionProvenance(t *testing.T) {
 			notWant: []string{"2026"},
 		},
 		{
+			name: "models.json",
+			json: `{"command":"go run ./bench/models -threads 1","machine":{"cpu":"Test CPU","flags":[],"cores":2,"load_avg_1m":2.5},"load_avg_1m_end":3.25,"units":{"size":"pixels per side"},"rows":[{"arch":"resnet18","size":64,"imgs_per_s":91.65}]}`,
+			want: []string{"- command: `go run ./bench/models -threads 1`", "- load: 2.5 when the run started, 3.25 when it ended (one-minute load average)",
+				"| `size` | pixels per side |", "| arch | size | imgs_per_s |", "| resnet18 | 64 | 91.65 |", "[models.json](#modelsjson) | `bench/models` | recorded | recorded | recorded |"},
+			notWant: []string{"not recorded in the file", "`load_avg_1m_end`"},
+		},
+		{
 			name:    "ops.json",
 			json:    `{"bench":"ops","generated_at":"2026-01-01T00:00:00Z","seed":1796167998586090434,"convs":[{"name":"3x3","pct":91.62857}]}`,
 			want:    []string{"| `seed` | 1796167998586090434 |", "### `convs`", "| 3x3 | 91.63 |", "- load: not recorded in the file"},

@@ -124,7 +124,7 @@ type result struct {
 // provenance keys are shown in the section's head (bench: in the index's benchmark column)
 // and left out of its tables. generated_at is left out altogether: when a result was measured
 // is git's record, not the page's.
-var provenance = map[string]bool{"command": true, "machine": true, "generated_at": true, "bench": true}
+var provenance = map[string]bool{"command": true, "machine": true, "load_avg_1m_end": true, "generated_at": true, "bench": true}
 
 // contextKeys are top-level scalars that describe how the run was made.
 var contextKeys = []string{"what", "unit", "note", "blas", "blas_threads", "gomaxprocs", "cpus", "parallel", "go", "mpirun", "minimize", "profile"}
@@ -165,6 +165,10 @@ func readResult(path string) (*result, error) {
 		}
 		if l, ok := m.get("load_avg_1m").num(); ok {
 			r.load = fmt.Sprintf("%s (one-minute load average when the run started)", format(l))
+			// A long run also records the load when it ended (benchutil.Provenance.End).
+			if e, ok := body.get("load_avg_1m_end").num(); ok {
+				r.load = fmt.Sprintf("%s when the run started, %s when it ended (one-minute load average)", format(l), format(e))
+			}
 		}
 	}
 	if r.load == "" {
