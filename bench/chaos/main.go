@@ -207,13 +207,18 @@ func run(cfg config, jsonPath string) error {
 // provenance is the run's command and machine; the command has -seed even when the user
 // left it to the clock, so that it replays the same faults.
 func provenance(cfg config) benchutil.Provenance {
-	args := os.Args[1:]
 	seeded := false
 	flag.Visit(func(f *flag.Flag) { seeded = seeded || f.Name == "seed" })
-	if !seeded {
-		args = append(slices.Clone(args), "-seed", strconv.FormatUint(cfg.Seed, 10))
+	return benchutil.Start("chaos", withSeed(os.Args[1:], seeded, cfg.Seed))
+}
+
+// withSeed is args with "-seed seed" added unless the user set it (seeded); args is not
+// modified.
+func withSeed(args []string, seeded bool, seed uint64) []string {
+	if seeded {
+		return args
 	}
-	return benchutil.Start("chaos", args)
+	return append(slices.Clone(args), "-seed", strconv.FormatUint(seed, 10))
 }
 
 // runEpisode runs one job under ep's fault and classifies how it ended.
