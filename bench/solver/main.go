@@ -75,8 +75,8 @@ func parent(steps, warmup, reps int, out string) error {
 	if err != nil {
 		return err
 	}
-	machine := benchutil.ReadMachine()
-	fmt.Printf("bench/solver: world 2, one thread per rank, %d timed steps after %d, %d repetitions\n%s\n", steps, warmup, reps, machine)
+	prov := benchutil.Start("solver", os.Args[1:])
+	fmt.Printf("bench/solver: world 2, one thread per rank, %d timed steps after %d, %d repetitions\n%s\n", steps, warmup, reps, prov.Machine)
 	args := []string{"-steps", strconv.Itoa(steps), "-warmup", strconv.Itoa(warmup)}
 	env := []string{"OPENBLAS_NUM_THREADS=1", "GOMAXPROCS=1", "GP_RDZV_SECRET=bench-solver"}
 	var rows []row
@@ -104,18 +104,18 @@ func parent(steps, warmup, reps int, out string) error {
 		b, s := &rows[len(rows)-2], &rows[len(rows)-1]
 		s.VsBuildFn = s.StepMS / b.StepMS
 	}
-	machine.Load = benchutil.LoadAvg()
+	prov.End()
 	fmt.Printf("\n| model | weights | batch/rank | build function (ddp.New, Compile) ms/step | wrapped solver (ddp.NewSolver) ms/step | solver / build |\n|---|---|---|---|---|---|\n")
 	for i := 0; i < len(rows); i += 2 {
 		b, s := rows[i], rows[i+1]
 		fmt.Printf("| %s | %d | %d | %.1f | %.1f | %.2f |\n", b.Model, b.Weights, b.Batch, b.StepMS, s.StepMS, s.VsBuildFn)
 	}
-	fmt.Printf("load average after the run: %.2f\n", machine.Load)
+	fmt.Printf("load average after the run: %.2f\n", prov.LoadEnd)
 	doc := map[string]any{
-		"command": "go run ./bench/solver -reps " + strconv.Itoa(reps) + " -steps " + strconv.Itoa(steps),
-		"unit":    "milliseconds per step, the slower rank's mean over the timed steps, median over repetitions",
-		"machine": machine, "rows": rows,
+		"unit": "milliseconds per step, the slower rank's mean over the timed steps, median over repetitions",
+		"rows": rows,
 	}
+	prov.Set(doc)
 	raw, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
