@@ -74,6 +74,9 @@ func profileAll(archs, out string) error {
 		"openblas": blasimpl.Core(),
 		"go":       runtime.Version(),
 		"profiles": profs,
+		"units": map[string]string{
+			"share_by_op": "fraction of profiled_cpu_s (so is share_by_kernel)", "batch": "images per step", "size": "pixels per side",
+		},
 	}
 	prov.End()
 	prov.Set(res)

@@ -203,8 +203,15 @@ func run(dir string) error {
 	}
 	out := map[string]any{"rows": rows, "summary": summary, "check_within_15pct": within, "check_points": len(abs), "check_median_abs_error_pct": abs[len(abs)/2],
 		"shm_link": shm, "bed_model": bed, "netbed_ddp_measured": ddpnet, "trace_link": busy.Intra, "published": pubOut, "netbed_ddp_predictions": bedPred,
-		"profile": "resnet18 64x64 batch 16, rank 0 of bench/ddp's world-2 timeline (EvGradient instants)", "buckets_mib": scaling.BucketBytes(prof.Layers, cuts),
-		"unit": "rows: predicted and measured in the unit their quantity names (ms, or a fraction for efficiency); error_pct in percent of the measured value"}
+		"profile": "resnet18 64x64 batch 16, rank 0 of bench/ddp's world-2 timeline (EvGradient instants)", "bucket_bytes": scaling.BucketBytes(prof.Layers, cuts),
+		"unit": "rows: predicted and measured in the unit their quantity names (ms, or a fraction for efficiency); error_pct in percent of the measured value",
+		"units": map[string]string{
+			"shm_link":     "Alpha: seconds per message; Beta: bytes per second (so are trace_link and bed_model's AlphaBetaLinks)",
+			"bed_model":    "costs as internal/scaling.Costs documents them: Alpha seconds per ring step, Wire the fraction of the shaped rate a link carries, TCP and Mem CPU seconds per byte, Cache bytes, Serial and Spill fractions; fit_median_abs_error and CheckMedian fractions",
+			"efficiency":   "fraction: scaling efficiency, the throughput of N workers over N times one worker's (every *_efficiency)",
+			"_s":           "seconds (every key ending in _s)",
+			"bucket_bytes": "bytes of each gradient bucket, in launch order",
+		}}
 	prov.Set(out)
 	b, err := json.MarshalIndent(out, "", " ")
 	if err != nil {
