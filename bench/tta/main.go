@@ -87,17 +87,16 @@ func run(target float64, epochs, reps int, dataDir, out string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	machine := benchutil.ReadMachine()
-	fmt.Printf("bench/tta: Fashion-MNIST, resnet8_s2, %d epochs, target %.1f%% test top-1, 2 processes of one thread\n%s\n", epochs, target, machine)
+	prov := benchutil.Start("tta", []string{"-target", fmt.Sprint(target), "-epochs", strconv.Itoa(epochs), "-reps", strconv.Itoa(reps)})
+	fmt.Printf("bench/tta: Fashion-MNIST, resnet8_s2, %d epochs, target %.1f%% test top-1, 2 processes of one thread\n%s\n", epochs, target, prov.Machine)
 	for _, pkg := range []string{"cmd/gprun", "examples/imagenet", "cmd/modelcheck"} {
 		if msg, err := exec.Command("go", "build", "-o", filepath.Join(work, filepath.Base(pkg)), "./"+pkg).CombinedOutput(); err != nil {
 			return fmt.Errorf("go build ./%s: %v\n%s", pkg, err, msg)
 		}
 	}
 	doc := map[string]any{
-		"command": fmt.Sprintf("go run ./bench/tta -target %g -epochs %d -reps %d", target, epochs, reps),
-		"unit":    "wall seconds from the start of training to the end of the first epoch (its test evaluation included) whose test top-1 reaches the target",
-		"target":  target, "epochs": epochs, "machine": machine,
+		"unit":   "wall seconds from the start of training to the end of the first epoch (its test evaluation included) whose test top-1 reaches the target",
+		"target": target, "epochs": epochs,
 	}
 	weights := ""
 	torchOK := exec.Command(python, "-c", "import torch").Run() == nil
@@ -122,8 +121,9 @@ func run(target float64, epochs, reps int, dataDir, out string) error {
 		printSides(fmt.Sprintf("repetition %d of %d (%s first)", r+1, reps, rp.First), rp.Sides, target)
 	}
 	med := medianRep(all)
-	machine.Load = benchutil.LoadAvg()
-	doc["machine"], doc["sides"], doc["reps"] = machine, all[med].Sides, all
+	prov.End()
+	prov.Set(doc)
+	doc["sides"], doc["reps"] = all[med].Sides, all
 	var ratios []float64
 	for _, rp := range all {
 		if rp.Ratio != nil {
@@ -146,7 +146,7 @@ func run(target float64, epochs, reps int, dataDir, out string) error {
 	if r, ok := doc["ratio"].(float64); ok {
 		fmt.Printf("ratio (PyTorch's seconds over ours), median of %d: %.2f (each: %s)\n", len(ratios), r, fmtRatios(ratios))
 	}
-	fmt.Printf("load average after the run: %.2f\n", machine.Load)
+	fmt.Printf("load average: %.2f when the run started, %.2f when it ended\n", prov.Machine.Load, prov.LoadEnd)
 	raw, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
