@@ -37,7 +37,7 @@ func BenchmarkConvShiftDemo(b *testing.B) {
 			fillRand(rng, x)
 			fillRand(rng, dy)
 			fillRand(rng, wp)
-			units := n * ((P + 15) / 16)
+			units := ConvShiftUnits(s, n)
 			calls := max(1, 1e9/(n*tc.o*tc.c*kk*P)) // about 2 GFLOP a measurement
 			var fwd, wg []float64
 			b.ResetTimer()
@@ -56,6 +56,63 @@ func BenchmarkConvShiftDemo(b *testing.B) {
 			}
 			b.ReportMetric(medianOf(fwd), "fwd-GFLOP/s")
 			b.ReportMetric(medianOf(wg), "wgrad-GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkConvShiftSpanAB times the AVX-512 forward on the shapes of BenchmarkConvShiftDemo
+// whose P is not a multiple of 16 with its units across images (Note [Units across images])
+// and with per-image units (convShiftSpanOff), alternating in each repetition, and reports
+// the medians of their GFLOP/s (CPU time) and of their ratio (14x14 runs per-image units
+// both ways: a check of the benchmark's noise):
+//
+//	GOMAXPROCS=1 go test ./internal/simd -run '^$' -bench ConvShiftSpanAB -benchtime 9x
+func BenchmarkConvShiftSpanAB(b *testing.B) {
+	restore, err := Set(AVX512)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer restore()
+	defer convShiftSpanOff.Store(false)
+	for _, tc := range []struct{ c, o, hw, k int }{
+		{16, 16, 14, 3}, {16, 32, 7, 3}, {16, 32, 7, 1}, {32, 32, 7, 3},
+	} {
+		const n = 64
+		b.Run(fmt.Sprintf("c%d_o%d_%dx%d_k%d", tc.c, tc.o, tc.hw, tc.hw, tc.k), func(b *testing.B) {
+			p := tc.k / 2
+			g := &ConvGeom{C: tc.c, H: tc.hw, W: tc.hw, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: p, PW: p, DH: 1, DW: 1, OH: tc.hw, OW: tc.hw}
+			shift, mask := ShiftTables(g)
+			P, kk := tc.hw*tc.hw, tc.k*tc.k
+			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			rng := rand.New(rand.NewSource(1))
+			x, y, wp := make([]float32, n*tc.c*P), make([]float32, n*tc.o*P), make([]float32, tc.o*tc.c*kk)
+			fillRand(rng, x)
+			fillRand(rng, wp)
+			calls := max(1, 1e9/(n*tc.o*tc.c*kk*P))
+			fl := 2 * float64(n*tc.o*tc.c*kk*P) * float64(calls) / 1e9
+			run := func(off bool) float64 {
+				convShiftSpanOff.Store(off)
+				units := ConvShiftUnits(s, n)
+				c0 := cpuSeconds()
+				for range calls {
+					ConvShiftFwd(s, x, wp, nil, y, n, 0, units)
+				}
+				return fl / (cpuSeconds() - c0)
+			}
+			var span, img, ratio []float64
+			b.ResetTimer()
+			for i := range b.N {
+				var a, o float64
+				if i%2 == 0 {
+					a, o = run(false), run(true)
+				} else {
+					o, a = run(true), run(false)
+				}
+				span, img, ratio = append(span, a), append(img, o), append(ratio, a/o)
+			}
+			b.ReportMetric(medianOf(span), "span-GFLOP/s")
+			b.ReportMetric(medianOf(img), "image-GFLOP/s")
+			b.ReportMetric(medianOf(ratio), "span/image")
 		})
 	}
 }

@@ -10,6 +10,8 @@ package simd
 */
 import "C"
 
+import "sync/atomic"
+
 func cShift(s *ConvShift) C.gp_shiftconv {
 	return C.gp_shiftconv{C: C.int(s.C), O: C.int(s.O), kk: C.int(s.KK), P: C.long(s.P), xc: C.long(s.XC),
 		xn: C.long(s.XN), yc: C.long(s.YC), yn: C.long(s.YN)}
@@ -21,16 +23,44 @@ func checkShift(s *ConvShift, x []float32, n int) {
 	_ = x[(n-1)*s.XN+(s.C-1)*s.XC+s.P-1]
 }
 
+// convShiftSpanOff makes ConvShiftFwd cut the batch into per-image units at every level,
+// for the tests and benchmarks that compare the two ways.
+var convShiftSpanOff atomic.Bool
+
+// convShiftSpans reports whether ConvShiftFwd's units span images for s (Note [Units across
+// images] in convshift_fwd_avx512.h): at AVX-512, P above 16 where per-image units would
+// use under 80% of their lanes, the tables of masks it builds within their bound. Measured
+// at one thread on resnet8_s2's shapes at batch 64 (BenchmarkConvShiftSpanAB, alternating
+// in one process): 1.14-1.16x on 7x7 maps (77% of the lanes) with 3x3 taps, 1.0x with
+// 1x1; 0.98x on 14x14 (94%), which keeps its per-image units.
+func convShiftSpans(s *ConvShift) bool {
+	return Current() == AVX512 && !convShiftSpanOff.Load() && s.P > 16 && s.P*5 < (s.P+15)/16*16*4 &&
+		s.KK*s.P <= C.GP5_SPAN_TAB
+}
+
+// ConvShiftUnits is how many units ConvShiftFwd cuts n images of s into at the current
+// level: ceil(n·P/16) where its units span images (at AVX-512 on maps such as 7x7 and 5x5,
+// where per-image units would leave many lanes idle: each unit 16 consecutive pixels of
+// the batch, image after image), else n·ceil(P/16) (16 pixels of one image each, the last of an image
+// partial). Callers split [0, ConvShiftUnits) across threads; the results do not depend on
+// the split.
+func ConvShiftUnits(s *ConvShift, n int) int {
+	if convShiftSpans(s) {
+		return (n*s.P + 15) / 16
+	}
+	return n * ((s.P + 15) / 16)
+}
+
 // ConvShiftFwd is the forward of the implicit convolution s over units [u0, u1) of the n
-// images (unit u: image u/ceil(P/16), its pixels from 16·(u%ceil(P/16)), at most 16 of
-// them): y = wpᵀ·cols(x) (+ bias[o] when bias is not nil), wp the weights packed K×O (row
-// r = c·KK + q, im2col's order of rows). Each output is Σ_r wp[r, o]·cols(x)[r, k] summed
-// in the order of r with fused multiply-adds, then the bias added: the same bits at every
-// level. It reports false at level Off and for units outside the batch.
+// images (ConvShiftUnits: 16 pixels each, of one image or, where ConvShiftUnits says so, of
+// the batch's pixels image after image): y = wpᵀ·cols(x) (+ bias[o] when
+// bias is not nil), wp the weights packed K×O (row r = c·KK + q, im2col's order of rows).
+// Each output is Σ_r wp[r, o]·cols(x)[r, k] summed in the order of r with fused
+// multiply-adds, then the bias added: the same bits at every level and for every split of
+// the units. It reports false at level Off and for units outside the batch.
 func ConvShiftFwd(s *ConvShift, x, wp, bias, y []float32, n, u0, u1 int) bool {
 	l := Current()
-	nch := (s.P + 15) / 16
-	if l == Off || u0 < 0 || u1 > n*nch {
+	if l == Off || u0 < 0 || u1 > ConvShiftUnits(s, n) {
 		return false
 	}
 	if u0 >= u1 {
@@ -44,7 +74,11 @@ func ConvShiftFwd(s *ConvShift, x, wp, bias, y []float32, n, u0, u1 int) bool {
 	}
 	cs := cShift(s)
 	if l == AVX512 {
-		C.gp5_conv_shift_fwd(&cs, i32p(s.Off), u16p(s.Mask), f32p(x), f32p(wp), f32p(bias), f32p(y), C.long(n), C.long(u0), C.long(u1))
+		span := C.int(0)
+		if convShiftSpans(s) {
+			span = 1
+		}
+		C.gp5_conv_shift_fwd(&cs, i32p(s.Off), u16p(s.Mask), f32p(x), f32p(wp), f32p(bias), f32p(y), C.long(n), C.long(u0), C.long(u1), span)
 	} else {
 		C.gp2_conv_shift_fwd(&cs, i32p(s.Off), u16p(s.Mask), f32p(x), f32p(wp), f32p(bias), f32p(y), C.long(u0), C.long(u1))
 	}

@@ -22,10 +22,24 @@ static inline __mmask16 gp5f_kload(const unsigned short *p) {
 	return k;
 }
 
-// gp5f_block computes output channels [o0, o0+NO) of units u[0..NV), a unit being 16 pixels
-// of one image (its chunk j of ceil(P/16)): acc = Σ_r wp[r·O + o]·x[row r, k] in the order of
-// r with fused multiply-adds, then + bias[o] when bias is not NULL. Row r = c·kk + q is read
-// in one of three modes:
+// gp5f_unit is where one unit of the forward reads and writes: its pixels of channel 0
+// from xa (its first pixel), its mask rows at m (tap q's at m[q·ms], ms the block's), its
+// outputs of channel 0 from ya in the lanes ka. A unit that spans two images (SPAN in
+// gp5f_block, Note [Units across images]) takes its lanes kb from the next image: x from
+// xa + xn - P, tap q's mask of those lanes at m[q·ms + tbo] (tbo the block's), outputs
+// from ya + yn - P (the next image's pixel 0 less the lanes of ka, so that lane t reads
+// its pixel t - (P - s)). One pointer a unit for x and one for its masks: with a second
+// of each, GCC ran out of general registers in the loop of rows.
+typedef struct {
+	const float *xa;
+	const unsigned short *m;
+	float *ya;
+	__mmask16 ka, kb;
+} gp5f_unit;
+
+// gp5f_block computes output channels [o0, o0+NO) of units u[0..NV): acc = Σ_r wp[r·O +
+// o]·x[row r, k] in the order of r with fused multiply-adds, then + bias[o] when bias is
+// not NULL. Row r = c·kk + q is read in one of three modes:
 //   0: through the masks, zero-masked loads (the definition: a pixel in the padding adds
 //      w·0). Each is a vector ALU micro-op on the two ports of the FMAs besides its load:
 //      24 FMAs a row take 3 more.
@@ -34,9 +48,12 @@ static inline __mmask16 gp5f_kload(const unsigned short *p) {
 //      finite: a lane starts at +0, and an FMA's sum is -0 only from -0 + -0, so no lane is
 //      ever -0 and adding ±0 leaves it as it is; x's values past the masks never count. The
 //      masks are loaded into mask registers by the load ports. Taken for the units whose
-//      reads at every tap stay inside x (gp5f_units).
+//      reads at every tap stay inside x (gp5f_plain, gp5f_span_units).
 //   2: padded planes (gp_pad_planes): plain loads, plain FMAs, the padding's zeros in the
 //      planes; lines of ow pixels (a multiple of 16) lw apart, planes of pp, tap q at poff[q].
+// With SPAN (modes 0 and 1), each unit's lanes kb are then loaded from the next image,
+// merge-masked by their tap masks (a load and a vector ALU micro-op), and its outputs
+// stored in two parts.
 // The accumulators are named variables (a<o><v>), not an array: GCC at -O3 keeps an array of
 // them in registers but also stores it to the stack on every iteration.
 #define GP5F_FMA1(o, v)                                                                                          \
@@ -50,7 +67,8 @@ static inline __mmask16 gp5f_kload(const unsigned short *p) {
 	if (NV > v) {                                                                       \
 		__m512 r = a##o##v;                                                             \
 		if (bias) r = _mm512_add_ps(r, _mm512_set1_ps(bias[o0 + o]));                   \
-		_mm512_mask_storeu_ps(y##v + (long)(o0 + o) * yc, t##v, r);                     \
+		_mm512_mask_storeu_ps(u[v].ya + (long)(o0 + o) * yc, u[v].ka, r);               \
+		if (SPAN) _mm512_mask_storeu_ps(u[v].ya + dys + (long)(o0 + o) * yc, u[v].kb, r); \
 	}
 #define GP5F_ST(o) \
 	if (NO > o) { GP5F_ST1(o, 0) GP5F_ST1(o, 1) GP5F_ST1(o, 2) }
@@ -59,46 +77,44 @@ static inline __mmask16 gp5f_kload(const unsigned short *p) {
 		if (MODE == 2) {                                                                       \
 			x##v = _mm512_loadu_ps(xb##v + off);                                           \
 		} else if (MODE == 1) {                                                                \
-			k##v = gp5f_kload(m##v + mo);                                 \
+			k##v = gp5f_kload(m##v + mo);                                                  \
 			x##v = _mm512_loadu_ps(xb##v + off);                                           \
+			if (SPAN) x##v = _mm512_mask_loadu_ps(x##v, gp5f_kload(m##v + mo + tbo), xb##v + off + dxs); \
+		} else if (SPAN) {                                                                     \
+			x##v = _mm512_maskz_loadu_ps(gp5f_kload(m##v + mo) & ka##v, xb##v + off);        \
+			x##v = _mm512_mask_loadu_ps(x##v, gp5f_kload(m##v + mo + tbo) & kb##v, xb##v + off + dxs); \
 		} else {                                                                               \
-			x##v = _mm512_maskz_loadu_ps(gp5f_kload(m##v + mo), xb##v + off); \
+			x##v = _mm512_maskz_loadu_ps(gp5f_kload(m##v + mo), xb##v + off);              \
 		}                                                                                      \
 	}
-static inline __attribute__((always_inline)) void gp5f_block(int MODE, int NO, int NV, const gp_shiftconv *g,
-                                                             const long *un, const long *uj, const float *x,
-                                                             const float *wp, const float *bias, float *y, int o0) {
+static inline __attribute__((always_inline)) void gp5f_block(int MODE, int SPAN, int NO, int NV, const gp_shiftconv *g,
+                                                             const gp5f_unit *u, long ms, long tbo, const float *wp,
+                                                             const float *bias, int o0) {
 	const int C = g->C, O = g->O, kk = g->kk;
-	const long P = g->P, yc = g->yc, nch = (P + 15) / 16;
+	const long yc = g->yc, dxs = g->xn - g->P, dys = g->yn - g->P;
+	(void)dxs, (void)dys, (void)tbo;
 	const __m512 z = _mm512_setzero_ps();
 	__m512 a00 = z, a01 = z, a02 = z, a10 = z, a11 = z, a12 = z, a20 = z, a21 = z, a22 = z, a30 = z, a31 = z,
 	       a32 = z, a40 = z, a41 = z, a42 = z, a50 = z, a51 = z, a52 = z, a60 = z, a61 = z, a62 = z, a70 = z,
 	       a71 = z, a72 = z;
-	// Unit v's pixels of channel 0 and its masks (mask row q at m<v>[q·nch]); from padded
-	// planes, its line's first pixel.
-#define GP5F_XB(v) (MODE == 2 ? x + un[v] * (long)C * g->pp + (uj[v] * 16 / g->ow) * g->lw + (uj[v] * 16) % g->ow \
-	                      : x + un[v] * g->xn + uj[v] * 16)
-	const float *xb0 = GP5F_XB(0), *xb1 = xb0, *xb2 = xb0;
-	const unsigned short *m0 = MODE == 2 ? 0 : g->mask + uj[0], *m1 = m0, *m2 = m0;
-	if (NV > 1) xb1 = GP5F_XB(1), m1 = MODE == 2 ? 0 : g->mask + uj[1];
-	if (NV > 2) xb2 = GP5F_XB(2), m2 = MODE == 2 ? 0 : g->mask + uj[2];
-#undef GP5F_XB
+	const float *xb0 = u[0].xa, *xb1 = xb0, *xb2 = xb0;
+	const unsigned short *m0 = u[0].m, *m1 = m0, *m2 = m0;
+	__mmask16 ka0 = u[0].ka, ka1 = ka0, ka2 = ka0, kb0 = u[0].kb, kb1 = kb0, kb2 = kb0;
+	if (NV > 1) xb1 = u[1].xa, m1 = u[1].m, ka1 = u[1].ka, kb1 = u[1].kb;
+	if (NV > 2) xb2 = u[2].xa, m2 = u[2].m, ka2 = u[2].ka, kb2 = u[2].kb;
+	(void)ka0, (void)ka1, (void)ka2, (void)kb0, (void)kb1, (void)kb2;
 	const long cst = MODE == 2 ? g->pp : g->xc;
 	const int *qo = MODE == 2 ? g->poff : g->qoff;
 	const float *wr = wp + o0;
 	for (int c = 0; c < C; c++) {
 		for (int q = 0; q < kk; q++, wr += O) {
-			const long off = (long)c * cst + qo[q], mo = (long)q * nch;
+			const long off = (long)c * cst + qo[q], mo = (long)q * ms;
 			__m512 x0 = z, x1 = z, x2 = z;
 			__mmask16 k0 = 0xffff, k1 = k0, k2 = k0;
 			GP5F_LD(0) GP5F_LD(1) GP5F_LD(2)
 			GP5F_FMA(0) GP5F_FMA(1) GP5F_FMA(2) GP5F_FMA(3) GP5F_FMA(4) GP5F_FMA(5) GP5F_FMA(6) GP5F_FMA(7)
 		}
 	}
-	float *y0 = y + un[0] * g->yn + uj[0] * 16, *y1 = y0, *y2 = y0;
-	__mmask16 t0 = gp5f_lanes(P - uj[0] * 16), t1 = t0, t2 = t0;
-	if (NV > 1) y1 = y + un[1] * g->yn + uj[1] * 16, t1 = gp5f_lanes(P - uj[1] * 16);
-	if (NV > 2) y2 = y + un[2] * g->yn + uj[2] * 16, t2 = gp5f_lanes(P - uj[2] * 16);
 	GP5F_ST(0) GP5F_ST(1) GP5F_ST(2) GP5F_ST(3) GP5F_ST(4) GP5F_ST(5) GP5F_ST(6) GP5F_ST(7)
 }
 #undef GP5F_LD
@@ -107,22 +123,22 @@ static inline __attribute__((always_inline)) void gp5f_block(int MODE, int NO, i
 #undef GP5F_ST
 #undef GP5F_ST1
 
-// gp5f_blocks runs units un[0..NV), uj[0..NV) in mode MODE through all output channels,
-// eight at a time.
-static inline __attribute__((always_inline)) void gp5f_blocks(int MODE, int NV, const gp_shiftconv *g, const long *un,
-                                                              const long *uj, const float *x, const float *wp,
-                                                              const float *bias, float *y) {
+// gp5f_blocks runs units u[0..NV) in mode MODE through all output channels, eight at a
+// time.
+static inline __attribute__((always_inline)) void gp5f_blocks(int MODE, int SPAN, int NV, const gp_shiftconv *g,
+                                                              const gp5f_unit *u, long ms, long tbo, const float *wp,
+                                                              const float *bias) {
 	const int O = g->O;
 	int o0 = 0;
-	for (; o0 + 8 <= O; o0 += 8) gp5f_block(MODE, 8, NV, g, un, uj, x, wp, bias, y, o0);
+	for (; o0 + 8 <= O; o0 += 8) gp5f_block(MODE, SPAN, 8, NV, g, u, ms, tbo, wp, bias, o0);
 	switch (O - o0) {
-	case 7: gp5f_block(MODE, 7, NV, g, un, uj, x, wp, bias, y, o0); break;
-	case 6: gp5f_block(MODE, 6, NV, g, un, uj, x, wp, bias, y, o0); break;
-	case 5: gp5f_block(MODE, 5, NV, g, un, uj, x, wp, bias, y, o0); break;
-	case 4: gp5f_block(MODE, 4, NV, g, un, uj, x, wp, bias, y, o0); break;
-	case 3: gp5f_block(MODE, 3, NV, g, un, uj, x, wp, bias, y, o0); break;
-	case 2: gp5f_block(MODE, 2, NV, g, un, uj, x, wp, bias, y, o0); break;
-	case 1: gp5f_block(MODE, 1, NV, g, un, uj, x, wp, bias, y, o0); break;
+	case 7: gp5f_block(MODE, SPAN, 7, NV, g, u, ms, tbo, wp, bias, o0); break;
+	case 6: gp5f_block(MODE, SPAN, 6, NV, g, u, ms, tbo, wp, bias, o0); break;
+	case 5: gp5f_block(MODE, SPAN, 5, NV, g, u, ms, tbo, wp, bias, o0); break;
+	case 4: gp5f_block(MODE, SPAN, 4, NV, g, u, ms, tbo, wp, bias, o0); break;
+	case 3: gp5f_block(MODE, SPAN, 3, NV, g, u, ms, tbo, wp, bias, o0); break;
+	case 2: gp5f_block(MODE, SPAN, 2, NV, g, u, ms, tbo, wp, bias, o0); break;
+	case 1: gp5f_block(MODE, SPAN, 1, NV, g, u, ms, tbo, wp, bias, o0); break;
 	}
 }
 
@@ -155,6 +171,18 @@ static void gp5f_plain(const gp_shiftconv *g, const float *wp, long N, long *lo,
 	if (l < h && gp5f_finite(wp, (long)g->C * g->kk * g->O)) *lo = l, *hi = h;
 }
 
+// gp5f_img is unit (image n, chunk j) of the per-image units: 16 pixels of one image from
+// 16·j, the last chunk's lanes past P off; from padded planes (PAD), its line's first pixel.
+static inline __attribute__((always_inline)) gp5f_unit gp5f_img(int PAD, const gp_shiftconv *g, const float *x,
+                                                                 float *y, long n, long j) {
+	gp5f_unit u;
+	u.xa = PAD ? x + n * (long)g->C * g->pp + (j * 16 / g->ow) * g->lw + (j * 16) % g->ow : x + n * g->xn + j * 16;
+	u.m = PAD ? 0 : g->mask + j;
+	u.ya = y + n * g->yn + j * 16;
+	u.ka = gp5f_lanes(g->P - j * 16), u.kb = 0;
+	return u;
+}
+
 // gp5f_units is the forward of units [u0, u1) (unit u: image u/nch, pixels 16·(u%nch) on):
 // y = wpᵀ·cols(x) (+ bias), wp the weights packed K×O (K = C·kk rows in im2col's order),
 // three units and eight output channels at a time; units [plo, phi) in mode 1, the others
@@ -162,31 +190,141 @@ static void gp5f_plain(const gp_shiftconv *g, const float *wp, long N, long *lo,
 static inline __attribute__((always_inline)) void gp5f_units(int PAD, const gp_shiftconv *g, const float *x,
                                                              const float *wp, const float *bias, float *y, long u0,
                                                              long u1, long plo, long phi) {
-	long nch = (g->P + 15) / 16;
-	long un[3], uj[3];
-	long u = u0;
-	for (; u + 3 <= u1; u += 3) {
-		for (int v = 0; v < 3; v++) un[v] = (u + v) / nch, uj[v] = (u + v) % nch;
+	const long nch = (g->P + 15) / 16;
+	gp5f_unit u[3];
+	long k = u0;
+	for (; k + 3 <= u1; k += 3) {
+		for (int v = 0; v < 3; v++) u[v] = gp5f_img(PAD, g, x, y, (k + v) / nch, (k + v) % nch);
 		if (PAD)
-			gp5f_blocks(2, 3, g, un, uj, x, wp, bias, y);
-		else if (u >= plo && u + 3 <= phi)
-			gp5f_blocks(1, 3, g, un, uj, x, wp, bias, y);
+			gp5f_blocks(2, 0, 3, g, u, nch, 0, wp, bias);
+		else if (k >= plo && k + 3 <= phi)
+			gp5f_blocks(1, 0, 3, g, u, nch, 0, wp, bias);
 		else
-			gp5f_blocks(0, 3, g, un, uj, x, wp, bias, y);
+			gp5f_blocks(0, 0, 3, g, u, nch, 0, wp, bias);
 	}
-	for (int v = 0; v < u1 - u; v++) un[v] = (u + v) / nch, uj[v] = (u + v) % nch;
+	for (int v = 0; v < u1 - k; v++) u[v] = gp5f_img(PAD, g, x, y, (k + v) / nch, (k + v) % nch);
 	const int MODE = PAD ? 2 : 0;
-	if (u1 - u == 2)
-		gp5f_blocks(MODE, 2, g, un, uj, x, wp, bias, y);
-	else if (u1 - u == 1)
-		gp5f_blocks(MODE, 1, g, un, uj, x, wp, bias, y);
+	if (u1 - k == 2)
+		gp5f_blocks(MODE, 0, 2, g, u, nch, 0, wp, bias);
+	else if (u1 - k == 1)
+		gp5f_blocks(MODE, 0, 1, g, u, nch, 0, wp, bias);
 }
 
-// gp5_conv_shift_fwd is gp5f_units reading x (n images) through the masks.
+// Note [Units across images]
+//
+// Where P is not a multiple of 16, the per-image units leave lanes of each image's last
+// unit idle: on 7x7 maps (P = 49) four units hold 49 pixels, 77% of their lanes. The
+// forward then cuts the batch's N·P pixels, image after image, into ceil(N·P/16) units
+// instead: unit u holds pixels 16u..16u+15 of the batch, from pixel s = 16u mod P of image
+// 16u/P on, and where s + 16 > P its last lanes hold the next image's first pixels. A
+// lane's taps depend on its pixel's place in its own image: the masks of a unit starting
+// at s are tables built once a call (gp5_span_masks: tap q's at T[q·P + s], those of the
+// next image's lanes alone at TB[q·P + s]). A spanning unit loads its first image's lanes
+// as any unit does and the next image's lanes over them, merge-masked by TB (a second load
+// and a vector ALU micro-op a row, for about one unit in three on 7x7); its outputs are
+// stored in two parts. Each output pixel sums the same products in the same order, in
+// whichever unit and lane: the same bits as the per-image units. Units are grouped three at
+// a time by their kind (spanning or not, plain loads or masked), whatever their order.
+//
+// The filter gradient (convshift_avx512.h) keeps its per-image units: the same scheme
+// there, each unit a step of four output channels by six rows with x and dy loaded in two
+// parts where it spans, measured 0.78-0.86x on 7x7 maps with 3x3 taps and 0.70-0.78x with
+// 1x1 (its loop of steps ran out of general registers).
+
+// GP5_SPAN_TAB is the most entries (kk·P) of each of gp5_span_masks's tables; a larger
+// convolution runs the per-image units (convShiftSpans in convshift_cgo.go).
+#define GP5_SPAN_TAB 4096
+
+// gp5_span_masks fills T (2·kk·P entries, Note [Units across images]) from g's masks: bit
+// t of T[q·P + s] is set where pixel s + t of an image, or for s + t >= P pixel s + t - P
+// of the next, has tap q inside its plane; TB = T + kk·P holds the bits of the latter
+// alone. P must be at least 16.
+static void gp5_span_masks(const gp_shiftconv *g, unsigned short *T) {
+	const long P = g->P, nch = (P + 15) / 16;
+	unsigned short *TB = T + (long)g->kk * P;
+	for (int q = 0; q < g->kk; q++) {
+		const unsigned short *m = g->mask + (long)q * nch;
+		// The 16 bits of the mask row from pixel s on (0 past P, as the row's bits are).
+#define GP5_WIN(s) ((((unsigned)((s) / 16 + 1 < nch ? m[(s) / 16 + 1] : 0) << 16 | m[(s) / 16]) >> ((s) % 16)) & 0xffff)
+		const unsigned w0 = GP5_WIN(0);
+		for (long s = 0; s < P; s++) {
+			const long L = P - s;
+			const unsigned b = L < 16 ? (w0 << L) & 0xffff : 0;
+			T[q * P + s] = (unsigned short)(GP5_WIN(s) | b), TB[q * P + s] = (unsigned short)b;
+		}
+#undef GP5_WIN
+	}
+}
+
+// gp5f_span_units is the forward of units [u0, u1) of the batch's ceil(n·P/16) (Note
+// [Units across images]): as gp5f_units, the units whose reads of 16 floats at every tap
+// from their first pixel stay inside x in mode 1 when the weights are finite (plain), the
+// others in mode 0, each kind three units at a time.
+static void gp5f_span_units(const gp_shiftconv *g, const unsigned short *T, const float *x,
+                            const float *wp, const float *bias, float *y, long n, long u0, long u1, int plain) {
+	const long P = g->P, xn = g->xn, yn = g->yn;
+	long qmin = g->qoff[0], qmax = g->qoff[0];
+	for (int q = 1; q < g->kk; q++) {
+		if (g->qoff[q] < qmin) qmin = g->qoff[q];
+		if (g->qoff[q] > qmax) qmax = g->qoff[q];
+	}
+	const long ext = (n - 1) * xn + (long)(g->C - 1) * g->xc + P;
+	const long reach = (long)(g->C - 1) * g->xc + qmax + 16; // past a unit's first pixel
+	const long tbo = (long)g->kk * P;
+	// Pending units of each kind: bit 0 plain, bit 1 spanning.
+	gp5f_unit pend[4][3];
+	int np[4] = {0, 0, 0, 0};
+	long na = u0 * 16 / P, s = u0 * 16 % P;
+	for (long k = u0; k < u1; k++) {
+		gp5f_unit u;
+		const long a = na * xn + s, L = P - s; // the unit's first pixel in x; its lanes there
+		const int sp = L < 16, nb = na + 1 < n;
+		u.xa = x + a, u.m = T + s, u.ya = y + na * yn + s;
+		u.ka = gp5f_lanes(L);
+		u.kb = sp && nb ? (__mmask16)~u.ka : 0;
+		const int kind = (plain && a + qmin >= 0 && a + reach <= ext && (!sp || nb)) | sp << 1;
+		pend[kind][np[kind]++] = u;
+		if (np[kind] == 3) {
+			switch (kind) {
+			case 0: gp5f_blocks(0, 0, 3, g, pend[0], P, tbo, wp, bias); break;
+			case 1: gp5f_blocks(1, 0, 3, g, pend[1], P, tbo, wp, bias); break;
+			case 2: gp5f_blocks(0, 1, 3, g, pend[2], P, tbo, wp, bias); break;
+			case 3: gp5f_blocks(1, 1, 3, g, pend[3], P, tbo, wp, bias); break;
+			}
+			np[kind] = 0;
+		}
+		if ((s += 16) >= P) s -= P, na++;
+	}
+	for (int kind = 0; kind < 4; kind++) {
+		const int MODE = kind & 1 && np[kind] == 2, SPAN = kind >> 1; // one plain unit: mode 0
+		if (np[kind] == 2) {
+			if (SPAN)
+				MODE ? gp5f_blocks(1, 1, 2, g, pend[kind], P, tbo, wp, bias) : gp5f_blocks(0, 1, 2, g, pend[kind], P, tbo, wp, bias);
+			else
+				MODE ? gp5f_blocks(1, 0, 2, g, pend[kind], P, tbo, wp, bias) : gp5f_blocks(0, 0, 2, g, pend[kind], P, tbo, wp, bias);
+		} else if (np[kind] == 1) {
+			if (SPAN)
+				gp5f_blocks(0, 1, 1, g, pend[kind], P, tbo, wp, bias);
+			else
+				gp5f_blocks(0, 0, 1, g, pend[kind], P, tbo, wp, bias);
+		}
+	}
+}
+
+// gp5_conv_shift_fwd is the forward of units [u0, u1) reading x (n images) through the
+// masks: the per-image units (gp5f_units), or with span the units across images
+// (gp5f_span_units; P at least 16, kk·P at most GP5_SPAN_TAB).
 static void gp5_conv_shift_fwd(const gp_shiftconv *g0, const int *qoff, const unsigned short *mask, const float *x,
-                               const float *wp, const float *bias, float *y, long n, long u0, long u1) {
+                               const float *wp, const float *bias, float *y, long n, long u0, long u1, int span) {
 	gp_shiftconv gs = *g0;
 	gs.qoff = qoff, gs.mask = mask;
+	if (span) {
+		unsigned short T[2 * GP5_SPAN_TAB];
+		gp5_span_masks(&gs, T);
+		const int plain = gp5f_finite(wp, (long)gs.C * gs.kk * gs.O);
+		gp5f_span_units(&gs, T, x, wp, bias, y, n, u0, u1, plain);
+		return;
+	}
 	long lo, hi;
 	gp5f_plain(&gs, wp, n, &lo, &hi);
 	gp5f_units(0, &gs, x, wp, bias, y, u0, u1, lo, hi);

@@ -44,7 +44,7 @@ func TestConvShiftFwdReads(t *testing.T) {
 				DH: 1, DW: 1, OH: tc.h, OW: tc.w}
 			shift, mask := ShiftTables(g)
 			P, kk := tc.h*tc.w, tc.k*tc.k
-			K, nch := tc.c*kk, (P+15)/16
+			K := tc.c * kk
 			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
 			x, fx := guarded(t, tc.n*tc.c*P, tc.xAtEnd)
 			defer fx()
@@ -92,8 +92,6 @@ func TestConvShiftFwdReads(t *testing.T) {
 					}
 				}
 			}
-			u := tc.n * nch
-			cuts := []int{0, min(3, u), min(4, u), max(min(4, u), u-3), u}
 			var ys [][]float32
 			var levels []Level
 			for _, l := range []Level{AVX512, AVX2} {
@@ -106,6 +104,8 @@ func TestConvShiftFwdReads(t *testing.T) {
 					y[i] = float32(math.NaN())
 				}
 				at(t, l, func() {
+					u := ConvShiftUnits(s, tc.n)
+					cuts := []int{0, min(3, u), min(4, u), max(min(4, u), u-3), u}
 					for i := 1; i < len(cuts); i++ {
 						if !ConvShiftFwd(s, x, wp, bias, y, tc.n, cuts[i-1], cuts[i]) {
 							t.Fatalf("%s: ConvShiftFwd did not run on units [%d, %d)", l, cuts[i-1], cuts[i])

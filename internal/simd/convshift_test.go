@@ -163,7 +163,7 @@ func TestConvShiftKernels(t *testing.T) {
 				at(t, l, func() {
 					// Two calls over a split of the units and of the output channels, as
 					// nn/ops's workers make them.
-					u := tc.n * nch
+					u := ConvShiftUnits(s, tc.n)
 					if !ConvShiftFwd(s, x, wp, bias, y, tc.n, 0, u/2) ||
 						!ConvShiftFwd(s, x, wp, bias, y, tc.n, u/2, u) {
 						t.Fatalf("%s: ConvShiftFwd did not run", l)

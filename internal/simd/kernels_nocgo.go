@@ -95,6 +95,9 @@ func SoftmaxBwd(p, d []float32, acc []float64, n int) bool { return false }
 // ConvShiftFwd is the C kernel's stand-in: it reports false.
 func ConvShiftFwd(s *ConvShift, x, wp, bias, y []float32, n, u0, u1 int) bool { return false }
 
+// ConvShiftUnits is how many units ConvShiftFwd cuts n images of s into: n·ceil(P/16).
+func ConvShiftUnits(s *ConvShift, n int) int { return n * ((s.P + 15) / 16) }
+
 // ConvShiftWGrad is the C kernel's stand-in: it reports false.
 func ConvShiftWGrad(s *ConvShift, x, dy, dw []float32, n, oa, ob int) bool { return false }
 

@@ -373,11 +373,14 @@ func phaseOut(g *convGeom, pl *shiftPlan, n int, xp, dx []float32) bool {
 	})
 }
 
-// convShiftRun runs simd.ConvShiftFwd of cs over the n images' units (16 pixels each),
-// split across Threads(), or simd.ConvShiftFwdPad over x's padded planes when pad is not
-// nil; wp is the packed weights (C·KK × O of cs).
+// convShiftRun runs simd.ConvShiftFwd of cs over the n images' units (16 pixels each,
+// simd.ConvShiftUnits), split across Threads(), or simd.ConvShiftFwdPad over x's padded
+// planes when pad is not nil; wp is the packed weights (C·KK × O of cs).
 func convShiftRun(cs *simd.ConvShift, pad *simd.ConvPad, n int, x, wp, b, y []float32) bool {
 	units := n * ((cs.P + 15) / 16)
+	if pad == nil {
+		units = simd.ConvShiftUnits(cs, n)
+	}
 	return splitRowsOK(units, 16*cs.O*cs.C*cs.KK/64, func(lo, hi int) bool {
 		if pad != nil {
 			return simd.ConvShiftFwdPad(cs, pad, x, wp, b, y, n, lo, hi)
