@@ -229,7 +229,9 @@ static inline __attribute__((always_inline)) void gp5f_units(int PAD, const gp_s
 // The filter gradient (convshift_avx512.h) keeps its per-image units: the same scheme
 // there, each unit a step of four output channels by six rows with x and dy loaded in two
 // parts where it spans, measured 0.78-0.86x on 7x7 maps with 3x3 taps and 0.70-0.78x with
-// 1x1 (its loop of steps ran out of general registers).
+// 1x1, and 0.76-0.79x and 0.64-0.65x with each image's units that do not span in a loop of
+// their own (its loops spilled general registers; with 1x1 it also loses the per-image
+// path's steps without masks).
 
 // GP5_SPAN_TAB is the most entries (kk·P) of each of gp5_span_masks's tables; a larger
 // convolution runs the per-image units (convShiftSpans in convshift_cgo.go).
