@@ -26,11 +26,8 @@ func BenchmarkConvShiftDemo(b *testing.B) {
 	} {
 		const n = 64
 		b.Run(fmt.Sprintf("c%d_o%d_%dx%d_k%d", tc.c, tc.o, tc.hw, tc.hw, tc.k), func(b *testing.B) {
-			p := tc.k / 2
-			g := &ConvGeom{C: tc.c, H: tc.hw, W: tc.hw, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: p, PW: p, DH: 1, DW: 1, OH: tc.hw, OW: tc.hw}
-			shift, mask := ShiftTables(g)
-			P, kk := tc.hw*tc.hw, tc.k*tc.k
-			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			s := demoShift(tc.c, tc.o, tc.hw, tc.k)
+			P, kk := s.P, s.KK
 			rng := rand.New(rand.NewSource(1))
 			x, dy, y := make([]float32, n*tc.c*P), make([]float32, n*tc.o*P), make([]float32, n*tc.o*P)
 			wp, dw := make([]float32, tc.o*tc.c*kk), make([]float32, tc.o*tc.c*kk)
@@ -79,11 +76,8 @@ func BenchmarkConvShiftSpanAB(b *testing.B) {
 	} {
 		const n = 64
 		b.Run(fmt.Sprintf("c%d_o%d_%dx%d_k%d", tc.c, tc.o, tc.hw, tc.hw, tc.k), func(b *testing.B) {
-			p := tc.k / 2
-			g := &ConvGeom{C: tc.c, H: tc.hw, W: tc.hw, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: p, PW: p, DH: 1, DW: 1, OH: tc.hw, OW: tc.hw}
-			shift, mask := ShiftTables(g)
-			P, kk := tc.hw*tc.hw, tc.k*tc.k
-			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			s := demoShift(tc.c, tc.o, tc.hw, tc.k)
+			P, kk := s.P, s.KK
 			rng := rand.New(rand.NewSource(1))
 			x, y, wp := make([]float32, n*tc.c*P), make([]float32, n*tc.o*P), make([]float32, tc.o*tc.c*kk)
 			fillRand(rng, x)
@@ -115,4 +109,14 @@ func BenchmarkConvShiftSpanAB(b *testing.B) {
 			b.ReportMetric(medianOf(ratio), "span/image")
 		})
 	}
+}
+
+// demoShift is the implicit convolution of c to o channels with a k×k kernel at stride 1
+// and padding k/2 on hw×hw maps, dense planes (resnet8_s2's layers in the benchmarks).
+func demoShift(c, o, hw, k int) *ConvShift {
+	p := k / 2
+	g := &ConvGeom{C: c, H: hw, W: hw, KH: k, KW: k, SH: 1, SW: 1, PH: p, PW: p, DH: 1, DW: 1, OH: hw, OW: hw}
+	shift, mask := ShiftTables(g)
+	P := hw * hw
+	return &ConvShift{C: c, O: o, KK: k * k, P: P, XC: P, XN: c * P, YC: P, YN: o * P, Off: shift, Mask: mask}
 }

@@ -63,35 +63,10 @@ func TestConvShiftFwdReads(t *testing.T) {
 			if tc.badW != 0 {
 				w[1*K] = float32(tc.badW) // input channel 0, tap (0, 0): the padding above
 			}
-			wp := make([]float32, K*tc.o)
-			for o := 0; o < tc.o; o++ {
-				for r := 0; r < K; r++ {
-					wp[r*tc.o+o] = w[o*K+r]
-				}
-			}
+			wp := packWeightsT(w, tc.o, K)
 			bias := make([]float32, tc.o)
 			fillRand(rng, bias)
-			want := make([]float64, tc.n*tc.o*P)
-			for n := 0; n < tc.n; n++ {
-				for o := 0; o < tc.o; o++ {
-					for k := 0; k < P; k++ {
-						v := float64(bias[o])
-						for c := 0; c < tc.c; c++ {
-							for i := 0; i < tc.k; i++ {
-								for j := 0; j < tc.k; j++ {
-									ih, iw := k/tc.w-pad+i, k%tc.w-pad+j
-									xv := 0.0
-									if ih >= 0 && ih < tc.h && iw >= 0 && iw < tc.w {
-										xv = float64(x[(n*tc.c+c)*P+ih*tc.w+iw])
-									}
-									v += float64(w[o*K+(c*tc.k+i)*tc.k+j]) * xv
-								}
-							}
-						}
-						want[(n*tc.o+o)*P+k] = v
-					}
-				}
-			}
+			want := convRef64(x, w, bias, tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.c*P, P, tc.o*P, P)
 			var ys [][]float32
 			var levels []Level
 			for _, l := range []Level{AVX512, AVX2} {
@@ -205,4 +180,45 @@ func TestPhaseSplitMergeStride2(t *testing.T) {
 			}
 		}
 	}
+}
+
+// packWeightsT is ConvShiftFwd's packing of w (o×K) for the tests: its transpose, K×o.
+func packWeightsT(w []float32, o, K int) []float32 {
+	wp := make([]float32, K*o)
+	for oi := 0; oi < o; oi++ {
+		for r := 0; r < K; r++ {
+			wp[r*o+oi] = w[oi*K+r]
+		}
+	}
+	return wp
+}
+
+// convRef64 is the float64 reference of a stride-1 convolution with a k×k kernel, padding
+// k/2 and a bias, of n images of c channels on h×wd maps into o channels of the same size:
+// x's channel planes xc floats apart and its images xn apart, the result's planes yc apart
+// and its images yn apart (what lies between planes is left 0).
+func convRef64(x, w, bias []float32, n, c, o, h, wd, k, xn, xc, yn, yc int) []float64 {
+	P, pad, K := h*wd, k/2, c*k*k
+	want := make([]float64, (n-1)*yn+(o-1)*yc+P)
+	for ni := 0; ni < n; ni++ {
+		for oi := 0; oi < o; oi++ {
+			for p := 0; p < P; p++ {
+				v := float64(bias[oi])
+				for ci := 0; ci < c; ci++ {
+					for i := 0; i < k; i++ {
+						for j := 0; j < k; j++ {
+							ih, iw := p/wd-pad+i, p%wd-pad+j
+							xv := 0.0
+							if ih >= 0 && ih < h && iw >= 0 && iw < wd {
+								xv = float64(x[ni*xn+ci*xc+ih*wd+iw])
+							}
+							v += float64(w[oi*K+(ci*k+i)*k+j]) * xv
+						}
+					}
+				}
+				want[ni*yn+oi*yc+p] = v
+			}
+		}
+	}
+	return want
 }

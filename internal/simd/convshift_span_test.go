@@ -89,36 +89,11 @@ func TestConvShiftFwdSpan(t *testing.T) {
 			if tc.badW != 0 || math.IsNaN(tc.badW) {
 				w[1*K] = float32(tc.badW) // output channel 1, input channel 0, tap (0, 0)
 			}
-			wp := make([]float32, K*tc.o)
-			for o := 0; o < tc.o; o++ {
-				for r := 0; r < K; r++ {
-					wp[r*tc.o+o] = w[o*K+r]
-				}
-			}
+			wp := packWeightsT(w, tc.o, K)
 			bias := make([]float32, tc.o)
 			fillRand(rng, bias)
-			ny := (tc.n-1)*yn + (tc.o-1)*yc + P
-			want := make([]float64, ny)
-			for n := 0; n < tc.n; n++ {
-				for o := 0; o < tc.o; o++ {
-					for k := 0; k < P; k++ {
-						v := float64(bias[o])
-						for c := 0; c < tc.c; c++ {
-							for i := 0; i < tc.k; i++ {
-								for j := 0; j < tc.k; j++ {
-									ih, iw := k/tc.w-pad+i, k%tc.w-pad+j
-									xv := 0.0
-									if ih >= 0 && ih < tc.h && iw >= 0 && iw < tc.w {
-										xv = float64(x[n*xn+c*xc+ih*tc.w+iw])
-									}
-									v += float64(w[o*K+(c*tc.k+i)*tc.k+j]) * xv
-								}
-							}
-						}
-						want[n*yn+o*yc+k] = v
-					}
-				}
-			}
+			want := convRef64(x, w, bias, tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, xn, xc, yn, yc)
+			ny := len(want)
 			inY := func(i int) bool { return i%yn < tc.o*yc && i%yn%yc < P }
 			type way struct {
 				name  string

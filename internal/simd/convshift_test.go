@@ -103,15 +103,10 @@ func TestConvShiftKernels(t *testing.T) {
 				x[m*tc.c*P+2*tc.w-1] = float32(math.Inf(-1))
 			}
 			w := make([]float32, tc.o*K) // O×K, as nn/ops's weights
-			wp := make([]float32, K*tc.o)
 			for i := range w {
 				w[i] = float32(rng.NormFloat64())
 			}
-			for o := 0; o < tc.o; o++ {
-				for r := 0; r < K; r++ {
-					wp[r*tc.o+o] = w[o*K+r]
-				}
-			}
+			wp := packWeightsT(w, tc.o, K)
 			bias := make([]float32, tc.o)
 			for i := range bias {
 				bias[i] = float32(rng.NormFloat64())
