@@ -89,7 +89,11 @@ func main() {
 }
 
 func run(threads string, reps int, out string, child bool) error {
-	prov := benchutil.Start("ops", os.Args[1:])
+	var prov *benchutil.Provenance // a child's line has none
+	if !child {
+		p := benchutil.Start("ops", os.Args[1:])
+		prov = &p
+	}
 	var rep Report
 	if threads == "" {
 		r, err := measure(reps, !child)
@@ -114,9 +118,9 @@ func run(threads string, reps int, out string, child bool) error {
 		rep.GOMAXPROCS = rep.PerThreads[0].GOMAXPROCS
 	}
 	rep.GeneratedAt = time.Now().UTC().Format(time.RFC3339)
-	if !child {
+	if prov != nil {
 		prov.End()
-		rep.Provenance, rep.Units = &prov, units
+		rep.Provenance, rep.Units = prov, units
 	}
 	line, err := json.Marshal(rep)
 	if err != nil {

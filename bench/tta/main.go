@@ -77,8 +77,8 @@ func main() {
 type repetition struct {
 	First string   `json:"first"` // the side that ran first
 	Sides []side   `json:"sides"`
-	Ratio *float64 `json:"ratio"` // null when a side did not reach the target or PyTorch is missing
-	Load  float64  `json:"load_avg_1m_after"`
+	Ratio *float64 `json:"ratio"`           // null when a side did not reach the target or PyTorch is missing
+	Load  float64  `json:"load_avg_1m_end"` // when the repetition ended
 }
 
 func run(target float64, epochs, reps int, dataDir, out string) error {
@@ -87,7 +87,7 @@ func run(target float64, epochs, reps int, dataDir, out string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	prov := benchutil.Start("tta", []string{"-target", fmt.Sprint(target), "-epochs", strconv.Itoa(epochs), "-reps", strconv.Itoa(reps)})
+	prov := benchutil.Start("tta", os.Args[1:])
 	fmt.Printf("bench/tta: Fashion-MNIST, resnet8_s2, %d epochs, target %.1f%% test top-1, 2 processes of one thread\n%s\n", epochs, target, prov.Machine)
 	for _, pkg := range []string{"cmd/gprun", "examples/imagenet", "cmd/modelcheck"} {
 		if msg, err := exec.Command("go", "build", "-o", filepath.Join(work, filepath.Base(pkg)), "./"+pkg).CombinedOutput(); err != nil {
@@ -156,41 +156,35 @@ func run(target float64, epochs, reps int, dataDir, out string) error {
 
 // runRep runs both sides once, PyTorch's first in odd repetitions.
 func runRep(work, dataDir, weights string, epochs int, target float64, r int, torchOK bool) (repetition, error) {
-	rp := repetition{First: "ours"}
-	if torchOK && r%2 == 1 {
-		rp.First = "PyTorch"
+	runs := map[string]func() (side, error){
+		"ours": func() (side, error) {
+			return runOurs(filepath.Join(work, fmt.Sprintf("ours-%d", r)), work, dataDir, weights, epochs, target)
+		},
+		"PyTorch": func() (side, error) { return runTorch(work, dataDir, weights, epochs, target) },
 	}
-	var ours, th side
-	var err error
-	runO := func() error {
-		ours, err = runOurs(filepath.Join(work, fmt.Sprintf("ours-%d", r)), work, dataDir, weights, epochs, target)
-		return err
-	}
-	runT := func() error {
-		th, err = runTorch(work, dataDir, weights, epochs, target)
-		return err
-	}
-	steps := []func() error{runO}
+	order := []string{"ours"}
 	if torchOK {
-		steps = append(steps, runT)
-		if rp.First == "PyTorch" {
-			steps[0], steps[1] = steps[1], steps[0]
+		order = append(order, "PyTorch")
+		if r%2 == 1 {
+			order[0], order[1] = order[1], order[0]
 		}
 	}
-	for _, f := range steps {
-		if err := f(); err != nil {
-			return rp, fmt.Errorf("repetition %d: %w", r+1, err)
+	got := map[string]side{}
+	for _, name := range order {
+		s, err := runs[name]()
+		if err != nil {
+			return repetition{}, fmt.Errorf("repetition %d: %w", r+1, err)
 		}
+		got[name] = s
 	}
-	rp.Sides = []side{ours}
-	if torchOK {
+	rp := repetition{First: order[0], Sides: []side{got["ours"]}, Load: benchutil.LoadAvg()}
+	if th, ok := got["PyTorch"]; ok {
 		rp.Sides = append(rp.Sides, th)
-		if ours.SecondsToGoal != nil && th.SecondsToGoal != nil {
+		if ours := got["ours"]; ours.SecondsToGoal != nil && th.SecondsToGoal != nil {
 			v := *th.SecondsToGoal / *ours.SecondsToGoal
 			rp.Ratio = &v
 		}
 	}
-	rp.Load = benchutil.LoadAvg()
 	return rp, nil
 }
 

@@ -297,18 +297,18 @@ static void gp5f_span_units(const gp_shiftconv *g, const unsigned short *T, cons
 		}
 		if ((s += 16) >= P) s -= P, na++;
 	}
+	// What is left of each kind: a pair as its kind, a lone unit in mode 0 (no more copies of
+	// the block for one unit's sake).
 	for (int kind = 0; kind < 4; kind++) {
-		const int MODE = kind & 1 && np[kind] == 2, SPAN = kind >> 1; // one plain unit: mode 0
-		if (np[kind] == 2) {
-			if (SPAN)
-				MODE ? gp5f_blocks(1, 1, 2, g, pend[kind], P, tbo, wp, bias) : gp5f_blocks(0, 1, 2, g, pend[kind], P, tbo, wp, bias);
-			else
-				MODE ? gp5f_blocks(1, 0, 2, g, pend[kind], P, tbo, wp, bias) : gp5f_blocks(0, 0, 2, g, pend[kind], P, tbo, wp, bias);
-		} else if (np[kind] == 1) {
-			if (SPAN)
-				gp5f_blocks(0, 1, 1, g, pend[kind], P, tbo, wp, bias);
-			else
-				gp5f_blocks(0, 0, 1, g, pend[kind], P, tbo, wp, bias);
+		switch (np[kind] << 2 | kind) {
+		case 2 << 2 | 0: gp5f_blocks(0, 0, 2, g, pend[0], P, tbo, wp, bias); break;
+		case 2 << 2 | 1: gp5f_blocks(1, 0, 2, g, pend[1], P, tbo, wp, bias); break;
+		case 2 << 2 | 2: gp5f_blocks(0, 1, 2, g, pend[2], P, tbo, wp, bias); break;
+		case 2 << 2 | 3: gp5f_blocks(1, 1, 2, g, pend[3], P, tbo, wp, bias); break;
+		case 1 << 2 | 0:
+		case 1 << 2 | 1: gp5f_blocks(0, 0, 1, g, pend[kind], P, tbo, wp, bias); break;
+		case 1 << 2 | 2:
+		case 1 << 2 | 3: gp5f_blocks(0, 1, 1, g, pend[kind], P, tbo, wp, bias); break;
 		}
 	}
 }
