@@ -144,14 +144,11 @@ func (c *checkpoints) prune() {
 			c.log.Warn("could not remove old checkpoint", "path", k.path, "err", err)
 		}
 	}
-	// Temporaries of checkpoints whose writer was killed mid-write (checkpoint.WriteFile's
-	// ".NAME.tmp-*", from an earlier attempt): this process is the directory's only
-	// checkpoint writer and has no write in progress now, so any there are stale.
-	stale, _ := filepath.Glob(filepath.Join(c.dir, ".ckpt-*.npz.tmp-*"))
-	for _, p := range stale {
-		if err := os.Remove(p); err != nil {
-			c.log.Warn("could not remove a stale checkpoint temporary", "path", p, "err", err)
-		}
+	// Temporaries of checkpoints whose writer was killed mid-write (from an earlier
+	// attempt): this process is the directory's only checkpoint writer and has no write in
+	// progress now, so any there are stale.
+	if _, err := checkpoint.RemoveTemps(c.dir, "ckpt-*.npz"); err != nil {
+		c.log.Warn("could not remove a stale checkpoint temporary", "err", err)
 	}
 }
 

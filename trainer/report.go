@@ -89,6 +89,12 @@ func timelineSteps(cfg *settings) int {
 	}
 }
 
+// timelineName is the base name of rank's timeline under the run directory, and
+// mergedTimelineName that of rank 0's merge of them.
+func timelineName(rank int) string { return fmt.Sprintf("timeline-rank%d.json", rank) }
+
+const mergedTimelineName = "timeline.json"
+
 // writeTimelines writes this rank's timeline as OUT/timeline-rankN.json (Chrome trace) and,
 // once every rank has, rank 0 merges them into OUT/timeline.json. The timeline holds only
 // the events of the last cfg.TimelineSteps steps (the trace's metadata says which); with
@@ -98,7 +104,7 @@ func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *timeli
 		return nil
 	}
 	rank, world := g.Rank(), g.Size()
-	path := func(r int) string { return filepath.Join(cfg.Out, fmt.Sprintf("timeline-rank%d.json", r)) }
+	path := func(r int) string { return filepath.Join(cfg.Out, timelineName(r)) }
 	if err := writeFileAtomic(path(rank), tl.WriteChromeTrace); err != nil {
 		return err
 	}
@@ -120,7 +126,7 @@ func writeTimelines(ctx context.Context, g comm.Group, cfg *settings, tl *timeli
 		defer f.Close()
 		files = append(files, f)
 	}
-	merged := filepath.Join(cfg.Out, "timeline.json")
+	merged := filepath.Join(cfg.Out, mergedTimelineName)
 	if err := writeFileAtomic(merged, func(w io.Writer) error { return timeline.MergeChromeTraces(w, files...) }); err != nil {
 		return err
 	}

@@ -189,11 +189,12 @@ func (r *run) save(ctx context.Context, step int64, epoch int) error {
 // steps after its checkpoint: their records, written by the attempt that was interrupted,
 // go, so that the log holds each step once.
 func (r *run) openOutputs() error {
-	r.side = &sideOutputs{plotTo: filepath.Join(r.cfg.Out, "curves.png"), log: r.log}
+	r.side = &sideOutputs{plotTo: filepath.Join(r.cfg.Out, plotName), log: r.log}
+	r.removeStaleTemps()
 	if r.rank != 0 {
 		return nil
 	}
-	r.res.MetricsPath = filepath.Join(r.cfg.Out, "metrics.jsonl")
+	r.res.MetricsPath = filepath.Join(r.cfg.Out, metricsName)
 	m, err := OpenMetrics(r.res.MetricsPath, r.meta.Step)
 	if err != nil {
 		return err
@@ -205,6 +206,26 @@ func (r *run) openOutputs() error {
 		}
 	}
 	return nil
+}
+
+// The base names of rank 0's metrics log and plot under the run directory.
+const metricsName, plotName = "metrics.jsonl", "curves.png"
+
+// removeStaleTemps removes the temporaries of the files this rank writes under the run
+// directory (its timeline; rank 0's metrics log, plot and merged timeline) that a process
+// killed mid-write left (checkpoint.RemoveTemps): this rank is their one writer, and it has
+// not begun writing them yet. One that stays is logged, never an error: it is a side
+// output's.
+func (r *run) removeStaleTemps() {
+	names := []string{timelineName(r.rank)}
+	if r.rank == 0 {
+		names = append(names, metricsName, plotName, mergedTimelineName)
+	}
+	for _, n := range names {
+		if _, err := checkpoint.RemoveTemps(r.cfg.Out, n); err != nil {
+			r.log.Warn("could not remove a stale temporary", "err", err)
+		}
+	}
 }
 
 // close releases the engine, if one was built; a failure to release is logged, since the

@@ -3,7 +3,9 @@ package trainer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +105,36 @@ func TestBackgroundPlotIsTheFinalLogs(t *testing.T) {
 	for _, e := range ents {
 		if strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("a plot's temporary file %s is left", e.Name())
+		}
+	}
+}
+
+// TestStaleTempsRemoved: temporaries that an attempt killed mid-write left in the run
+// directory (every side output's and a checkpoint's) are gone after the next run, which
+// writes those files again; a file of another program's that looks like one stays.
+func TestStaleTempsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	stale := []string{".curves.png.tmp-11", ".metrics.jsonl.tmp-12", ".timeline.json.tmp-13", ".timeline-rank0.json.tmp-14",
+		".timeline-rank1.json.tmp-15", ".ckpt-000000003.npz.tmp-16"}
+	keep := []string{".notes.txt.tmp-17", "notes.txt"}
+	for _, f := range append(append([]string{}, stale...), keep...) {
+		writeFile(t, filepath.Join(dir, f), "torn")
+	}
+	src := DatasetSource{Train: blobs{24}, Val: blobs{12}, Classes: 3, Workers: 1}
+	res := fitWorld(t, 2, Graph(dense).Named("dense"), src, func() []Option {
+		return []Option{WithBatchSize(8), WithEpochs(1), WithDir(dir), WithOptimizer(SGD(0.5, 0.9)), WithOutput(io.Discard)}
+	})
+	if res[0].PlotPath == "" || len(res[0].TimelinePaths) != 3 || res[0].Checkpoint == "" {
+		t.Fatalf("the run wrote plot %q, timelines %q, checkpoint %q: want each", res[0].PlotPath, res[0].TimelinePaths, res[0].Checkpoint)
+	}
+	for _, f := range stale {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the stale temporary %s is still there (%v)", f, err)
+		}
+	}
+	for _, f := range keep {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s, not the run's, was removed: %v", f, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -52,7 +53,7 @@ func WriteFile(path string, write func(io.Writer) error, opts ...WriteOption) (e
 		}
 	}()
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+tempSuffix)
 	if err != nil {
 		return err
 	}
@@ -84,6 +85,37 @@ func WriteFile(path string, write func(io.Writer) error, opts ...WriteOption) (e
 	}
 	renamed = true
 	return syncDir(dir)
+}
+
+// tempPrefix and tempSuffix frame the base name of the file in WriteFile's temporaries,
+// ".<base>.tmp-*" (os.CreateTemp replaces the star).
+const tempPrefix, tempSuffix = ".", ".tmp-*"
+
+// RemoveTemps removes the temporaries that WriteFile leaves in dir when its process is
+// killed between creating one and renaming it: ".<base>.tmp-*" for the files whose base
+// name matches pattern (filepath.Match syntax, "ckpt-*.npz"). A write in progress has a
+// temporary of the same form, so only the files' one writer calls it, while it has none of
+// their writes in progress (as a job restarted after a kill does before it writes them
+// again). It returns the paths it removed; its error names each temporary it could not
+// remove (the others are removed all the same), or the pattern when it is malformed.
+func RemoveTemps(dir, pattern string) ([]string, error) {
+	if _, err := filepath.Match(pattern, ""); err != nil {
+		return nil, fmt.Errorf("checkpoint: temporaries of %q in %s: %w", pattern, dir, err)
+	}
+	found, err := filepath.Glob(filepath.Join(dir, tempPrefix+pattern+tempSuffix))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: temporaries of %q in %s: %w", pattern, dir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, p := range found {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("checkpoint: removing the stale temporary %s: %w", p, err))
+			continue
+		}
+		removed = append(removed, p)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // syncDir fsyncs directory dir, making the entries renamed into it durable.

@@ -157,3 +157,77 @@ func listDir(t *testing.T, dir string) []string {
 	}
 	return names
 }
+
+// TestRemoveTemps: the temporaries of the files a pattern names go and nothing else does;
+// one that cannot be removed is named in the error while the others still go; a malformed
+// pattern is an error that names it.
+func TestRemoveTemps(t *testing.T) {
+	files := []string{
+		".ckpt-000004.npz.tmp-123", ".ckpt-000008.npz.tmp-9", "ckpt-000004.npz", ".curves.png.tmp-5",
+		"notes.tmp-1", ".ckpt-000004.npz", "curves.png",
+	}
+	for _, tc := range []struct {
+		name, pattern string
+		stuck         bool     // a non-empty directory named like a temporary of pattern's files
+		want          []string // base names removed
+		wantErr       string   // substring of the error, "" for none
+	}{
+		{name: "checkpoints", pattern: "ckpt-*.npz", want: []string{".ckpt-000004.npz.tmp-123", ".ckpt-000008.npz.tmp-9"}},
+		{name: "one file", pattern: "curves.png", want: []string{".curves.png.tmp-5"}},
+		{name: "none", pattern: "metrics.jsonl"},
+		{name: "stuck", pattern: "curves.png", stuck: true, want: []string{".curves.png.tmp-5"}, wantErr: ".curves.png.tmp-stuck"},
+		{name: "bad pattern", pattern: "ckpt-[", wantErr: `"ckpt-["`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range files {
+				if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.stuck {
+				if err := os.MkdirAll(filepath.Join(dir, ".curves.png.tmp-stuck", "inside"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			removed, err := RemoveTemps(dir, tc.pattern)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("RemoveTemps(%q): error %v, want one containing %q", tc.pattern, err, tc.wantErr)
+			}
+			var got []string
+			for _, p := range removed {
+				got = append(got, filepath.Base(p))
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("RemoveTemps(%q) removed %q, want %q", tc.pattern, got, tc.want)
+			}
+			for _, f := range files {
+				_, err := os.Stat(filepath.Join(dir, f))
+				gone := errors.Is(err, fs.ErrNotExist)
+				if wantGone := strings.Contains(","+strings.Join(tc.want, ",")+",", ","+f+","); gone != wantGone {
+					t.Errorf("RemoveTemps(%q): %s gone %v, want %v", tc.pattern, f, gone, wantGone)
+				}
+			}
+		})
+	}
+}
+
+// TestRemoveTempsFindsWriteFiles: the temporary WriteFile is writing is one RemoveTemps
+// finds, as a writer killed at that moment would leave it.
+func TestRemoveTempsFindsWriteFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	var removed []string
+	err := WriteFile(path, func(w io.Writer) error {
+		var err error
+		removed, err = RemoveTemps(dir, "state.json")
+		return err
+	})
+	if len(removed) != 1 || !strings.HasPrefix(filepath.Base(removed[0]), ".state.json.tmp-") {
+		t.Fatalf("RemoveTemps during WriteFile removed %q, want the one temporary being written", removed)
+	}
+	// The temporary is gone, so the rename fails: the error names the path.
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("WriteFile after its temporary was removed: %v, want an error naming %s", err, path)
+	}
+}
