@@ -130,7 +130,7 @@ bench-report:
 	$(GO) run ./bench/report
 
 bench-ops: deps
-	$(GO) run ./bench/ops
+	OPENBLAS_NUM_THREADS=1 $(GO) run ./bench/ops
 
 bench-models: deps
 	$(GO) run ./bench/models
