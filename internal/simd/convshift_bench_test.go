@@ -120,3 +120,48 @@ func demoShift(c, o, hw, k int) *ConvShift {
 	P := hw * hw
 	return &ConvShift{C: c, O: o, KK: k * k, P: P, XC: P, XN: c * P, YC: P, YN: o * P, Off: shift, Mask: mask}
 }
+
+// BenchmarkPhaseMergeAB times PhaseMerge at stride 2 on resnet8_s2's strided layers (batch
+// 64: 3x3 with all four phases, 1x1 with one) with AVX-512's loop and with the generic copy
+// (level AVX2), alternating in each repetition, and reports their median GB/s of dx written
+// (CPU time) and the median ratio:
+//
+//	GOMAXPROCS=1 go test ./internal/simd -run '^$' -bench PhaseMergeAB -benchtime 9x
+func BenchmarkPhaseMergeAB(b *testing.B) {
+	if Supported(AVX512) != nil {
+		b.Skip("no AVX-512")
+	}
+	for _, tc := range []struct {
+		c, hw int
+		used  uint64
+	}{{16, 14, 15}, {16, 14, 1}, {32, 7, 15}, {32, 7, 1}} {
+		const n = 64
+		b.Run(fmt.Sprintf("c%d_%dx%d_used%04b", tc.c, tc.hw, tc.hw, tc.used), func(b *testing.B) {
+			nc, oh := n*tc.c, (tc.hw+1)/2
+			xp, dx := make([]float32, nc*4*oh*oh), make([]float32, nc*tc.hw*tc.hw)
+			fillRand(rand.New(rand.NewSource(1)), xp)
+			const calls = 200
+			var fast, slow, ratio []float64
+			for range b.N {
+				var secs [2]float64
+				for i, l := range []Level{AVX512, AVX2} {
+					restore, err := Set(l)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c0 := cpuSeconds()
+					for range calls {
+						PhaseMerge(xp, dx, nc, tc.hw, tc.hw, oh, oh, 2, tc.used)
+					}
+					secs[i] = cpuSeconds() - c0
+					restore()
+				}
+				gb := float64(calls*len(dx)*4) / 1e9
+				fast, slow, ratio = append(fast, gb/secs[0]), append(slow, gb/secs[1]), append(ratio, secs[1]/secs[0])
+			}
+			b.ReportMetric(medianOf(fast), "avx512-GB/s")
+			b.ReportMetric(medianOf(slow), "generic-GB/s")
+			b.ReportMetric(medianOf(ratio), "x")
+		})
+	}
+}

@@ -388,4 +388,41 @@ static void gp5_phase_split2(const float *x, float *xp, long nc, long h, long w,
 	}
 }
 
+// gp5_phase_merge2 is gp_phase_merge at stride 2 (convshift.h): row ih of each of the nc
+// planes of dx interleaves row ih/2 of phase planes (ih%2)·2 and (ih%2)·2 + 1, 0 for a phase
+// not in used, past the planes and in the rows below them; eight pixels of each phase at a
+// time, zero-masked past the row's pairs, merged by one permute into sixteen of dx's row. A
+// copy: the same values as gp_phase_merge.
+static void gp5_phase_merge2(const float *xp, float *dx, long nc, long h, long w, long oh, long ow,
+                             unsigned long long used) {
+	const long P = oh * ow, hw = h * w;
+	const long jn = w / 2 < ow ? w / 2 : ow; // whole pairs of a row of dx inside the planes
+	const __m512i iv = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+	const __m512 z = _mm512_setzero_ps();
+	for (long p = 0; p < nc; p++) {
+		float *dst = dx + p * hw;
+		const float *pl = xp + p * 4 * P;
+		for (long ih = 0; ih < h; ih++) {
+			float *dr = dst + ih * w;
+			const long i = ih / 2, a = ih % 2;
+			if (i >= oh) {
+				for (long k = 0; k < w; k += 16) _mm512_mask_storeu_ps(dr + k, gp5f_lanes(w - k), z);
+				continue;
+			}
+			const int u0 = (used >> (a * 2)) & 1, u1 = (used >> (a * 2 + 1)) & 1;
+			const float *s0 = pl + (a * 2) * P + i * ow, *s1 = s0 + P;
+			for (long j = 0; j < jn; j += 8) {
+				const __mmask16 m = gp5f_lanes(jn - j) & 0xff; // this step's pairs
+				const __m512 e = u0 ? _mm512_maskz_loadu_ps(m, s0 + j) : z;
+				const __m512 o = u1 ? _mm512_maskz_loadu_ps(m, s1 + j) : z;
+				_mm512_mask_storeu_ps(dr + 2 * j, gp5f_lanes(2 * (jn - j)), _mm512_permutex2var_ps(e, iv, o));
+			}
+			for (long k = 2 * jn; k < w; k++) {
+				const long j = k / 2, b = k % 2;
+				dr[k] = j < ow && ((used >> (a * 2 + b)) & 1) ? pl[(a * 2 + b) * P + i * ow + j] : 0;
+			}
+		}
+	}
+}
+
 #pragma GCC pop_options

@@ -108,7 +108,7 @@ func TestConvShiftFwdReads(t *testing.T) {
 }
 
 // TestPhaseSplitMergeStride2 checks PhaseSplit and PhaseMerge at stride 2 at every level
-// this CPU runs (AVX-512 splits all four phases with its own loop) against their
+// this CPU runs (AVX-512 splits and merges all four phases with its own loops) against their
 // definitions (TestPhaseSplitMerge's), on rows of several 32-pixel chunks, odd sizes and
 // phase planes wider than x's phases.
 func TestPhaseSplitMergeStride2(t *testing.T) {
