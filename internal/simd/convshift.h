@@ -17,6 +17,21 @@ typedef struct {
 	const int *poff;
 } gp_shiftconv;
 
+// gp_reads bounds the plain loads of an implicit convolution's x: it sets *qmin to the
+// smallest tap offset and *reach to how far the reads of every channel and tap go past the
+// first pixel of a read of span floats ((C-1)·xc + the largest tap offset + span), and
+// returns x's extent for n images ((n-1)·xn + (C-1)·xc + P floats, what the caller checks).
+static inline long gp_reads(const gp_shiftconv *g, long n, long span, long *qmin, long *reach) {
+	long lo = g->qoff[0], hi = g->qoff[0];
+	for (int q = 1; q < g->kk; q++) {
+		if (g->qoff[q] < lo) lo = g->qoff[q];
+		if (g->qoff[q] > hi) hi = g->qoff[q];
+	}
+	*qmin = lo;
+	*reach = (long)(g->C - 1) * g->xc + hi + span;
+	return (n - 1) * g->xn + (long)(g->C - 1) * g->xc + g->P;
+}
+
 // gp_phase_split writes the phase planes of nc planes of x (h×w each) into xp (s² planes
 // of oh×ow per plane of x): plane a·s + b holds x[s·i + a, s·j + b] (0 past x's edge), only
 // for the phases whose bit is set in used. A copy, the same at every level; stride 2 has

@@ -274,13 +274,8 @@ static void gp5s_wgrad_fast(const gp_shiftconv *g, const float *dy, int N, int o
 	const long P = g->P, nch = (P + 15) / 16, xn = g->xn;
 	*nlo = *nhi = 0;
 	if (nch == 1) return;
-	long qmin = g->qoff[0], qmax = g->qoff[0];
-	for (int q = 1; q < g->kk; q++) {
-		if (g->qoff[q] < qmin) qmin = g->qoff[q];
-		if (g->qoff[q] > qmax) qmax = g->qoff[q];
-	}
-	const long ext = (long)(N - 1) * xn + (long)(g->C - 1) * g->xc + P;
-	const long reach = (long)(g->C - 1) * g->xc + qmax + nch * 16; // past an image's start
+	long qmin, reach; // reach: past an image's start
+	const long ext = gp_reads(g, N, nch * 16, &qmin, &reach);
 	long lo = 0, hi = N;
 	while (lo < N && lo * xn + qmin < 0) lo++;
 	while (hi > lo && (hi - 1) * xn + reach > ext) hi--;

@@ -111,15 +111,8 @@ func BenchmarkConvShiftSpanAB(b *testing.B) {
 	}
 }
 
-// demoShift is the implicit convolution of c to o channels with a k×k kernel at stride 1
-// and padding k/2 on hw×hw maps, dense planes (resnet8_s2's layers in the benchmarks).
-func demoShift(c, o, hw, k int) *ConvShift {
-	p := k / 2
-	g := &ConvGeom{C: c, H: hw, W: hw, KH: k, KW: k, SH: 1, SW: 1, PH: p, PW: p, DH: 1, DW: 1, OH: hw, OW: hw}
-	shift, mask := ShiftTables(g)
-	P := hw * hw
-	return &ConvShift{C: c, O: o, KK: k * k, P: P, XC: P, XN: c * P, YC: P, YN: o * P, Off: shift, Mask: mask}
-}
+// demoShift is sameShift on hw×hw maps (resnet8_s2's layers in the benchmarks).
+func demoShift(c, o, hw, k int) *ConvShift { return sameShift(c, o, hw, hw, k, 1) }
 
 // BenchmarkPhaseMergeAB times PhaseMerge at stride 2 on resnet8_s2's strided layers (batch
 // 64: 3x3 with all four phases, 1x1 with one) with AVX-512's loop and with the generic copy

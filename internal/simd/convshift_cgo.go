@@ -224,7 +224,7 @@ func PhaseMerge(xp, dx []float32, nc, h, w, oh, ow, s int, used uint64) bool {
 	// maps and 1.33x on 7x7 (resnet8_s2's 3x3 layers at batch 64, BenchmarkPhaseMergeAB);
 	// one phase (1x1) measured 1.08x and 0.87x and keeps the copy.
 	if s == 2 && used&15 == 15 && Current() == AVX512 {
-		C.gp5_phase_merge2(f32p(xp), f32p(dx), C.long(nc), C.long(h), C.long(w), C.long(oh), C.long(ow), C.ulonglong(used))
+		C.gp5_phase_merge2(f32p(xp), f32p(dx), C.long(nc), C.long(h), C.long(w), C.long(oh), C.long(ow))
 		return true
 	}
 	C.gp_phase_merge(f32p(xp), f32p(dx), C.long(nc), C.long(h), C.long(w), C.long(oh), C.long(ow), C.long(s), C.ulonglong(used))

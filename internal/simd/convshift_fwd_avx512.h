@@ -158,13 +158,8 @@ static int gp5f_finite(const float *p, long n) {
 static void gp5f_plain(const gp_shiftconv *g, const float *wp, long N, long *lo, long *hi) {
 	const long P = g->P, nch = (P + 15) / 16, xn = g->xn;
 	*lo = *hi = 0;
-	long qmin = g->qoff[0], qmax = g->qoff[0];
-	for (int q = 1; q < g->kk; q++) {
-		if (g->qoff[q] < qmin) qmin = g->qoff[q];
-		if (g->qoff[q] > qmax) qmax = g->qoff[q];
-	}
-	const long ext = (N - 1) * xn + (long)(g->C - 1) * g->xc + P;
-	const long reach = (long)(g->C - 1) * g->xc + qmax + 16; // past a unit's first pixel
+	long qmin, reach; // reach: past a unit's first pixel
+	const long ext = gp_reads(g, N, 16, &qmin, &reach);
 	long l = 0, h = N * nch;
 	while (l < h && (l / nch) * xn + (l % nch) * 16 + qmin < 0) l++;
 	while (h > l && ((h - 1) / nch) * xn + ((h - 1) % nch) * 16 + reach > ext) h--;
@@ -265,13 +260,8 @@ static void gp5_span_masks(const gp_shiftconv *g, unsigned short *T) {
 static void gp5f_span_units(const gp_shiftconv *g, const unsigned short *T, const float *x,
                             const float *wp, const float *bias, float *y, long n, long u0, long u1, int plain) {
 	const long P = g->P, xn = g->xn, yn = g->yn;
-	long qmin = g->qoff[0], qmax = g->qoff[0];
-	for (int q = 1; q < g->kk; q++) {
-		if (g->qoff[q] < qmin) qmin = g->qoff[q];
-		if (g->qoff[q] > qmax) qmax = g->qoff[q];
-	}
-	const long ext = (n - 1) * xn + (long)(g->C - 1) * g->xc + P;
-	const long reach = (long)(g->C - 1) * g->xc + qmax + 16; // past a unit's first pixel
+	long qmin, reach; // reach: past a unit's first pixel
+	const long ext = gp_reads(g, n, 16, &qmin, &reach);
 	const long tbo = (long)g->kk * P;
 	// Pending units of each kind: bit 0 plain, bit 1 spanning.
 	gp5f_unit pend[4][3];
@@ -388,13 +378,12 @@ static void gp5_phase_split2(const float *x, float *xp, long nc, long h, long w,
 	}
 }
 
-// gp5_phase_merge2 is gp_phase_merge at stride 2 (convshift.h): row ih of each of the nc
-// planes of dx interleaves row ih/2 of phase planes (ih%2)·2 and (ih%2)·2 + 1, 0 for a phase
-// not in used, past the planes and in the rows below them; eight pixels of each phase at a
-// time, zero-masked past the row's pairs, merged by one permute into sixteen of dx's row. A
-// copy: the same values as gp_phase_merge.
-static void gp5_phase_merge2(const float *xp, float *dx, long nc, long h, long w, long oh, long ow,
-                             unsigned long long used) {
+// gp5_phase_merge2 is gp_phase_merge at stride 2 with all four phases used (convshift.h):
+// row ih of each of the nc planes of dx interleaves row ih/2 of phase planes (ih%2)·2 and
+// (ih%2)·2 + 1, 0 past the planes and in the rows below them; eight pixels of each phase at
+// a time, zero-masked past the row's pairs, merged by one permute into sixteen of dx's row.
+// A copy: the same values as gp_phase_merge.
+static void gp5_phase_merge2(const float *xp, float *dx, long nc, long h, long w, long oh, long ow) {
 	const long P = oh * ow, hw = h * w;
 	const long jn = w / 2 < ow ? w / 2 : ow; // whole pairs of a row of dx inside the planes
 	const __m512i iv = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -409,17 +398,15 @@ static void gp5_phase_merge2(const float *xp, float *dx, long nc, long h, long w
 				for (long k = 0; k < w; k += 16) _mm512_mask_storeu_ps(dr + k, gp5f_lanes(w - k), z);
 				continue;
 			}
-			const int u0 = (used >> (a * 2)) & 1, u1 = (used >> (a * 2 + 1)) & 1;
 			const float *s0 = pl + (a * 2) * P + i * ow, *s1 = s0 + P;
 			for (long j = 0; j < jn; j += 8) {
 				const __mmask16 m = gp5f_lanes(jn - j) & 0xff; // this step's pairs
-				const __m512 e = u0 ? _mm512_maskz_loadu_ps(m, s0 + j) : z;
-				const __m512 o = u1 ? _mm512_maskz_loadu_ps(m, s1 + j) : z;
+				const __m512 e = _mm512_maskz_loadu_ps(m, s0 + j), o = _mm512_maskz_loadu_ps(m, s1 + j);
 				_mm512_mask_storeu_ps(dr + 2 * j, gp5f_lanes(2 * (jn - j)), _mm512_permutex2var_ps(e, iv, o));
 			}
 			for (long k = 2 * jn; k < w; k++) {
 				const long j = k / 2, b = k % 2;
-				dr[k] = j < ow && ((used >> (a * 2 + b)) & 1) ? pl[(a * 2 + b) * P + i * ow + j] : 0;
+				dr[k] = j < ow ? pl[(a * 2 + b) * P + i * ow + j] : 0;
 			}
 		}
 	}

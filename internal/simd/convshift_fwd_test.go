@@ -39,13 +39,9 @@ func TestConvShiftFwdReads(t *testing.T) {
 	} {
 		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_w%g_end%v", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.badW, tc.xAtEnd)
 		t.Run(name, func(t *testing.T) {
-			pad := tc.k / 2
-			g := &ConvGeom{C: tc.c, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: pad, PW: pad,
-				DH: 1, DW: 1, OH: tc.h, OW: tc.w}
-			shift, mask := ShiftTables(g)
-			P, kk := tc.h*tc.w, tc.k*tc.k
+			s := sameShift(tc.c, tc.o, tc.h, tc.w, tc.k, 1)
+			P, kk := s.P, s.KK
 			K := tc.c * kk
-			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
 			x, fx := guarded(t, tc.n*tc.c*P, tc.xAtEnd)
 			defer fx()
 			fillRand(rng, x)

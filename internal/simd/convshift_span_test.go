@@ -54,21 +54,14 @@ func TestConvShiftFwdSpan(t *testing.T) {
 	} {
 		name := fmt.Sprintf("n%d_c%d_o%d_%dx%d_k%d_strided%v_end%v_w%g", tc.n, tc.c, tc.o, tc.h, tc.w, tc.k, tc.strided, tc.xAtEnd, tc.badW)
 		t.Run(name, func(t *testing.T) {
-			pad := tc.k / 2
-			g := &ConvGeom{C: tc.c, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: pad, PW: pad,
-				DH: 1, DW: 1, OH: tc.h, OW: tc.w}
-			shift, mask := ShiftTables(g)
-			P, kk := tc.h*tc.w, tc.k*tc.k
+			s := sameShift(tc.c, tc.o, tc.h, tc.w, tc.k, 1)
+			P, kk := s.P, s.KK
 			K := tc.c * kk
-			xc, yc := P, P
-			if tc.strided {
-				xc, yc = P+7, P+3
+			if tc.strided { // planes and images spaced apart, as in a larger tensor
+				s.XC, s.YC = P+7, P+3
+				s.XN, s.YN = tc.c*s.XC+5, tc.o*s.YC+2
 			}
-			xn, yn := tc.c*xc, tc.o*yc
-			if tc.strided {
-				xn, yn = xn+5, yn+2
-			}
-			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: xc, XN: xn, YC: yc, YN: yn, Off: shift, Mask: mask}
+			xc, yc, xn, yn := s.XC, s.YC, s.XN, s.YN
 			x, fx := guarded(t, (tc.n-1)*xn+(tc.c-1)*xc+P, tc.xAtEnd)
 			defer fx()
 			inX := func(i int) bool { return i%xn < tc.c*xc && i%xn%xc < P }

@@ -76,14 +76,10 @@ func TestConvShiftKernels(t *testing.T) {
 			name += "_nonfinite"
 		}
 		t.Run(name, func(t *testing.T) {
-			pad := tc.d * (tc.k - 1) / 2
-			g := &ConvGeom{C: tc.c, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, SH: 1, SW: 1, PH: pad, PW: pad,
-				DH: tc.d, DW: tc.d, OH: tc.h, OW: tc.w}
-			shift, mask := ShiftTables(g)
-			P, kk := tc.h*tc.w, tc.k*tc.k
+			s, pad := sameShift(tc.c, tc.o, tc.h, tc.w, tc.k, tc.d), tc.d*(tc.k-1)/2
+			P, kk := s.P, s.KK
 			K := tc.c * kk
 			nch := (P + 15) / 16
-			s := &ConvShift{C: tc.c, O: tc.o, KK: kk, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
 			x, fx := guarded(t, tc.n*tc.c*P, true)
 			defer fx()
 			dy, fdy := guarded(t, tc.n*tc.o*P, false)
@@ -351,10 +347,8 @@ func BenchmarkConvShiftWGradPadAB(b *testing.B) {
 	defer restore()
 	for _, tc := range []struct{ n, c, o, hw int }{{16, 64, 64, 16}, {16, 32, 32, 32}} {
 		b.Run(fmt.Sprintf("n%d_c%d_o%d_%dx%d", tc.n, tc.c, tc.o, tc.hw, tc.hw), func(b *testing.B) {
-			g := &ConvGeom{C: tc.c, H: tc.hw, W: tc.hw, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1, OH: tc.hw, OW: tc.hw}
-			shift, mask := ShiftTables(g)
-			P := tc.hw * tc.hw
-			s := &ConvShift{C: tc.c, O: tc.o, KK: 9, P: P, XC: P, XN: tc.c * P, YC: P, YN: tc.o * P, Off: shift, Mask: mask}
+			s := sameShift(tc.c, tc.o, tc.hw, tc.hw, 3, 1)
+			P := s.P
 			pad := testPad(tc.hw, tc.hw, 3, 1, 1)
 			rng := rand.New(rand.NewSource(1))
 			x, dy := make([]float32, tc.n*tc.c*P), make([]float32, tc.n*tc.o*P)
@@ -402,4 +396,15 @@ func medianOf(v []float64) float64 {
 	v = slices.Clone(v)
 	slices.Sort(v)
 	return v[len(v)/2]
+}
+
+// sameShift is the implicit convolution of c to o channels with a k×k kernel dilated by d, at
+// stride 1 with padding d·(k-1)/2 on h×w maps (the output the input's size), over dense
+// planes: the ConvShift of the forward and filter-gradient tests and benchmarks.
+func sameShift(c, o, h, w, k, d int) *ConvShift {
+	pad := d * (k - 1) / 2
+	g := &ConvGeom{C: c, H: h, W: w, KH: k, KW: k, SH: 1, SW: 1, PH: pad, PW: pad, DH: d, DW: d, OH: h, OW: w}
+	shift, mask := ShiftTables(g)
+	P := h * w
+	return &ConvShift{C: c, O: o, KK: k * k, P: P, XC: P, XN: c * P, YC: P, YN: o * P, Off: shift, Mask: mask}
 }
