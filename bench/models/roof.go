@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/ops"
@@ -20,12 +23,14 @@ import (
 // each gradient op that the program runs (the first convolution's input gradient is not
 // computed, so it is not counted). Element-wise ops, norms and softmax are left out: they are
 // memory-bound, and counting them would make the roof fraction look better than the products
-// are. roof_gflops is OpenBLAS's sgemm at the row's thread count on the model's own largest
-// product (its forward GEMM after im2col) and on a 2048³ square, measured right after each
-// (ours, PyTorch) pair, since a shared machine's speed moves within a run (the square roof
-// has been seen to fall from 165 to 92 GFLOP/s between rows); roof_fraction is the median
-// over the repetitions of img/s × flops_per_image over the larger of the two roofs measured
-// beside that repetition.
+// are. roof_gflops is the fastest GEMM in the process at the row's thread count: OpenBLAS's
+// sgemm on the model's own largest product (its forward GEMM after im2col) and on a 2048³
+// square, and the project's AVX-512 kernel (simd.GemmRows32) on that largest product, which
+// outruns OpenBLAS where OpenBLAS runs narrower kernels than the CPU's (its AVX2 kernels on
+// an AMD Zen 5: about twice). Each is measured right after each (ours, PyTorch) pair, since a
+// shared machine's speed moves within a run (the square roof has been seen to fall from 165
+// to 92 GFLOP/s between rows); roof_fraction is the median over the repetitions of img/s ×
+// flops_per_image over the fastest of the roofs measured beside that repetition.
 
 // flopsReport is what -flops prints: the model's training FLOPs per image, by op kind, and
 // the shape of its largest forward product as a GEMM (M×K times K×N).
@@ -99,14 +104,57 @@ func productFlops(d ops.Desc) (f float64, m, n, k int) {
 	return 0, 0, 0, 0
 }
 
-// roofReport is what -roof prints: sgemm GFLOP/s at this process's BLAS thread count.
+// roofReport is what -roof prints: sgemm GFLOP/s at this process's thread count.
 type roofReport struct {
-	Square float64 `json:"square_gflops"` // 2048³
-	Model  float64 `json:"model_gflops"`  // the model's largest forward product
+	Square float64 `json:"square_gflops"` // the BLAS on 2048³
+	Model  float64 `json:"model_gflops"`  // the BLAS on the model's largest forward product
+	// Own is the project's AVX-512 GEMM kernel (simd.GemmRows32, rows split across the
+	// threads) on the model's largest forward product, 0 where the active level has no such
+	// kernel: where the BLAS runs narrower kernels than the CPU's (OpenBLAS on its AVX2
+	// kernels on an AMD Zen 5), it is the faster GEMM in the process, and the roof.
+	Own float64 `json:"own_gflops"`
 }
 
-// measureRoof times sgemm on an m×k by k×n product for at least a second.
+// best is the roof: the fastest of the measured GEMMs.
+func (r roofReport) best() float64 { return max(r.Square, r.Model, r.Own) }
+
+// measureRoof times the BLAS's sgemm on an m×k by k×n product for at least a second.
 func measureRoof(m, n, k int) float64 {
+	impl := blas32.Implementation()
+	return timeGemm(m, n, k, func(a, b, c []float32) {
+		impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n)
+	})
+}
+
+// measureOwnRoof times simd.GemmRows32 on an m×k by k×n product for at least a second,
+// its rows split into runtime.GOMAXPROCS(0) blocks run at once; 0 where it refuses the shape.
+func measureOwnRoof(m, n, k int) float64 {
+	if !simd.GemmRowsTakes(n, k) {
+		return 0
+	}
+	w := max(1, min(runtime.GOMAXPROCS(0), m/16))
+	ok := true
+	f := timeGemm(m, n, k, func(a, b, c []float32) {
+		var wg sync.WaitGroup
+		res := make([]bool, w)
+		for i := range w {
+			lo, hi := i*m/w, (i+1)*m/w
+			wg.Go(func() { res[i] = simd.GemmRows32(false, hi-lo, n, k, a[lo*k:], k, b, n, nil, c[lo*n:], n) })
+		}
+		wg.Wait()
+		for _, r := range res {
+			ok = ok && r
+		}
+	})
+	if !ok {
+		return 0
+	}
+	return f
+}
+
+// timeGemm times gemm (c = a·b, a m×k, b k×n, row-major) for at least a second and
+// returns its GFLOP/s at the first quartile of the calls' times.
+func timeGemm(m, n, k int, gemmAB func(a, b, c []float32)) float64 {
 	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
 	for i := range a {
 		a[i] = float32(i%7) * 0.1
@@ -114,8 +162,7 @@ func measureRoof(m, n, k int) float64 {
 	for i := range b {
 		b[i] = float32(i%5) * 0.1
 	}
-	impl := blas32.Implementation()
-	gemm := func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n) }
+	gemm := func() { gemmAB(a, b, c) }
 	gemm() // warm-up
 	var times []float64
 	start := time.Now()
@@ -134,6 +181,7 @@ func roofChild(m, n, k int) error {
 	r := roofReport{Square: measureRoof(2048, 2048, 2048)}
 	if m > 0 && n > 0 && k > 0 {
 		r.Model = measureRoof(m, n, k)
+		r.Own = measureOwnRoof(m, n, k)
 	}
 	b, err := json.Marshal(r)
 	if err != nil {

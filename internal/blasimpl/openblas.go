@@ -156,5 +156,27 @@ func Threads() int { return int(C.openblas_get_num_threads()) }
 // Core reports the kernels OpenBLAS uses ("Haswell", "SkylakeX", ...).
 func Core() string { return C.GoString(C.openblas_get_corename()) }
 
+// Narrow reports whether OpenBLAS's float32 GEMM runs kernels narrower than the CPU's
+// full-width AVX-512 units: the CPU has AVX-512 F, BW, DQ and VL, its 512-bit instructions
+// are not issued as two halves (as Zen 4's are), and OpenBLAS uses kernels other than its
+// AVX-512 ones (SkylakeX, Cooperlake, SapphireRapids): its Haswell (AVX2) kernels, chosen by
+// OPENBLAS_CORETYPE or by OpenBLAS on a CPU it does not know, such as an AMD Zen 5. There the
+// project's own AVX-512 kernels measured about twice OpenBLAS's GFLOP/s on every linear
+// layer of swin_t (nn/ops sends them every linear product they can compute).
+func Narrow() bool {
+	full512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL && !zen4()
+	return narrowCore(Core(), full512)
+}
+
+// narrowCore is Narrow for OpenBLAS's kernels core on a CPU with (full512) or without
+// full-width AVX-512.
+func narrowCore(core string, full512 bool) bool {
+	switch strings.ToLower(core) {
+	case "skylakex", "cooperlake", "sapphirerapids":
+		return false
+	}
+	return full512
+}
+
 // zen4 reports whether the CPU is an AMD Zen 4 (see chooseKernels).
 func zen4() bool { return C.gp_zen4() != 0 }

@@ -60,6 +60,33 @@ func TestGenericKernelsUpgraded(t *testing.T) {
 	}
 }
 
+// TestNarrow: OpenBLAS's kernels are narrower than the CPU's units where it runs other than
+// its AVX-512 kernels on a CPU with full-width AVX-512, and only there.
+func TestNarrow(t *testing.T) {
+	for _, tc := range []struct {
+		core    string
+		full512 bool
+		want    bool
+	}{
+		{"Haswell", true, true},
+		{"Zen", true, true},
+		{"Sandybridge", true, true},
+		{"SkylakeX", true, false},
+		{"Cooperlake", true, false},
+		{"SapphireRapids", true, false},
+		{"Haswell", false, false}, // no AVX-512, or Zen 4's halves
+		{"SkylakeX", false, false},
+	} {
+		if got := narrowCore(tc.core, tc.full512); got != tc.want {
+			t.Errorf("narrowCore(%s, %v) = %v, want %v", tc.core, tc.full512, got, tc.want)
+		}
+	}
+	t.Logf("OpenBLAS kernels %s, Zen 4 %v, AVX-512F %v: Narrow() = %v", Core(), zen4(), cpu.X86.HasAVX512F, Narrow())
+	if !cpu.X86.HasAVX512F && Narrow() {
+		t.Error("Narrow() on a CPU without AVX-512")
+	}
+}
+
 // TestSgemmMatchesNaive: the registered sgemm, with whatever kernels were chosen, agrees
 // with a float64 loop on the four transpose combinations and edge sizes (float32 rounding:
 // 1e-5 relative to the sum of absolute products).

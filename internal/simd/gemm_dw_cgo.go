@@ -54,9 +54,14 @@ func GemmDW32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float
 // other layers and the fourth's, 1568 and 392 rows) measured 0.8x to 1.04x: each block of k
 // rows reads and writes all of c again, and OpenBLAS is already near its roof there.
 func GemmDWFits(m, n, k int) bool {
-	l := Current()
-	if l == Off || m < 1 || n%16 != 0 {
+	if !GemmDWTakes(m, n, k) {
 		return false
 	}
-	return k >= 4096 && m*n <= 768*192 || l == AVX512 && k >= 1536 && m*n <= 384*384
+	return k >= 4096 && m*n <= 768*192 || Current() == AVX512 && k >= 1536 && m*n <= 384*384
 }
+
+// GemmDWTakes reports whether GemmDW32 can compute this product at the active level,
+// whatever its speed against the BLAS: a level other than Off, m and k positive, n a
+// positive multiple of 16. GemmDWFits says where it was measured faster than OpenBLAS's
+// AVX-512 kernels; a caller whose BLAS runs narrower kernels asks this instead.
+func GemmDWTakes(m, n, k int) bool { return Current() != Off && m > 0 && n > 0 && n%16 == 0 && k > 0 }

@@ -10,3 +10,7 @@ func GemmDW32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float
 
 // GemmDWFits reports whether GemmDW32 takes this product: never without the C kernels.
 func GemmDWFits(m, n, k int) bool { return false }
+
+// GemmDWTakes reports whether GemmDW32 can compute this product: never without the C
+// kernels.
+func GemmDWTakes(m, n, k int) bool { return false }

@@ -29,8 +29,16 @@ func rowsShape(tB bool, n, k int) bool {
 	if tB {
 		maxK = 768
 	}
-	return Current() == AVX512 && n > 0 && n%16 == 0 && k > 0 && k <= maxK && k*n <= 768*768
+	return GemmRowsTakes(n, k) && k <= maxK && k*n <= 768*768
 }
+
+// GemmRowsTakes reports whether GemmRows32 can compute a product with n columns and inner
+// dimension k at the active level, whatever its speed against the BLAS: level AVX512, n a
+// positive multiple of 16, k positive. GemmRowsFits and GemmRowsConvFits say where it was
+// measured faster than OpenBLAS's AVX-512 kernels; a caller whose BLAS runs narrower
+// kernels asks this instead (nn/ops: every linear layer's product where OpenBLAS runs its
+// AVX2 kernels on a CPU with full-width AVX-512).
+func GemmRowsTakes(n, k int) bool { return Current() == AVX512 && n > 0 && n%16 == 0 && k > 0 }
 
 // GemmRowsConvFits reports whether GemmRows32 takes a convolution's forward product, y (m
 // output channels × n pixels) = w (m×k)·cols (k×n), b not transposed: at level AVX512, n =
@@ -49,12 +57,11 @@ func convRowsShape(tB bool, n, k int) bool { return Current() == AVX512 && !tB &
 // row-major: a m×k (lda), op(b) k×n (b k×n with ldb, or when tB bᵀ with b n×k), c m×n (ldc),
 // bias n or nil. Each element is the sum of its k products in order with fused
 // multiply-adds, then the bias added, as OpenBLAS computes it with beta 1 over a bias-filled
-// c. It returns false, doing nothing, when the shape is not one GemmRowsFits takes (any
-// m >= 1 is, so that a product that fits can be split into row blocks) or the kernel's
-// packing buffer cannot be allocated: the caller then runs its BLAS. It also takes the
-// shapes GemmRowsConvFits takes.
+// c. It returns false, doing nothing, when m < 1, the shape is not one GemmRowsTakes takes,
+// a stride is too short or the kernel's packing buffer (k·n floats) cannot be allocated:
+// the caller then runs its BLAS.
 func GemmRows32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, bias, c []float32, ldc int) bool {
-	if m < 1 || !(rowsShape(tB, n, k) || convRowsShape(tB, n, k)) || lda < k || ldc < n || (tB && ldb < k) || (!tB && ldb < n) {
+	if m < 1 || !GemmRowsTakes(n, k) || lda < k || ldc < n || (tB && ldb < k) || (!tB && ldb < n) {
 		return false
 	}
 	// The kernel reads and writes without bounds checks: check the last element of each.

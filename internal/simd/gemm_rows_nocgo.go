@@ -5,6 +5,10 @@ package simd
 // GemmRowsFits reports whether GemmRows32 takes this product: never without the C kernels.
 func GemmRowsFits(tB bool, m, n, k int) bool { return false }
 
+// GemmRowsTakes reports whether GemmRows32 can compute this product: never without the C
+// kernels.
+func GemmRowsTakes(n, k int) bool { return false }
+
 // GemmRowsConvFits reports whether GemmRows32 takes a convolution's forward product: never
 // without the C kernels.
 func GemmRowsConvFits(m, n, k int) bool { return false }
