@@ -76,6 +76,7 @@ type Row struct {
 	RoofSquareGFLOPs  float64            `json:"roof_square_gflops"`
 	RoofModelGFLOPs   float64            `json:"roof_model_shape_gflops"`
 	RoofOwnGFLOPs     float64            `json:"roof_own_kernel_gflops,omitempty"`
+	RoofOwnSqGFLOPs   float64            `json:"roof_own_kernel_square_gflops,omitempty"`
 	RoofFraction      float64            `json:"roof_fraction"`
 	TorchRoofFraction *float64           `json:"torch_roof_fraction"`
 }
@@ -87,7 +88,7 @@ var rowUnits = map[string]string{
 	"ratio":           "our images/s over PyTorch's (ratio_per_rep: each pair's)",
 	"flops_per_image": "floating-point operations of a training step's products per image (flops_per_image_by_kind: the same by kind of op)",
 	"roof_fraction":   "fraction of roof_gflops that img/s times flops_per_image reaches (torch_roof_fraction: PyTorch's)",
-	"roof_gflops":     "GFLOP/s (10^9 per second) of the fastest GEMM in the process at this row's threads: the BLAS's sgemm on a 2048^3 square (roof_square_gflops) and on the model's largest product (roof_model_shape_gflops), the project's AVX-512 kernel on that product (roof_own_kernel_gflops); so are the other roof_ fields",
+	"roof_gflops":     "GFLOP/s (10^9 per second) of the fastest GEMM in the process at this row's threads: the BLAS's sgemm on a 2048^3 square (roof_square_gflops) and on the model's largest product (roof_model_shape_gflops), the project's AVX-512 kernel on that product (roof_own_kernel_gflops) and on the square (roof_own_kernel_square_gflops); so are the other roof_ fields",
 }
 
 type workload struct {
@@ -333,6 +334,7 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			row.RoofSquareGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Square }))
 			row.RoofModelGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Model }))
 			row.RoofOwnGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Own }))
+			row.RoofOwnSqGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.OwnSquare }))
 			row.RoofFraction = benchutil.Median(goFracs)
 			torchCol, ratioCol := "", ""
 			if terr != nil {

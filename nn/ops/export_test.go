@@ -18,3 +18,7 @@ var ConvRowsOff = &convRowsOff
 // ShiftPadOff is shiftPadOff: true makes the implicit convolution mask its loads instead of
 // reading padded planes.
 var ShiftPadOff = &shiftPadOff
+
+// OwnGEMMOff is ownGEMMOff: true sends the float32 products back to the BLAS where ownGEMM
+// would send them to simd's kernels.
+var OwnGEMMOff = &ownGEMMOff

@@ -2,10 +2,12 @@ package ops
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	// OpenBLAS with cgo, registered with gonum and gorgonia: every program that runs these
 	// kernels gets it, not only those that import the internal package themselves.
-	_ "github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/simd"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -16,9 +18,14 @@ import (
 // gemm computes c = alpha*op(a)*op(b) + beta*c with row-major operands: op(a) is m×k,
 // op(b) is k×n, c is m×n. It calls the BLAS registered in gonum's blas32/blas64
 // (OpenBLAS with cgo, which this package imports internal/blasimpl to register; gonum's
-// pure-Go BLAS otherwise).
+// pure-Go BLAS otherwise), or under ownGEMM simd's kernels for the float32 products they
+// compute (ownGemm32).
 func gemm[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	if m == 0 || n == 0 {
+		return
+	}
+	if a32, ok := any(a).([]float32); ok && ownGEMM() &&
+		ownGemm32(tA, tB, m, n, k, float32(alpha), a32, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc) {
 		return
 	}
 	ta, tb := blas.NoTrans, blas.NoTrans
@@ -36,6 +43,47 @@ func gemm[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 		blas64.Implementation().Dgemm(ta, tb, m, n, k, float64(alpha), av, lda,
 			any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
 	}
+}
+
+// blasNarrow is blasimpl.Narrow(), read at start: the BLAS runs float32 kernels narrower
+// than the CPU's full-width AVX-512 units. The tests set it to run ownGEMM's dispatch on any
+// CPU with AVX-512.
+var blasNarrow atomic.Bool
+
+func init() { blasNarrow.Store(blasimpl.Narrow()) }
+
+// ownGEMMOff, when true, turns ownGEMM off: for the benchmarks that compare simd's kernels
+// with the BLAS in one process.
+var ownGEMMOff atomic.Bool
+
+// ownGEMM reports whether the float32 products go to simd's AVX-512 kernels wherever those
+// can compute them (gemm, and the linear layers' products with their bias), rather than
+// only where simd's Fits functions say they beat OpenBLAS's AVX-512 kernels: at level
+// AVX512 where the BLAS runs narrower kernels (blasNarrow). Measured on an AMD Zen 5 with
+// OpenBLAS on its Haswell kernels at one thread, on each of swin_t's linear layers at batch
+// 8: the kernels 205 to 256 GFLOP/s against OpenBLAS's 95 to 132 (forward, data and weight
+// gradients alike).
+func ownGEMM() bool {
+	return !ownGEMMOff.Load() && blasNarrow.Load() && simd.Current() == simd.AVX512
+}
+
+// ownGemm32 computes gemm's float32 product with simd's kernels and reports whether it did:
+// c = a·op(b) with simd.GemmRows32, and c = aᵀ·b with simd.GemmDW32, where alpha is 1, beta
+// 0 and the kernel takes the shape (n a multiple of 16); false, computing nothing, for the
+// rest (aᵀ·bᵀ, a scaled or accumulated product), which the BLAS then computes. Both
+// kernels' sums do not depend on how a caller splits c into blocks of rows or of columns
+// (gemmPar), so neither do the bits.
+func ownGemm32(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if alpha != 1 || beta != 0 {
+		return false
+	}
+	switch {
+	case !tA:
+		return simd.GemmRows32(tB, m, n, k, a, lda, b, ldb, nil, c, ldc)
+	case !tB:
+		return simd.GemmDW32(m, n, k, a, lda, b, ldb, c, ldc)
+	}
+	return false
 }
 
 // convGeom is the geometry of one 2-D convolution or pooling window, NCHW.

@@ -74,3 +74,26 @@ func BenchmarkSwinLinearDWAB(b *testing.B) {
 	b.ReportMetric(kern, "kernel-cpu-ms/step")
 	b.ReportMetric(blas/kern, "blas/kernel")
 }
+
+// BenchmarkOwnGEMMAB times a training step (forward, backward, gradients into the model's
+// buffer; no optimiser) of resnet18 and resnet50 (batch 16, 64x64, as bench/models) and
+// swin_t (batch 8, 224x224) with ownGEMM's dispatch off (every product where simd's Fits
+// functions send it) and on, alternating the two in one process (benchStepAB), and reports
+// the medians of the CPU time per step and their ratio. ownGEMM holds only at level AVX512
+// where OpenBLAS runs narrower kernels (an AMD Zen 5 with OPENBLAS_CORETYPE=Haswell, or any
+// AVX-512 CPU given that variable); elsewhere the two sides are the same code:
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench OwnGEMMAB -benchtime 3x
+func BenchmarkOwnGEMMAB(b *testing.B) {
+	for _, w := range []struct {
+		arch               string
+		batch, size, steps int
+	}{{"resnet18", 16, 64, 3}, {"resnet50", 16, 64, 2}, {"swin_t", 8, 224, 1}} {
+		b.Run(w.arch, func(b *testing.B) {
+			blas, own := benchStepAB(b, w.arch, w.batch, w.size, w.steps, ops.OwnGEMMOff)
+			b.ReportMetric(blas, "blas-cpu-ms/step")
+			b.ReportMetric(own, "own-cpu-ms/step")
+			b.ReportMetric(blas/own, "blas/own")
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/chewxy/hm"
-	"github.com/gorgonia-parallel/gp/internal/blasimpl"
 	"github.com/gorgonia-parallel/gp/internal/simd"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -268,21 +267,6 @@ func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bia
 func linearDWFits(m, n, k int) bool {
 	return simd.GemmDWFits(m, n, k) || ownGEMM() && simd.GemmDWTakes(m, n, k)
 }
-
-// blasNarrow is blasimpl.Narrow(), read at start: the BLAS runs float32 kernels narrower
-// than the CPU's full-width AVX-512 units. The tests set it to run ownGEMM's dispatch on any
-// CPU with AVX-512.
-var blasNarrow atomic.Bool
-
-func init() { blasNarrow.Store(blasimpl.Narrow()) }
-
-// ownGEMM reports whether every float32 product of the linear layers goes to simd's kernels
-// (GemmRows32 forward and data gradient, GemmDW32 weight gradient) whatever its shape, rather
-// than only the shapes simd's Fits functions name: at level AVX512 where the BLAS runs
-// narrower kernels (blasNarrow). Measured on an AMD Zen 5 with OpenBLAS on its Haswell
-// kernels at one thread, on each of swin_t's linear layers at batch 8: the kernels 205 to
-// 256 GFLOP/s against OpenBLAS's 95 to 132 (forward, data and weight gradients alike).
-func ownGEMM() bool { return blasNarrow.Load() && simd.Current() == simd.AVX512 }
 
 // gemmRowsIf is gemmRows for a shape whose fit the caller has asked simd for (fits: a
 // convolution's forward asks simd.GemmRowsConvFits).
