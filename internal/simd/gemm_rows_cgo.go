@@ -29,16 +29,16 @@ func rowsShape(tB bool, n, k int) bool {
 	if tB {
 		maxK = 768
 	}
-	return GemmRowsTakes(n, k) && k <= maxK && k*n <= 768*768
+	return GemmRowsTakes(n, k) && n%16 == 0 && k <= maxK && k*n <= 768*768
 }
 
 // GemmRowsTakes reports whether GemmRows32 can compute a product with n columns and inner
-// dimension k at the active level, whatever its speed against the BLAS: level AVX512, n a
-// positive multiple of 16, k positive. GemmRowsFits and GemmRowsConvFits say where it was
+// dimension k at the active level, whatever its speed against the BLAS: level AVX512, n and
+// k positive. GemmRowsFits and GemmRowsConvFits say where it was
 // measured faster than OpenBLAS's AVX-512 kernels; a caller whose BLAS runs narrower
 // kernels asks this instead (nn/ops: every linear layer's product where OpenBLAS runs its
 // AVX2 kernels on a CPU with full-width AVX-512).
-func GemmRowsTakes(n, k int) bool { return Current() == AVX512 && n > 0 && n%16 == 0 && k > 0 }
+func GemmRowsTakes(n, k int) bool { return Current() == AVX512 && n > 0 && k > 0 }
 
 // GemmRowsConvFits reports whether GemmRows32 takes a convolution's forward product, y (m
 // output channels × n pixels) = w (m×k)·cols (k×n), b not transposed: at level AVX512, n =
@@ -61,6 +61,18 @@ func convRowsShape(tB bool, n, k int) bool { return Current() == AVX512 && !tB &
 // a stride is too short or the kernel's packing buffer (k·n floats) cannot be allocated:
 // the caller then runs its BLAS.
 func GemmRows32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, bias, c []float32, ldc int) bool {
+	return gemmRows32(tB, false, m, n, k, a, lda, b, ldb, bias, c, ldc)
+}
+
+// GemmRowsAdd32 is GemmRows32 without a bias, adding to c (c += a·op(b)): each element's
+// products summed in order with fused multiply-adds from c's element. It returns false,
+// doing nothing, where GemmRows32 would.
+func GemmRowsAdd32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
+	return gemmRows32(tB, true, m, n, k, a, lda, b, ldb, nil, c, ldc)
+}
+
+// gemmRows32 is GemmRows32 (add false) and GemmRowsAdd32 (add true).
+func gemmRows32(tB, add bool, m, n, k int, a []float32, lda int, b []float32, ldb int, bias, c []float32, ldc int) bool {
 	if m < 1 || !GemmRowsTakes(n, k) || lda < k || ldc < n || (tB && ldb < k) || (!tB && ldb < n) {
 		return false
 	}
@@ -75,6 +87,6 @@ func GemmRows32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int
 	if bias != nil {
 		_ = bias[n-1]
 	}
-	return C.gp5_sgemm_rows(cbool(tB), C.int(m), C.int(n), C.int(k), f32p(a), C.long(lda), f32p(b), C.long(ldb),
+	return C.gp5_sgemm_rows(cbool(tB), cbool(add), C.int(m), C.int(n), C.int(k), f32p(a), C.long(lda), f32p(b), C.long(ldb),
 		f32p(bias), f32p(c), C.long(ldc)) != 0
 }

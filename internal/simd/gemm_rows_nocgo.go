@@ -18,3 +18,9 @@ func GemmRowsConvFits(m, n, k int) bool { return false }
 func GemmRows32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, bias, c []float32, ldc int) bool {
 	return false
 }
+
+// GemmRowsAdd32 is the AVX-512 kernel of the cgo build; without it it returns false and the
+// caller runs its BLAS.
+func GemmRowsAdd32(tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
+	return false
+}

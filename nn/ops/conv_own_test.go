@@ -99,11 +99,11 @@ func f32to64(v []float32) []float64 {
 }
 
 // TestOwnGEMMDispatch calls gemm on float32 products of each form (a·b, a·bᵀ, aᵀ·b, aᵀ·bᵀ;
-// scaled and accumulated; n not a multiple of 16) at every SIMD level the CPU has, with a
-// narrow BLAS and without, and checks which code computed each: under ownGEMM (level AVX512
-// and a narrow BLAS) a·op(b) must be the bits of simd.GemmRows32 and aᵀ·b those of
-// simd.GemmDW32, called directly; every other product, and every product without ownGEMM,
-// the bits of the BLAS called directly. The inner dimension, 300, spans three of the
+// scaled, accumulated and halved c; n not a multiple of 16) at every SIMD level the CPU has,
+// with a narrow BLAS and without, and checks which code computed each: under ownGEMM (level
+// AVX512 and a narrow BLAS) a·op(b) must be the bits of simd.GemmRows32 (GemmRowsAdd32 when
+// accumulated), aᵀ·b with n a multiple of 16 those of simd.GemmDW32, called directly; every
+// other product, and every product without ownGEMM, the bits of the BLAS called directly. The inner dimension, 300, spans three of the
 // weight-gradient kernel's blocks of 128, whose sums it adds rather than continuing one sum,
 // so its bits differ from a BLAS's.
 func TestOwnGEMMDispatch(t *testing.T) {
@@ -128,11 +128,15 @@ func TestOwnGEMMDispatch(t *testing.T) {
 			}{
 				{false, false, n, 1, 0, "rows"},
 				{false, true, n, 1, 0, "rows"},
+				{false, false, n, 1, 1, "rowsadd"},
+				{false, true, 40, 1, 1, "rowsadd"},
+				{false, false, 40, 1, 0, "rows"},
 				{true, false, n, 1, 0, "dw"},
 				{true, true, n, 1, 0, ""},
 				{false, false, n, 2, 0, ""},
+				{false, false, n, 1, 0.5, ""},
 				{true, false, n, 1, 1, ""},
-				{false, false, 40, 1, 0, ""},
+				{true, false, 40, 1, 0, ""},
 			} {
 				lda, ldb := k, f.nn
 				if f.tA {
@@ -155,6 +159,10 @@ func TestOwnGEMMDispatch(t *testing.T) {
 				case "rows":
 					if !simd.GemmRows32(f.tB, m, f.nn, k, a, lda, b, ldb, nil, want, f.nn) {
 						t.Fatalf("%v %+v: GemmRows32 refused", lv, f)
+					}
+				case "rowsadd":
+					if !simd.GemmRowsAdd32(f.tB, m, f.nn, k, a, lda, b, ldb, want, f.nn) {
+						t.Fatalf("%v %+v: GemmRowsAdd32 refused", lv, f)
 					}
 				case "dw":
 					if !simd.GemmDW32(m, f.nn, k, a, lda, b, ldb, want, f.nn) {

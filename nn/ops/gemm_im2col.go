@@ -67,20 +67,21 @@ func ownGEMM() bool {
 	return !ownGEMMOff.Load() && blasNarrow.Load() && simd.Current() == simd.AVX512
 }
 
-// ownGemm32 computes gemm's float32 product with simd's kernels and reports whether it did:
-// c = a·op(b) with simd.GemmRows32, and c = aᵀ·b with simd.GemmDW32, where alpha is 1, beta
-// 0 and the kernel takes the shape (n a multiple of 16); false, computing nothing, for the
-// rest (aᵀ·bᵀ, a scaled or accumulated product), which the BLAS then computes. Both
-// kernels' sums do not depend on how a caller splits c into blocks of rows or of columns
-// (gemmPar), so neither do the bits.
+// ownGemm32 computes gemm's float32 product with simd's kernels and reports whether it did,
+// where alpha is 1: c = a·op(b) with simd.GemmRows32 (beta 0) or GemmRowsAdd32 (beta 1, a
+// convolution's filter gradient summed over images), and c = aᵀ·b with simd.GemmDW32 (beta
+// 0, n a multiple of 16); false, computing nothing, for the rest (aᵀ·bᵀ, other alpha or
+// beta), which the BLAS then computes. The kernels' sums do not depend on how a caller
+// splits c into blocks of rows or of columns (gemmPar), so neither do the bits.
 func ownGemm32(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	if alpha != 1 || beta != 0 {
-		return false
-	}
 	switch {
-	case !tA:
+	case alpha != 1:
+		return false
+	case !tA && beta == 0:
 		return simd.GemmRows32(tB, m, n, k, a, lda, b, ldb, nil, c, ldc)
-	case !tB:
+	case !tA && beta == 1:
+		return simd.GemmRowsAdd32(tB, m, n, k, a, lda, b, ldb, c, ldc)
+	case !tB && beta == 0:
 		return simd.GemmDW32(m, n, k, a, lda, b, ldb, c, ldc)
 	}
 	return false
