@@ -44,6 +44,14 @@ func everyLevel(b *testing.B) {
 	b.Cleanup(func() { ops.ImplicitAnyLevel.Store(prev) })
 }
 
+// blasSide keeps ownGEMM off until b ends, so that the BLAS side of an A/B whose switch
+// sends products to the BLAS (ConvRowsOff, LinearDWOff) is the BLAS on every machine, not
+// simd's kernels where OpenBLAS runs narrower ones (blasimpl.Narrow).
+func blasSide(b *testing.B) {
+	prev := ops.OwnGEMMOff.Swap(true)
+	b.Cleanup(func() { ops.OwnGEMMOff.Store(prev) })
+}
+
 // benchStepAB times arch's training step on random size×size images at batch, steps
 // steps a measurement, with off set and cleared in turn (alternatePaths), and returns the
 // medians of the CPU milliseconds per step with off set and with it clear.
@@ -137,6 +145,7 @@ func BenchmarkImplicitConvResNet18AB(b *testing.B) {
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench ConvRowsAB -benchtime 9x
 func BenchmarkConvRowsAB(b *testing.B) {
+	blasSide(b)
 	for _, l := range []struct{ c, o, hw, s int }{{128, 128, 8, 1}, {64, 128, 16, 2}, {512, 512, 2, 1}, {256, 512, 4, 2}} {
 		b.Run(fmt.Sprintf("%dto%d_%dx%d_k3_s%d", l.c, l.o, l.hw, l.hw, l.s), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))

@@ -99,11 +99,13 @@ func f32to64(v []float32) []float64 {
 }
 
 // TestOwnGEMMDispatch calls gemm on float32 products of each form (a·b, a·bᵀ, aᵀ·b, aᵀ·bᵀ;
-// scaled, accumulated and halved c; n not a multiple of 16) at every SIMD level the CPU has,
-// with a narrow BLAS and without, and checks which code computed each: under ownGEMM (level
+// scaled, accumulated and halved c; n not a multiple of 16, and below 16) at every SIMD
+// level the CPU has, with a narrow BLAS and without, and checks which code computed each:
+// under ownGEMM (level
 // AVX512 and a narrow BLAS) a·op(b) must be the bits of simd.GemmRows32 (GemmRowsAdd32 when
 // accumulated), aᵀ·b with n a multiple of 16 those of simd.GemmDW32, called directly; every
-// other product, and every product without ownGEMM, the bits of the BLAS called directly. The inner dimension, 300, spans three of the
+// other product (fewer than 16 columns among them), and every product without ownGEMM, the
+// bits of the BLAS called directly. The inner dimension, 300, spans three of the
 // weight-gradient kernel's blocks of 128, whose sums it adds rather than continuing one sum,
 // so its bits differ from a BLAS's.
 func TestOwnGEMMDispatch(t *testing.T) {
@@ -137,6 +139,7 @@ func TestOwnGEMMDispatch(t *testing.T) {
 				{false, false, n, 1, 0.5, ""},
 				{true, false, n, 1, 1, ""},
 				{true, false, 40, 1, 0, ""},
+				{false, false, 12, 1, 0, ""},
 			} {
 				lda, ldb := k, f.nn
 				if f.tA {

@@ -67,15 +67,20 @@ func ownGEMM() bool {
 	return !ownGEMMOff.Load() && blasNarrow.Load() && simd.Current() == simd.AVX512
 }
 
+// ownGemmMinCols is the fewest columns of c that ownGEMM sends to simd's kernels: one
+// vector's lanes. A narrower product would leave most of each vector empty.
+const ownGemmMinCols = 16
+
 // ownGemm32 computes gemm's float32 product with simd's kernels and reports whether it did,
-// where alpha is 1: c = a·op(b) with simd.GemmRows32 (beta 0) or GemmRowsAdd32 (beta 1, a
-// convolution's filter gradient summed over images), and c = aᵀ·b with simd.GemmDW32 (beta
-// 0, n a multiple of 16); false, computing nothing, for the rest (aᵀ·bᵀ, other alpha or
-// beta), which the BLAS then computes. The kernels' sums do not depend on how a caller
-// splits c into blocks of rows or of columns (gemmPar), so neither do the bits.
+// where alpha is 1 and c has at least ownGemmMinCols columns: c = a·op(b) with
+// simd.GemmRows32 (beta 0) or GemmRowsAdd32 (beta 1, a convolution's filter gradient summed
+// over images), and c = aᵀ·b with simd.GemmDW32 (beta 0, n a multiple of 16); false,
+// computing nothing, for the rest (aᵀ·bᵀ, other alpha or beta, fewer columns), which the
+// BLAS then computes. The kernels' sums do not depend on how a caller splits c into blocks
+// of rows or of columns (gemmPar), so neither do the bits.
 func ownGemm32(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	switch {
-	case alpha != 1:
+	case alpha != 1 || n < ownGemmMinCols:
 		return false
 	case !tA && beta == 0:
 		return simd.GemmRows32(tB, m, n, k, a, lda, b, ldb, nil, c, ldc)

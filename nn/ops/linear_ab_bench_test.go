@@ -35,6 +35,7 @@ var swinLinears = []struct {
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench LinearWeightGradAB -benchtime 5x
 func BenchmarkLinearWeightGradAB(b *testing.B) {
+	blasSide(b)
 	for _, l := range swinLinears {
 		b.Run(fmt.Sprintf("%s_%dx%dx%d", l.name, l.out, l.in, l.rows), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
@@ -69,6 +70,7 @@ func BenchmarkLinearWeightGradAB(b *testing.B) {
 //
 //	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench SwinLinearDWAB -benchtime 5x
 func BenchmarkSwinLinearDWAB(b *testing.B) {
+	blasSide(b)
 	blas, kern := benchStepAB(b, "swin_t", 8, 224, 1, ops.LinearDWOff)
 	b.ReportMetric(blas, "blas-cpu-ms/step")
 	b.ReportMetric(kern, "kernel-cpu-ms/step")

@@ -257,7 +257,7 @@ func gemmRowsWT[T Float](wt *gemmScratch, rows, in, out int, dy, w, dst []T) boo
 // Threads() as gemmPar splits them. It reports false, computing nothing, otherwise: the
 // caller then runs gemmPar.
 func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bias, c []T, ldc int) bool {
-	fits := simd.GemmRowsFits(tB, m, n, k) || ownGEMM() && simd.GemmRowsTakes(n, k)
+	fits := simd.GemmRowsFits(tB, m, n, k) || ownGEMM() && n >= ownGemmMinCols && simd.GemmRowsTakes(n, k)
 	return gemmRowsIf(fits, tB, m, n, k, a, lda, b, ldb, bias, c, ldc)
 }
 
