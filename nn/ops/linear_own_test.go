@@ -3,6 +3,7 @@ package ops
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/internal/simd"
@@ -42,15 +43,7 @@ func TestOwnGEMMTakesEveryLinear(t *testing.T) {
 				{1600, 96, 96, true},  // rows enough for the Fits bounds
 				{260, 100, 24, false}, // columns not a multiple of 16: the BLAS
 			} {
-				x := make([]float32, s.rows*s.in)
-				w := make([]float32, s.out*s.in)
-				b := make([]float32, s.out)
-				dy := make([]float32, s.rows*s.out)
-				for _, v := range [][]float32{x, w, b, dy} {
-					for i := range v {
-						v[i] = float32(rng.NormFloat64())
-					}
-				}
+				x, w, b, dy := linearOperands(rng, s.rows, s.in, s.out)
 				fwd := &linearOp{kernBase: newKernBase("ops.Linear", 3), rows: s.rows, in: s.in, out: s.out}
 				gx := &linearGradOp{kernBase: newKernBase("ops.Linear.grad_x", 2), fwd: fwd}
 				gw := &linearGradOp{kernBase: newKernBase("ops.Linear.grad_w", 2), fwd: fwd, wrtW: true}
@@ -105,13 +98,5 @@ func TestOwnGEMMTakesEveryLinear(t *testing.T) {
 
 // sameBits reports whether a and b hold the same float32 bits.
 func sameBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }

@@ -41,15 +41,7 @@ func TestLinearGemmMatchesReference(t *testing.T) {
 			{1568, 384, 384, true},  // third-stage projection: op(b) at the bound for 1536 rows
 			{1568, 384, 768, true},  // larger op(b) at 1568 rows: the BLAS
 		} {
-			x := make([]float32, s.rows*s.in)
-			w := make([]float32, s.out*s.in)
-			b := make([]float32, s.out)
-			dy := make([]float32, s.rows*s.out)
-			for _, v := range [][]float32{x, w, b, dy} {
-				for i := range v {
-					v[i] = float32(rng.NormFloat64())
-				}
-			}
+			x, w, b, dy := linearOperands(rng, s.rows, s.in, s.out)
 			fwd := &linearOp{kernBase: newKernBase("ops.Linear", 2), rows: s.rows, in: s.in, out: s.out}
 			vals := denseVals(x, w)
 			var bias []float32
@@ -119,6 +111,18 @@ func check(t *testing.T, lv simd.Level, what string, m, n, k int, c []float32, a
 			}
 		}
 	}
+}
+
+// linearOperands is a linear layer's operands of standard normal float32s: x (rows×in), w
+// (out×in), b (out) and dy (rows×out).
+func linearOperands(rng *rand.Rand, rows, in, out int) (x, w, b, dy []float32) {
+	x, w, b, dy = make([]float32, rows*in), make([]float32, out*in), make([]float32, out), make([]float32, rows*out)
+	for _, v := range [][]float32{x, w, b, dy} {
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+	}
+	return x, w, b, dy
 }
 
 // denseVals wraps float32 slices as the graph values the ops' kernels take.
