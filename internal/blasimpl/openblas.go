@@ -162,7 +162,8 @@ func Core() string { return C.GoString(C.openblas_get_corename()) }
 // AVX-512 ones (SkylakeX, Cooperlake, SapphireRapids): its Haswell (AVX2) kernels, chosen by
 // OPENBLAS_CORETYPE or by OpenBLAS on a CPU it does not know, such as an AMD Zen 5. There the
 // project's own AVX-512 kernels measured about twice OpenBLAS's GFLOP/s on every linear
-// layer of swin_t (nn/ops sends them every linear product they can compute).
+// layer of swin_t and on resnet18's convolutions (nn/ops sends them every float32 product
+// they can compute).
 func Narrow() bool {
 	full512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL && !zen4()
 	return narrowCore(Core(), full512)

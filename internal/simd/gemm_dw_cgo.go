@@ -29,8 +29,7 @@ const gemmDWBlock = C.GPDW_KC
 // below 1, strides too short, or when the kernel's packing buffer cannot be allocated: the
 // caller then runs its BLAS.
 func GemmDW32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
-	l := Current()
-	if l == Off || m < 1 || n < 1 || n%16 != 0 || k < 1 || lda < m || ldb < n || ldc < n {
+	if !GemmDWTakes(m, n, k) || lda < m || ldb < n || ldc < n {
 		return false
 	}
 	// The kernel reads and writes without bounds checks: check the last element of each.
@@ -38,7 +37,7 @@ func GemmDW32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float
 	_ = b[(k-1)*ldb+n-1]
 	_ = c[(m-1)*ldc+n-1]
 	level := 2
-	if l == AVX512 {
+	if Current() == AVX512 {
 		level = 5
 	}
 	return C.gp_sgemm_dw(C.int(level), C.int(m), C.int(n), C.int(k), f32p(a), C.long(lda), f32p(b), C.long(ldb),
@@ -62,6 +61,6 @@ func GemmDWFits(m, n, k int) bool {
 
 // GemmDWTakes reports whether GemmDW32 can compute this product at the active level,
 // whatever its speed against the BLAS: a level other than Off, m and k positive, n a
-// positive multiple of 16. GemmDWFits says where it was measured faster than OpenBLAS's
-// AVX-512 kernels; a caller whose BLAS runs narrower kernels asks this instead.
+// positive multiple of 16 (GemmDW32 refuses the rest). GemmDWFits says where it was
+// measured faster than OpenBLAS's AVX-512 kernels.
 func GemmDWTakes(m, n, k int) bool { return Current() != Off && m > 0 && n > 0 && n%16 == 0 && k > 0 }

@@ -34,10 +34,9 @@ func rowsShape(tB bool, n, k int) bool {
 
 // GemmRowsTakes reports whether GemmRows32 can compute a product with n columns and inner
 // dimension k at the active level, whatever its speed against the BLAS: level AVX512, n and
-// k positive. GemmRowsFits and GemmRowsConvFits say where it was
-// measured faster than OpenBLAS's AVX-512 kernels; a caller whose BLAS runs narrower
-// kernels asks this instead (nn/ops: every linear layer's product where OpenBLAS runs its
-// AVX2 kernels on a CPU with full-width AVX-512).
+// k positive. GemmRowsFits and GemmRowsConvFits say where it was measured faster than
+// OpenBLAS's AVX-512 kernels; a caller whose BLAS runs narrower kernels asks this instead
+// (nn/ops's ownGEMM: where OpenBLAS runs its AVX2 kernels on a CPU with full-width AVX-512).
 func GemmRowsTakes(n, k int) bool { return Current() == AVX512 && n > 0 && k > 0 }
 
 // GemmRowsConvFits reports whether GemmRows32 takes a convolution's forward product, y (m

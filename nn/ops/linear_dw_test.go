@@ -49,9 +49,10 @@ func TestLinearWeightGradMatchesReference(t *testing.T) {
 			}
 			fwd := &linearOp{kernBase: newKernBase("ops.Linear", 2), rows: s.rows, in: s.in, out: s.out}
 			grad := &linearGradOp{kernBase: newKernBase("ops.Linear.grad_w", 2), fwd: fwd, wrtW: true}
-			// linearGrad sends it to the kernel where GemmDWFits takes it, or where ownGEMM
-			// holds (a BLAS narrower than the CPU's AVX-512) and the kernel can compute it.
-			viaKernel := kernel || ownGEMM() && simd.GemmDWTakes(s.out, s.in, s.rows)
+			// linearGrad sends it to the kernel where GemmDWFits takes it, or, through gemm,
+			// where ownGEMM holds (a BLAS narrower than the CPU's AVX-512) and the kernel can
+			// compute it.
+			viaKernel := kernel || ownGEMM() && s.in >= ownGemmMinCols && simd.GemmDWTakes(s.out, s.in, s.rows)
 			var first []float32
 			for _, th := range []int{1, 2, 3} {
 				dw := make([]float32, s.out*s.in)

@@ -218,7 +218,9 @@ func linearGrad[T Float](op *linearGradOp, in []G.Value, dst []T) error {
 		if err != nil {
 			return err
 		}
-		if linearDWOff.Load() || !linearDWFits(f.out, f.in, f.rows) || !gemmDW(f.out, f.in, f.rows, dy, f.out, x, f.in, dst, f.in) {
+		// Under ownGEMM gemmPar reaches simd.GemmDW32 too, through gemm, for every shape it
+		// can compute: the same split, the same bits.
+		if linearDWOff.Load() || !simd.GemmDWFits(f.out, f.in, f.rows) || !gemmDW(f.out, f.in, f.rows, dy, f.out, x, f.in, dst, f.in) {
 			gemmPar(true, false, f.out, f.in, f.rows, 1, dy, f.out, x, f.in, 0, dst, f.in)
 		}
 		return nil
@@ -252,20 +254,14 @@ func gemmRowsWT[T Float](wt *gemmScratch, rows, in, out int, dy, w, dst []T) boo
 }
 
 // gemmRows computes c = a·op(b) (+ bias on every row, bias nil for none) with
-// simd.GemmRows32 when it takes the shape (float32 at level AVX512, the tall narrow products
-// of a transformer's first two stages; see simd.GemmRowsFits), split into row blocks across
-// Threads() as gemmPar splits them. It reports false, computing nothing, otherwise: the
-// caller then runs gemmPar.
+// simd.GemmRows32 when it takes the shape (float32 at level AVX512: the tall narrow products
+// of a transformer's first two stages, see simd.GemmRowsFits; under ownGEMM every product of
+// at least ownGemmMinCols columns, the bias in the kernel's epilogue rather than in a pass
+// over c before gemmPar), split into row blocks across Threads() as gemmPar splits them. It
+// reports false, computing nothing, otherwise: the caller then runs gemmPar.
 func gemmRows[T Float](tB bool, m, n, k int, a []T, lda int, b []T, ldb int, bias, c []T, ldc int) bool {
 	fits := simd.GemmRowsFits(tB, m, n, k) || ownGEMM() && n >= ownGemmMinCols && simd.GemmRowsTakes(n, k)
 	return gemmRowsIf(fits, tB, m, n, k, a, lda, b, ldb, bias, c, ldc)
-}
-
-// linearDWFits reports whether a linear layer's weight gradient (c m×n over k rows) goes to
-// simd.GemmDW32: where simd.GemmDWFits says it beats OpenBLAS's AVX-512 kernels, or, under
-// ownGEMM, wherever the kernel can compute it.
-func linearDWFits(m, n, k int) bool {
-	return simd.GemmDWFits(m, n, k) || ownGEMM() && simd.GemmDWTakes(m, n, k)
 }
 
 // gemmRowsIf is gemmRows for a shape whose fit the caller has asked simd for (fits: a

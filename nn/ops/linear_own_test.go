@@ -15,7 +15,8 @@ import (
 // runs AVX-512 kernels and once as on one whose BLAS runs narrower ones (blasNarrow), on
 // shapes beyond the bounds of simd's Fits functions (swin_t's third-stage patch merging and
 // qkv at fewer rows, inner dimensions beyond both of GemmRows32's bounds), on one within
-// them, and on one no kernel takes (columns not a multiple of 16). Each result must be
+// them, and on one whose weight gradient GemmDW32 refuses (100 columns, not a multiple of
+// 16). Each result must be
 // within check's bound of a float64 product; under ownGEMM (level AVX512 and a narrow BLAS)
 // each must also be the bits of simd.GemmRows32 or simd.GemmDW32 called directly, so the
 // kernels did take them, and at 2 threads the same bits as at 1.
@@ -35,13 +36,13 @@ func TestOwnGEMMTakesEveryLinear(t *testing.T) {
 			rng := rand.New(rand.NewSource(7))
 			for _, s := range []struct {
 				rows, in, out int
-				kernel        bool // the kernels can compute every product (columns multiples of 16)
+				kernel        bool // the kernels can compute all three products
 			}{
 				{100, 768, 384, true}, // third-stage patch merging, fewer rows
 				{70, 384, 1152, true}, // third-stage qkv, fewer rows
 				{32, 1536, 800, true}, // inner dimensions beyond 768 forward and 384 backward
 				{1600, 96, 96, true},  // rows enough for the Fits bounds
-				{260, 100, 24, false}, // columns not a multiple of 16: the BLAS
+				{260, 100, 24, false}, // the weight gradient's 100 columns: the BLAS
 			} {
 				x, w, b, dy := linearOperands(rng, s.rows, s.in, s.out)
 				fwd := &linearOp{kernBase: newKernBase("ops.Linear", 3), rows: s.rows, in: s.in, out: s.out}
