@@ -55,9 +55,12 @@ static int gp_size(unsigned char *buf, unsigned long n, int *w, int *h, char *ms
 // gp_decode decodes rows [ry0, ry1) and at least columns [rx0, rx1) of the image scaled by
 // 1/denom into out (capacity cap bytes). info receives x offset, width, height, channels (3 RGB,
 // 4 inverted CMYK as PIL's "CMYK;I"), the size needed when cap is too small (return 1) and the
-// first row decoded.
+// first row decoded. A header without pixels or with more than maxpix returns 2 with the
+// header's width and height in info[1] and info[2], before jpeg_start_decompress: for a
+// progressive file that call allocates coefficients for the whole image and reads every scan,
+// gigabytes and seconds for a few hundred bytes claiming 30000x30000.
 static int gp_decode(unsigned char *buf, unsigned long n, int denom, int rx0, int ry0, int rx1, int ry1,
-                     unsigned char *out, unsigned long cap, int *info, char *msg) {
+                     unsigned char *out, unsigned long cap, unsigned long maxpix, int *info, char *msg) {
 	struct jpeg_decompress_struct ci;
 	struct gp_err e;
 	memset(&e, 0, sizeof e);
@@ -72,6 +75,13 @@ static int gp_decode(unsigned char *buf, unsigned long n, int denom, int rx0, in
 	jpeg_create_decompress(&ci);
 	jpeg_mem_src(&ci, buf, n);
 	jpeg_read_header(&ci, TRUE);
+	if (ci.image_width == 0 || ci.image_height == 0 ||
+	    (unsigned long long)ci.image_width * ci.image_height > maxpix) {
+		info[1] = ci.image_width;
+		info[2] = ci.image_height;
+		jpeg_destroy_decompress(&ci);
+		return 2;
+	}
 	int nc = 3;
 	if (ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK) {
 		ci.out_color_space = JCS_CMYK;
@@ -154,9 +164,12 @@ func decodeJPEGTurbo(data []byte, r image.Rectangle, denom int, dst *Image) (ima
 		}
 		rc := C.gp_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.ulong(len(data)), C.int(denom),
 			C.int(r.Min.X), C.int(r.Min.Y), C.int(r.Max.X), C.int(r.Max.Y),
-			outp, C.ulong(len(out)), &info[0], &msg[0])
+			outp, C.ulong(len(out)), C.ulong(MaxPixels), &info[0], &msg[0])
 		if rc < 0 {
 			return image.Point{}, denom, fmt.Errorf("jpeg: %s: %w", C.GoString(&msg[0]), ErrCorrupt)
+		}
+		if rc == 2 {
+			return image.Point{}, denom, fmt.Errorf("jpeg: %w", checkPixels(int(info[1]), int(info[2])))
 		}
 		if rc == 0 {
 			break
