@@ -115,26 +115,28 @@ static inline __attribute__((always_inline)) void gp2n_sums2(int dot, int single
 	}
 }
 
-// gp2_bn_sums is gp5_bn_sums (bnSums) for channels [lo, hi) of x [n, c, hw]; the planes of
-// a channel go in pairs, their sums still added in sample order.
+// gp2_bn_sums is gp5_bn_sums (bnSums) for channels [lo, hi) of x [n, c, hw], image by image
+// as gp5_bn_sums but two images at a time, each channel's two planes summed together and
+// added in sample order.
 static void gp2_bn_sums(const float *x, long n, long c, long hw, long lo, long hi, double *sum, double *sq) {
-	for (long ch = lo; ch < hi; ch++) {
-		double ts = 0, tq = 0, r[4];
-		long i = 0;
-		for (; i + 2 <= n; i += 2) {
+	double r[4];
+	for (long ch = lo; ch < hi; ch++) sum[ch] = sq[ch] = 0;
+	long i = 0;
+	for (; i + 2 <= n; i += 2) {
+		for (long ch = lo; ch < hi; ch++) {
 			gp2n_sums2(0, 0, 0, x + (i * c + ch) * hw, 0, x + ((i + 1) * c + ch) * hw, 0, 0, hw, r);
-			ts += r[0];
-			tq += r[1];
-			ts += r[2];
-			tq += r[3];
+			sum[ch] += r[0];
+			sq[ch] += r[1];
+			sum[ch] += r[2];
+			sq[ch] += r[3];
 		}
-		if (i < n) {
+	}
+	if (i < n) {
+		for (long ch = lo; ch < hi; ch++) {
 			gp2n_sums2(0, 1, 0, x + (i * c + ch) * hw, 0, 0, 0, 0, hw, r);
-			ts += r[0];
-			tq += r[1];
+			sum[ch] += r[0];
+			sq[ch] += r[1];
 		}
-		sum[ch] = ts;
-		sq[ch] = tq;
 	}
 }
 
@@ -142,25 +144,26 @@ static void gp2_bn_sums(const float *x, long n, long c, long hw, long lo, long h
 static inline __attribute__((always_inline)) void gp2n_bn_grad_sums(const float *x, const float *dy, const float *sel,
                                                                    long n, long c, long hw, long lo, long hi,
                                                                    const double *mean, double *sdy, double *sdyx) {
-	for (long ch = lo; ch < hi; ch++) {
-		double ts = 0, tsx = 0, r[4];
-		long i = 0;
-		for (; i + 2 <= n; i += 2) {
+	double r[4];
+	for (long ch = lo; ch < hi; ch++) sdy[ch] = sdyx[ch] = 0;
+	long i = 0;
+	for (; i + 2 <= n; i += 2) {
+		for (long ch = lo; ch < hi; ch++) {
 			long off = (i * c + ch) * hw, off2 = ((i + 1) * c + ch) * hw;
 			gp2n_sums2(1, 0, dy + off, x + off, dy + off2, x + off2, sel ? sel + off : 0, sel ? sel + off2 : 0, hw, r);
-			ts += r[0];
-			tsx += r[1] - mean[ch] * r[0];
-			ts += r[2];
-			tsx += r[3] - mean[ch] * r[2];
+			sdy[ch] += r[0];
+			sdyx[ch] += r[1] - mean[ch] * r[0];
+			sdy[ch] += r[2];
+			sdyx[ch] += r[3] - mean[ch] * r[2];
 		}
-		if (i < n) {
+	}
+	if (i < n) {
+		for (long ch = lo; ch < hi; ch++) {
 			long off = (i * c + ch) * hw;
 			gp2n_sums2(1, 1, dy + off, x + off, 0, 0, sel ? sel + off : 0, 0, hw, r);
-			ts += r[0];
-			tsx += r[1] - mean[ch] * r[0];
+			sdy[ch] += r[0];
+			sdyx[ch] += r[1] - mean[ch] * r[0];
 		}
-		sdy[ch] = ts;
-		sdyx[ch] = tsx;
 	}
 }
 

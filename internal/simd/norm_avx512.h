@@ -39,18 +39,17 @@ static inline __attribute__((always_inline)) void gp5_sum_dot(const float *d, co
 	*sx = _mm512_reduce_add_pd(p0);
 }
 
-// gp5_bn_sums is bnSums for channels [lo, hi) of x [n, c, hw].
+// gp5_bn_sums is bnSums for channels [lo, hi) of x [n, c, hw]: image by image, the
+// channels' planes in memory order (Note [Channel sums in memory order] in nn/ops).
 static void gp5_bn_sums(const float *x, long n, long c, long hw, long lo, long hi, double *sum, double *sq) {
-	for (long ch = lo; ch < hi; ch++) {
-		double ts = 0, tq = 0;
-		for (long i = 0; i < n; i++) {
+	for (long ch = lo; ch < hi; ch++) sum[ch] = sq[ch] = 0;
+	for (long i = 0; i < n; i++) {
+		for (long ch = lo; ch < hi; ch++) {
 			double s, q;
 			gp5_sum_sq(x + (i * c + ch) * hw, hw, &s, &q);
-			ts += s;
-			tq += q;
+			sum[ch] += s;
+			sq[ch] += q;
 		}
-		sum[ch] = ts;
-		sq[ch] = tq;
 	}
 }
 
@@ -58,22 +57,20 @@ static void gp5_bn_sums(const float *x, long n, long c, long hw, long lo, long h
 static inline __attribute__((always_inline)) void gp5n_bn_grad_sums(const float *x, const float *dy, const float *sel,
                                                                    long n, long c, long hw, long lo, long hi,
                                                                    const double *mean, double *sdy, double *sdyx) {
-	for (long ch = lo; ch < hi; ch++) {
-		double ts = 0, tsx = 0;
-		for (long i = 0; i < n; i++) {
+	for (long ch = lo; ch < hi; ch++) sdy[ch] = sdyx[ch] = 0;
+	for (long i = 0; i < n; i++) {
+		for (long ch = lo; ch < hi; ch++) {
 			long off = (i * c + ch) * hw;
 			double s, sx;
 			gp5_sum_dot(dy + off, x + off, sel ? sel + off : 0, hw, &s, &sx);
-			ts += s;
-			tsx += sx - mean[ch] * s;
+			sdy[ch] += s;
+			sdyx[ch] += sx - mean[ch] * s;
 		}
-		sdy[ch] = ts;
-		sdyx[ch] = tsx;
 	}
 }
 
-// gp5_bn_grad_sums is bnGradSums for channels [lo, hi); with sel (not NULL), dy is masked by
-// ReLU's selector as it is read.
+// gp5_bn_grad_sums is bnGradSums for channels [lo, hi), image by image as gp5_bn_sums; with
+// sel (not NULL), dy is masked by ReLU's selector as it is read.
 static void gp5_bn_grad_sums(const float *x, const float *dy, const float *sel, long n, long c, long hw, long lo,
                              long hi, const double *mean, double *sdy, double *sdyx) {
 	if (sel)

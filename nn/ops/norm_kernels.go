@@ -8,22 +8,34 @@ import (
 	"gorgonia.org/tensor"
 )
 
+// Note [Channel sums in memory order]
+//
+// A channel's planes lie c·hw values apart in x [n, c, hw], one per image. The per-channel
+// sums (bnSums, bnGradSums, and simd's kernels for them) walk x image by image, each
+// image's block of the thread's channels in memory order, adding each plane's sum to its
+// channel's running total: each channel still adds its images' sums in image order, so the
+// bits are those of channel after channel, but the reads stream through memory instead of
+// jumping c·hw values per plane. Measured on resnet18 and resnet50 at batch 16, 64x64, one
+// thread, AMD Zen 5, in one process alternating the two orders: the training step 2.1% and
+// 2.3% faster; resnet50's Σ dy·x̂ pass went from 7.8% of the step to 2.4%.
+
 // bnSums sets sum[c] and sq[c] to the sum and the sum of squares of channel c of x [n,c,hw],
 // accumulated in float64. Channels are split across threads; each channel adds its images
-// in order, so the result does not depend on the thread count.
+// in order, so the result does not depend on the thread count (Note [Channel sums in memory
+// order]).
 func bnSums[T Float](x []T, n, c, hw int, sum, sq []float64) {
 	splitRows(c, n*hw, func(lo, hi int) {
 		if xs, ok := any(x).([]float32); ok && simdBNSums(xs, n, c, hw, lo, hi, sum, sq) {
 			return
 		}
-		for ch := lo; ch < hi; ch++ {
-			var ts, tq float64
-			for i := 0; i < n; i++ {
+		clear(sum[lo:hi])
+		clear(sq[lo:hi])
+		for i := 0; i < n; i++ {
+			for ch := lo; ch < hi; ch++ {
 				s, q := sumSq(x[(i*c+ch)*hw : (i*c+ch+1)*hw])
-				ts += s
-				tq += q
+				sum[ch] += s
+				sq[ch] += q
 			}
-			sum[ch], sq[ch] = ts, tq
 		}
 	})
 }
@@ -62,17 +74,19 @@ func reluRow[T Float](y []T) {
 }
 
 // bnGradSums sets sdy[c] = Σ dy and sdyx[c] = Σ dy·(x-mean[c]) over channel c, channels
-// split across threads as in bnSums. With sel (float32 only; nil otherwise), dy is read as
-// ReLU's gradient leaves it, dy where sel's bits are positive as an int32 and +0 elsewhere
-// (reluBits32's mask), the same bits as masking dy first.
+// split across threads and images walked in memory order as in bnSums. With sel (float32
+// only; nil otherwise), dy is read as ReLU's gradient leaves it, dy where sel's bits are
+// positive as an int32 and +0 elsewhere (reluBits32's mask), the same bits as masking dy
+// first.
 func bnGradSums[T Float](x, dy []T, sel []float32, n, c, hw int, mean, sdy, sdyx []float64) {
 	splitRows(c, 2*n*hw, func(lo, hi int) {
 		if xs, ok := any(x).([]float32); ok && simdBNGradSums(xs, any(dy).([]float32), sel, n, c, hw, lo, hi, mean, sdy, sdyx) {
 			return
 		}
-		for ch := lo; ch < hi; ch++ {
-			var ts, tsx float64
-			for i := 0; i < n; i++ {
+		clear(sdy[lo:hi])
+		clear(sdyx[lo:hi])
+		for i := 0; i < n; i++ {
+			for ch := lo; ch < hi; ch++ {
 				off := (i*c + ch) * hw
 				var s, sx float64
 				if sel != nil {
@@ -80,10 +94,9 @@ func bnGradSums[T Float](x, dy []T, sel []float32, n, c, hw int, mean, sdy, sdyx
 				} else {
 					s, sx = sumDot(dy[off:off+hw], x[off:off+hw])
 				}
-				ts += s
-				tsx += sx - mean[ch]*s
+				sdy[ch] += s
+				sdyx[ch] += sx - mean[ch]*s
 			}
-			sdy[ch], sdyx[ch] = ts, tsx
 		}
 	})
 }
