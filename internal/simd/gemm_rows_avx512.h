@@ -86,8 +86,15 @@ static int gp5_sgemm_rows(int tb, int add, int m, int n, int k, const float *a, 
 		int nb = n - j0 < NB ? n - j0 : NB, np = (nb + 15) / 16 * 16;
 		float *d = bp + (long)j0 * k;
 		if (tb)
-			for (int j = 0; j < np; j++)
-				for (int kk = 0; kk < k; kk++) d[(long)kk * np + j] = j < nb ? b[(long)(j0 + j) * ldb + kk] : 0;
+			// A transpose, in blocks of 64 rows of the panel (at most 16 KiB) so that each
+			// line written stays in L1 for all 16 of its writes: column after column over
+			// the whole panel, a long k (a convolution's filter gradient over the batch's
+			// pixels, k = 16384) evicted each line between writes.
+			for (int k0 = 0; k0 < k; k0 += 64) {
+				int ke = k - k0 < 64 ? k : k0 + 64;
+				for (int j = 0; j < np; j++)
+					for (int kk = k0; kk < ke; kk++) d[(long)kk * np + j] = j < nb ? b[(long)(j0 + j) * ldb + kk] : 0;
+			}
 		else
 			for (int kk = 0; kk < k; kk++)
 				for (int j = 0; j < np; j++) d[(long)kk * np + j] = j < nb ? b[(long)kk * ldb + j0 + j] : 0;
