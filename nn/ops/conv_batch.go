@@ -55,6 +55,11 @@ type convScratch struct {
 	// shiftMask[q*ceil(P/16)+k/16] says that pixel's input is in the image.
 	shift     []int32
 	shiftMask []uint16
+	// The gathered convolution's tables, packed operand and pixel-major result
+	// (conv_gather.go).
+	gather    *gatherPlan
+	gatherB   gemmScratch
+	gatherOut gemmScratch
 }
 
 // convCol2imShiftPixels is the fewest output pixels at which col2im takes the shifted

@@ -224,6 +224,10 @@ func convForward[T Float](op *conv2dOp, in []G.Value, y []T) error {
 		convShiftForward(op, x32, any(w).([]float32), any(b).([]float32), any(y).([]float32)) {
 		return nil
 	}
+	if x32, ok := any(x).([]float32); ok && convGather(g) &&
+		convGatherForward(op, x32, any(w).([]float32), any(b).([]float32), any(y).([]float32)) {
+		return nil
+	}
 	if nb := g.batchChunk(op.n, elemSize[T]()); nb > 0 {
 		convForwardBatched(op, nb, x, w, b, y)
 		return nil

@@ -22,3 +22,6 @@ var ShiftPadOff = &shiftPadOff
 // OwnGEMMOff is ownGEMMOff: true sends the float32 products back to the BLAS where ownGEMM
 // would send them to simd's kernels.
 var OwnGEMMOff = &ownGEMMOff
+
+// GatherOff turns the gathered forward of small maps off, for BenchmarkGatherAB.
+var GatherOff = &gatherOff

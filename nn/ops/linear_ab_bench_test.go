@@ -99,3 +99,21 @@ func BenchmarkOwnGEMMAB(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGatherAB times a training step of resnet18 and resnet50 (batch 16, 64x64, as
+// bench/models) with the gathered forward of small maps (Note [Small maps without the
+// padding's products]) off and on, alternating the two in one process (benchStepAB), and
+// reports the medians of the CPU time per step and their ratio. It is taken only under
+// ownGEMM; elsewhere the two sides are the same code:
+//
+//	GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 go test ./nn/ops -run '^$' -bench GatherAB -benchtime 3x
+func BenchmarkGatherAB(b *testing.B) {
+	for _, arch := range []string{"resnet18", "resnet50"} {
+		b.Run(arch, func(b *testing.B) {
+			gemm, gather := benchStepAB(b, arch, 16, 64, 3, ops.GatherOff)
+			b.ReportMetric(gemm, "gemm-cpu-ms/step")
+			b.ReportMetric(gather, "gather-cpu-ms/step")
+			b.ReportMetric(gemm/gather, "gemm/gather")
+		})
+	}
+}
