@@ -1,11 +1,11 @@
 // A float32 GEMM whose inner dimension is gathered through two tables: c (m×n) = Σ over kk
-// of a[i·lda + ka[kk]] · bp[kb[kk] + j]. nn/ops's convolutions of small feature maps use
-// it to sum only the products of kernel taps that land inside the image: a 3x3 convolution
-// with padding 1 over a 2x2 map multiplies zeros in 5 of every 9 of im2col's products, over a
-// 4x4 map in 44 of 144. The tables list, for one output pixel (or input pixel, or kernel tap),
-// the products that are not zeros, in im2col's order; a is read where it lies (a layer's
-// weights, or dy), bp is the other operand packed by the caller into rows (kb the offset of
-// each) of n columns, zero past n up to a multiple of 16. Compiled for AVX-512 and called only at level AVX512.
+// of a[i·lda + ka[kk]] · bp[kb[kk] + j]. nn/ops's forward of convolutions over small maps
+// uses it to sum only the products of kernel taps that land inside the image: a 3x3
+// convolution with padding 1 over a 2x2 map multiplies zeros in 5 of every 9 of im2col's
+// products, over a 4x4 map in 44 of 144. Its tables list, for one output pixel, the
+// products that are not zeros, in im2col's order; a (the weights) is read where it lies, bp
+// (x) is packed by the caller into rows (kb the offset of each) of n columns, zero past n up
+// to a multiple of 16. Compiled for AVX-512 and called only at level AVX512.
 //
 // Each element sums its products in table order with fused multiply-adds from zero (or from
 // c's element when add), so a split of c's rows or columns into calls gives the same bits.

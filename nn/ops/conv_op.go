@@ -26,7 +26,9 @@ type ConvOpts struct {
 // multiplies the image directly); the backward pass is a GEMM plus col2im for x, a GEMM
 // accumulated over the batch for w, and a reduction for b. When the output has at most
 // 16 pixels (64 with big weights), the columns of the whole batch (in chunks of at most
-// 32 MB) go into one GEMM instead, which keeps small feature maps fast (see conv_batch.go).
+// 32 MB) go into one GEMM instead, which keeps small feature maps fast (see conv_batch.go);
+// where the project's own kernels take every product (ownGEMM), the forward over such a map
+// sums only the products inside the image (see conv_gather.go).
 // Column buffers and the output live in the op and are reused across runs, so one graph
 // must not run on two machines at the same time.
 func Conv2d(x, w, b *G.Node, o ConvOpts) (*G.Node, error) {
