@@ -1,7 +1,6 @@
 package ops
 
 import (
-	"math"
 	"math/rand"
 	"testing"
 
@@ -66,41 +65,42 @@ func TestGatherForwardMatchesGEMM(t *testing.T) {
 			if c.bias {
 				ins = append(ins, b.Value())
 			}
-			run := func(off bool, threads int, ins []G.Value) []float64 {
-				gatherOff.Store(off)
-				defer gatherOff.Store(false)
+			// gathered runs the gathered forward itself, so that a refusal (and the GEMM path
+			// computing y instead) fails the test.
+			gathered := func(threads int) []float32 {
 				if threads > 1 {
 					setTestThreads(t, threads)
 					defer testThreads.Store(0)
 				}
 				op := &conv2dOp{kernBase: newKernBase("y", len(ins)), g: gm, n: n, sc: new(convScratch)}
-				if !off {
-					// The gathered forward itself, so that a refusal (and the GEMM path
-					// computing y instead) fails the test.
-					var bv []float32
-					if len(ins) == 3 {
-						bv = ins[2].Data().([]float32)
-					}
-					yv := make([]float32, y.Shape().TotalSize())
-					if !convGatherForward(op, ins[0].Data().([]float32), ins[1].Data().([]float32), bv, yv) {
-						t.Fatalf("%v %s: the gathered forward refused", lv, c.name)
-					}
-					return f32to64(yv)
+				var bv []float32
+				if c.bias {
+					bv = b.Value().Data().([]float32)
 				}
-				v, err := op.Do(ins...)
+				yv := make([]float32, y.Shape().TotalSize())
+				if !convGatherForward(op, x.Value().Data().([]float32), w.Value().Data().([]float32), bv, yv) {
+					t.Fatalf("%v %s: the gathered forward refused", lv, c.name)
+				}
+				return yv
+			}
+			// gemmPath runs the op with the gathered forward off.
+			gemmPath := func(ins []G.Value) []float64 {
+				gatherOff.Store(true)
+				defer gatherOff.Store(false)
+				v, err := (&conv2dOp{kernBase: newKernBase("y", len(ins)), g: gm, n: n, sc: new(convScratch)}).Do(ins...)
 				if err != nil {
 					t.Fatalf("%s: %v", c.name, err)
 				}
 				return cvF64s(v)
 			}
-			got, gemmY := run(false, 1, ins), run(true, 1, ins)
-			if got2 := run(false, 2, ins); !sameFloats(got2, got) {
+			got := gathered(1)
+			if !sameBits(gathered(2), got) {
 				t.Errorf("%v %s: 2 threads differ from 1", lv, c.name)
 			}
 			if !c.bias {
-				for i := range got {
-					if got[i] != gemmY[i] {
-						t.Fatalf("%v %s: y[%d] = %g gathered, %g through the GEMM path", lv, c.name, i, got[i], gemmY[i])
+				for i, v := range gemmPath(ins) {
+					if float64(got[i]) != v {
+						t.Fatalf("%v %s: y[%d] = %g gathered, %g through the GEMM path", lv, c.name, i, got[i], v)
 					}
 				}
 				continue
@@ -109,23 +109,9 @@ func TestGatherForwardMatchesGEMM(t *testing.T) {
 			for i, v := range ins {
 				f64[i] = tensor.New(tensor.WithBacking(cvF64s(v)), tensor.WithShape(v.Shape().Clone()...))
 			}
-			ref := run(true, 1, f64) // float64: the GEMM path
-			if e := maxRelDiff(got, ref); e > 1e-5 {
+			if e := maxRelDiff(f32to64(got), gemmPath(f64)); e > 1e-5 {
 				t.Errorf("%v %s: gathered y differs from float64 by %.3g (max-norm relative, bound 1e-5)", lv, c.name, e)
 			}
 		}
 	})
-}
-
-// sameFloats reports whether a and b hold the same bits.
-func sameFloats(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
