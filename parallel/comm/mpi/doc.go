@@ -25,7 +25,7 @@
 //
 //	all-reduce       from 4 MiB    ring reduce-scatter, then ring all-gather
 //	reduce-scatter   from 16 MiB   ring
-//	all-gather       from 32 MiB   ring
+//	all-gather       never         (the ring when WithRingBytes asks for it)
 //	broadcast        never         (a pipelined chain when WithRingBytes asks for it)
 //	barrier, send, recv            OpenMPI's
 //

@@ -72,7 +72,7 @@ func DefaultRingBytes(kind string) (int, bool) {
 var defaultRingBytes = [numKinds]int{
 	kindAllReduce:     4 << 20,
 	kindReduceScatter: 16 << 20,
-	kindAllGather:     32 << 20,
+	kindAllGather:     0,
 	kindBroadcast:     0,
 }
 
@@ -246,8 +246,8 @@ func (g *Group) Broadcast(buf comm.Buffer, root int) comm.Work {
 }
 
 // AllGather implements comm.Group with MPI_Iallgather (MPI_Iallgatherv when Size() does not
-// divide len(dst)), or from WithRingBytes on (32 MiB) with the package's ring over MPI
-// messages; src may be dst's own shard (then MPI_IN_PLACE), or any other buffer.
+// divide len(dst)), or from WithRingBytes on (off by default) with the package's ring over
+// MPI messages; src may be dst's own shard (then MPI_IN_PLACE), or any other buffer.
 func (g *Group) AllGather(dst, src comm.Buffer) comm.Work {
 	const k = "all-gather"
 	dp, total, dt, err := view(dst)

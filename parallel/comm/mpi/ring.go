@@ -38,26 +38,25 @@ import (
 // receives (agree): ranks that disagree all fail the collective with comm.ErrMismatch
 // naming each rank's call, no data having moved, and the group goes on.
 
-// Note [Ring thresholds]: bench/mpi ran OpenMPI 4.1.4's collectives (libnbc, vader shared
+// Note [Ring thresholds]: bench/mpi runs OpenMPI 4.1.4's collectives (libnbc, vader shared
 // memory with CMA single copy) and the package's algorithms at every size from 1 KiB to
-// 64 MiB, alternating, at world 2 and 3 on a shared 2-core machine (world 3 is
-// oversubscribed; `go run ./bench/mpi`, bench/results/mpi.json, with the load of each row).
-// The same code measured twice differs by up to 2x there, so a threshold needs a win in every
-// one of the rounds.
-// Below 1 MiB OpenMPI's are 2-10x faster: the header exchange and the hand-offs between
-// the op's goroutine and the MPI thread cost about 1 ms. Ratios ring/OpenMPI of busbw:
+// 64 MiB, alternating, in 3 rounds, at world 2 and 3 on a 2-core machine (world 3 is
+// oversubscribed; `go run ./bench/mpi`, bench/results/mpi.json, with its machine and the load
+// of each row). The same code measured twice differs by up to 2x there, so a threshold needs
+// a win in every one of the rounds. Below 1 MiB OpenMPI's are 1.04-7x faster: the header
+// exchange and the hand-offs between the op's goroutine and the MPI thread cost about 1 ms.
+// Ratios ring/OpenMPI of busbw on a 2-core AMD Zen 5, per round:
 //
-//   - all-reduce: 1.1-1.3 at world 2 from 2 MiB, 0.7-1.0 at world 3 from 4 to 16 MiB,
-//     1.4-3.8 at 64 MiB at both. The threshold stays at 4 MiB (chosen so at world 2).
-//   - reduce-scatter: 0.7-6 (noise) from 2 to 8 MiB, 1.4-3.7 from 16 MiB at both worlds in
-//     every run (OpenMPI's also took twice the CPU time): 16 MiB.
-//   - all-gather (no reduction, so one message per step): 1.3-1.7 at world 2 at 64 MiB,
-//     0.7-1.4 at world 3: 32 MiB, a small
-//     gain at world 2.
-//   - broadcast: MPI_Ibcast was 0.7-1.3x the chain at world 2 and 2-3x faster than it at
-//     world 3 at every size (its receivers each copy straight from the root's memory with
-//     CMA, while the chain's middle rank must receive each piece before it forwards it),
-//     so the chain is off by default (threshold 0) and runs only when WithRingBytes or
+//   - all-reduce: 1.0-1.3 at world 2 and 2.5-2.7 at world 3 at 4 MiB, 0.9-1.0 at 16 MiB,
+//     1.4-2.7 at 64 MiB at both: from 4 MiB.
+//   - reduce-scatter: 0.9-3 (noise) at 4 MiB, 2.5-6.5 from 16 MiB at both worlds: 16 MiB.
+//   - all-gather (no reduction, so one message per step): 0.4-0.93 at every size from 1 MiB
+//     at both worlds, one round's 2.7 aside (an earlier run on another 2-core machine: 1.3-1.7
+//     at world 2 at 64 MiB, 0.7-1.4 at world 3): off by default.
+//   - broadcast: the chain 0.44-1.0 of MPI_Ibcast at world 2 (one round's 4.6 aside) and
+//     0.47-0.56 at world 3 from 4 MiB (its receivers each copy straight from the root's
+//     memory with CMA, while the chain's middle rank must receive each piece before it
+//     forwards it), so the chain is off by default and runs only when WithRingBytes or
 //     RingBytesEnv asks for it (links where a tree from one root is slower than a pipeline).
 //
 // These are one machine's numbers; WithRingBytes sets all four thresholds.
