@@ -8,10 +8,11 @@ set -euo pipefail
 # The launchers the cluster tests start (parallel/launch/clustertest: mpirun, and a one-node
 # SLURM cluster with munge), and iproute2's ip and tc for the multi-host test bed
 # (internal/netbed), with nftables to drop packets on its links (the lossy-link and
-# unreachable-host tests). Optional: when they cannot be installed the tests skip and say why, so
-# a failure here does not fail `make deps`.
+# unreachable-host tests) and iptables to delay them (NFQUEUE) where the kernel has no netem
+# (the delayed-link tests, bench/netbed). Optional: when they cannot be installed the tests
+# skip and say why, so a failure here does not fail `make deps`.
 cluster=()
-for pkg in openmpi-bin slurm-wlm munge iproute2 nftables; do
+for pkg in openmpi-bin slurm-wlm munge iproute2 nftables iptables; do
   dpkg -s "$pkg" >/dev/null 2>&1 || cluster+=("$pkg")
 done
 if [ ${#cluster[@]} -gt 0 ]; then
