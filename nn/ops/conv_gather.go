@@ -25,8 +25,9 @@ import (
 // count.
 //
 // The gradients stay on the GEMM path. Gathered the same way they measured slower in the
-// step: the data gradient reads the weights a column at a time, and the filter gradient's
-// result, tap-major, took a pass over dw as large as the saving to put back in place.
+// step: the data gradient reads the weights across their rows (and transposing them first
+// cost more than it saved), and the filter gradient's result, tap-major, took a pass over dw
+// as large as the saving to put back in place.
 
 // convGatherMaxPixels is the most output pixels at which a convolution's forward products
 // are gathered; convGatherMaxShare the largest share of im2col's products inside the image
@@ -53,7 +54,8 @@ var gatherOff atomic.Bool
 // convGather reports whether g's float32 forward runs on gathered products (Note [Small
 // maps without the padding's products]): ownGEMM, one group, stride and dilation 1, at most
 // convGatherMaxPixels output pixels, at most convGatherMaxShare of im2col's products inside
-// the image, offsets within int32.
+// the image, offsets into w and x within int32 (convGatherForward also checks the packed x's
+// at the batch it runs).
 func convGather(g *convGeom) bool {
 	if gatherOff.Load() || !ownGEMM() || g.Groups != 1 || g.SH != 1 || g.SW != 1 || g.DH != 1 || g.DW != 1 ||
 		g.OH*g.OW > convGatherMaxPixels || int64(g.Out)*int64(g.colRows()) > math.MaxInt32/2 ||
@@ -119,9 +121,12 @@ func (sc *convScratch) gatherPlanOf(g *convGeom, n int) *gatherPlan {
 func convGatherForward(op *conv2dOp, x, w, b, y []float32) bool {
 	g := &op.g
 	n, P, HW, np := op.n, g.OH*g.OW, g.H*g.W, gatherCols(op.n)
+	rows := g.C * HW
+	if int64(rows)*int64(np) > math.MaxInt32 {
+		return false // the tables' offsets into the packed x would not fit int32
+	}
 	pl := op.sc.gatherPlanOf(g, n)
 	// bp[(c·HW + q)·np + i] = x[i, c, q].
-	rows := g.C * HW
 	bp := gemmScratchOf[float32](&op.sc.gatherB, rows*np)
 	splitRows(rows, np, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
