@@ -174,14 +174,10 @@ func decodeJPEGTurbo(data []byte, r image.Rectangle, denom int, dst *Image) (ima
 		if rc == 0 {
 			break
 		}
-		// Room for the CMYK→RGB conversion in place needs the 4-channel size. The C side
-		// reports it as an int: a size past 2^31 arrives negative (or wrapped small, which the
-		// second attempt refuses), and one over MaxPixels is a bomb.
+		// Room for the CMYK→RGB conversion in place needs the 4-channel size; the header
+		// was checked against MaxPixels, so it is at most 4·MaxPixels bytes and fits the C
+		// int that reports it.
 		need := int(info[4])
-		if need <= 0 || need/4 > MaxPixels {
-			return image.Point{}, denom, fmt.Errorf("jpeg: %dx%d image, output size %d: over the %d-pixel limit: %w",
-				int(info[1]), int(info[2]), need, MaxPixels, ErrCorrupt)
-		}
 		out = make([]byte, need)
 		if attempt == 1 {
 			return image.Point{}, denom, fmt.Errorf("jpeg: decoder buffer size changed: %w", ErrCorrupt)

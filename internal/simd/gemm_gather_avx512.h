@@ -7,8 +7,8 @@
 // (x) is packed by the caller into rows (kb the offset of each) of n columns, zero past n up
 // to a multiple of 16. Compiled for AVX-512 and called only at level AVX512.
 //
-// Each element sums its products in table order with fused multiply-adds from zero (or from
-// c's element when add), so a split of c's rows or columns into calls gives the same bits.
+// Each element sums its products in table order with fused multiply-adds from zero, so a
+// split of c's rows or columns into calls gives the same bits.
 // The micro-kernel keeps MR rows by NV vectors of 16 columns in registers: per product one
 // load of each vector of bp's row and one broadcast of a per row.
 
@@ -19,13 +19,10 @@
 
 static inline __attribute__((always_inline)) void gp5g_micro(int MR, int NV, int k, const float *a, long lda,
                                                             const int *ka, const float *bp, const int *kb,
-                                                            float *c, long ldc, int add, __mmask16 last) {
+                                                            float *c, long ldc, __mmask16 last) {
 	__m512 acc[12][4];
 	for (int r = 0; r < MR; r++)
-		for (int v = 0; v < NV; v++) {
-			__mmask16 mk = v == NV - 1 ? last : 0xffff;
-			acc[r][v] = add ? _mm512_maskz_loadu_ps(mk, c + r * ldc + 16 * v) : _mm512_setzero_ps();
-		}
+		for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
 	// Rows r and r + H share a pointer (H = half of MR, rounded up), the second read at an
 	// index H·lda further: half as many registers for the rows' addresses.
 	const int H = (MR + 1) / 2;
@@ -50,16 +47,16 @@ static inline __attribute__((always_inline)) void gp5g_micro(int MR, int NV, int
 }
 
 // gp5_sgemm_gather is the product above for rows [0, m) and columns [0, n) of c (ldc), k
-// products per element; add: c += the sums.
+// products per element.
 static void gp5_sgemm_gather(int m, int n, int k, const float *a, long lda, const int *ka, const float *bp,
-                             const int *kb, float *c, long ldc, int add) {
+                             const int *kb, float *c, long ldc) {
 	for (int j0 = 0; j0 < n; j0 += 64) {
 		int nb = n - j0 < 64 ? n - j0 : 64, nv = (nb + 15) / 16;
 		__mmask16 last = nb % 16 == 0 ? 0xffff : (__mmask16)((1u << (nb % 16)) - 1);
 		const float *b0 = bp + j0;
 		float *c0 = c + j0;
 		int i = 0;
-#define GP5G(MR, NV) gp5g_micro(MR, NV, k, a + (long)i * lda, lda, ka, b0, kb, c0 + (long)i * ldc, ldc, add, last)
+#define GP5G(MR, NV) gp5g_micro(MR, NV, k, a + (long)i * lda, lda, ka, b0, kb, c0 + (long)i * ldc, ldc, last)
 		switch (nv) {
 		case 4:
 			for (; i + 6 <= m; i += 6) GP5G(6, 4);

@@ -11,7 +11,7 @@ import (
 
 // TestGemmGather checks GemmGather32 against the same products summed in table order with
 // fused multiply-adds, bit for bit, at every width the micro-kernels take (1 to 4 vectors, a
-// masked last one), row counts that leave remainders, with and without add; that nothing is
+// masked last one), row counts that leave remainders; that nothing is
 // written past n; and that it refuses what it cannot read.
 func TestGemmGather(t *testing.T) {
 	simdtest.Each(t, func(t *testing.T, lv simd.Level) {
@@ -36,35 +36,30 @@ func TestGemmGather(t *testing.T) {
 			for kk := range ka {
 				ka[kk], kb[kk] = int32(rng.Intn(arows)), int32(rng.Intn(brows)*np)
 			}
-			for _, add := range []bool{false, true} {
-				c := make([]float32, m*ldc)
-				for i := range c {
-					c[i] = rng.Float32()
-				}
-				want := append([]float32(nil), c...)
-				for i := 0; i < m; i++ {
-					for j := 0; j < n; j++ {
-						var acc float32
-						if add {
-							acc = want[i*ldc+j]
-						}
-						for kk := range ka {
-							acc = float32(math.FMA(float64(a[i*lda+int(ka[kk])]), float64(bp[int(kb[kk])+j]), float64(acc)))
-						}
-						want[i*ldc+j] = acc
+			c := make([]float32, m*ldc)
+			for i := range c {
+				c[i] = rng.Float32()
+			}
+			want := append([]float32(nil), c...)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var acc float32
+					for kk := range ka {
+						acc = float32(math.FMA(float64(a[i*lda+int(ka[kk])]), float64(bp[int(kb[kk])+j]), float64(acc)))
 					}
+					want[i*ldc+j] = acc
 				}
-				ok := simd.GemmGather32(m, n, a, lda, ka, bp, kb, c, ldc, add)
-				if ok != (lv == simd.AVX512) {
-					t.Fatalf("%v: GemmGather32 took it: %v", sh, ok)
-				}
-				if !ok {
-					continue
-				}
-				for i := range c {
-					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%v add %v: c[%d] = %g, want %g (row %d, column %d)", sh, add, i, c[i], want[i], i/ldc, i%ldc)
-					}
+			}
+			ok := simd.GemmGather32(m, n, a, lda, ka, bp, kb, c, ldc)
+			if ok != (lv == simd.AVX512) {
+				t.Fatalf("%v: GemmGather32 took it: %v", sh, ok)
+			}
+			if !ok {
+				continue
+			}
+			for i := range c {
+				if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v: c[%d] = %g, want %g (row %d, column %d)", sh, i, c[i], want[i], i/ldc, i%ldc)
 				}
 			}
 		}
@@ -77,7 +72,7 @@ func TestGemmGather(t *testing.T) {
 			ka, kb []int32
 		}{{"a", 16, []int32{10}, []int32{0}}, {"bp", 16, []int32{0}, []int32{17}}, {"bp vector", 9, []int32{0}, []int32{20}},
 			{"negative", 16, []int32{-1}, []int32{0}}, {"lengths", 16, []int32{0, 1}, []int32{0}}} {
-			if simd.GemmGather32(1, tc.n, a, 1, tc.ka, bp, tc.kb, c, 16, false) {
+			if simd.GemmGather32(1, tc.n, a, 1, tc.ka, bp, tc.kb, c, 16) {
 				t.Errorf("%s: GemmGather32 took a product it cannot read", tc.name)
 			}
 		}

@@ -126,17 +126,14 @@ func convGatherForward(op *conv2dOp, x, w, b, y []float32) bool {
 		return false // the tables' offsets into the packed x would not fit int32
 	}
 	pl := op.sc.gatherPlanOf(g, n)
-	// bp[(c·HW + q)·np + i] = x[i, c, q].
+	// bp[(c·HW + q)·np + i] = x[i, c, q]: x, [n, rows], transposed, zero past n.
 	bp := gemmScratchOf[float32](&op.sc.gatherB, rows*np)
-	splitRows(rows, np, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			row := bp[r*np : (r+1)*np]
-			for i := range n {
-				row[i] = x[i*rows+r]
-			}
-			clear(row[n:])
+	transposeInto(x, n, rows, bp, np)
+	if np > n {
+		for r := range rows {
+			clear(bp[r*np+n : (r+1)*np])
 		}
-	})
+	}
 	// out[(o·P + p)·np + i] is y[i, o, p] less the bias; an output pixel none of whose taps
 	// lands inside the image (padding as wide as the kernel) has no products: zeros.
 	out := gemmScratchOf[float32](&op.sc.gatherOut, g.Out*P*np)
@@ -154,7 +151,7 @@ func convGatherForward(op *conv2dOp, x, w, b, y []float32) bool {
 					}
 					continue
 				}
-				if !simd.GemmGather32(m, n, w[i0*kk:], kk, pl.ka[p], bp, pl.kb[p], c, P*np, false) {
+				if !simd.GemmGather32(m, n, w[i0*kk:], kk, pl.ka[p], bp, pl.kb[p], c, P*np) {
 					return false
 				}
 			}
