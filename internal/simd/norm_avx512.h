@@ -9,7 +9,11 @@
 
 static inline __mmask8 gp5_mask8(long n) { return n >= 8 ? 0xff : (__mmask8)((1u << n) - 1); }
 
-static inline __m512d gp5_ld8(const float *p, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
+// gp5_ld8 widens the lanes of m of p to doubles, the others 0. A full mask takes a plain load
+// (Note [Masked loads from memory] in conv_avx512.h).
+static inline __m512d gp5_ld8(const float *p, __mmask8 m) {
+	return _mm512_cvtps_pd(gp5_ldm8(m, p));
+}
 
 // gp5_sum_sq is sumSq: *s = Σ x, *q = Σ x².
 static inline void gp5_sum_sq(const float *x, long n, double *s, double *q) {
@@ -30,8 +34,8 @@ static inline __attribute__((always_inline)) void gp5_sum_dot(const float *d, co
 	__m512d s0 = _mm512_setzero_pd(), p0 = _mm512_setzero_pd();
 	for (long i = 0; i < n; i += 8) {
 		__mmask8 m = gp5_mask8(n - i), k = m;
-		if (sel) k = _mm256_mask_cmpgt_epi32_mask(m, _mm256_maskz_loadu_epi32(m, sel + i), _mm256_setzero_si256());
-		__m512d g = gp5_ld8(d + i, k);
+		if (sel) k = _mm256_mask_cmpgt_epi32_mask(m, gp5_ldm8i(m, sel + i), _mm256_setzero_si256());
+		__m512d g = _mm512_maskz_mov_pd(k, gp5_ld8(d + i, m));
 		s0 = _mm512_add_pd(s0, g);
 		p0 = _mm512_fmadd_pd(g, gp5_ld8(x + i, m), p0);
 	}
@@ -83,9 +87,9 @@ static void gp5_bn_grad_sums(const float *x, const float *dy, const float *sel, 
 static inline void gp5_relu_sel(const float *v, float *y, const float *sel, long n) {
 	for (long i = 0; i < n; i += 16) {
 		__mmask16 m = gp5_mask16(n - i);
-		__m512i s = _mm512_maskz_loadu_epi32(m, sel + i);
+		__m512i s = gp5_ldmi(m, sel + i);
 		__mmask16 keep = _mm512_cmpgt_epi32_mask(s, _mm512_setzero_si512());
-		_mm512_mask_storeu_ps(y + i, m, _mm512_maskz_mov_ps(keep, _mm512_maskz_loadu_ps(m, v + i)));
+		_mm512_mask_storeu_ps(y + i, m, _mm512_maskz_mov_ps(keep, gp5_ldm(m, v + i)));
 	}
 }
 
@@ -94,7 +98,7 @@ static void gp5_scale(const float *x, float *y, long n, float s) {
 	__m512 sv = _mm512_set1_ps(s);
 	for (long i = 0; i < n; i += 16) {
 		__mmask16 m = gp5_mask16(n - i);
-		_mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
+		_mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(gp5_ldm(m, x + i), sv));
 	}
 }
 
@@ -110,7 +114,7 @@ static void gp5_bn_apply(const float *x, float *y, long c, long hw, long lo, lon
 		float *out = y + r * hw;
 		for (long j = 0; j < hw; j += 16) {
 			__mmask16 m = gp5_mask16(hw - j);
-			__m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), sa), sb);
+			__m512 v = _mm512_add_ps(_mm512_mul_ps(gp5_ldm(m, row + j), sa), sb);
 			if (relu) v = _mm512_maskz_mov_ps(_mm512_cmpgt_epi32_mask(_mm512_castps_si512(v), _mm512_setzero_si512()), v);
 			_mm512_mask_storeu_ps(out + j, m, v);
 		}
@@ -129,9 +133,9 @@ static inline __attribute__((always_inline)) void gp5n_bn_grad_apply(const float
 		int only = bf == 0 && df == 0;
 		for (long j = 0; j < hw; j += 16) {
 			__mmask16 m = gp5_mask16(hw - j), k = m;
-			if (sel) k = _mm512_mask_cmpgt_epi32_mask(m, _mm512_maskz_loadu_epi32(m, sel + off + j), _mm512_setzero_si512());
-			__m512 v = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, dy + off + j));
-			if (!only) v = _mm512_add_ps(_mm512_add_ps(v, _mm512_mul_ps(b, _mm512_maskz_loadu_ps(m, x + off + j))), d);
+			if (sel) k = _mm512_mask_cmpgt_epi32_mask(m, gp5_ldmi(m, sel + off + j), _mm512_setzero_si512());
+			__m512 v = _mm512_mul_ps(a, _mm512_maskz_mov_ps(k, gp5_ldm(m, dy + off + j)));
+			if (!only) v = _mm512_add_ps(_mm512_add_ps(v, _mm512_mul_ps(b, gp5_ldm(m, x + off + j))), d);
 			_mm512_mask_storeu_ps(dx + off + j, m, v);
 		}
 	}
@@ -179,7 +183,7 @@ static inline __attribute__((always_inline)) void gp5_ln_fwd_rows(int R, const f
 	}
 	for (long j = 0; j < m; j += 8) {
 		__mmask8 k = gp5_mask8(m - j);
-		__m512d g = _mm512_maskz_loadu_pd(k, gamma + j), b = _mm512_maskz_loadu_pd(k, beta + j);
+		__m512d g = gp5_ldmd(k, gamma + j), b = gp5_ldmd(k, beta + j);
 		for (int i = 0; i < R; i++) {
 			__m512d t = _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(gp5_ld8(x + (r0 + i) * m + j, k), mv[i]), iv[i]), g);
 			_mm256_mask_storeu_ps(y + (r0 + i) * m + j, k, _mm512_cvtpd_ps(_mm512_add_pd(t, b)));
@@ -212,8 +216,8 @@ static inline __attribute__((always_inline)) void gp5_ln_bwd_rows(int R, const f
 	}
 	for (long j = 0; j < m; j += 8) {
 		__mmask8 k = gp5_mask8(m - j);
-		__m512d dg = _mm512_maskz_loadu_pd(k, dgamma + j), db = _mm512_maskz_loadu_pd(k, dbeta + j);
-		__m512d gm = _mm512_maskz_loadu_pd(k, gamma + j);
+		__m512d dg = gp5_ldmd(k, dgamma + j), db = gp5_ldmd(k, dbeta + j);
+		__m512d gm = gp5_ldmd(k, gamma + j);
 		for (int i = 0; i < R; i++) {
 			__m512d xh = _mm512_mul_pd(_mm512_maskz_sub_pd(k, gp5_ld8(x + (r0 + i) * m + j, k), mv[i]), iv[i]);
 			__m512d gj = gp5_ld8(dy + (r0 + i) * m + j, k);
@@ -232,7 +236,7 @@ static inline __attribute__((always_inline)) void gp5_ln_bwd_rows(int R, const f
 	}
 	for (long j = 0; j < m; j += 8) {
 		__mmask8 k = gp5_mask8(m - j);
-		__m512d gm = _mm512_maskz_loadu_pd(k, gamma + j);
+		__m512d gm = gp5_ldmd(k, gamma + j);
 		for (int i = 0; i < R; i++) {
 			__m512d xh = _mm512_mul_pd(_mm512_sub_pd(gp5_ld8(x + (r0 + i) * m + j, k), mv[i]), iv[i]);
 			__m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(gp5_ld8(dy + (r0 + i) * m + j, k), gm), a[i]),
