@@ -11,9 +11,14 @@
 // level (GP_SIMD in the children), every row still paired with PyTorch's in the same run.
 //
 // Each row is the median of -reps (default 5) measurement pairs and its ratio the median of
-// the pairs' ratios. Each side runs in one live child process per row, with GOMAXPROCS and
-// OPENBLAS_NUM_THREADS set to the thread count (OpenBLAS reads its thread count at
-// start-up); a pair is one timed window of each, back to back, the order alternating
+// the pairs' ratios. Each side runs in one live child process per row with its compute
+// threads set to the row's count: GP_NUM_THREADS (our kernels and every split of our step)
+// and OPENBLAS_NUM_THREADS and OMP_NUM_THREADS (OpenBLAS reads its thread count at start-up;
+// torch.set_num_threads in the PyTorch child). Our child leaves GOMAXPROCS at Go's default,
+// the machine's cores, as gprun's ranks and any Go program do: GOMAXPROCS is the Go
+// scheduler's, not a compute thread count (Note [A spare P]). Each side's CPU seconds per
+// step (every thread) are in the row. A pair is one timed window of each, back to back, the
+// order alternating
 // (Note [Alternated windows], alternate.go). A window times at least -min-seconds (default
 // 4) of steps: a resnet18 step takes 0.15 s, and a handful of steps moved a row by ±20% on
 // this shared machine.
@@ -43,6 +48,7 @@ import (
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
+	"github.com/gorgonia-parallel/gp/nn/ops"
 )
 
 // Row is one row of bench/results/models.json (under "rows"). TorchImgsPerS and Ratio are null when
@@ -51,6 +57,7 @@ type Row struct {
 	Arch          string   `json:"arch"`
 	SIMD          string   `json:"simd"` // our kernels' level (GP_SIMD) in this row
 	Threads       int      `json:"threads"`
+	GoMaxProcs    int      `json:"gomaxprocs"` // our child's (Note [A spare P])
 	ImgsPerS      float64  `json:"imgs_per_s"`
 	TorchImgsPerS *float64 `json:"torch_imgs_per_s"`
 	Ratio         *float64 `json:"ratio"`
@@ -84,6 +91,7 @@ type Row struct {
 // rowUnits says the unit of the Row fields whose names do not.
 var rowUnits = map[string]string{
 	"batch":           "images per step",
+	"threads":         "compute threads of each side: GP_NUM_THREADS, OPENBLAS_NUM_THREADS and OMP_NUM_THREADS (torch.set_num_threads); gomaxprocs is our child's GOMAXPROCS, Go's default (Note [A spare P])",
 	"size":            "pixels per side",
 	"ratio":           "our images/s over PyTorch's (ratio_per_rep: each pair's)",
 	"flops_per_image": "floating-point operations of a training step's products per image (flops_per_image_by_kind: the same by kind of op)",
@@ -279,7 +287,8 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			if err != nil || t < 1 {
 				return nil, fmt.Errorf("bad thread count %q", ts)
 			}
-			env := append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", t), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t), "GP_SIMD="+lv.String())
+			env := append(childEnv(), fmt.Sprintf("GOMAXPROCS=%d", max(t, runtime.NumCPU())), fmt.Sprintf("GP_NUM_THREADS=%d", t),
+				fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t), "GP_SIMD="+lv.String())
 			// reps pairs of windows from two live processes, ours and PyTorch's, alternated
 			// (Note [Alternated windows]); the row reports medians and the median of the
 			// per-pair ratios.
@@ -328,7 +337,7 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			}
 			torch.close()
 			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
-			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
+			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, GoMaxProcs: max(t, runtime.NumCPU()), ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
 				FlopsPerImage: fl.PerImage, FlopsByKind: fl.ByKind}
 			row.RoofGFLOPs, row.RoofPerRep = benchutil.Median(roofs), roofs
 			row.RoofSquareGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Square }))
@@ -536,11 +545,12 @@ func serve(arch string, batch, size, warmup, steps int) error {
 }
 
 // sgdMomentum is torch.optim.SGD's step with momentum (no dampening or weight decay):
-// mom = μ·mom + g, w -= lr·mom, split across GOMAXPROCS as torch's foreach kernels use
-// their threads, vectorised (AVX-512 where the CPU has it) as torch's kernels are. One pass
-// over 25M parameters was a tenth of a resnet50 step at one thread as a scalar Go loop.
+// mom = μ·mom + g, w -= lr·mom, split across the compute threads (ops.Threads) as torch's
+// foreach kernels use their threads, vectorised (AVX-512 where the CPU has it) as torch's
+// kernels are. One pass over 25M parameters was a tenth of a resnet50 step at one thread as
+// a scalar Go loop.
 func sgdMomentum(w, g, mom []float32, lr, mu float32) {
-	workers := min(runtime.GOMAXPROCS(0), max(len(w)>>16, 1))
+	workers := min(ops.Threads(), max(len(w)>>16, 1))
 	var wg sync.WaitGroup
 	for k := range workers {
 		lo, hi := k*len(w)/workers, (k+1)*len(w)/workers
@@ -561,3 +571,32 @@ func pick[T any](xs []T, f func(T) float64) []float64 {
 	}
 	return out
 }
+
+// childEnv is this process's environment without GOMAXPROCS and the thread counts, which
+// each child gets from its row.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "GOMAXPROCS", "GP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// Note [A spare P]
+//
+// Our kernels are C calls. A goroutine in a C call has left its P (the Go scheduler's right
+// to run Go code); when no other P is idle, the runtime's monitor takes that P away after
+// 20 µs and hands it to another thread, which finds nothing to do. When the call returns,
+// the goroutine must get a P back, often on another thread: a training step makes thousands
+// of such calls. With one compute thread and GOMAXPROCS=1, resnet18's step ran 6% slower
+// (175-177 against 187 img/s, batch 16 at 64x64, alternated runs on 2 cores) than with
+// GOMAXPROCS=2, while using more CPU (0.095-0.097 s a step against 0.090): with a P idle the
+// monitor leaves the calling goroutine's P alone. Go's default GOMAXPROCS is the machine's
+// cores, and gprun's ranks keep it (they get one compute thread through OMP_NUM_THREADS, as
+// torchrun's do), so the rows measure our side that way; the compute threads are the row's
+// count, and the CPU seconds per step show what the process used.

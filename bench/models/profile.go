@@ -53,7 +53,7 @@ func profileAll(archs, out string) error {
 	}
 	for _, w := range todo {
 		pf := filepath.Join(tmp, w.arch+".prof")
-		env := append(os.Environ(), "GOMAXPROCS=1", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+		env := append(childEnv(), fmt.Sprintf("GOMAXPROCS=%d", runtime.NumCPU()), "GP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
 		if _, _, err := runChild(env, self, "-child", w.arch, "-batch", fmt.Sprint(w.batch), "-size", fmt.Sprint(w.size),
 			"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps), "-min-seconds", fmt.Sprint(minSeconds), "-cpuprofile", pf); err != nil {
 			return fmt.Errorf("%s: %w", w.arch, err)

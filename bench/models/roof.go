@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -129,12 +128,12 @@ func measureRoof(m, n, k int) float64 {
 }
 
 // measureOwnRoof times simd.GemmRows32 on an m×k by k×n product for at least a second,
-// its rows split into runtime.GOMAXPROCS(0) blocks run at once; 0 where it refuses the shape.
+// its rows split into ops.Threads() blocks run at once; 0 where it refuses the shape.
 func measureOwnRoof(m, n, k int) float64 {
 	if !simd.GemmRowsTakes(n, k) {
 		return 0
 	}
-	w := max(1, min(runtime.GOMAXPROCS(0), m/16))
+	w := max(1, min(ops.Threads(), m/16))
 	ok := true
 	f := timeGemm(m, n, k, func(a, b, c []float32) {
 		var wg sync.WaitGroup
