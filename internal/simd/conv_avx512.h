@@ -4,48 +4,13 @@
 
 #include <immintrin.h>
 #include <string.h>
+#include "avx512_common.h"
 #include "geom.h"
 #include "gelu_coef.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
 #pragma GCC optimize("fp-contract=off")
-
-static inline __mmask16 gp5_mask16(long n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
-
-// Note [Masked loads from memory]
-// On AMD's Zen 5, a masked load that misses the caches streams at about half the rate of a
-// plain one: a 16-lane add over three 64 MiB arrays ran at 57 GB/s with masked loads and
-// 105 GB/s with plain ones, one thread; inside L2 and L3 the two were level. So the kernels
-// that stream tensors load a full vector with a plain load and keep masked loads for the
-// partial vectors at the ends and for lanes that may lie outside the tensor (padding).
-// Masked stores run at the plain stores' rate and stay. The lanes loaded are the same, so
-// the results are the same bits. gp5_ldm and its kin pick the load by the mask at run time.
-
-// gp5_ldm loads the lanes of m from p, the others 0.
-static inline __m512 gp5_ldm(__mmask16 m, const float *p) {
-	return m == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
-}
-
-// gp5_ldmi is gp5_ldm for 32-bit integers.
-static inline __m512i gp5_ldmi(__mmask16 m, const void *p) {
-	return m == 0xffff ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(m, p);
-}
-
-// gp5_ldm8 is gp5_ldm for eight lanes.
-static inline __m256 gp5_ldm8(__mmask8 m, const float *p) {
-	return m == 0xff ? _mm256_loadu_ps(p) : _mm256_maskz_loadu_ps(m, p);
-}
-
-// gp5_ldm8i is gp5_ldmi for eight lanes.
-static inline __m256i gp5_ldm8i(__mmask8 m, const void *p) {
-	return m == 0xff ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi32(m, p);
-}
-
-// gp5_ldmd is gp5_ldm for eight doubles.
-static inline __m512d gp5_ldmd(__mmask8 m, const double *p) {
-	return m == 0xff ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd(m, p);
-}
 
 static inline void gp5_copy(float *d, const float *s, long n) {
 	long k = 0;
@@ -271,7 +236,7 @@ static void gp5_im2col_gather(const float *x, float *col, long ld, int lo, int h
 				_mm512_storeu_ps(d + k, _mm512_i32gather_ps(_mm512_loadu_si512(src + k), xc, 4));
 			if (k < P) {
 				__mmask16 m = gp5_mask16(P - k);
-				__m512i ix = gp5_ldmi(m, src + k);
+				__m512i ix = _mm512_maskz_loadu_epi32(m, src + k);
 				_mm512_mask_storeu_ps(d + k, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ix, xc, 4));
 			}
 			for (int t = padOff[q]; t < padOff[q + 1]; t++) d[padPos[t]] = 0;
