@@ -10,7 +10,7 @@
 static inline __mmask8 gp5_mask8(long n) { return n >= 8 ? 0xff : (__mmask8)((1u << n) - 1); }
 
 // gp5_ld8 widens the lanes of m of p to doubles, the others 0. A full mask takes a plain load
-// (Note [Masked loads from memory] in conv_avx512.h).
+// (Note [Masked loads from memory] in avx512_common.h).
 static inline __m512d gp5_ld8(const float *p, __mmask8 m) {
 	return _mm512_cvtps_pd(gp5_ldm8(m, p));
 }
