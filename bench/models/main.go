@@ -287,7 +287,8 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			if err != nil || t < 1 {
 				return nil, fmt.Errorf("bad thread count %q", ts)
 			}
-			env := append(childEnv(), fmt.Sprintf("GOMAXPROCS=%d", max(t, runtime.NumCPU())), fmt.Sprintf("GP_NUM_THREADS=%d", t),
+			procs := max(t, runtime.NumCPU()) // Go's default, or t where t is more (Note [A spare P])
+			env := append(childEnv(), fmt.Sprintf("GOMAXPROCS=%d", procs), fmt.Sprintf("GP_NUM_THREADS=%d", t),
 				fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", t), fmt.Sprintf("OMP_NUM_THREADS=%d", t), "GP_SIMD="+lv.String())
 			// reps pairs of windows from two live processes, ours and PyTorch's, alternated
 			// (Note [Alternated windows]); the row reports medians and the median of the
@@ -337,7 +338,7 @@ func measureLevel(lv simd.Level, tmp, self, threadList, archs string) ([]Row, er
 			}
 			torch.close()
 			goOut, goCPU := benchutil.Median(gos), benchutil.Median(gcpus)
-			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, GoMaxProcs: max(t, runtime.NumCPU()), ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
+			row := Row{Arch: w.arch, SIMD: lv.String(), Threads: t, GoMaxProcs: procs, ImgsPerS: goOut, Batch: w.batch, Size: w.size, CPUPerStep: goCPU, Reps: reps, RatioPerRep: ratios,
 				FlopsPerImage: fl.PerImage, FlopsByKind: fl.ByKind}
 			row.RoofGFLOPs, row.RoofPerRep = benchutil.Median(roofs), roofs
 			row.RoofSquareGFLOPs = benchutil.Median(pick(rfs, func(r roofReport) float64 { return r.Square }))
