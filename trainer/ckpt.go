@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/nn/checkpoint"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
 )
@@ -227,18 +226,6 @@ func (c *checkpoints) otherLayout() error {
 	}
 	return fmt.Errorf("trainer: resume: %s holds checkpoints of %s (%s), not %s: resume it with that strategy, or pass -resume none to start over beside them",
 		filepath.Dir(found[0]), theirs, filepath.Base(found[0]), mine)
-}
-
-// loadLatest reads the newest npz checkpoint that loads (see newest); "" when there is
-// none.
-func (c *checkpoints) loadLatest() (string, []nn.StateEntry, error) {
-	var entries []nn.StateEntry
-	path, err := c.newest(func(p string) error {
-		var err error
-		entries, err = checkpoint.Load(p)
-		return err
-	})
-	return path, entries, err
 }
 
 // mismatchHint says what a checkpoint whose state does not fit the model usually is.

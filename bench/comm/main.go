@@ -55,24 +55,23 @@ var (
 )
 
 type row struct {
-	Op           string   `json:"op"`
-	World        int      `json:"world"`
-	Bytes        int      `json:"bytes"`
-	Transport    string   `json:"transport"`
-	BusBW        float64  `json:"busbw_gbps"`
-	Latency      float64  `json:"latency_s"`
-	CPU          float64  `json:"cpu_s,omitempty"`
-	SharedBusBW  *float64 `json:"shared_busbw_gbps,omitempty"` // all-reduce on comm.AllocFloat32 memory
-	SharedRatio  *float64 `json:"shared_ratio,omitempty"`      // SharedBusBW / gloo's
-	TCPBusBW     *float64 `json:"tcp_busbw_gbps,omitempty"`
-	TCPLatency   *float64 `json:"tcp_latency_s,omitempty"`
-	GlooBusBW    *float64 `json:"gloo_busbw_gbps"`
-	GlooLatency  *float64 `json:"gloo_latency_s"`
-	Ratio        *float64 `json:"ratio"`
-	GlooNote     string   `json:"gloo_note,omitempty"`
-	Load         float64  `json:"loadavg"`                // before gp's job: the machine is shared
-	GlooLoad     float64  `json:"gloo_loadavg,omitempty"` // before gloo's job
-	measuredGloo bool
+	Op          string   `json:"op"`
+	World       int      `json:"world"`
+	Bytes       int      `json:"bytes"`
+	Transport   string   `json:"transport"`
+	BusBW       float64  `json:"busbw_gbps"`
+	Latency     float64  `json:"latency_s"`
+	CPU         float64  `json:"cpu_s,omitempty"`
+	SharedBusBW *float64 `json:"shared_busbw_gbps,omitempty"` // all-reduce on comm.AllocFloat32 memory
+	SharedRatio *float64 `json:"shared_ratio,omitempty"`      // SharedBusBW / gloo's
+	TCPBusBW    *float64 `json:"tcp_busbw_gbps,omitempty"`
+	TCPLatency  *float64 `json:"tcp_latency_s,omitempty"`
+	GlooBusBW   *float64 `json:"gloo_busbw_gbps"`
+	GlooLatency *float64 `json:"gloo_latency_s"`
+	Ratio       *float64 `json:"ratio"`
+	GlooNote    string   `json:"gloo_note,omitempty"`
+	Load        float64  `json:"loadavg"`                // before gp's job: the machine is shared
+	GlooLoad    float64  `json:"gloo_loadavg,omitempty"` // before gloo's job
 }
 
 // units says the unit of the row fields whose names do not.

@@ -109,7 +109,6 @@ type Backend struct {
 	live, peak     [2]int            // bytes of parameter and gradient blocks: now, most
 	red            *zero.ReduceSchedule[nccl.DeviceWork]
 	ranged, began  bool // a RunStep's update of each unit as it retires; begun
-	scalars        []int64
 }
 
 // NewBackend returns the device backend on dev, for zero.WithBackend. The engine's group

@@ -121,7 +121,7 @@ func TestGradShardUnscaleAndClip(t *testing.T) {
 			if _, err := e.ClipGradNorm(ctx, 10*norm); err != nil {
 				t.Fatal(err)
 			}
-			sq = sumsq("not clipped", sq)
+			sumsq("not clipped", sq)
 			if inf, err := e.UnscaleGrads(ctx, math.SmallestNonzeroFloat32); err != nil || !inf {
 				t.Fatalf("unscale by %g (its reciprocal overflows float32): inf %v, err %v; want inf", math.SmallestNonzeroFloat32, inf, err)
 			}

@@ -388,7 +388,11 @@ func (p *Program) readers(n *G.Node) []*G.Node {
 	g := p.cpu.Graph()
 	it := g.To(n.ID())
 	for it != nil && it.Next() {
-		if c := it.Node().(*G.Node); g.Node(c.ID()) != nil {
+		// The program's graph is a subgraph that shares the whole graph's edges: keep
+		// the readers it holds (Node gives a nil *G.Node, not a nil interface, for the
+		// others).
+		c := it.Node().(*G.Node)
+		if in, _ := g.Node(c.ID()).(*G.Node); in != nil {
 			out = append(out, c)
 		}
 	}

@@ -65,15 +65,6 @@ func openCvFixtures(t *testing.T) *cvFixtures {
 	return &cvFixtures{r: r}
 }
 
-func (f *cvFixtures) has(key string) bool {
-	for _, k := range f.r.Keys() {
-		if k == key+".npy" {
-			return true
-		}
-	}
-	return false
-}
-
 // tensor reads case__name as a float32 tensor with its stored shape.
 func (f *cvFixtures) tensor(t *testing.T, key string) *tensor.Dense {
 	t.Helper()

@@ -14,11 +14,10 @@ import (
 )
 
 type convCase struct {
-	name   string
-	x, w   []int
-	bias   bool
-	o      ConvOpts
-	wScale float64
+	name string
+	x, w []int
+	bias bool
+	o    ConvOpts
 }
 
 var convCases = []convCase{

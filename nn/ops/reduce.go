@@ -143,7 +143,6 @@ type expandOp struct {
 	red     []bool
 	plan    redPlan
 	buf     *tensor.Dense
-	one     [1]float64
 }
 
 func (op *expandOp) Arity() int    { return 1 }

@@ -74,7 +74,7 @@ func useHierarchy(mode string, first []int, env launchenv.Env) (bool, error) {
 		}
 		return true, nil
 	}
-	if first == nil || len(first) < 3 {
+	if len(first) < 3 {
 		return false, nil
 	}
 	for h := range len(first) - 1 {

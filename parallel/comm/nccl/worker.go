@@ -2,7 +2,6 @@ package nccl
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -327,5 +326,3 @@ func (w *worker) wait(o *task) error {
 		sleep = min(2*sleep, 200*time.Microsecond)
 	}
 }
-
-var errDeviceOnly = errors.New("device-resident operation")
