@@ -8,6 +8,12 @@
 // counts against it. The plain process runs before and after DDP in each repetition, and
 // its throughput is the mean of the two (this machine's speed drifts within a minute).
 //
+// After the repetitions, DDP and the pair run once more with CPU profiles of their timed
+// steps (-explain-steps), and the table says, phase by phase (forward and backward, the
+// gradient taps, the all-reduce, the optimizer, zeroing), how much CPU a DDP rank spends per
+// step beside a plain process of the pair: on a machine whose cores all run ranks, what DDP
+// adds there is what it loses beyond the ceiling.
+//
 // Every process lowers the Go runtime's monitor thread as the programs a launcher starts as
 // ranks do (GP_SYSMON, parallel/sysmon); GP_SYSMON=default measures without it.
 //
@@ -30,6 +36,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +95,7 @@ func main() {
 	flag.Float64Var(&p.lastMB, "last-bucket-mb", -1, "DDP last bucket size in MiB (-1: DDP's default; 0: PyTorch's layout)")
 	reps := flag.Int("reps", 3, "repetitions of the whole measurement; the table shows medians")
 	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
+	explain := flag.Int("explain-steps", 64, "after the repetitions, profile this many steps of DDP and of two plain processes and say where DDP's extra CPU time goes (0: no profile)")
 	py := flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision")
 	out := flag.String("out", filepath.Join("bench", "results", "ddp.json"), "JSON results")
 	flag.StringVar(&p.trace, "trace", filepath.Join("bench", "results", "ddp_trace.json"), "merged Chrome trace of the DDP run")
@@ -98,12 +106,12 @@ func main() {
 		}
 		return
 	}
-	if err := run(p, *procs, *reps, *py, *out); err != nil {
+	if err := run(p, *procs, *reps, *explain, *py, *out); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(p params, procs, reps int, py, out string) error {
+func run(p params, procs, reps, explainSteps int, py, out string) error {
 	prov := benchutil.Start("ddp", os.Args[1:])
 	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
 		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace,
@@ -209,6 +217,16 @@ func run(p params, procs, reps int, py, out string) error {
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
+	var phases *phaseCPU
+	if explainSteps > 0 {
+		eargs := slices.Clone(args)
+		eargs[slices.Index(eargs, "-steps")+1] = strconv.Itoa(explainSteps)
+		eargs[slices.Index(eargs, "-trace")+1] = ""
+		if phases, err = explainCPU(self, eargs, env, explainSteps); err != nil {
+			return fmt.Errorf("-explain-steps: %w", err)
+		}
+		phases.print()
+	}
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
 		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
@@ -218,7 +236,11 @@ func run(p params, procs, reps int, py, out string) error {
 	if torchNote != "" {
 		res["torch_note"] = torchNote
 	}
+	if phases != nil {
+		res["cpu_by_phase"] = phases
+	}
 	res["units"] = map[string]string{
+		"cpu_by_phase":             "milliseconds of CPU per step and process, from CPU profiles of a run of its own (steps)",
 		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
@@ -398,6 +420,7 @@ func child(role string, p params) error {
 			return err
 		}
 	}
+	pprof.StopCPUProfile() // the profile holds the timed steps only
 	res := result{Rank: rank, Seconds: time.Since(start).Seconds(), Imgs: p.batch * p.steps, CPU: benchutil.CPUSeconds() - cpu0,
 		RunDelay: benchutil.RunDelaySeconds() - delay0}
 	if d != nil {

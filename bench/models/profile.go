@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
@@ -58,14 +55,12 @@ func profileAll(archs, out string) error {
 			"-warmup", fmt.Sprint(w.warmup), "-steps", fmt.Sprint(w.steps), "-min-seconds", fmt.Sprint(minSeconds), "-cpuprofile", pf); err != nil {
 			return fmt.Errorf("%s: %w", w.arch, err)
 		}
-		traces, err := exec.Command("go", "tool", "pprof", "-traces", self, pf).Output()
+		samples, err := benchutil.ProfileSamples(self, pf)
 		if err != nil {
-			return fmt.Errorf("%s: go tool pprof -traces %s: %w", w.arch, pf, err)
-		}
-		p := Profile{Arch: w.arch, Batch: w.batch, Size: w.size}
-		if err := p.read(string(traces)); err != nil {
 			return fmt.Errorf("%s: %w", w.arch, err)
 		}
+		p := Profile{Arch: w.arch, Batch: w.batch, Size: w.size}
+		p.charge(samples)
 		p.print()
 		profs = append(profs, p)
 	}
@@ -138,57 +133,28 @@ var kernelRules = []struct{ name, substr string }{
 // simdKernel names a SIMD kernel by its cgo function (simd._Cfunc_gp5_ln_fwd → ln_fwd).
 var simdKernel = regexp.MustCompile(`_Cfunc_gp\d*_(\w+)$`)
 
-// read parses `go tool pprof -traces` output: blocks of a sample's time on the first line
-// and its stack, leaf first, one frame a line.
+// read charges each stack of a `go tool pprof -traces` output (benchutil.ReadTraces) to its
+// op and its kernel.
 func (p *Profile) read(traces string) error {
-	byOp, byKernel := map[string]float64{}, map[string]float64{}
-	var total float64
-	var cur float64
-	var frames []string
-	flush := func() {
-		if cur > 0 && len(frames) > 0 {
-			byOp[opOf(frames)] += cur
-			byKernel[kernelOf(frames)] += cur
-			total += cur
-		}
-		cur, frames = 0, nil
+	samples, err := benchutil.ReadTraces(traces)
+	if err != nil {
+		return err
 	}
-	sc := bufio.NewScanner(strings.NewReader(traces))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "-----") {
-			flush()
-			continue
-		}
-		head, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if head == "" {
-			continue
-		}
-		if d, err := time.ParseDuration(head); err == nil {
-			flush()
-			cur = d.Seconds()
-			if fn := frameName(rest); fn != "" {
-				frames = append(frames, fn)
-			}
-			continue
-		}
-		if cur > 0 {
-			frames = append(frames, frameName(line))
-		}
-	}
-	flush()
-	if total == 0 {
-		return fmt.Errorf("the profile has no samples")
-	}
-	p.Seconds = total
-	p.ByOp, p.ByKernel = shares(byOp, total), shares(byKernel, total)
+	p.charge(samples)
 	return nil
 }
 
-// frameName is a trace line's function, without pprof's marks.
-func frameName(s string) string {
-	return strings.TrimSuffix(strings.TrimSpace(s), " (inline)")
+// charge sets p's CPU seconds and its shares by op and by kernel from the samples.
+func (p *Profile) charge(samples []benchutil.Sample) {
+	byOp, byKernel := map[string]float64{}, map[string]float64{}
+	var total float64
+	for _, s := range samples {
+		byOp[opOf(s.Frames)] += s.Seconds
+		byKernel[kernelOf(s.Frames)] += s.Seconds
+		total += s.Seconds
+	}
+	p.Seconds = total
+	p.ByOp, p.ByKernel = shares(byOp, total), shares(byKernel, total)
 }
 
 // opOf is the outermost op on the stack (frames leaf first), or what ran outside any op.
