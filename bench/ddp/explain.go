@@ -17,6 +17,8 @@ type phaseCPU struct {
 	Steps    int                `json:"steps"`
 	DDP      map[string]float64 `json:"ddp"`
 	TwoPlain map[string]float64 `json:"two_plain"`
+	// ImgsPerS is the images/s of the profiled runs: DDP's and the pair's.
+	ImgsPerS [2]float64 `json:"imgs_per_s"`
 }
 
 // The phases, in the order of the table.
@@ -47,7 +49,7 @@ func phaseOf(s benchutil.Sample) string {
 // samples to phases.
 func explainCPU(self string, args, env []string, steps int) (*phaseCPU, error) {
 	out := &phaseCPU{Steps: steps}
-	for _, side := range []struct {
+	for i, side := range []struct {
 		role, extra string
 		into        *map[string]float64
 	}{
@@ -63,9 +65,11 @@ func explainCPU(self string, args, env []string, steps int) (*phaseCPU, error) {
 		if side.extra != "" {
 			e = append(e, side.extra)
 		}
-		if _, err := launchRanks(2, func(int) []string { return []string{self} }, args, e); err != nil {
+		rs, err := launchRanks(2, func(int) []string { return []string{self} }, args, e)
+		if err != nil {
 			return nil, fmt.Errorf("%s, profiled: %w", side.role, err)
 		}
+		out.ImgsPerS[i] = throughput(rs)
 		profs, err := filepath.Glob(filepath.Join(dir, side.role+"-*.pprof"))
 		if err != nil || len(profs) != 2 {
 			return nil, fmt.Errorf("%s, profiled: want 2 profiles in %s, found %v (%v)", side.role, dir, profs, err)
@@ -97,4 +101,5 @@ func (p *phaseCPU) print() {
 		fmt.Printf("  %-22s %8.2f %10.2f %+9.2f\n", k, d, t, d-t)
 	}
 	fmt.Printf("  %-22s %8.2f %10.2f %+9.2f\n", "total", sd, st, sd-st)
+	fmt.Printf("  %-22s %8.1f %10.1f\n", "images/s (profiled)", p.ImgsPerS[0], p.ImgsPerS[1])
 }
