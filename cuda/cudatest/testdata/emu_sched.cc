@@ -204,11 +204,15 @@ static void runBlocks() {
 }
 
 // The helper pool: generation gen starts a launch's blocks on every helper; busy counts the
-// helpers still running them.
-static std::mutex poolMu;
-static std::condition_variable poolStart, poolDone;
+// helpers still running them. The pool lives as long as the process and is never destroyed:
+// its helpers wait on poolStart until the process ends, and destroying a condition variable
+// that threads wait on blocks (glibc's pthread_cond_destroy waits for its waiters), which hung
+// every process that ends through exit() (a race-detector build's os.Exit runs exit() for
+// TSan's report) in the static destructors.
+static std::mutex& poolMu = *new std::mutex;
+static std::condition_variable &poolStart = *new std::condition_variable, &poolDone = *new std::condition_variable;
 static unsigned gen, busy;
-static std::vector<std::thread> helpers;
+static std::vector<std::thread>& helpers = *new std::vector<std::thread>;
 
 static void helper() {
 	unsigned seen = 0;
