@@ -1,7 +1,8 @@
 // Package benchutil holds what the benchmarks under bench/ share: medians of repetitions,
-// the process's CPU time, a launcher of benchmark processes in a torchrun environment, and
-// a collector of a child's output (Output), and what every results file records about how
-// it was made (Provenance: the reproducing command and the machine).
+// the process's CPU time, a launcher of benchmark processes in a torchrun environment, a
+// collector of a child's output (Output), the stacks of a CPU profile (ReadTraces), and what
+// every results file records about how it was made (Provenance: the reproducing command and
+// the machine).
 package benchutil
 
 import (
