@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 )
@@ -21,8 +22,8 @@ type phaseCPU struct {
 	ImgsPerS [2]float64 `json:"imgs_per_s"`
 }
 
-// The phases, in the order of the table.
-var phases = []string{"forward and backward", "gradient taps", "all-reduce", "optimizer", "zeroing gradients", "other"}
+// phaseNames are the phases, in the order of the table.
+var phaseNames = []string{"forward and backward", "gradient taps", "all-reduce", "optimizer", "zeroing gradients", "other"}
 
 // phaseOf names the phase a profiled stack belongs to. The communication goroutines' stacks
 // hold package comm, DDP's gradient hooks (which hand a ready bucket to them) the gradient
@@ -45,48 +46,48 @@ func phaseOf(s benchutil.Sample) string {
 }
 
 // explainCPU runs DDP at world 2 and two plain processes at once, each once more for steps
-// timed steps with a CPU profile of them (GP_BENCH_DDP_PROFILE), and charges the profiles'
-// samples to phases.
+// timed steps with a CPU profile of them, and charges the profiles' samples to phases.
 func explainCPU(self string, args, env []string, steps int) (*phaseCPU, error) {
 	out := &phaseCPU{Steps: steps}
-	for i, side := range []struct {
-		role, extra string
-		into        *map[string]float64
-	}{
-		{"ddp", "GP_RDZV_SECRET=bench-ddp", &out.DDP},
-		{"plain", "", &out.TwoPlain},
-	} {
-		dir, err := os.MkdirTemp("", "bench-ddp-profile")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		e := append(append([]string{}, env...), "GP_BENCH_DDP_ROLE="+side.role, "GP_BENCH_DDP_PROFILE="+dir)
-		if side.extra != "" {
-			e = append(e, side.extra)
-		}
-		rs, err := launchRanks(2, func(int) []string { return []string{self} }, args, e)
-		if err != nil {
-			return nil, fmt.Errorf("%s, profiled: %w", side.role, err)
-		}
-		out.ImgsPerS[i] = throughput(rs)
-		profs, err := filepath.Glob(filepath.Join(dir, side.role+"-*.pprof"))
-		if err != nil || len(profs) != 2 {
-			return nil, fmt.Errorf("%s, profiled: want 2 profiles in %s, found %v (%v)", side.role, dir, profs, err)
-		}
-		ms := map[string]float64{}
-		for _, pf := range profs {
-			samples, err := benchutil.ProfileSamples(self, pf)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", filepath.Base(pf), err)
-			}
-			for _, s := range samples {
-				ms[phaseOf(s)] += 1e3 * s.Seconds / float64(steps*len(profs))
-			}
-		}
-		*side.into = ms
+	var err error
+	if out.DDP, out.ImgsPerS[0], err = profilePhases(self, args, append(env, "GP_RDZV_SECRET=bench-ddp"), "ddp", steps); err != nil {
+		return nil, err
+	}
+	if out.TwoPlain, out.ImgsPerS[1], err = profilePhases(self, args, env, "plain", steps); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// profilePhases runs two processes of role with a CPU profile of their timed steps
+// (GP_BENCH_DDP_PROFILE) and returns the mean CPU per step and process by phase, in ms, and
+// the run's images/s.
+func profilePhases(self string, args, env []string, role string, steps int) (map[string]float64, float64, error) {
+	dir, err := os.MkdirTemp("", "bench-ddp-profile")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer os.RemoveAll(dir)
+	e := append(slices.Clone(env), "GP_BENCH_DDP_ROLE="+role, "GP_BENCH_DDP_PROFILE="+dir)
+	rs, err := launchRanks(2, func(int) []string { return []string{self} }, args, e)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s, profiled: %w", role, err)
+	}
+	profs, err := filepath.Glob(filepath.Join(dir, role+"-*.pprof"))
+	if err != nil || len(profs) != 2 {
+		return nil, 0, fmt.Errorf("%s, profiled: want 2 profiles in %s, found %v (%v)", role, dir, profs, err)
+	}
+	ms := map[string]float64{}
+	for _, pf := range profs {
+		samples, err := benchutil.ProfileSamples(self, pf)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", filepath.Base(pf), err)
+		}
+		for _, s := range samples {
+			ms[phaseOf(s)] += 1e3 * s.Seconds / float64(steps*len(profs))
+		}
+	}
+	return ms, throughput(rs), nil
 }
 
 // print writes the table: each phase's CPU per step in DDP and beside it in the pair, and
@@ -95,7 +96,7 @@ func (p *phaseCPU) print() {
 	fmt.Printf("\nCPU per step and process by phase, ms (profiles of %d more steps of each; mean of the two processes):\n", p.Steps)
 	fmt.Printf("  %-22s %8s %10s %9s\n", "phase", "DDP", "two plain", "DDP adds")
 	var sd, st float64
-	for _, k := range phases {
+	for _, k := range phaseNames {
 		d, t := p.DDP[k], p.TwoPlain[k]
 		sd, st = sd+d, st+t
 		fmt.Printf("  %-22s %8.2f %10.2f %+9.2f\n", k, d, t, d-t)

@@ -36,7 +36,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,10 +112,7 @@ func main() {
 
 func run(p params, procs, reps, explainSteps int, py, out string) error {
 	prov := benchutil.Start("ddp", os.Args[1:])
-	args := []string{"-steps", strconv.Itoa(p.steps), "-warmup", strconv.Itoa(p.warmup),
-		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", p.trace,
-		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64),
-		"-shared-grads=" + strconv.FormatBool(p.sharedGrads)}
+	args := p.childArgs(p.steps, p.trace)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -222,10 +218,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	if explainSteps > 0 {
 		// The profiles explain the figures above; without them (no Go toolchain to read
 		// them, say) the figures still stand, and the result says why the table is missing.
-		eargs := slices.Clone(args)
-		eargs[slices.Index(eargs, "-steps")+1] = strconv.Itoa(explainSteps)
-		eargs[slices.Index(eargs, "-trace")+1] = ""
-		if phases, err = explainCPU(self, eargs, env, explainSteps); err != nil {
+		if phases, err = explainCPU(self, p.childArgs(explainSteps, ""), env, explainSteps); err != nil {
 			explainNote = "no CPU by phase: " + benchutil.FirstLine(err.Error())
 			fmt.Println(explainNote)
 		} else {
@@ -248,7 +241,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		res["cpu_by_phase_note"] = explainNote
 	}
 	res["units"] = map[string]string{
-		"cpu_by_phase":             "milliseconds of CPU per step and process, from CPU profiles of a run of its own (steps)",
+		"cpu_by_phase":             "milliseconds of CPU per step and process by phase, from CPU profiles of runs of their own (steps timed steps; imgs_per_s: those runs' images/s, DDP's and the pair's)",
 		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
@@ -262,6 +255,15 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		return err
 	}
 	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// childArgs are the flags of a benchmark process timing steps steps, its trace merged into
+// trace ("" for none).
+func (p params) childArgs(steps int, trace string) []string {
+	return []string{"-steps", strconv.Itoa(steps), "-warmup", strconv.Itoa(p.warmup),
+		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", trace,
+		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64),
+		"-shared-grads=" + strconv.FormatBool(p.sharedGrads)}
 }
 
 func throughput(rs []result) float64 {

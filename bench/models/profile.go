@@ -133,17 +133,6 @@ var kernelRules = []struct{ name, substr string }{
 // simdKernel names a SIMD kernel by its cgo function (simd._Cfunc_gp5_ln_fwd → ln_fwd).
 var simdKernel = regexp.MustCompile(`_Cfunc_gp\d*_(\w+)$`)
 
-// read charges each stack of a `go tool pprof -traces` output (benchutil.ReadTraces) to its
-// op and its kernel.
-func (p *Profile) read(traces string) error {
-	samples, err := benchutil.ReadTraces(traces)
-	if err != nil {
-		return err
-	}
-	p.charge(samples)
-	return nil
-}
-
 // charge sets p's CPU seconds and its shares by op and by kernel from the samples.
 func (p *Profile) charge(samples []benchutil.Sample) {
 	byOp, byKernel := map[string]float64{}, map[string]float64{}
