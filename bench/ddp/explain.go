@@ -5,21 +5,34 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 )
 
-// phaseCPU is where the CPU time of a step goes, by phase, in a DDP rank and in a plain
-// process running beside another (the no-communication ceiling's pair): milliseconds of CPU
-// per step and process, each side the mean of its two processes. Their difference is the
-// CPU that DDP adds to a step, which on a machine whose cores all run ranks is time lost
-// beyond the ceiling.
+// phaseCPU is where a step's time goes in three profiled runs: one plain process alone,
+// two plain processes at once (the no-communication ceiling's pair) and DDP at world 2.
+// For each run it holds the CPU per step and process by phase and the wall time per step
+// (two-process runs: the mean of the two), all in milliseconds. The pair against the lone
+// process says why the ceiling is below 1: more CPU for the same work (the two share
+// caches and memory bandwidth; ByOp says which ops grow) or time waiting for a core (wall
+// minus CPU). DDP against the pair is what DDP adds beyond the ceiling.
 type phaseCPU struct {
 	Steps    int                `json:"steps"`
-	DDP      map[string]float64 `json:"ddp"`
+	OnePlain map[string]float64 `json:"one_plain"`
 	TwoPlain map[string]float64 `json:"two_plain"`
-	// ImgsPerS is the images/s of the profiled runs: DDP's and the pair's.
-	ImgsPerS [2]float64 `json:"imgs_per_s"`
+	DDP      map[string]float64 `json:"ddp"`
+	// WallMS is the wall time per step of each run: one plain, two plain, DDP.
+	WallMS [3]float64 `json:"wall_ms_per_step"`
+	// ImgsPerS is the images/s of each run: one plain, two plain, DDP.
+	ImgsPerS [3]float64 `json:"imgs_per_s"`
+	// ByOp is the forward and backward's CPU per step by op (benchutil.Sample.Op), alone
+	// and in the pair.
+	ByOp struct {
+		OnePlain map[string]float64 `json:"one_plain"`
+		TwoPlain map[string]float64 `json:"two_plain"`
+	} `json:"fwd_bwd_by_op"`
 }
 
 // phaseNames are the phases, in the order of the table.
@@ -45,62 +58,131 @@ func phaseOf(s benchutil.Sample) string {
 	}
 }
 
-// explainCPU runs DDP at world 2 and two plain processes at once, each once more for steps
-// timed steps with a CPU profile of them, and charges the profiles' samples to phases.
+// profiled is what one profiled run gives: CPU per step and process by phase, and of the
+// forward and backward by op, in ms; wall ms per step; images/s.
+type profiled struct {
+	phases, byOp map[string]float64
+	wallMS, imgs float64
+}
+
+// explainCPU runs one plain process, two plain processes at once and DDP at world 2, each
+// once more for steps timed steps with a CPU profile of them, and charges the profiles'
+// samples to phases.
 func explainCPU(self string, args, env []string, steps int) (*phaseCPU, error) {
 	out := &phaseCPU{Steps: steps}
-	var err error
-	if out.DDP, out.ImgsPerS[0], err = profilePhases(self, args, append(env, "GP_RDZV_SECRET=bench-ddp"), "ddp", steps); err != nil {
-		return nil, err
+	runs := []struct {
+		role  string
+		n     int
+		env   []string
+		phase *map[string]float64
+	}{
+		{"plain", 1, env, &out.OnePlain},
+		{"plain", 2, env, &out.TwoPlain},
+		{"ddp", 2, append(slices.Clone(env), "GP_RDZV_SECRET=bench-ddp"), &out.DDP},
 	}
-	if out.TwoPlain, out.ImgsPerS[1], err = profilePhases(self, args, env, "plain", steps); err != nil {
-		return nil, err
+	for i, r := range runs {
+		p, err := profilePhases(self, args, r.env, r.role, r.n, steps)
+		if err != nil {
+			return nil, err
+		}
+		*r.phase, out.WallMS[i], out.ImgsPerS[i] = p.phases, p.wallMS, p.imgs
+		switch i {
+		case 0:
+			out.ByOp.OnePlain = p.byOp
+		case 1:
+			out.ByOp.TwoPlain = p.byOp
+		}
 	}
 	return out, nil
 }
 
-// profilePhases runs two processes of role with a CPU profile of their timed steps
-// (GP_BENCH_DDP_PROFILE) and returns the mean CPU per step and process by phase, in ms, and
-// the run's images/s.
-func profilePhases(self string, args, env []string, role string, steps int) (map[string]float64, float64, error) {
+// profilePhases runs n processes of role with a CPU profile of their timed steps
+// (GP_BENCH_DDP_PROFILE) and charges the profiles, as the mean over the processes.
+func profilePhases(self string, args, env []string, role string, n, steps int) (profiled, error) {
+	what := fmt.Sprintf("%d %s, profiled", n, role)
 	dir, err := os.MkdirTemp("", "bench-ddp-profile")
 	if err != nil {
-		return nil, 0, err
+		return profiled{}, err
 	}
 	defer os.RemoveAll(dir)
 	e := append(slices.Clone(env), "GP_BENCH_DDP_ROLE="+role, "GP_BENCH_DDP_PROFILE="+dir)
-	rs, err := launchRanks(2, func(int) []string { return []string{self} }, args, e)
+	rs, err := launchRanks(n, func(int) []string { return []string{self} }, args, e)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s, profiled: %w", role, err)
+		return profiled{}, fmt.Errorf("%s: %w", what, err)
 	}
 	profs, err := filepath.Glob(filepath.Join(dir, role+"-*.pprof"))
-	if err != nil || len(profs) != 2 {
-		return nil, 0, fmt.Errorf("%s, profiled: want 2 profiles in %s, found %v (%v)", role, dir, profs, err)
+	if err != nil || len(profs) != n {
+		return profiled{}, fmt.Errorf("%s: want %d profiles in %s, found %v (%v)", what, n, dir, profs, err)
 	}
-	ms := map[string]float64{}
+	out := profiled{phases: map[string]float64{}, byOp: map[string]float64{}, imgs: throughput(rs)}
+	per := 1e3 / float64(steps*n) // seconds of all processes → ms per step and process
 	for _, pf := range profs {
 		samples, err := benchutil.ProfileSamples(self, pf)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", filepath.Base(pf), err)
+			return profiled{}, fmt.Errorf("%s: %s: %w", what, filepath.Base(pf), err)
 		}
 		for _, s := range samples {
-			ms[phaseOf(s)] += 1e3 * s.Seconds / float64(steps*len(profs))
+			ph := phaseOf(s)
+			out.phases[ph] += per * s.Seconds
+			if ph == "forward and backward" {
+				out.byOp[s.Op()] += per * s.Seconds
+			}
 		}
 	}
-	return ms, throughput(rs), nil
+	for _, r := range rs {
+		out.wallMS += per * r.Seconds
+	}
+	return out, nil
 }
 
-// print writes the table: each phase's CPU per step in DDP and beside it in the pair, and
-// what DDP adds.
-func (p *phaseCPU) print() {
-	fmt.Printf("\nCPU per step and process by phase, ms (profiles of %d more steps of each; mean of the two processes):\n", p.Steps)
-	fmt.Printf("  %-22s %8s %10s %9s\n", "phase", "DDP", "two plain", "DDP adds")
-	var sd, st float64
-	for _, k := range phaseNames {
-		d, t := p.DDP[k], p.TwoPlain[k]
-		sd, st = sd+d, st+t
-		fmt.Printf("  %-22s %8.2f %10.2f %+9.2f\n", k, d, t, d-t)
+// total is the sum of a run's phases.
+func total(phases map[string]float64) float64 {
+	var s float64
+	for _, v := range phases {
+		s += v
 	}
-	fmt.Printf("  %-22s %8.2f %10.2f %+9.2f\n", "total", sd, st, sd-st)
-	fmt.Printf("  %-22s %8.1f %10.1f\n", "images/s (profiled)", p.ImgsPerS[0], p.ImgsPerS[1])
+	return s
+}
+
+// opGrowth lists the ops whose forward and backward CPU per step grew most from the lone
+// process to the pair, largest first, at most n, as "op +x.xx".
+func (p *phaseCPU) opGrowth(n int) string {
+	type d struct {
+		op string
+		v  float64
+	}
+	var ds []d
+	for op, two := range p.ByOp.TwoPlain {
+		ds = append(ds, d{op, two - p.ByOp.OnePlain[op]})
+	}
+	for op, one := range p.ByOp.OnePlain {
+		if _, ok := p.ByOp.TwoPlain[op]; !ok {
+			ds = append(ds, d{op, -one})
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].v > ds[j].v || ds[i].v == ds[j].v && ds[i].op < ds[j].op })
+	var parts []string
+	for _, x := range ds[:min(n, len(ds))] {
+		parts = append(parts, fmt.Sprintf("%s %+.2f", x.op, x.v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// print writes the table: each phase's CPU per step alone, in the pair and in DDP, and what
+// DDP adds to the pair; the wall time per step; and where the ceiling's time goes.
+func (p *phaseCPU) print() {
+	fmt.Printf("\nCPU per step and process by phase, ms (profiles of %d more steps of each; two processes: their mean):\n", p.Steps)
+	fmt.Printf("  %-22s %10s %10s %8s %9s\n", "phase", "one plain", "two plain", "DDP", "DDP adds")
+	for _, k := range phaseNames {
+		o, t, d := p.OnePlain[k], p.TwoPlain[k], p.DDP[k]
+		fmt.Printf("  %-22s %10.2f %10.2f %8.2f %+9.2f\n", k, o, t, d, d-t)
+	}
+	co, ct, cd := total(p.OnePlain), total(p.TwoPlain), total(p.DDP)
+	fmt.Printf("  %-22s %10.2f %10.2f %8.2f %+9.2f\n", "CPU", co, ct, cd, cd-ct)
+	fmt.Printf("  %-22s %10.2f %10.2f %8.2f %+9.2f\n", "wall", p.WallMS[0], p.WallMS[1], p.WallMS[2], p.WallMS[2]-p.WallMS[1])
+	fmt.Printf("  %-22s %10.2f %10.2f %8.2f %+9.2f\n", "wall minus CPU", p.WallMS[0]-co, p.WallMS[1]-ct, p.WallMS[2]-cd, (p.WallMS[2]-cd)-(p.WallMS[1]-ct))
+	fmt.Printf("  %-22s %10.1f %10.1f %8.1f\n", "images/s (profiled)", p.ImgsPerS[0], p.ImgsPerS[1], p.ImgsPerS[2])
+	fb := p.TwoPlain["forward and backward"] - p.OnePlain["forward and backward"]
+	fmt.Printf("The pair's step is %.2f ms longer than the lone process's: %+.2f ms of CPU (forward and backward %+.2f; by op: %s), %+.2f ms of wall time beyond its CPU (waiting for a core).\n",
+		p.WallMS[1]-p.WallMS[0], ct-co, fb, p.opGrowth(4), (p.WallMS[1]-ct)-(p.WallMS[0]-co))
 }

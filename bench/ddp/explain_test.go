@@ -26,3 +26,18 @@ func TestPhaseOf(t *testing.T) {
 		}
 	}
 }
+
+// opGrowth ranks the ops by how much their CPU grew from the lone process to the pair,
+// counting an op seen on one side only against zero on the other.
+func TestOpGrowth(t *testing.T) {
+	var p phaseCPU
+	p.ByOp.OnePlain = map[string]float64{"ops.conv2dOp": 25, "ops.bnOp": 1.25, "ops.linearOp": 0.5}
+	p.ByOp.TwoPlain = map[string]float64{"ops.conv2dOp": 26, "ops.bnOp": 1, "ops.maxPoolOp": 2.5}
+	const want = "ops.maxPoolOp +2.50, ops.conv2dOp +1.00, ops.bnOp -0.25"
+	if got := p.opGrowth(3); got != want {
+		t.Errorf("opGrowth(3) = %q, want %q", got, want)
+	}
+	if got := p.opGrowth(9); got != want+", ops.linearOp -0.50" {
+		t.Errorf("opGrowth(9) = %q", got)
+	}
+}

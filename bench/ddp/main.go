@@ -8,11 +8,13 @@
 // counts against it. The plain process runs before and after DDP in each repetition, and
 // its throughput is the mean of the two (this machine's speed drifts within a minute).
 //
-// After the repetitions, DDP and the pair run once more with CPU profiles of their timed
-// steps (-explain-steps), and the table says, phase by phase (forward and backward, the
-// gradient taps, the all-reduce, the optimizer, zeroing), how much CPU a DDP rank spends per
-// step beside a plain process of the pair: on a machine whose cores all run ranks, what DDP
-// adds there is what it loses beyond the ceiling.
+// After the repetitions, one plain process, the pair and DDP run once more with CPU profiles
+// of their timed steps (-explain-steps), and the table says, phase by phase (forward and
+// backward, the gradient taps, the all-reduce, the optimizer, zeroing), how much CPU a step
+// takes in each, and its wall time. The pair against the lone process says where the
+// ceiling goes (more CPU for the same work, by op, or waiting for a core); DDP against the
+// pair is what DDP adds: on a machine whose cores all run ranks, what it loses beyond the
+// ceiling.
 //
 // Every process lowers the Go runtime's monitor thread as the programs a launcher starts as
 // ranks do (GP_SYSMON, parallel/sysmon); GP_SYSMON=default measures without it.
@@ -94,7 +96,7 @@ func main() {
 	flag.Float64Var(&p.lastMB, "last-bucket-mb", -1, "DDP last bucket size in MiB (-1: DDP's default; 0: PyTorch's layout)")
 	reps := flag.Int("reps", 3, "repetitions of the whole measurement; the table shows medians")
 	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
-	explain := flag.Int("explain-steps", 64, "after the repetitions, profile this many steps of DDP and of two plain processes and say where DDP's extra CPU time goes (0: no profile)")
+	explain := flag.Int("explain-steps", 64, "after the repetitions, profile this many steps of one plain process, of two at once and of DDP, and say where the ceiling's and DDP's time goes (0: no profile)")
 	py := flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision")
 	out := flag.String("out", filepath.Join("bench", "results", "ddp.json"), "JSON results")
 	flag.StringVar(&p.trace, "trace", filepath.Join("bench", "results", "ddp_trace.json"), "merged Chrome trace of the DDP run")
@@ -241,7 +243,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		res["cpu_by_phase_note"] = explainNote
 	}
 	res["units"] = map[string]string{
-		"cpu_by_phase":             "milliseconds of CPU per step and process by phase, from CPU profiles of runs of their own (steps timed steps; imgs_per_s: those runs' images/s, DDP's and the pair's)",
+		"cpu_by_phase":             "milliseconds per step and process, from CPU-profiled runs of their own (steps timed steps) of one plain process, two plain processes at once and DDP: CPU by phase (one_plain, two_plain, ddp), the forward and backward's CPU by op alone and in the pair (fwd_bwd_by_op), wall time per step (wall_ms_per_step) and images/s (imgs_per_s), each list in the order one plain, two plain, DDP",
 		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",

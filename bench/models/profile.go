@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -111,74 +110,17 @@ func profileWorkloads(archs string) ([]workload, error) {
 	return out, nil
 }
 
-// opMethod matches an op's Do method in a frame: pkg.(*type).Do or pkg.type.Do.
-var opMethod = regexp.MustCompile(`([\w-]+)\.\(?\*?(\w+)\)?\.Do$`)
-
-// kernelRules name the innermost recognised work of a stack, tried on each frame from the
-// leaf outwards, the first match winning.
-var kernelRules = []struct{ name, substr string }{
-	{"allocation and GC", "runtime.mallocgc"},
-	{"allocation and GC", "runtime.gcBgMarkWorker"},
-	{"allocation and GC", "runtime.gcDrain"},
-	{"memory copy", "runtime.memmove"},
-	{"memory clear", "runtime.memclr"},
-	{"GEMM", "gemm"},
-	{"GEMM", "Gemm"},
-	{"im2col/col2im", "im2col"},
-	{"im2col/col2im", "col2im"},
-	{"im2col/col2im", "Im2col"},
-	{"im2col/col2im", "Col2im"},
-}
-
-// simdKernel names a SIMD kernel by its cgo function (simd._Cfunc_gp5_ln_fwd → ln_fwd).
-var simdKernel = regexp.MustCompile(`_Cfunc_gp\d*_(\w+)$`)
-
 // charge sets p's CPU seconds and its shares by op and by kernel from the samples.
 func (p *Profile) charge(samples []benchutil.Sample) {
 	byOp, byKernel := map[string]float64{}, map[string]float64{}
 	var total float64
 	for _, s := range samples {
-		byOp[opOf(s.Frames)] += s.Seconds
-		byKernel[kernelOf(s.Frames)] += s.Seconds
+		byOp[s.Op()] += s.Seconds
+		byKernel[s.Kernel()] += s.Seconds
 		total += s.Seconds
 	}
 	p.Seconds = total
 	p.ByOp, p.ByKernel = shares(byOp, total), shares(byKernel, total)
-}
-
-// opOf is the outermost op on the stack (frames leaf first), or what ran outside any op.
-func opOf(frames []string) string {
-	for i := len(frames) - 1; i >= 0; i-- {
-		if m := opMethod.FindStringSubmatch(frames[i]); m != nil && !strings.HasPrefix(m[2], "tape") {
-			return m[1] + "." + m[2]
-		}
-	}
-	for _, f := range frames {
-		switch {
-		case strings.Contains(f, "sgdMomentum") || strings.Contains(f, "SGDMomentum") || strings.Contains(f, "/optim."):
-			return "optimizer"
-		case strings.Contains(f, "runtime.gcBgMarkWorker") || strings.Contains(f, "runtime.gcDrain"):
-			return "garbage collector"
-		case strings.Contains(f, "ZeroGrad"):
-			return "zeroing gradients"
-		}
-	}
-	return "other (" + frames[0] + ")"
-}
-
-// kernelOf is the innermost recognised work on the stack.
-func kernelOf(frames []string) string {
-	for _, f := range frames {
-		for _, r := range kernelRules {
-			if strings.Contains(f, r.substr) {
-				return r.name
-			}
-		}
-		if m := simdKernel.FindStringSubmatch(f); m != nil {
-			return "simd " + m[1]
-		}
-	}
-	return "Go code"
 }
 
 // shares divides each value by total, dropping those under 0.5%, which are summed into
