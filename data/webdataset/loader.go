@@ -42,7 +42,7 @@ type Loader struct {
 }
 
 type decoded struct {
-	img   []float32
+	img   *[]float32 // from the loader's pool
 	label int64
 	err   error
 }
@@ -63,7 +63,8 @@ func (l *Loader) Batches(ctx context.Context, epoch int) iter.Seq2[*data.Batch, 
 		size := 3 * h * w
 		ctx, cancel := context.WithCancel(ctx)
 		out := make(chan decoded, 2*l.BatchSize)
-		pool := sync.Pool{New: func() any { return make([]float32, size) }}
+		// The pool holds pointers: a slice put in an interface would be copied to the heap.
+		pool := sync.Pool{New: func() any { b := make([]float32, size); return &b }}
 		var wg sync.WaitGroup
 		closed := make(chan struct{})
 		defer func() {
@@ -87,11 +88,11 @@ func (l *Loader) Batches(ctx context.Context, epoch int) iter.Seq2[*data.Batch, 
 				var sc transforms.Scratch
 				rng := rand.New(rand.NewPCG(l.Seed+uint64(epoch), uint64(l.Rank*workers+wk)))
 				emit := func(s Sample) bool {
-					buf := pool.Get().([]float32)
+					buf := pool.Get().(*[]float32)
 					label, err := s.ClassLabel(l.Classes)
 					skip := l.Bad != data.Fail
 					if err == nil {
-						err, skip = s.Image(l.Pipeline, rng, &sc, buf), l.Bad == data.Skip
+						err, skip = s.Image(l.Pipeline, rng, &sc, *buf), l.Bad == data.Skip
 					}
 					if err != nil && !errors.Is(err, context.Canceled) {
 						pool.Put(buf)
@@ -153,7 +154,7 @@ func (l *Loader) Batches(ctx context.Context, epoch int) iter.Seq2[*data.Batch, 
 				yield(nil, d.err)
 				return
 			}
-			b.Images = append(b.Images, d.img...)
+			b.Images = append(b.Images, *d.img...)
 			b.Labels = append(b.Labels, d.label)
 			b.N++
 			pool.Put(d.img)
