@@ -1,9 +1,10 @@
 // Command ddp benchmarks DistributedDataParallel: resnet18 at 64x64, batch 16 per rank, one
 // thread per rank (OPENBLAS_NUM_THREADS=1, GOMAXPROCS=1, torch.set_num_threads(1)). It
-// measures images/s of one plain process (no DDP) and of DDP at world 2 as two real
-// processes (over shared memory, comm's default when every rank is on this host; the
-// result's transport says), and the same for PyTorch DDP (gloo, over loopback TCP) in the
-// same run, then prints a table and writes bench/results/ddp.json. Scaling efficiency is
+// measures images/s of one plain process (no DDP), of DDP at world 2 as two real processes
+// (over shared memory, comm's default when every rank is on this host; the result's
+// transport says) and of two plain processes at once (the no-communication ceiling), and the
+// same for PyTorch (DDP over gloo, loopback TCP) in the same run, then prints a table and
+// writes bench/results/ddp.json. Scaling efficiency is
 // the strict definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead
 // counts against it. The plain process runs before and after DDP in each repetition, and
 // its throughput is the mean of the two (this machine's speed drifts within a minute).
@@ -129,7 +130,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	// after DDP), ours and PyTorch's interleaved, so that a disturbance of this shared
 	// machine hits one repetition, not one column; the table reports each configuration's
 	// median over the repetitions and the median of the per-repetition efficiencies.
-	var plains, dists, pairs, tPlains, tDists, effs, ceilings, tEffs, loads []float64
+	var plains, dists, pairs, tPlains, tDists, tPairs, effs, ceilings, tEffs, tCeilings, loads []float64
 	var r0 result
 	var cpu [3]float64
 	for rep := range reps {
@@ -170,16 +171,21 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 			if err == nil {
 				td, err = launchRanks(2, func(int) []string { return []string{py, script, "--mode", "ddp"} }, targs, append(env, "GLOO_SOCKET_IFNAME=lo"))
 			}
-			var tpAfter []result
+			var tpAfter, tPair []result
 			if err == nil {
 				tpAfter, err = launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
+			}
+			if err == nil {
+				// PyTorch's own pair: whether its ceiling on this machine is ours.
+				tPair, err = launchRanks(2, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
 			}
 			if err != nil {
 				torchNote = "PyTorch unavailable: " + benchutil.FirstLine(err.Error())
 			} else {
-				tPlain, tDDP := (throughput(tp)+throughput(tpAfter))/2, throughput(td)
-				tPlains, tDists, tEffs = append(tPlains, tPlain), append(tDists, tDDP), append(tEffs, tDDP/(2*tPlain))
-				line += fmt.Sprintf("; PyTorch plain %.2f, DDP %.2f img/s, efficiency %.3f", tPlain, tDDP, tEffs[len(tEffs)-1])
+				tPlain, tDDP, tTwo := (throughput(tp)+throughput(tpAfter))/2, throughput(td), throughput(tPair)
+				tPlains, tDists, tPairs = append(tPlains, tPlain), append(tDists, tDDP), append(tPairs, tTwo)
+				tEffs, tCeilings = append(tEffs, tDDP/(2*tPlain)), append(tCeilings, tTwo/(2*tPlain))
+				line += fmt.Sprintf("; PyTorch plain %.2f, DDP %.2f img/s, efficiency %.3f (ceiling %.3f)", tPlain, tDDP, tEffs[len(tEffs)-1], tCeilings[len(tCeilings)-1])
 			}
 		}
 		fmt.Println(line)
@@ -191,17 +197,17 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		}
 	}
 	eff, ceiling := benchutil.Median(effs), benchutil.Median(ceilings)
-	var torchEff any
+	var torchEff, torchCeiling any
 	if torchNote == "" {
-		torchEff = benchutil.Median(tEffs)
+		torchEff, torchCeiling = benchutil.Median(tEffs), benchutil.Median(tCeilings)
 	}
 	fmt.Println()
 	fmt.Printf("%-34s %14s %14s\n", fmt.Sprintf("median of %d repetitions", reps), "ours (Go)", "PyTorch (gloo)")
 	fmt.Printf("%-34s %14.2f %14s\n", "1 plain process, images/s", benchutil.Median(plains), num(benchutil.Median(tPlains), torchNote))
 	fmt.Printf("%-34s %14.2f %14s\n", "DDP world 2 (2 processes), images/s", benchutil.Median(dists), num(benchutil.Median(tDists), torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
-	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", benchutil.Median(pairs), "")
-	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, "")
+	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", benchutil.Median(pairs), num(benchutil.Median(tPairs), torchNote))
+	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, numAny(torchCeiling, torchNote))
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
 	fmt.Printf("buckets: %s\n", r0.BucketList)
@@ -229,6 +235,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	}
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
+		"torch_imgs_per_s_two_plain": benchutil.Median(tPairs), "torch_no_comm_ceiling": torchCeiling, "torch_ceiling_per_repetition": tCeilings,
 		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
 		"check_s": r0.Check, "check_share_of_step_time": checkShare, "check_every": replica.DefaultCheckEvery,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
@@ -244,7 +251,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	}
 	res["units"] = map[string]string{
 		"cpu_by_phase":             "milliseconds per step and process, from CPU-profiled runs of their own (steps timed steps) of one plain process, two plain processes at once and DDP: CPU by phase (one_plain, two_plain, ddp), the forward and backward's CPU by op alone and in the pair (fwd_bwd_by_op), wall time per step (wall_ms_per_step) and images/s (imgs_per_s), each list in the order one plain, two plain, DDP",
-		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling and the per-repetition lists)",
+		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling, torch_no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
 		"loadavg_per_repetition": "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
