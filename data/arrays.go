@@ -159,6 +159,11 @@ func (d *ArrayDataset) setShape(name string, shape []int, fortran bool, n int) e
 	} else {
 		d.n, d.h, d.w, d.c = shape[0], shape[1], shape[2], shape[3]
 	}
+	if d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 {
+		// No samples leave the other dimensions unchecked by any data, and they would size
+		// the caller's buffers; an empty dimension leaves nothing to train on.
+		return fmt.Errorf("%s: shape %v, want at least 1 sample of at least 1x1x1: %w", name, shape, ErrCorrupt)
+	}
 	if d.n*d.c*d.h*d.w != n {
 		return fmt.Errorf("%s: shape %v but %d elements: %w", name, shape, n, ErrCorrupt)
 	}

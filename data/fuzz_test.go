@@ -92,6 +92,8 @@ func FuzzArrayNPY(f *testing.F) {
 	f.Add(imgs, lbls)
 	f.Add(append(npyfile.Encode("<f4", false, []int{1, 1, 1, 1}), 0, 0, 0x80, 0x3f), append(npyfile.Encode("<i4", false, []int{1}), 3, 0, 0, 0))
 	f.Add([]byte("\x93NUMPY\x01\x00\x00\x00"), lbls)
+	// No samples: the other dimensions are checked by no data.
+	f.Add(npyfile.Encode("|u1", false, []int{0, 1 << 20, 1 << 20, 3}), npyfile.Encode("<i8", false, []int{0}))
 	f.Fuzz(func(t *testing.T, images, labels []byte) {
 		paths := fuzzFiles(t, images, labels)
 		d, err := data.NewArrayDataset(paths[0], paths[1], data.NHWC)

@@ -209,6 +209,11 @@ func readIDX(path string, want uint32) ([]int, []byte, error) {
 	size := int64(1)
 	for i := range dims {
 		dims[i] = int(binary.BigEndian.Uint32(raw[4*i:]))
+		if i == 0 && dims[i] == 0 {
+			// Nothing to train or evaluate on, and the header's other dimensions, unchecked
+			// by any data, would size the caller's buffers.
+			return nil, nil, fmt.Errorf("%s: the header counts 0 %s, want at least 1: %w", path, kind[want], ErrCorrupt)
+		}
 		if i > 0 && dims[i] == 0 {
 			return nil, nil, fmt.Errorf("%s: dimensions %v, want images of at least 1x1: %w", path, dims, ErrCorrupt)
 		}

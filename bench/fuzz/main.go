@@ -41,6 +41,10 @@ type target struct {
 	Crashers       []string      `json:"crashers"`         // failing inputs this run wrote
 	Regressions    []*regression `json:"regression_inputs"`
 	Wall           float64       `json:"wall_s"` // compile and run
+	// Command and Machine are those of the run that measured this target (its machine's
+	// load as it started): a file that -run merges into holds targets of several runs.
+	Command string             `json:"command,omitempty"`
+	Machine *benchutil.Machine `json:"machine,omitempty"`
 	// CountRerun is set when the timed run ended with only the fuzzing coordinator's
 	// "context deadline exceeded" and no failing input: the run was repeated with
 	// -fuzztime <execs>x (a count, no deadline) and this result is that run's.
@@ -74,6 +78,7 @@ var fixes = map[string]string{
 	"FuzzDecode/jpeg-output-over-2e31":        "found by FuzzDecode in a 5-minute run: a 333-byte JPEG whose decoded size passes 2^31 bytes reached the libjpeg-turbo wrapper's make([]byte, int(size)) with the C int wrapped negative (panic: makeslice: len out of range); jpeg_turbo.go refuses it from the header, before any size is computed",
 	"FuzzDecode/jpeg-progressive-30000x30000": "a 262-byte progressive JPEG claiming 30000x30000 pixels made libjpeg's jpeg_start_decompress allocate 1.8 GB of coefficients and read every scan (4 s, and more memory than a small worker has at larger sizes) before the wrapper compared the size with the pixel limit; the wrapper now refuses from the header",
 	"FuzzDecode/pgm-65536x65536":              "a Netpbm header claiming 65536x65536 samples allocated 32 GiB for them before checking the data was there; data/rgb checks first",
+	"FuzzIDX/71d48b0c0c50a324":                "an IDX images file whose header counted 0 images of 131584x62975 pixels opened as an empty dataset whose Shape sized a 33 GB buffer (the fuzz test ran out of memory); data.NewIDXDataset refuses a count of 0, and NewArrayDataset an array without samples",
 	"FuzzStatusReply/short-reply":             "decodeStatus indexed a reply without checking its length (RecvMsg fixes the length, so not reachable before); it now checks itself",
 	"FuzzReadFile/huge-record":                "a TensorBoard record header claiming 1 GiB was allocated before reading; ReadFile grows with the bytes there are",
 	"FuzzMasterOf/port-zero":                  "node 0's registration with a bad port gave the workers MASTER_PORT 0; masterOf refuses ports outside 1-65535",
@@ -108,6 +113,8 @@ func main() {
 		if !filter.MatchString(t.Package + "/" + t.Name) {
 			continue
 		}
+		m := benchutil.ReadMachine()
+		t.Command, t.Machine = prov.Command, &m
 		if err := t.run(*fuzztime, *parallel, *fresh); err != nil {
 			failed++
 			fmt.Fprintf(os.Stderr, "%s %s: %v\n", t.Package, t.Name, err)
@@ -148,10 +155,20 @@ func main() {
 }
 
 // mergeInto returns the targets of the JSON results at path with those of ran in their place.
+// A kept target that does not say which run measured it gets the file's command and machine.
 func mergeInto(path string, ran []*target) []*target {
-	var old struct{ Targets []*target }
+	var old struct {
+		Command string
+		Machine *benchutil.Machine
+		Targets []*target
+	}
 	if b, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(b, &old)
+	}
+	for _, t := range old.Targets {
+		if t.Command == "" {
+			t.Command, t.Machine = old.Command, old.Machine
+		}
 	}
 	byKey := map[string]*target{}
 	for _, t := range append(old.Targets, ran...) {

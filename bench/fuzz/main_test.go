@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
+)
 
 // The coordinator's deadline error alone is a timed run's end; anything else that failed is
 // a finding.
@@ -19,5 +25,29 @@ func TestDeadlineRace(t *testing.T) {
 		if got := deadlineRace(c.output, "FuzzAdmit"); got != c.want {
 			t.Errorf("%s: deadlineRace = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A merge keeps the targets that did not run, each saying which run measured it (the old
+// file's command when it did not say), and puts the targets that ran in their place.
+func TestMergeIntoKeepsProvenance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fuzz.json")
+	old := `{"command": "go run ./bench/fuzz -fuzztime 5m", "machine": {"cpu": "Old CPU", "cores": 2},
+		"targets": [{"package": "./a", "name": "FuzzA", "execs": 10}, {"package": "./b", "name": "FuzzB", "execs": 20}]}`
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := benchutil.Machine{CPU: "New CPU", Cores: 2}
+	ran := []*target{{Package: "./b", Name: "FuzzB", Execs: 30, Command: "go run ./bench/fuzz -run FuzzB", Machine: &m}}
+	got := mergeInto(path, ran)
+	if len(got) != 2 {
+		t.Fatalf("%d targets, want 2", len(got))
+	}
+	a, b := got[0], got[1]
+	if a.Name != "FuzzA" || a.Execs != 10 || a.Command != "go run ./bench/fuzz -fuzztime 5m" || a.Machine == nil || a.Machine.CPU != "Old CPU" {
+		t.Errorf("kept target %+v (machine %+v), want FuzzA's 10 execs under the old file's command and machine", a, a.Machine)
+	}
+	if b.Name != "FuzzB" || b.Execs != 30 || b.Command != "go run ./bench/fuzz -run FuzzB" || b.Machine.CPU != "New CPU" {
+		t.Errorf("merged target %+v, want the new run's FuzzB", b)
 	}
 }
