@@ -42,7 +42,8 @@ type target struct {
 	Regressions    []*regression `json:"regression_inputs"`
 	Wall           float64       `json:"wall_s"` // compile and run
 	// Command and Machine are those of the run that measured this target (its machine's
-	// load as it started): a file that -run merges into holds targets of several runs.
+	// load as it started), set where a file holds targets of several runs (-run merges
+	// into -out); otherwise the file's own say it.
 	Command string             `json:"command,omitempty"`
 	Machine *benchutil.Machine `json:"machine,omitempty"`
 	// CountRerun is set when the timed run ended with only the fuzzing coordinator's
@@ -113,8 +114,11 @@ func main() {
 		if !filter.MatchString(t.Package + "/" + t.Name) {
 			continue
 		}
-		m := benchutil.ReadMachine()
-		t.Command, t.Machine = prov.Command, &m
+		if *match != "" && *out != "" {
+			// Merged into a file of other runs' targets: say which run measured this one.
+			m := benchutil.ReadMachine()
+			t.Command, t.Machine = prov.Command, &m
+		}
 		if err := t.run(*fuzztime, *parallel, *fresh); err != nil {
 			failed++
 			fmt.Fprintf(os.Stderr, "%s %s: %v\n", t.Package, t.Name, err)
