@@ -48,9 +48,11 @@ type ArrayDataset struct {
 }
 
 // NewArrayDataset opens the images and labels .npy files. Options: WithTransform,
-// WithClasses, WithBadInput, WithLogger. Every label is checked when it opens (see
-// WithClasses): a bad one fails naming the labels file, the index and the value, or under
-// Skip leaves that sample out.
+// WithClasses, WithBadInput, WithLogger. The images must be a C-order 4-D array of at least
+// one sample, each at least 1x1x1, and the labels one per sample; otherwise the error names
+// the file and wraps ErrCorrupt. Every label is checked when it opens (see WithClasses): a
+// bad one fails naming the labels file, the index and the value, or under Skip leaves that
+// sample out.
 func NewArrayDataset(images, labels string, layout Layout, opts ...Option) (*ArrayDataset, error) {
 	d := &ArrayDataset{layout: layout}
 	hdr, raw, unmap, err := mapNPY(images)

@@ -51,8 +51,8 @@ type IDXDataset struct {
 
 // NewIDXDataset opens an IDX images file and its labels file. Options: WithClasses,
 // WithBadInput, WithLogger, WithTransform. Errors name the file and what was expected and wrap
-// ErrCorrupt (a wrong magic number, a truncated or over-long file, counts that disagree between
-// the two files) or ErrBadLabel (a label outside WithClasses; under Skip the sample is left out
+// ErrCorrupt (a wrong magic number, a truncated or over-long file, a count of 0, counts that
+// disagree between the two files) or ErrBadLabel (a label outside WithClasses; under Skip the sample is left out
 // instead, see Skipped).
 func NewIDXDataset(images, labels string, opts ...Option) (*IDXDataset, error) {
 	c := newConfig(opts)
