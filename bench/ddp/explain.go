@@ -69,30 +69,21 @@ type profiled struct {
 // once more for steps timed steps with a CPU profile of them, and charges the profiles'
 // samples to phases.
 func explainCPU(self string, args, env []string, steps int) (*phaseCPU, error) {
-	out := &phaseCPU{Steps: steps}
-	runs := []struct {
-		role  string
-		n     int
-		env   []string
-		phase *map[string]float64
-	}{
-		{"plain", 1, env, &out.OnePlain},
-		{"plain", 2, env, &out.TwoPlain},
-		{"ddp", 2, append(slices.Clone(env), "GP_RDZV_SECRET=bench-ddp"), &out.DDP},
+	one, err := profilePhases(self, args, env, "plain", 1, steps)
+	if err != nil {
+		return nil, err
 	}
-	for i, r := range runs {
-		p, err := profilePhases(self, args, r.env, r.role, r.n, steps)
-		if err != nil {
-			return nil, err
-		}
-		*r.phase, out.WallMS[i], out.ImgsPerS[i] = p.phases, p.wallMS, p.imgs
-		switch i {
-		case 0:
-			out.ByOp.OnePlain = p.byOp
-		case 1:
-			out.ByOp.TwoPlain = p.byOp
-		}
+	two, err := profilePhases(self, args, env, "plain", 2, steps)
+	if err != nil {
+		return nil, err
 	}
+	ddp, err := profilePhases(self, args, append(slices.Clone(env), "GP_RDZV_SECRET=bench-ddp"), "ddp", 2, steps)
+	if err != nil {
+		return nil, err
+	}
+	out := &phaseCPU{Steps: steps, OnePlain: one.phases, TwoPlain: two.phases, DDP: ddp.phases,
+		WallMS: [3]float64{one.wallMS, two.wallMS, ddp.wallMS}, ImgsPerS: [3]float64{one.imgs, two.imgs, ddp.imgs}}
+	out.ByOp.OnePlain, out.ByOp.TwoPlain = one.byOp, two.byOp
 	return out, nil
 }
 
