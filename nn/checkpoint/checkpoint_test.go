@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"errors"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gorgonia-parallel/gp/nn"
-	"github.com/gorgonia-parallel/gp/optim"
 )
 
 // tiny builds the ParamSet of nn/checkpoint/testdata/make_fixtures.py's Tiny module.
@@ -250,53 +248,27 @@ func TestCorruptFiles(t *testing.T) {
 // TestResumeTraining saves model, AdamW, schedule, step, epoch and an RNG mid-run, restores
 // into fresh objects, and checks the resumed run is bit-identical to the uninterrupted one.
 func TestResumeTraining(t *testing.T) {
-	type run struct {
-		ps    *nn.ParamSet
-		opt   *optim.Adam
-		sched optim.Scheduler
-		rng   *rand.PCG
-	}
-	start := func() run {
-		ps := tiny(t)
-		for i := range ps.Data {
-			ps.Data[i] = float32(i%7) / 7
-		}
-		segs, _ := optim.Segments(ps, 0.01)
-		opt, _ := optim.NewAdamW(segs, 0.01)
-		s, _ := optim.NewCosineAnnealingLR(opt, 10, 0)
-		return run{ps, opt, s, rand.NewPCG(1, 2)}
-	}
-	train := func(r run, steps int) {
-		rng := rand.New(r.rng)
-		for range steps {
-			for i := range r.ps.Grad {
-				r.ps.Grad[i] = float32(rng.NormFloat64())
-			}
-			_ = r.opt.Step()
-			r.sched.Step()
-			r.ps.Buffer("bn1.num_batches_tracked").Int64[0]++
-		}
-	}
-	ref := start()
-	train(ref, 6)
+	ref := restoreRun(t, true, false)
+	ref.train(6)
 
-	a := start()
-	train(a, 3)
+	a := restoreRun(t, true, false)
+	a.train(3)
 	path := filepath.Join(t.TempDir(), "resume.npz")
-	st := &State{Model: a.ps, Optimizer: a.opt, Scheduler: a.sched, Step: 3, Epoch: 1, RNG: map[string]RNG{"data": a.rng}}
+	st := a.state
+	st.Step, st.Epoch = 3, 1
 	if err := SaveState(path, st); err != nil {
 		t.Fatal(err)
 	}
-	b := start()
+	b := restoreRun(t, true, false)
 	b.rng.Seed(9, 9)
-	st2 := &State{Model: b.ps, Optimizer: b.opt, Scheduler: b.sched, RNG: map[string]RNG{"data": b.rng}}
+	st2 := b.state
 	if _, err := LoadState(path, st2); err != nil {
 		t.Fatal(err)
 	}
 	if st2.Step != 3 || st2.Epoch != 1 {
 		t.Errorf("step %d epoch %d, want 3 1", st2.Step, st2.Epoch)
 	}
-	train(b, 3)
+	b.train(3)
 	if !slices.Equal(b.ps.Data, ref.ps.Data) || b.opt.LR() != ref.opt.LR() ||
 		b.ps.Buffer("bn1.num_batches_tracked").Int64[0] != 6 {
 		t.Fatal("resumed run differs from the uninterrupted one")

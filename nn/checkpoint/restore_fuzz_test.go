@@ -51,8 +51,11 @@ func FuzzRestore(f *testing.F) {
 
 // restoreRunState is a small training run: parameters, optimizer, scheduler, RNG.
 type restoreRunState struct {
-	ps    *nn.ParamSet
-	opt   interface{ Step() error }
+	ps  *nn.ParamSet
+	opt interface {
+		Step() error
+		LR() float64
+	}
 	sched optim.Scheduler
 	rng   *rand.PCG
 	state *State
@@ -97,7 +100,7 @@ func restoreRun(t *testing.T, adam, oneCycle bool) *restoreRunState {
 	return r
 }
 
-// train takes steps steps on random gradients.
+// train takes steps steps on random gradients, counting them in bn1.num_batches_tracked.
 func (r *restoreRunState) train(steps int) {
 	rng := rand.New(r.rng)
 	for range steps {
@@ -106,6 +109,7 @@ func (r *restoreRunState) train(steps int) {
 		}
 		_ = r.opt.Step()
 		r.sched.Step()
+		r.ps.Buffer("bn1.num_batches_tracked").Int64[0]++
 	}
 }
 
