@@ -194,10 +194,8 @@ func TestJobEndsOnFailure(t *testing.T) {
 			if pids := jobProcesses(j.id); len(pids) > 0 {
 				t.Errorf("processes of the job left after gprun exited: %v", pids)
 			}
-			for f := range shmFiles() {
-				if !shmBefore[f] {
-					t.Errorf("/dev/shm/%s left behind", f)
-				}
+			for _, f := range shmLeftBehind(shmBefore) {
+				t.Errorf("/dev/shm/%s left behind", f)
 			}
 			t.Logf("exit %d, %v after %s (%v after gprun's start)", j.exitCode(), toExit.Round(time.Millisecond), how, j.end.Sub(j.start).Round(time.Millisecond))
 			if t.Failed() || testing.Verbose() {
@@ -249,10 +247,8 @@ func TestWorkersDieWithKilledGprun(t *testing.T) {
 		t.Fatalf("workers %v still running %v after gprun's SIGKILL", left, took.Round(time.Millisecond))
 	}
 	// The shared-memory files are unlinked once mapped, so even killed workers leave none.
-	for f := range shmFiles() {
-		if !shmBefore[f] {
-			t.Errorf("/dev/shm/%s left behind", f)
-		}
+	for _, f := range shmLeftBehind(shmBefore) {
+		t.Errorf("/dev/shm/%s left behind", f)
 	}
 	t.Logf("both workers gone %v after gprun's SIGKILL", took.Round(time.Millisecond))
 }

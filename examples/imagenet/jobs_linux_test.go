@@ -202,6 +202,25 @@ func shmFiles() map[string]bool {
 	return m
 }
 
+// shmLeftBehind lists the shared-memory files that are not in before and whose creator (the
+// pid in parallel/comm's name, gp-comm-<pid>-<random>) has exited. Once a job's processes are
+// gone, a file of theirs is left behind; a file whose creator still runs belongs to another
+// program, such as a test of another package that go test runs at the same time.
+func shmLeftBehind(before map[string]bool) []string {
+	var out []string
+	for f := range shmFiles() {
+		if before[f] {
+			continue
+		}
+		pid, _, _ := strings.Cut(strings.TrimPrefix(f, "gp-comm-"), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && unix.Kill(n, 0) != unix.ESRCH {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // watchFirst reports, on the returned channel, the time of the first inotify event in mask
 // on path (a file, or a directory whose entries' names contain nameHas), or nothing when
 // ctx ends first. It is how a test learns when a worker first touched the faulty file: the
@@ -240,4 +259,37 @@ func watchFirst(ctx context.Context, t *testing.T, path string, mask uint32, nam
 		}
 	}()
 	return ch
+}
+
+// A new file of an exited process is left behind; one of a running process is not, nor one
+// that was there before.
+func TestShmLeftBehind(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("no true command:", err)
+	}
+	dead := cmd.Process.Pid
+	before := shmFiles()
+	names := map[string]bool{
+		fmt.Sprintf("gp-comm-%d-test%d", dead, os.Getpid()):        true,  // its creator exited
+		fmt.Sprintf("gp-comm-%d-test%d", os.Getpid(), os.Getpid()): false, // its creator runs
+	}
+	for n := range names {
+		if err := os.WriteFile(filepath.Join("/dev/shm", n), nil, 0o600); err != nil {
+			t.Skip("/dev/shm not writable:", err)
+		}
+		defer os.Remove(filepath.Join("/dev/shm", n))
+	}
+	got := map[string]bool{}
+	for _, f := range shmLeftBehind(before) {
+		got[f] = true
+	}
+	for n, want := range names {
+		if got[n] != want {
+			t.Errorf("%s: left behind %v, want %v", n, got[n], want)
+		}
+	}
+	if left := shmLeftBehind(shmFiles()); len(left) != 0 {
+		t.Errorf("files there before counted as left behind: %v", left)
+	}
 }
