@@ -52,8 +52,8 @@ type IDXDataset struct {
 // NewIDXDataset opens an IDX images file and its labels file. Options: WithClasses,
 // WithBadInput, WithLogger, WithTransform. Errors name the file and what was expected and wrap
 // ErrCorrupt (a wrong magic number, a truncated or over-long file, a count of 0, counts that
-// disagree between the two files) or ErrBadLabel (a label outside WithClasses; under Skip the sample is left out
-// instead, see Skipped).
+// disagree between the two files) or ErrBadLabel (a label outside WithClasses; under Skip the
+// sample is left out instead, see Skipped).
 func NewIDXDataset(images, labels string, opts ...Option) (*IDXDataset, error) {
 	c := newConfig(opts)
 	dims, pix, err := readIDX(images, IDXImagesMagic)
@@ -209,12 +209,12 @@ func readIDX(path string, want uint32) ([]int, []byte, error) {
 	size := int64(1)
 	for i := range dims {
 		dims[i] = int(binary.BigEndian.Uint32(raw[4*i:]))
-		if i == 0 && dims[i] == 0 {
-			// Nothing to train or evaluate on, and the header's other dimensions, unchecked
-			// by any data, would size the caller's buffers.
-			return nil, nil, fmt.Errorf("%s: the header counts 0 %s, want at least 1: %w", path, kind[want], ErrCorrupt)
-		}
-		if i > 0 && dims[i] == 0 {
+		if dims[i] == 0 {
+			if i == 0 {
+				// Nothing to train or evaluate on, and the header's other dimensions,
+				// unchecked by any data, would size the caller's buffers.
+				return nil, nil, fmt.Errorf("%s: the header counts 0 %s, want at least 1: %w", path, kind[want], ErrCorrupt)
+			}
 			return nil, nil, fmt.Errorf("%s: dimensions %v, want images of at least 1x1: %w", path, dims, ErrCorrupt)
 		}
 		if size *= int64(dims[i]); size > maxIDXBytes {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,23 +143,18 @@ func total(phases map[string]float64) float64 {
 // opGrowth lists the ops whose forward and backward CPU per step grew most from the lone
 // process to the pair, largest first, at most n, as "op +x.xx".
 func (p *phaseCPU) opGrowth(n int) string {
-	type d struct {
-		op string
-		v  float64
+	growth := map[string]float64{}
+	for op, v := range p.ByOp.TwoPlain {
+		growth[op] += v
 	}
-	var ds []d
-	for op, two := range p.ByOp.TwoPlain {
-		ds = append(ds, d{op, two - p.ByOp.OnePlain[op]})
+	for op, v := range p.ByOp.OnePlain {
+		growth[op] -= v
 	}
-	for op, one := range p.ByOp.OnePlain {
-		if _, ok := p.ByOp.TwoPlain[op]; !ok {
-			ds = append(ds, d{op, -one})
-		}
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i].v > ds[j].v || ds[i].v == ds[j].v && ds[i].op < ds[j].op })
+	ops := slices.Sorted(maps.Keys(growth))
+	sort.SliceStable(ops, func(i, j int) bool { return growth[ops[i]] > growth[ops[j]] })
 	var parts []string
-	for _, x := range ds[:min(n, len(ds))] {
-		parts = append(parts, fmt.Sprintf("%s %+.2f", x.op, x.v))
+	for _, op := range ops[:min(n, len(ops))] {
+		parts = append(parts, fmt.Sprintf("%s %+.2f", op, growth[op]))
 	}
 	return strings.Join(parts, ", ")
 }
