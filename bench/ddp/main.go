@@ -9,6 +9,10 @@
 // counts against it. The plain process runs before and after DDP in each repetition, and
 // its throughput is the mean of the two (this machine's speed drifts within a minute).
 //
+// In each repetition, before the pair, probes without the model measure what the machine
+// itself leaves each of two processes of one alone's speed: in-cache GEMMs, a scalar chain,
+// copies beyond the core's caches (-machine; Note [What the machine lets two processes keep]).
+//
 // After the repetitions, one plain process, the pair and DDP run once more with CPU profiles
 // of their timed steps (-explain-steps), and the table says, phase by phase (forward and
 // backward, the gradient taps, the all-reduce, the optimizer, zeroing), how much CPU a step
@@ -98,22 +102,27 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions of the whole measurement; the table shows medians")
 	procs := flag.Int("procs", 1, "GOMAXPROCS of each benchmark process")
 	explain := flag.Int("explain-steps", 64, "after the repetitions, profile this many steps of one plain process, of two at once and of DDP, and say where the ceiling's and DDP's time goes (0: no profile)")
+	machine := flag.Bool("machine", true, "in each repetition, before the pair, measure what the machine leaves each of two processes of one alone's speed, without the model (Note [What the machine lets two processes keep])")
 	py := flag.String("python", "/usr/bin/python3", "Python with torch 1.13 and torchvision")
 	out := flag.String("out", filepath.Join("bench", "results", "ddp.json"), "JSON results")
 	flag.StringVar(&p.trace, "trace", filepath.Join("bench", "results", "ddp_trace.json"), "merged Chrome trace of the DDP run")
 	flag.Parse()
 	if role := os.Getenv("GP_BENCH_DDP_ROLE"); role != "" {
-		if err := child(role, p); err != nil {
+		run := func() error { return child(role, p) }
+		if role == "probe" {
+			run = probeChild
+		}
+		if err := run(); err != nil {
 			log.Fatalf("%s: %v", role, err)
 		}
 		return
 	}
-	if err := run(p, *procs, *reps, *explain, *py, *out); err != nil {
+	if err := run(p, *procs, *reps, *explain, *machine, *py, *out); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(p params, procs, reps, explainSteps int, py, out string) error {
+func run(p params, procs, reps, explainSteps int, machine bool, py, out string) error {
 	prov := benchutil.Start("ddp", os.Args[1:])
 	args := p.childArgs(p.steps, p.trace)
 	self, err := os.Executable()
@@ -131,6 +140,7 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	// machine hits one repetition, not one column; the table reports each configuration's
 	// median over the repetitions and the median of the per-repetition efficiencies.
 	var plains, dists, pairs, tPlains, tDists, tPairs, effs, ceilings, tEffs, tCeilings, loads []float64
+	var machines []machinePair
 	var r0 result
 	var cpu [3]float64
 	for rep := range reps {
@@ -149,6 +159,14 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		if err != nil {
 			return fmt.Errorf("plain process: %w", err)
 		}
+		var mp *machinePair
+		if machine {
+			m, err := measureMachine(self, env)
+			if err != nil {
+				return err
+			}
+			machines, mp = append(machines, m), &m
+		}
 		// Two plain processes at once, without any communication: what two ranks sharing
 		// this machine's cores, caches and memory bandwidth can reach at best.
 		pair, err := launchRanks(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=plain"))
@@ -165,6 +183,9 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		line := fmt.Sprintf("repetition %d: ours plain %.2f (%.2f before DDP, %.2f after), DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s; run delay per step rank 0/1: plain %.1f ms, DDP %.1f/%.1f ms, two plain %.1f/%.1f ms",
 			rep+1, thrPlain, throughput(plain), throughput(plainAfter), thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps),
 			ms(plain[0].RunDelay), ms(dist[0].RunDelay), ms(dist[1].RunDelay), ms(pair[0].RunDelay), ms(pair[1].RunDelay))
+		if mp != nil {
+			line += "; the machine's pair factors: " + mp.String()
+		}
 		if torchNote == "" {
 			tp, err := launchRanks(1, func(int) []string { return []string{py, script, "--mode", "plain"} }, targs, env)
 			var td []result
@@ -221,6 +242,14 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	if torchNote != "" {
 		fmt.Println(torchNote)
 	}
+	machineFactors := medianFactors(machines)
+	if machineFactors != nil {
+		fmt.Printf("what the machine leaves each of two processes at once of one alone's speed, median of %d repetitions (no model):\n", len(machines))
+		for _, pr := range probes {
+			fmt.Printf("  %-24s %.2f  (%s)\n", pr.name, machineFactors[pr.name], pr.where)
+		}
+		fmt.Printf("  %-24s %.2f  (the no-communication ceiling above)\n", "the model", ceiling)
+	}
 	var phases *phaseCPU
 	explainNote := ""
 	if explainSteps > 0 {
@@ -246,6 +275,9 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 	if phases != nil {
 		res["cpu_by_phase"] = phases
 	}
+	if machineFactors != nil {
+		res["machine_pair_factor"], res["machine_pair_per_repetition"], res["machine_probes"] = machineFactors, machines, probeInfo()
+	}
 	if explainNote != "" {
 		res["cpu_by_phase_note"] = explainNote
 	}
@@ -254,7 +286,9 @@ func run(p params, procs, reps, explainSteps int, py, out string) error {
 		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling, torch_no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
-		"loadavg_per_repetition": "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
+		"machine_pair_factor":         "fraction: per probe (machine_probes), the rate per process of two processes at once over one alone's, median over the repetitions",
+		"machine_pair_per_repetition": "per repetition, each probe's rate alone and per process of two at once (in the probe's unit, machine_probes) and the factor between them (fraction)",
+		"loadavg_per_repetition":      "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
 	}
 	prov.End()
 	prov.Set(res)
