@@ -229,6 +229,8 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
 	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", benchutil.Median(pairs), num(benchutil.Median(tPairs), torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, numAny(torchCeiling, torchNote))
+	ofPair, tOfPair := ratios(effs, ceilings), ratios(tEffs, tCeilings)
+	fmt.Printf("%-34s %14.3f %14s\n", "DDP over the pair (1: no loss)", benchutil.Median(ofPair), num(benchutil.Median(tOfPair), torchNote))
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
 	fmt.Printf("buckets: %s\n", r0.BucketList)
@@ -265,7 +267,7 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
 		"torch_imgs_per_s_two_plain": benchutil.Median(tPairs), "torch_no_comm_ceiling": torchCeiling, "torch_ceiling_per_repetition": tCeilings,
-		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
+		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "ddp_over_pair_per_repetition": ofPair, "torch_ddp_over_pair_per_repetition": tOfPair, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
 		"check_s": r0.Check, "check_share_of_step_time": checkShare, "check_every": replica.DefaultCheckEvery,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
@@ -286,6 +288,7 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling, torch_no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
+		"ddp_over_pair_per_repetition": "fraction: per repetition, DDP's images/s over the pair's (efficiency over ceiling): what DDP keeps of the no-communication ceiling, ours and torch_ddp_over_pair_per_repetition PyTorch's",
 		"machine_pair_factor":         "fraction: per probe (machine_probes), the rate per process of two processes at once over one alone's, median over the repetitions",
 		"machine_pair_per_repetition": "per repetition, each probe's rate alone and per process of two at once (in the probe's unit, machine_probes) and the factor between them (fraction)",
 		"loadavg_per_repetition":      "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
@@ -307,6 +310,15 @@ func (p params) childArgs(steps int, trace string) []string {
 		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", trace,
 		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64),
 		"-shared-grads=" + strconv.FormatBool(p.sharedGrads)}
+}
+
+// ratios is a[i]/b[i] for each i.
+func ratios(a, b []float64) []float64 {
+	r := make([]float64, min(len(a), len(b)))
+	for i := range r {
+		r[i] = a[i] / b[i]
+	}
+	return r
 }
 
 func throughput(rs []result) float64 {
