@@ -17,7 +17,6 @@ import (
 	"log"
 	"math/rand"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"time"
@@ -112,18 +111,15 @@ func run(steps, warmup, batch, size int, out string) error {
 		"units": map[string]string{"image": "pixels per side", "batch": "images per step", "overhead_vs_fp32": "fraction of the fp32 step time (0.1: 10% slower)"}}
 	prov.End()
 	prov.Set(res)
-	line, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
-	fmt.Println(string(line))
 	if out == "" {
+		line, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(line))
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(line, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, res)
 }
 
 // setup compiles net under policy (nil: float32) and returns one training step: forward,

@@ -185,14 +185,9 @@ func run(cfg config, jsonPath string) error {
 	res.AllOK = res.AllOK && res.CleanAgree
 	printTable(res)
 	res.End()
-	if err := os.MkdirAll(filepath.Dir(jsonPath), 0o755); err != nil {
+	if err := res.Provenance.Save(os.Stdout, jsonPath, res); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Printf("chaos: wrote %s\n", jsonPath)
 	line, _ := json.Marshal(struct {
 		Summary []row `json:"summary"`
 		AllOK   bool  `json:"all_ok"`

@@ -196,12 +196,7 @@ func parent() error {
 	}
 	printTable(rows)
 	prov.End()
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		return err
-	}
-	b, _ := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows}, "", "  ")
-	fmt.Printf("wrote %s (%d rows)\n", *out, len(rows))
-	return os.WriteFile(*out, append(b, '\n'), 0o644)
+	return prov.Save(os.Stdout, *out, benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows})
 }
 
 func busbw(op string, n, bytes int, lat float64) float64 {

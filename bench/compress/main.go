@@ -132,15 +132,11 @@ func parent() error {
 	table := formatTable(rows)
 	fmt.Print(table)
 	prov.End()
-	js, err := json.MarshalIndent(benchutil.Rows[result]{Provenance: prov, Units: units, Rows: rows}, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(*out, append(js, '\n'), 0o644); err != nil {
+	if err := prov.Save(os.Stdout, *out, benchutil.Rows[result]{Provenance: prov, Units: units, Rows: rows}); err != nil {
 		return err
 	}
 	txt := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".txt"
-	fmt.Println("JSON", *out, "table", txt)
+	fmt.Println("table:", txt)
 	return os.WriteFile(txt, []byte(commandLine(prov.Command)+"\n\n"+table), 0o644)
 }
 

@@ -68,20 +68,14 @@ func main() {
 	for _, r := range rows {
 		fmt.Printf("%-8d %-16.1f %-28v %v\n", r.Workers, r.ImgsPerS, r.TorchVis, r.Ratio)
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		log.Fatal(err)
-	}
 	prov.End()
-	b, _ := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: map[string]string{
+	if err := prov.Save(os.Stdout, *out, benchutil.Rows[row]{Provenance: prov, Units: map[string]string{
 		"ratio":      "ours over torchvision's images per second",
 		"images":     "images decoded and transformed per measurement",
 		"resolution": "pixels, source -> output",
-	}, Rows: rows}, "", "  ")
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+	}, Rows: rows}); err != nil {
 		log.Fatal(err)
 	}
-	line, _ := json.Marshal(rows)
-	fmt.Println(string(line))
 }
 
 func round(x float64) float64 { return math.Round(x*100) / 100 }

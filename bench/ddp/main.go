@@ -289,18 +289,13 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
 		"ddp_over_pair_per_repetition": "fraction: per repetition, DDP's images/s over the pair's (efficiency over ceiling): what DDP keeps of the no-communication ceiling, ours and torch_ddp_over_pair_per_repetition PyTorch's",
-		"machine_pair_factor":         "fraction: per probe (machine_probes), the rate per process of two processes at once over one alone's, median over the repetitions",
-		"machine_pair_per_repetition": "per repetition, each probe's rate alone and per process of two at once (in the probe's unit, machine_probes) and the factor between them (fraction)",
-		"loadavg_per_repetition":      "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
+		"machine_pair_factor":          "fraction: per probe (machine_probes), the rate per process of two processes at once over one alone's, median over the repetitions",
+		"machine_pair_per_repetition":  "per repetition, each probe's rate alone and per process of two at once (in the probe's unit, machine_probes) and the factor between them (fraction)",
+		"loadavg_per_repetition":       "one-minute load average after each repetition", "image": "pixels per side", "batch_per_rank": "images",
 	}
 	prov.End()
 	prov.Set(res)
-	b, _ := json.Marshal(res)
-	fmt.Println(string(b))
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(b, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, res)
 }
 
 // childArgs are the flags of a benchmark process timing steps steps, its trace merged into

@@ -170,12 +170,7 @@ func run(ctx context.Context) error {
 	}
 	printTable(rows)
 	prov.End()
-	js, err := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows}, "", " ")
-	if err != nil {
-		return err
-	}
-	fmt.Println("JSON " + *outFlag)
-	return os.WriteFile(*outFlag, append(js, '\n'), 0o644)
+	return prov.Save(os.Stdout, *outFlag, benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows})
 }
 
 // earlier is the rows of the JSON file at path to keep: those written before -hooks existed

@@ -32,12 +32,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/benchutil"
 
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
@@ -237,15 +237,7 @@ func report(rows []row, w workload, out string, prov benchutil.Provenance) error
 	}
 	prov.End()
 	prov.Set(res)
-	js, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
-	fmt.Println(string(js))
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(js, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, res)
 }
 
 // since is a helper for workers: seconds since t.

@@ -145,13 +145,11 @@ func main() {
 	}
 	prov.End()
 	prov.Set(res)
-	line, _ := json.Marshal(res)
-	fmt.Println(string(line))
-	if *out != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-			log.Fatal(err)
-		}
+	if *out == "" {
+		line, _ := json.Marshal(res)
+		fmt.Println(string(line))
+	} else if err := prov.Save(os.Stdout, *out, res); err != nil {
+		log.Fatal(err)
 	}
 	if failed > 0 {
 		log.Fatalf("%d fuzz targets failed; their inputs are under the packages' testdata/fuzz/ (fix the parser, then commit the input)", failed)

@@ -250,17 +250,7 @@ func parent(levels []simd.Level, threadList, archs, out string) error {
 		rows = append(rows, r...)
 	}
 	prov.End()
-	doc := benchutil.Rows[Row]{Provenance: prov, Units: rowUnits, Rows: rows}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	fmt.Println(string(b))
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	ind, _ := json.MarshalIndent(doc, "", "  ")
-	return os.WriteFile(out, append(ind, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, benchutil.Rows[Row]{Provenance: prov, Units: rowUnits, Rows: rows})
 }
 
 // measureLevel prints and returns one table: every workload and thread count with our

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,11 +73,7 @@ func profileAll(archs, out string) error {
 	}
 	prov.End()
 	prov.Set(res)
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(b, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, res)
 }
 
 // profileWorkloads is -archs for -profile: the table's workloads by name, or arch:batch:size.

@@ -145,11 +145,7 @@ func run() error {
 		}}
 	prov.End()
 	prov.Set(doc)
-	buf, err := json.MarshalIndent(doc, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(*out, append(buf, '\n'), 0o644)
+	return prov.Save(os.Stdout, *out, doc)
 }
 
 // medianRounds merges the rounds of one backend: per size, the round of median busbw.

@@ -168,12 +168,7 @@ func parent() error {
 	}
 	printTable(rows)
 	prov.End()
-	js, err := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows}, "", " ")
-	if err != nil {
-		return err
-	}
-	fmt.Println("JSON " + *out)
-	return os.WriteFile(*out, append(js, '\n'), 0o644)
+	return prov.Save(os.Stdout, *out, benchutil.Rows[row]{Provenance: prov, Units: units, Rows: rows})
 }
 
 // eachBed creates a bed for every -hosts count and -rates rate in turn (links delayed by

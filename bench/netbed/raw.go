@@ -117,12 +117,7 @@ func rawParent() error {
 		fmt.Printf("links: %s\n", rows[0].Shaping)
 	}
 	prov.End()
-	js, err := json.MarshalIndent(benchutil.Rows[rawRow]{Provenance: prov, Units: units, Rows: rows}, "", " ")
-	if err != nil {
-		return err
-	}
-	fmt.Println("JSON " + *out)
-	return os.WriteFile(*out, append(js, '\n'), 0o644)
+	return prov.Save(os.Stdout, *out, benchutil.Rows[rawRow]{Provenance: prov, Units: units, Rows: rows})
 }
 
 // rawJob starts one raw worker per host and returns their samples.

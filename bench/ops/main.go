@@ -17,7 +17,6 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -122,17 +121,12 @@ func run(threads string, reps int, out string, child bool) error {
 		prov.End()
 		rep.Provenance, rep.Units = prov, units
 	}
+	if out != "" && prov != nil {
+		return prov.Save(os.Stdout, out, rep)
+	}
 	line, err := json.Marshal(rep)
 	if err != nil {
 		return err
-	}
-	if out != "" && !child {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(out, append(line, '\n'), 0o644); err != nil {
-			return err
-		}
 	}
 	fmt.Println(string(line))
 	return nil

@@ -213,11 +213,7 @@ func run(dir string) error {
 			"bucket_bytes": "bytes of each gradient bucket, in launch order",
 		}}
 	prov.Set(out)
-	b, err := json.MarshalIndent(out, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "scaling.json"), append(b, '\n'), 0o644)
+	return prov.Save(os.Stdout, filepath.Join(dir, "scaling.json"), out)
 }
 
 func printRows(rows []row) {

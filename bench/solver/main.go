@@ -19,7 +19,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -116,14 +115,7 @@ func parent(steps, warmup, reps int, out string) error {
 		"rows": rows,
 	}
 	prov.Set(doc)
-	raw, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(raw, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, doc)
 }
 
 // model is a plain gorgonia model: its weights and forward, shared by both paths.

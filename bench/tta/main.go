@@ -147,11 +147,7 @@ func run(target float64, epochs, reps int, dataDir, out string) error {
 		fmt.Printf("ratio (PyTorch's seconds over ours), median of %d: %.2f (each: %s)\n", len(ratios), r, fmtRatios(ratios))
 	}
 	fmt.Printf("load average: %.2f when the run started, %.2f when it ended\n", prov.Machine.Load, prov.LoadEnd)
-	raw, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(raw, '\n'), 0o644)
+	return prov.Save(os.Stdout, out, doc)
 }
 
 // runRep runs both sides once, PyTorch's first in odd repetitions.

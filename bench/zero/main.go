@@ -17,8 +17,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/gorgonia-parallel/gp/internal/procstatus"
-	"github.com/gorgonia-parallel/gp/train"
 	"log"
 	"math/rand"
 	"os"
@@ -29,6 +27,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorgonia-parallel/gp/internal/procstatus"
+	"github.com/gorgonia-parallel/gp/train"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
@@ -142,20 +143,13 @@ func run(p params, out string) error {
 			fmt.Printf("%s: waits per step (rank 0) all-gather %.3f s, re-gather %.3f s, reduce-scatter after the tape %.3f s\n", r.Strategy, r.GatherWaitS, r.RegatherWaitS, r.ReduceWaitS)
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
 	prov.End()
-	b, err := json.MarshalIndent(benchutil.Rows[row]{Provenance: prov, Units: map[string]string{
+	return prov.Save(os.Stdout, out, benchutil.Rows[row]{Provenance: prov, Units: map[string]string{
 		"psi":                   "parameters of the model (Ψ)",
 		"formula_bytes":         "bytes: 16Ψ (DDP) or 16Ψ/N (ZeRO-3) of model state per rank",
 		"step_s":                "seconds per timed step, the mean over the steps, slowest rank",
 		"minor_faults_per_step": "page faults per timed step, worst rank (so is major_faults_per_step)",
-	}, Rows: rows}, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(b, '\n'), 0o644)
+	}, Rows: rows})
 }
 
 func build(batch, size int) nn.BuildFunc {

@@ -3,6 +3,9 @@ package benchutil
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -36,6 +39,54 @@ func (p Provenance) Set(doc map[string]any) {
 	if p.LoadEnd != 0 {
 		doc["load_avg_1m_end"] = p.LoadEnd
 	}
+}
+
+// Save writes doc, a run's result that carries p (a struct embedding it, or a map given it
+// by Set), to path as indented JSON, making path's folder. It writes a temporary file in
+// that folder and renames it into place, so that an interrupted run leaves the previous
+// result whole. It then prints to w one line naming the file with the machine, the load and
+// the command that reproduces the run, so that the figures printed above it say where they
+// come from.
+func (p Provenance) Save(w io.Writer, path string, doc any) error {
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("results for %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("results folder: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("results for %s: %w", path, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	fmt.Fprintln(w, p.Line(path))
+	return nil
+}
+
+// Line is the line Save prints for a result written to path: the file, the machine with
+// the load when the run started, the load when it ended (when End recorded it) and the
+// command.
+func (p Provenance) Line(path string) string {
+	s := "wrote " + path + " (" + p.Machine.String()
+	if p.LoadEnd != 0 {
+		s += "; load at the end " + ftoa(p.LoadEnd)
+	}
+	return s + "): " + p.Command
 }
 
 // Command is the command line that reproduces a run of bench/<name> given args:

@@ -1,7 +1,10 @@
 package benchutil
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -96,5 +99,41 @@ func TestDecodeRows(t *testing.T) {
 		if !c.err && !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: rows = %+v, want %+v", c.name, got, c.want)
 		}
+	}
+}
+
+// Save writes the result whole (making its folder), leaves no temporary file, keeps the old
+// result when it cannot write, and prints the file with its machine, loads and command.
+func TestSave(t *testing.T) {
+	p := Provenance{Command: "go run ./bench/x -reps 1", Machine: Machine{CPU: "Some CPU", Flags: []string{"avx2"}, Cores: 2, Load: 0.5}, LoadEnd: 1.25}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "results", "x.json")
+	var out bytes.Buffer
+	if err := p.Save(&out, path, Rows[int]{Provenance: p, Rows: []int{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "wrote " + path + " (Some CPU, avx2, 2 cores, load 0.50; load at the end 1.25): go run ./bench/x -reps 1\n"
+	if out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := DecodeRows[int](b)
+	if err != nil || !reflect.DeepEqual(rows, []int{1, 2}) {
+		t.Errorf("read back rows %v, %v", rows, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, %v; want 0644", fi.Mode().Perm(), err)
+	}
+	if err := p.Save(&out, path, map[string]any{"bad": func() {}}); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("unencodable result: error %v, want one naming %s", err, path)
+	}
+	if b2, _ := os.ReadFile(path); !bytes.Equal(b, b2) {
+		t.Errorf("a failed Save changed the file")
+	}
+	if es, _ := os.ReadDir(filepath.Dir(path)); len(es) != 1 {
+		t.Errorf("folder holds %d entries, want the result alone", len(es))
 	}
 }
