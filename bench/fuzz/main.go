@@ -33,12 +33,13 @@ import (
 type target struct {
 	Package        string        `json:"package"`
 	Name           string        `json:"name"`
-	Seconds        float64       `json:"seconds"`          // the -fuzztime it ran for
-	Execs          int64         `json:"execs"`            // inputs executed while fuzzing
-	ExecsPerSecond float64       `json:"execs_per_second"` // execs / seconds
-	Baseline       int           `json:"baseline_corpus"`  // seed and cached inputs run first
-	NewInteresting int           `json:"new_interesting"`  // inputs that reached new coverage
-	Crashers       []string      `json:"crashers"`         // failing inputs this run wrote
+	Seconds        float64       `json:"seconds"`           // the -fuzztime it ran for
+	Execs          int64         `json:"execs"`             // inputs executed while fuzzing
+	ExecsPerSecond float64       `json:"execs_per_second"`  // execs / seconds
+	Baseline       int           `json:"baseline_corpus"`   // seed and cached inputs run first
+	NewInteresting int           `json:"new_interesting"`   // inputs that reached new coverage
+	Crashers       []string      `json:"crashers"`          // failing inputs this run wrote
+	Failure        string        `json:"failure,omitempty"` // the first line of the error its run failed with
 	Regressions    []*regression `json:"regression_inputs"`
 	Wall           float64       `json:"wall_s"` // compile and run
 	// Command and Machine are those of the run that measured this target (its machine's
@@ -121,6 +122,7 @@ func main() {
 		}
 		if err := t.run(*fuzztime, *parallel, *fresh); err != nil {
 			failed++
+			t.Failure = benchutil.FirstLine(err.Error())
 			fmt.Fprintf(os.Stderr, "%s %s: %v\n", t.Package, t.Name, err)
 		}
 		ran = append(ran, t)
@@ -137,10 +139,11 @@ func main() {
 		"go":              runtime.Version(),
 		"cpus":            runtime.NumCPU(),
 		"targets":         ran,
-		"targets_failing": failed,
+		"targets_failing": countFailing(ran),
 		"units": map[string]string{
 			"baseline_corpus": "inputs (seeds and cached) run before fuzzing", "new_interesting": "inputs that reached new coverage",
 			"execs": "inputs executed while fuzzing", "targets": "with -run, the targets not matched are an earlier run's, kept from -out",
+			"targets_failing": "targets in the file that failed or wrote a failing input (crashers), kept ones included",
 		},
 	}
 	prov.End()
@@ -182,6 +185,18 @@ func mergeInto(path string, ran []*target) []*target {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Package+" "+out[i].Name < out[j].Package+" "+out[j].Name })
 	return out
+}
+
+// countFailing is how many of ts failed or wrote a failing input: with -run, the kept
+// targets of earlier runs count too, as the file holds them.
+func countFailing(ts []*target) int {
+	n := 0
+	for _, t := range ts {
+		if t.Failure != "" || len(t.Crashers) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // discover finds every fuzz function under root, by package directory and name.

@@ -51,3 +51,21 @@ func TestMergeIntoKeepsProvenance(t *testing.T) {
 		t.Errorf("merged target %+v, want the new run's FuzzB", b)
 	}
 }
+
+// A target fails the file when its run failed or it wrote a failing input, whichever run of
+// a merged file measured it.
+func TestCountFailing(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ts   []*target
+		want int
+	}{
+		{"none", nil, 0},
+		{"clean", []*target{{Name: "FuzzA"}, {Name: "FuzzB", Crashers: []string{}}}, 0},
+		{"a crasher kept from an earlier run and a failed run", []*target{{Name: "FuzzA", Crashers: []string{"testdata/fuzz/FuzzA/1"}}, {Name: "FuzzB", Failure: "exit status 1"}, {Name: "FuzzC"}}, 2},
+	} {
+		if got := countFailing(c.ts); got != c.want {
+			t.Errorf("%s: %d failing, want %d", c.name, got, c.want)
+		}
+	}
+}
