@@ -61,3 +61,15 @@ func TestPairFactors(t *testing.T) {
 		}
 	}
 }
+
+// Per-repetition ratios and differences pair the lists index by index, up to the shorter.
+func TestRatiosDifferences(t *testing.T) {
+	a, b := []float64{0.9, 0.8, 0.7}, []float64{1, 0.5}
+	if got := ratios(a, b); len(got) != 2 || got[0] != 0.9 || got[1] != 1.6 {
+		t.Errorf("ratios = %v, want [0.9 1.6]", got)
+	}
+	want := []float64{b[0] - a[0], b[1] - a[1]} // at run time, as differences computes them
+	if got := differences(b, a); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("differences = %v, want %v", got, want)
+	}
+}

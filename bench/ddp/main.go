@@ -8,6 +8,9 @@
 // the strict definition: thr(world 2) / (2 · thr(one plain process)); DDP's own overhead
 // counts against it. The plain process runs before and after DDP in each repetition, and
 // its throughput is the mean of the two (this machine's speed drifts within a minute).
+// The pair runs once more in lockstep, waiting for each other at a barrier after every
+// step: against the free pair, what DDP's synchronization costs; against DDP, what its
+// communication costs.
 //
 // In each repetition, before the pair, probes without the model measure what the machine
 // itself leaves each of two processes of one alone's speed: in-cache GEMMs, a scalar chain,
@@ -139,7 +142,7 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 	// after DDP), ours and PyTorch's interleaved, so that a disturbance of this shared
 	// machine hits one repetition, not one column; the table reports each configuration's
 	// median over the repetitions and the median of the per-repetition efficiencies.
-	var plains, dists, pairs, tPlains, tDists, tPairs, effs, ceilings, tEffs, tCeilings, loads []float64
+	var plains, dists, pairs, locks, tPlains, tDists, tPairs, effs, ceilings, lockCeilings, tEffs, tCeilings, loads []float64
 	var machines []machinePair
 	var r0 result
 	var cpu [3]float64
@@ -173,15 +176,23 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 		if err != nil {
 			return fmt.Errorf("two plain processes: %w", err)
 		}
-		thrPlain, thrDDP, thrPair := (throughput(plain)+throughput(plainAfter))/2, throughput(dist), throughput(pair)
+		// The pair again, waiting for each other at a barrier after every step: what DDP's
+		// synchronization alone costs (a straggler's wait, and both ranks' memory-bound
+		// phases falling at the same moments), apart from its communication.
+		lockstep, err := launchRanks(2, func(int) []string { return []string{self} }, args, append(env, "GP_BENCH_DDP_ROLE=lockstep", "GP_RDZV_SECRET=bench-ddp"))
+		if err != nil {
+			return fmt.Errorf("two plain processes in lockstep: %w", err)
+		}
+		thrPlain, thrDDP, thrPair, thrLock := (throughput(plain)+throughput(plainAfter))/2, throughput(dist), throughput(pair), throughput(lockstep)
 		ms := func(s float64) float64 { return s * 1e3 / float64(p.steps) }
 		plains, dists, pairs = append(plains, thrPlain), append(dists, thrDDP), append(pairs, thrPair)
 		effs, ceilings = append(effs, thrDDP/(2*thrPlain)), append(ceilings, thrPair/(2*thrPlain))
+		locks, lockCeilings = append(locks, thrLock), append(lockCeilings, thrLock/(2*thrPlain))
 		// The 1-minute load average after the repetition: this machine is shared, and a
 		// repetition run beside other work says so here.
 		loads = append(loads, benchutil.LoadAvg())
-		line := fmt.Sprintf("repetition %d: ours plain %.2f (%.2f before DDP, %.2f after), DDP %.2f img/s, efficiency %.3f (ceiling %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s; run delay per step rank 0/1: plain %.1f ms, DDP %.1f/%.1f ms, two plain %.1f/%.1f ms",
-			rep+1, thrPlain, throughput(plain), throughput(plainAfter), thrDDP, effs[rep], ceilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps),
+		line := fmt.Sprintf("repetition %d: ours plain %.2f (%.2f before DDP, %.2f after), DDP %.2f img/s, efficiency %.3f (ceiling %.3f, in lockstep %.3f), load %.2f; CPU per step rank 0: DDP %.4f s, two plain %.4f s; run delay per step rank 0/1: plain %.1f ms, DDP %.1f/%.1f ms, two plain %.1f/%.1f ms",
+			rep+1, thrPlain, throughput(plain), throughput(plainAfter), thrDDP, effs[rep], ceilings[rep], lockCeilings[rep], loads[rep], dist[0].CPU/float64(p.steps), pair[0].CPU/float64(p.steps),
 			ms(plain[0].RunDelay), ms(dist[0].RunDelay), ms(dist[1].RunDelay), ms(pair[0].RunDelay), ms(pair[1].RunDelay))
 		if mp != nil {
 			line += "; the machine's pair factors: " + mp.String()
@@ -229,8 +240,12 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 	fmt.Printf("%-34s %14.3f %14s\n", "scaling efficiency thr2/(2·thr1)", eff, numAny(torchEff, torchNote))
 	fmt.Printf("%-34s %14.2f %14s\n", "2 plain processes at once, images/s", benchutil.Median(pairs), num(benchutil.Median(tPairs), torchNote))
 	fmt.Printf("%-34s %14.3f %14s\n", "  ceiling without communication", ceiling, numAny(torchCeiling, torchNote))
+	fmt.Printf("%-34s %14.3f %14s\n", "  in lockstep (a barrier a step)", benchutil.Median(lockCeilings), "")
 	ofPair, tOfPair := ratios(effs, ceilings), ratios(tEffs, tCeilings)
 	fmt.Printf("%-34s %14.3f %14s\n", "DDP over the pair (1: no loss)", benchutil.Median(ofPair), num(benchutil.Median(tOfPair), torchNote))
+	syncCost, commCost := differences(ceilings, lockCeilings), differences(lockCeilings, effs)
+	fmt.Printf("lost beyond the ceiling, median of the repetitions: %.3f to synchronization (the pair against it in lockstep), %.3f to communication (lockstep against DDP)\n",
+		benchutil.Median(syncCost), benchutil.Median(commCost))
 	fmt.Printf("%-34s %14d %14s\n", "buckets (after rebuild)", r0.Buckets, "")
 	fmt.Printf("%-34s %14.3f %14s\n", "all-reduce hidden behind backward", r0.Overlap, "")
 	fmt.Printf("buckets: %s\n", r0.BucketList)
@@ -267,7 +282,8 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 	res := map[string]any{"efficiency": eff, "torch_efficiency": torchEff, "no_comm_ceiling": ceiling, "imgs_per_s_two_plain": benchutil.Median(pairs), "overlap_fraction": r0.Overlap, "buckets": r0.Buckets,
 		"imgs_per_s_plain": benchutil.Median(plains), "imgs_per_s_ddp2": benchutil.Median(dists), "torch_imgs_per_s_plain": benchutil.Median(tPlains), "torch_imgs_per_s_ddp2": benchutil.Median(tDists),
 		"torch_imgs_per_s_two_plain": benchutil.Median(tPairs), "torch_no_comm_ceiling": torchCeiling, "torch_ceiling_per_repetition": tCeilings,
-		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "ddp_over_pair_per_repetition": ofPair, "torch_ddp_over_pair_per_repetition": tOfPair, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
+		"efficiency_per_repetition": effs, "loadavg_per_repetition": loads, "torch_efficiency_per_repetition": tEffs, "ceiling_per_repetition": ceilings, "lockstep_ceiling": benchutil.Median(lockCeilings), "lockstep_ceiling_per_repetition": lockCeilings,
+		"imgs_per_s_lockstep": benchutil.Median(locks), "lost_to_synchronization": benchutil.Median(syncCost), "lost_to_communication": benchutil.Median(commCost), "ddp_over_pair_per_repetition": ofPair, "torch_ddp_over_pair_per_repetition": tOfPair, "repetitions": reps, "bucket_sizes": r0.BucketList, "transport": r0.Transport,
 		"check_s": r0.Check, "check_share_of_step_time": checkShare, "check_every": replica.DefaultCheckEvery,
 		"cpu_s_per_step_plain": cpu[0], "cpu_s_per_step_ddp": cpu[1], "cpu_s_per_step_two_plain": cpu[2],
 		"model": "resnet18", "image": p.size, "batch_per_rank": p.batch, "steps": p.steps, "blas": blasimpl.Name(), "gomaxprocs": procs}
@@ -288,6 +304,8 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 		"efficiency":               "fraction: DDP world 2's images/s over twice one plain process's (so are torch_efficiency, no_comm_ceiling, torch_no_comm_ceiling and the per-repetition lists)",
 		"overlap_fraction":         "fraction of the all-reduce time hidden behind backward",
 		"check_share_of_step_time": "fraction of the step time", "check_every": "steps",
+		"lockstep_ceiling":             "fraction: two plain processes that wait for each other at a barrier after every step (DDP's synchronization without its communication), images/s over twice one plain process's (so is lockstep_ceiling_per_repetition; imgs_per_s_lockstep is the pair's images/s)",
+		"lost_to_synchronization":      "fraction of twice one plain process's images/s, median over the repetitions: no_comm_ceiling minus lockstep_ceiling (lost_to_communication: lockstep_ceiling minus efficiency); in each repetition the two add up to what DDP loses beyond the ceiling",
 		"ddp_over_pair_per_repetition": "fraction: per repetition, DDP's images/s over the pair's (efficiency over ceiling): what DDP keeps of the no-communication ceiling, ours and torch_ddp_over_pair_per_repetition PyTorch's",
 		"machine_pair_factor":          "fraction: per probe (machine_probes), the rate per process of two processes at once over one alone's, median over the repetitions",
 		"machine_pair_per_repetition":  "per repetition, each probe's rate alone and per process of two at once (in the probe's unit, machine_probes) and the factor between them (fraction)",
@@ -305,6 +323,15 @@ func (p params) childArgs(steps int, trace string) []string {
 		"-batch", strconv.Itoa(p.batch), "-size", strconv.Itoa(p.size), "-trace", trace,
 		"-bucket-mb", strconv.FormatFloat(p.bucketMB, 'g', -1, 64), "-last-bucket-mb", strconv.FormatFloat(p.lastMB, 'g', -1, 64),
 		"-shared-grads=" + strconv.FormatBool(p.sharedGrads)}
+}
+
+// differences is a[i]-b[i] for each i.
+func differences(a, b []float64) []float64 {
+	r := make([]float64, min(len(a), len(b)))
+	for i := range r {
+		r[i] = a[i] - b[i]
+	}
+	return r
 }
 
 // ratios is a[i]/b[i] for each i.
@@ -353,12 +380,12 @@ func child(role string, p params) error {
 	}
 	mopts := []nn.ModelOption{nn.WithSeed(0)}
 	var g comm.Group
-	if role == "ddp" {
+	if role == "ddp" || role == "lockstep" {
 		if g, err = comm.InitFromEnv(ctx); err != nil {
 			return err
 		}
 		defer g.Close(ctx)
-		if p.sharedGrads {
+		if role == "ddp" && p.sharedGrads {
 			mopts = append(mopts, ddp.SharedGradients(ctx, g))
 		}
 	}
@@ -382,7 +409,9 @@ func child(role string, p params) error {
 	}
 	rank := 0
 	switch role {
-	case "plain":
+	case "plain", "lockstep":
+		// A lockstep process is a plain one that waits for its peer at a barrier after
+		// every step: DDP's synchronization without its communication.
 		np, err := nn.Compile(m, build)
 		if err != nil {
 			return err
@@ -393,7 +422,16 @@ func child(role string, p params) error {
 			if err := np.Run(ctx); err != nil {
 				return err
 			}
-			return opt.Step()
+			if err := opt.Step(); err != nil {
+				return err
+			}
+			if g != nil {
+				return g.Barrier().Wait(ctx)
+			}
+			return nil
+		}
+		if g != nil {
+			rank = g.Rank()
 		}
 	case "ddp":
 		rank = g.Rank()
@@ -440,10 +478,12 @@ func child(role string, p params) error {
 			return err
 		}
 	}
-	if d != nil {
-		if err := d.Group().Barrier().Wait(ctx); err != nil {
+	if g != nil {
+		if err := g.Barrier().Wait(ctx); err != nil {
 			return err
 		}
+	}
+	if d != nil {
 		d.Timeline().Reset()
 	}
 	// GP_BENCH_DDP_PROFILE=DIR writes a CPU profile of each process's timed steps to
