@@ -38,11 +38,12 @@ import (
 
 // probe is one kind of work the machine shares between processes.
 type probe struct {
-	name  string // what it does, e.g. "copy 4 MiB"
-	where string // what of the machine it exercises
-	unit  string
-	// work runs a fixed amount of the probe's work and returns how much it did, in unit.
-	// setup allocates and touches its buffers once, before the timed window.
+	name      string // what it does, e.g. "copy 4 MiB"
+	exercises string // what of the machine it exercises
+	unit      string
+	// setup allocates and touches the probe's buffers once, before the timed windows, and
+	// returns work, which runs a fixed amount of the probe's work and returns how much it
+	// did, in unit.
 	setup func() (work func() float64)
 }
 
@@ -119,9 +120,9 @@ const (
 )
 
 // runProbes sets up every probe, runs probe i in the window of length window from
-// start+i·slot and returns the rates. Each window times whole units of work, from the first unit's start to the last's
-// end, and at least one (a set-up that overran its slot leaves a window misaligned, not
-// empty).
+// start+i·slot and returns the rates. Each window times whole units of work, from the first
+// unit's start to the last's end, and at least one (a set-up that overran its slot leaves a
+// window misaligned, not empty).
 func runProbes(start time.Time, window, slot time.Duration) []float64 {
 	works := make([]func() float64, len(probes))
 	for i, p := range probes {
@@ -228,7 +229,7 @@ func medianFactors(ms []machinePair) map[string]float64 {
 func probeInfo() []map[string]string {
 	var info []map[string]string
 	for _, p := range probes {
-		info = append(info, map[string]string{"name": p.name, "exercises": p.where, "unit": p.unit})
+		info = append(info, map[string]string{"name": p.name, "exercises": p.exercises, "unit": p.unit})
 	}
 	return info
 }

@@ -263,7 +263,7 @@ func run(p params, procs, reps, explainSteps int, machine bool, py, out string) 
 	if machineFactors != nil {
 		fmt.Printf("what the machine leaves each of two processes at once of one alone's speed, median of %d repetitions (no model):\n", len(machines))
 		for _, pr := range probes {
-			fmt.Printf("  %-24s %.2f  (%s)\n", pr.name, machineFactors[pr.name], pr.where)
+			fmt.Printf("  %-24s %.2f  (%s)\n", pr.name, machineFactors[pr.name], pr.exercises)
 		}
 		fmt.Printf("  %-24s %.2f  (the no-communication ceiling above)\n", "the model", ceiling)
 	}
