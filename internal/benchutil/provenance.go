@@ -54,7 +54,7 @@ func (p Provenance) Save(w io.Writer, path string, doc any) error {
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("results folder: %w", err)
+		return fmt.Errorf("results for %s: %w", path, err)
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
