@@ -111,11 +111,13 @@ func main() {
 	flag.StringVar(&p.trace, "trace", filepath.Join("bench", "results", "ddp_trace.json"), "merged Chrome trace of the DDP run")
 	flag.Parse()
 	if role := os.Getenv("GP_BENCH_DDP_ROLE"); role != "" {
-		run := func() error { return child(role, p) }
+		var err error
 		if role == "probe" {
-			run = probeChild
+			err = probeChild()
+		} else {
+			err = child(role, p)
 		}
-		if err := run(); err != nil {
+		if err != nil {
 			log.Fatalf("%s: %v", role, err)
 		}
 		return

@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
-
 	"github.com/gorgonia-parallel/gp/parallel/launch"
 )
 

@@ -28,11 +28,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorgonia-parallel/gp/internal/procstatus"
-	"github.com/gorgonia-parallel/gp/train"
-
 	"github.com/gorgonia-parallel/gp/internal/benchutil"
 	"github.com/gorgonia-parallel/gp/internal/blasimpl"
+	"github.com/gorgonia-parallel/gp/internal/procstatus"
 	"github.com/gorgonia-parallel/gp/models"
 	"github.com/gorgonia-parallel/gp/nn"
 	"github.com/gorgonia-parallel/gp/optim"
@@ -40,6 +38,7 @@ import (
 	"github.com/gorgonia-parallel/gp/parallel/ddp"
 	"github.com/gorgonia-parallel/gp/parallel/sysmon"
 	"github.com/gorgonia-parallel/gp/parallel/zero"
+	"github.com/gorgonia-parallel/gp/train"
 )
 
 // row is one row of bench/results/zero.json (under "rows").

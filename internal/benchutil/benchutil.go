@@ -2,7 +2,8 @@
 // the process's CPU time, a launcher of benchmark processes in a torchrun environment, a
 // collector of a child's output (Output), the stacks of a CPU profile (ReadTraces) and the op
 // and kernel each ran (Sample.Op, Sample.Kernel), and what every results file records about
-// how it was made (Provenance: the reproducing command and the machine).
+// how it was made (Provenance: the reproducing command and the machine), with the writing
+// of that file (Provenance.Save).
 package benchutil
 
 import (

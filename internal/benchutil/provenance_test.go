@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -133,7 +134,21 @@ func TestSave(t *testing.T) {
 	if b2, _ := os.ReadFile(path); !bytes.Equal(b, b2) {
 		t.Errorf("a failed Save changed the file")
 	}
-	if es, _ := os.ReadDir(filepath.Dir(path)); len(es) != 1 {
-		t.Errorf("folder holds %d entries, want the result alone", len(es))
+	// A rename that fails (the target is a folder with a file in it) leaves no temporary
+	// file behind.
+	blocked := filepath.Join(filepath.Dir(path), "blocked.json")
+	if err := os.MkdirAll(filepath.Join(blocked, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Save(&out, blocked, Rows[int]{Provenance: p}); err == nil || !strings.Contains(err.Error(), blocked) {
+		t.Errorf("Save onto a folder: error %v, want one naming %s", err, blocked)
+	}
+	es, _ := os.ReadDir(filepath.Dir(path))
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"blocked.json", "x.json"}) {
+		t.Errorf("folder holds %v, want the result and the folder alone", names)
 	}
 }
